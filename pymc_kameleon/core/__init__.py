@@ -1,0 +1,35 @@
+"""NumPy/SciPy core of pymc-kameleon.
+
+Nothing in this sub-package imports PyMC or PyTensor, so every formula can be
+tested on plain arrays.
+"""
+
+from pymc_kameleon.core.kernels import (
+    GaussianKernel,
+    Kernel,
+    LinearKernel,
+    Matern32Kernel,
+    Matern52Kernel,
+    median_heuristic_bandwidth,
+    make_kernel,
+)
+from pymc_kameleon.core.kameleon import KameleonProposal, ProposalAtPoint
+from pymc_kameleon.core.linalg import SingularCovarianceError, jittered_cholesky
+from pymc_kameleon.core.mh import accept_probability, mh_log_ratio, metropolis_accept
+
+__all__ = [
+    "GaussianKernel",
+    "Kernel",
+    "KameleonProposal",
+    "LinearKernel",
+    "Matern32Kernel",
+    "Matern52Kernel",
+    "ProposalAtPoint",
+    "SingularCovarianceError",
+    "accept_probability",
+    "jittered_cholesky",
+    "make_kernel",
+    "median_heuristic_bandwidth",
+    "metropolis_accept",
+    "mh_log_ratio",
+]

@@ -1,0 +1,5 @@
+"""PyMC step methods: the only code that talks to PyMC's step machinery."""
+
+from pymc_kameleon.steps.kameleon import KameleonMetropolis
+
+__all__ = ["KameleonMetropolis"]

@@ -1,0 +1,480 @@
+r"""``KameleonMetropolis``: Kernel Adaptive Metropolis-Hastings as a PyMC step method.
+
+The math lives in :mod:`pymc_kameleon.core`; this module only connects it to
+PyMC's step machinery (compiled log densities, tuning flags, statistics).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pymc as pm
+from pymc.blocking import RaveledVars
+from pymc.step_methods.arraystep import ArrayStepShared
+from pymc.step_methods.compound import Competence
+
+from pymc_kameleon.core.adaptation import HistoryBuffer, RobbinsMonro, VanishingProbability
+from pymc_kameleon.core.kameleon import KameleonProposal, ProposalAtPoint
+from pymc_kameleon.core.kernels import make_kernel, median_heuristic_bandwidth
+from pymc_kameleon.core.linalg import SingularCovarianceError
+from pymc_kameleon.core.mh import metropolis_accept, mh_log_ratio
+from pymc_kameleon.steps._common import LogDensity, continuous_value_vars, describe_point
+
+__all__ = ["KameleonMetropolis"]
+
+_ADAPTATIONS = ("freeze", "vanishing")
+# gamma="auto" is this fraction of the median marginal standard deviation of Z;
+# on the paper's targets (unit-variance marginals) it is the paper's gamma = 0.2.
+_AUTO_GAMMA_FRACTION = 0.2
+# Points of Z at which the average proposal variance is measured to keep the
+# proposal scale continuous when Z or the bandwidth changes.
+_SCALE_PROBE_POINTS = 20
+
+
+def _check_positive(name, value, integer=False, allow_zero=False):
+    ok = isinstance(value, (int, np.integer)) if integer else isinstance(value, (int, float, np.number))
+    ok = ok and not isinstance(value, bool) and np.isfinite(value)
+    ok = ok and (value >= 0 if allow_zero else value > 0)
+    if not ok:
+        kind = "integer" if integer else "number"
+        sign = "non-negative" if allow_zero else "positive"
+        raise ValueError(f"{name} must be a {sign} finite {kind}, got {value!r}.")
+
+
+class KameleonMetropolis(ArrayStepShared):
+    r"""Kernel Adaptive Metropolis-Hastings (MCMC Kameleon) step.
+
+    Proposes from a Gaussian centred at the current state :math:`y` whose covariance
+    follows the local shape of the target, learned from a subsample :math:`Z` of
+    the chain history (Sejdinovic, Strathmann et al., ICML 2014):
+
+    .. math::
+        q_Z(\cdot \mid y) = \mathcal N\!\left(y,\ \gamma^2 I + \nu^2 M_y H M_y^\top\right),
+        \qquad M_y = 2\,[\nabla_x k(x, z_i)]_{x=y,\ i=1..n},
+
+    and accepts with the Metropolis-Hastings probability, including the asymmetric
+    proposal terms :math:`q(y \mid x^*) / q(x^* \mid y)`. It needs neither gradients nor
+    a tractable likelihood, so it suits strongly nonlinear posteriors and black-box
+    or estimated likelihoods.
+
+    During tuning the step first runs a random walk with a learned isotropic scale,
+    then switches to Kameleon proposals once the history holds points. Every
+    ``adapt_interval`` tuning steps it redraws :math:`Z` from the later half of the
+    history and resets the bandwidth by the median heuristic. It learns
+    :math:`\log\nu^2` by Robbins-Monro toward ``target_accept`` at every tuning step.
+    With ``adaptation="freeze"`` (the default) everything is fixed after tuning,
+    so the draws come from an exact Metropolis-Hastings chain.
+
+    Parameters
+    ----------
+    vars : list of variables, optional
+        Continuous variables to sample. Defaults to all continuous free variables.
+    kernel : {"gaussian", "matern32", "matern52", "linear"} or kernel object, default "gaussian"
+        Kernel :math:`k`. A custom kernel is any object with methods ``value(X, Z)``
+        and ``grad(X, Z)`` (see :class:`pymc_kameleon.core.kernels.Kernel`). With
+        ``"linear"`` the proposal is Adaptive Metropolis with covariance
+        :math:`\gamma^2 I + 4\nu^2 Z^\top H Z`.
+    bandwidth : "median" or float, default "median"
+        Kernel length scale :math:`\sigma`. ``"median"`` re-estimates it from
+        :math:`Z` at every refresh: :math:`\sigma^2 = \operatorname{median}\|z_i - z_j\|^2 / 2`.
+    n_subsample : int, default 1000
+        Size :math:`n` of the history subsample :math:`Z`. A step costs :math:`O(n d^2 + d^3)`.
+    gamma : "auto" or float, default "auto"
+        Exploration term :math:`\gamma \ge 0` (a standard deviation). ``"auto"`` uses
+        0.2 times the median marginal standard deviation of :math:`Z`, which is the
+        paper's :math:`\gamma = 0.2` on unit-scale targets and follows the scale of yours.
+    nu2 : float, optional
+        Starting :math:`\nu^2`. By default it is set when the first :math:`Z` is drawn, so
+        that the average proposal variance matches the tuned random-walk variance.
+    target_accept : float, default 0.234
+        Target acceptance rate for the Robbins-Monro adaptation of :math:`\nu^2`.
+    adaptation : {"freeze", "vanishing"}, default "freeze"
+        ``"freeze"`` adapts only during tuning, then fixes :math:`Z`, :math:`\sigma`,
+        :math:`\nu^2` and :math:`\gamma`. ``"vanishing"`` keeps adapting after tuning with
+        probability :math:`p_t = t^{-\kappa}` at post-tuning step :math:`t` (the
+        paper's diminishing-adaptation alternative).
+    vanishing_decay : float, default 1.0
+        :math:`\kappa \in (0, 1]` for ``adaptation="vanishing"``.
+    adapt_interval : int, default 100
+        Tuning steps between refreshes of :math:`Z` and the bandwidth. The first
+        refresh, which ends the random-walk warm-up, happens after this many steps.
+    learning_rate : float, default 1.0
+        Robbins-Monro gain :math:`\rho_0`; the gain at tuning step :math:`t` is
+        :math:`\rho_0 (t+1)^{-0.6}`.
+    history_size : int, optional
+        Most history points kept for drawing :math:`Z` (evenly thinned beyond that).
+        Defaults to ``max(10 * n_subsample, 10000)``.
+    model : pymc.Model, optional
+    initial_point : dict, optional
+    compile_kwargs : dict, optional
+        Passed to PyTensor when compiling the log density.
+    rng : RandomGenerator, optional
+        Set by ``pm.sample`` from ``random_seed``.
+    blocked : bool, default True
+
+    Notes
+    -----
+    Per step the log density is evaluated once, at the proposal: the value at the
+    current state is cached, and re-evaluated only when another step of a
+    ``CompoundStep`` has changed variables outside this block. Likewise exactly one
+    new proposal covariance is built per step (at the proposal, for the reverse
+    density); the current state's covariance and Cholesky factor are cached and
+    rebuilt whenever adaptation changes :math:`Z`, :math:`\sigma`, :math:`\nu^2` or
+    :math:`\gamma`.
+
+    Sampler statistics: ``accept`` (acceptance probability), ``accepted``,
+    ``scaling`` (:math:`\nu^2`; NaN during the random-walk warm-up), ``bandwidth``,
+    ``gamma``, ``tune``, ``kameleon`` (whether the Kameleon proposal was used),
+    ``subsample_size``, ``adapted`` (whether :math:`Z` was refreshed at this step),
+    ``logp_evals`` (log-density evaluations in this step) and ``jitter``
+    (diagonal jitter needed to factorise the proposal covariance).
+
+    References
+    ----------
+    .. [1] Sejdinovic, D., Strathmann, H., Lomeli Garcia, M., Andrieu, C., Gretton, A.
+       (2014). Kernel Adaptive Metropolis-Hastings. ICML.
+
+    Examples
+    --------
+    >>> import pymc as pm
+    >>> from pymc_kameleon import KameleonMetropolis
+    >>> with pm.Model():
+    ...     x = pm.Normal("x", 0, 1, shape=2)
+    ...     idata = pm.sample(step=KameleonMetropolis(), draws=500, tune=500,
+    ...                       chains=2, progressbar=False)  # doctest: +SKIP
+    """
+
+    name = "kameleon"
+    default_blocked = True
+    stats_dtypes_shapes = {
+        "accept": (np.float64, []),
+        "accepted": (bool, []),
+        "scaling": (np.float64, []),
+        "bandwidth": (np.float64, []),
+        "gamma": (np.float64, []),
+        "tune": (bool, []),
+        "kameleon": (bool, []),
+        "adapted": (bool, []),
+        "subsample_size": (np.int64, []),
+        "logp_evals": (np.int64, []),
+        "jitter": (np.float64, []),
+    }
+
+    def __init__(
+        self,
+        vars=None,
+        *,
+        kernel="gaussian",
+        bandwidth="median",
+        n_subsample: int = 1000,
+        gamma="auto",
+        nu2: float | None = None,
+        target_accept: float = 0.234,
+        adaptation: str = "freeze",
+        vanishing_decay: float = 1.0,
+        adapt_interval: int = 100,
+        learning_rate: float = 1.0,
+        history_size: int | None = None,
+        model=None,
+        initial_point=None,
+        compile_kwargs=None,
+        rng=None,
+        blocked: bool = True,
+    ):
+        model = pm.modelcontext(model)
+        self._kernel_template = make_kernel(kernel)
+        if isinstance(bandwidth, str):
+            if bandwidth != "median":
+                raise ValueError(f'bandwidth must be "median" or a positive number, got {bandwidth!r}.')
+        else:
+            _check_positive("bandwidth", bandwidth)
+        if isinstance(gamma, str):
+            if gamma != "auto":
+                raise ValueError(f'gamma must be "auto" or a non-negative number, got {gamma!r}.')
+        else:
+            _check_positive("gamma", gamma, allow_zero=True)
+        if nu2 is not None:
+            _check_positive("nu2", nu2)
+        _check_positive("n_subsample", n_subsample, integer=True)
+        _check_positive("adapt_interval", adapt_interval, integer=True)
+        _check_positive("learning_rate", learning_rate)
+        if not (isinstance(target_accept, (int, float)) and 0.0 < target_accept < 1.0):
+            raise ValueError(f"target_accept must be in (0, 1), got {target_accept!r}.")
+        if adaptation not in _ADAPTATIONS:
+            raise ValueError(f"adaptation must be one of {_ADAPTATIONS}, got {adaptation!r}.")
+        self._vanishing = VanishingProbability(vanishing_decay)  # validates the decay
+        if history_size is None:
+            history_size = max(10 * int(n_subsample), 10_000)
+        _check_positive("history_size", history_size, integer=True)
+        if history_size < 2:
+            raise ValueError(f"history_size must be at least 2, got {history_size!r}.")
+
+        self.kernel_spec = kernel
+        self.bandwidth_spec = bandwidth
+        self.n_subsample = int(n_subsample)
+        self.gamma_spec = gamma
+        self.nu2_initial = None if nu2 is None else float(nu2)
+        self.target_accept = float(target_accept)
+        self.adaptation = adaptation
+        self.adapt_interval = int(adapt_interval)
+        self.learning_rate = float(learning_rate)
+        self.history_size = int(history_size)
+
+        if initial_point is None:
+            initial_point = model.initial_point()
+        vars = continuous_value_vars(vars, model, type(self).__name__)
+        self._logp = LogDensity(model, vars, initial_point, compile_kwargs)
+        self.dim = int(sum(np.size(initial_point[v.name]) for v in vars))
+        self.tune = True
+        super().__init__(vars, self._logp.shared, blocked=blocked, rng=rng)
+        self._reset_chain_state()
+
+    # ------------------------------------------------------------------ state
+    def _reset_chain_state(self):
+        """Forget everything learned in a previous chain."""
+        self._history = HistoryBuffer(self.dim, self.history_size)
+        self._rw_scale = RobbinsMonro(1.0, self.target_accept, self.learning_rate)
+        self._nu2 = None  # RobbinsMonro over nu2 once Kameleon proposals start
+        self._family: KameleonProposal | None = None
+        self._bandwidth = math.nan
+        self._gamma = math.nan
+        self._probe_variance = math.nan
+        self._version = 0  # bumped whenever Z, bandwidth, nu2 or gamma change
+        self._z_version = 0  # bumped whenever Z, bandwidth or the kernel change
+        self._tune_steps = 0
+        self._post_tune_steps = 0
+        self._accept_since_adapt = []
+        self._cur_q = None
+        self._cur_logp = math.nan
+        self._cur_shared = ()
+        self._cur_rkhs_cov = None  # (Z version, M H M^T at the current state)
+        self._cur_proposal = None  # (version, ProposalAtPoint at the current state)
+        self._warned_jitter = False
+
+    def reset_tuning(self):
+        """Reset per-chain state (PyMC calls this before each chain)."""
+        self._reset_chain_state()
+
+    def setup_chain(self, rng, tune, draws):
+        """PyMC 6 hook called before each chain: set the rng and reset per-chain state."""
+        parent = getattr(super(), "setup_chain", None)
+        if parent is not None:
+            parent(rng, tune, draws)
+        else:
+            self.set_rng(rng)
+        self._reset_chain_state()
+
+    def stop_tuning(self):
+        super().stop_tuning()
+        if self.adaptation == "freeze":
+            self._accept_since_adapt = []
+
+    @staticmethod
+    def competence(var, has_grad):
+        if var.dtype in pm.discrete_types:
+            return Competence.INCOMPATIBLE
+        return Competence.COMPATIBLE
+
+    # ------------------------------------------------------------ properties
+    @property
+    def subsample(self) -> np.ndarray | None:
+        """The current history subsample :math:`Z` (None during the random-walk warm-up)."""
+        return None if self._family is None else self._family.Z
+
+    @property
+    def proposal(self) -> KameleonProposal | None:
+        """The current proposal family (None during the random-walk warm-up)."""
+        return self._family
+
+    # ------------------------------------------------------------ the step
+    def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list]:
+        y = q0.data
+        evals_before = self._logp.n_evals
+        logp_y = self._current_logp(y, q0.point_map_info)
+
+        jitter = 0.0
+        use_kameleon = self._family is not None
+        at_x = rkhs_x = None
+        if use_kameleon:
+            at_y = self._proposal_at_current(y)
+            x = at_y.sample(self.rng)
+            jitter = at_y.jitter
+            at_x, rkhs_x = self._proposal_at(x)
+        else:
+            x = y + self._rw_scale.value * self.rng.standard_normal(self.dim)
+
+        if use_kameleon and at_x is None:
+            # The covariance at the proposal cannot be factorised: reject the proposal.
+            log_ratio, logp_x = -math.inf, math.nan
+        else:
+            logp_x = self._logp(x)
+            if use_kameleon:
+                log_ratio = mh_log_ratio(logp_x, logp_y, at_x.log_density(y), at_y.log_density(x))
+            else:
+                log_ratio = mh_log_ratio(logp_x, logp_y)
+        accepted, accept_prob = metropolis_accept(log_ratio, self.rng)
+
+        if accepted:
+            y_new = x
+            self._set_current(x, logp_x)
+            if use_kameleon:
+                self._cur_proposal = (self._version, at_x)
+                self._cur_rkhs_cov = (self._z_version, self._cur_q, rkhs_x)
+        else:
+            y_new = y
+
+        adapted = self._adapt(y_new, accept_prob)
+
+        stats = {
+            "accept": accept_prob,
+            "accepted": accepted,
+            "scaling": math.nan if self._nu2 is None else self._nu2.value,
+            "bandwidth": self._bandwidth,
+            "gamma": self._gamma,
+            "tune": self.tune,
+            "kameleon": use_kameleon,
+            "adapted": adapted,
+            "subsample_size": 0 if self._family is None else self._family.Z.shape[0],
+            "logp_evals": self._logp.n_evals - evals_before,
+            "jitter": jitter,
+        }
+        return RaveledVars(y_new, q0.point_map_info), [stats]
+
+    # ------------------------------------------------------------ helpers
+    def _set_current(self, q, logp):
+        self._cur_q = np.array(q, dtype=float, copy=True)
+        self._cur_logp = float(logp)
+        self._cur_shared = self._logp.shared_snapshot() if self._logp.shared else ()
+
+    def _current_logp(self, y, point_map_info) -> float:
+        """Cached log density at the current state; recomputed only if the state changed."""
+        cached = (
+            self._cur_q is not None
+            and np.array_equal(self._cur_q, y)
+            and (not self._logp.shared or self._logp.shared_unchanged(self._cur_shared))
+        )
+        if not cached:
+            self._set_current(y, self._logp(y))
+        if not np.isfinite(self._cur_logp):
+            raise ValueError(
+                f"KameleonMetropolis: the model log density at the current point is {self._cur_logp} "
+                f"({describe_point(y, point_map_info)}). The chain cannot start from a point of zero "
+                "density: pass finite `initvals` to pm.sample, or check the model with "
+                "model.point_logps()."
+            )
+        return self._cur_logp
+
+    def _proposal_at(self, x):
+        """Factorised proposal at ``x`` and its :math:`M H M^T` (None, None if singular even with jitter)."""
+        rkhs_cov = self._family.rkhs_covariance(x)
+        try:
+            at = ProposalAtPoint.from_covariance(x, self._family.scaled(rkhs_cov))
+        except SingularCovarianceError:
+            self._warn_singular()
+            return None, None
+        if at.jitter > 0:
+            self._warn_singular()
+        return at, rkhs_cov
+
+    def _proposal_at_current(self, y) -> ProposalAtPoint:
+        cached = self._cur_proposal
+        if cached is not None and cached[0] == self._version and np.array_equal(cached[1].center, y):
+            return cached[1]
+        # Reuse M H M^T when only nu2 or gamma changed since it was computed.
+        rk = self._cur_rkhs_cov
+        if rk is None or rk[0] != self._z_version or not np.array_equal(rk[1], y):
+            rk = (self._z_version, np.array(y, copy=True), self._family.rkhs_covariance(y))
+            self._cur_rkhs_cov = rk
+        try:
+            at = ProposalAtPoint.from_covariance(y, self._family.scaled(rk[2]))
+        except SingularCovarianceError as err:
+            raise SingularCovarianceError(
+                f"KameleonMetropolis: the proposal covariance at the current state is singular even "
+                f"with jitter ({err}). Use a positive gamma (now {self._gamma!r})."
+            ) from None
+        self._cur_proposal = (self._version, at)
+        return at
+
+    def _warn_singular(self):
+        if not self._warned_jitter:
+            self._warned_jitter = True
+            warnings.warn(
+                "KameleonMetropolis: a proposal covariance needed diagonal jitter to be factorised; "
+                "consider a larger gamma. Proposals whose covariance cannot be factorised are rejected.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
+    # ------------------------------------------------------------ adaptation
+    def _adapt(self, y_new, accept_prob) -> bool:
+        if self.tune:
+            self._tune_steps += 1
+            self._history.append(y_new)
+            if self._nu2 is None:
+                self._rw_scale.update(accept_prob)
+            else:
+                self._nu2.update(accept_prob)
+                self._family.nu2 = self._nu2.value
+                self._version += 1
+            if self._tune_steps % self.adapt_interval == 0:
+                return self._refresh_subsample()
+            return False
+        if self.adaptation != "vanishing":
+            return False
+        # Vanishing adaptation after tuning: adapt with probability p_t.
+        self._post_tune_steps += 1
+        self._history.append(y_new)
+        self._accept_since_adapt.append(accept_prob)
+        if self.rng.random() >= self._vanishing(self._post_tune_steps):
+            return False
+        if self._nu2 is not None:
+            self._nu2.update(float(np.mean(self._accept_since_adapt)))
+            self._family.nu2 = self._nu2.value
+            self._version += 1
+        self._accept_since_adapt = []
+        return self._refresh_subsample()
+
+    def _refresh_subsample(self) -> bool:
+        """Redraw Z from the history and reset bandwidth and gamma. Returns whether Z changed."""
+        Z = self._history.subsample(self.n_subsample, self.rng, discard_fraction=0.5)
+        if Z.shape[0] < 2 or np.unique(Z, axis=0).shape[0] < 2:
+            return False  # the chain has not moved yet: stay with what we have
+        kernel = self._kernel_template
+        if getattr(kernel, "has_bandwidth", False):
+            if self.bandwidth_spec == "median":
+                self._bandwidth = median_heuristic_bandwidth(Z, max_points=500, rng=self.rng)
+            else:
+                self._bandwidth = float(self.bandwidth_spec)
+            kernel = kernel.with_bandwidth(self._bandwidth)
+        if self.gamma_spec == "auto":
+            sd = np.median(np.std(Z, axis=0))
+            self._gamma = _AUTO_GAMMA_FRACTION * float(sd) if sd > 0 else _AUTO_GAMMA_FRACTION
+        else:
+            self._gamma = float(self.gamma_spec)
+
+        probe_nu2 = 1.0 if self._nu2 is None else self._nu2.value
+        family = KameleonProposal(Z, kernel, self._gamma**2, probe_nu2)
+        probe = Z[self.rng.choice(Z.shape[0], size=min(_SCALE_PROBE_POINTS, Z.shape[0]), replace=False)]
+        probe_variance = float(np.mean([np.trace(family.rkhs_covariance(z)) for z in probe])) / self.dim
+
+        if self._nu2 is None:
+            # First Kameleon proposal: match the tuned random-walk variance on average.
+            if self.nu2_initial is not None:
+                nu2 = self.nu2_initial
+            else:
+                rw_var = self._rw_scale.value**2
+                nu2 = max(rw_var - self._gamma**2, 0.1 * rw_var) / max(probe_variance, 1e-300)
+            self._nu2 = RobbinsMonro(nu2, self.target_accept, self.learning_rate)
+        elif probe_variance > 0 and self._probe_variance > 0:
+            # Keep the average proposal variance continuous across refreshes.
+            self._nu2.rescale(self._probe_variance / probe_variance)
+        self._probe_variance = probe_variance
+        family.nu2 = self._nu2.value
+        self._family = family
+        self._version += 1
+        self._z_version += 1
+        self._cur_proposal = None
+        self._cur_rkhs_cov = None
+        return True
