@@ -150,7 +150,9 @@ class KameleonMetropolis(ArrayStepShared):
     default_blocked = True
     stats_dtypes_shapes = {
         "accept": (np.float64, []),
-        "accepted": (bool, []),
+        # float64 like pm.Metropolis, which PyMC pairs with this step for discrete variables:
+        # stats of one name must share a dtype across the steps of a CompoundStep.
+        "accepted": (np.float64, []),
         "scaling": (np.float64, []),
         "bandwidth": (np.float64, []),
         "gamma": (np.float64, []),
@@ -268,8 +270,16 @@ class KameleonMetropolis(ArrayStepShared):
 
     def stop_tuning(self):
         super().stop_tuning()
-        if self.adaptation == "freeze":
-            self._accept_since_adapt = []
+        self._accept_since_adapt = []
+        if self._family is None and self._tune_steps > 0:
+            warnings.warn(
+                f"KameleonMetropolis: tuning ended after {self._tune_steps} steps without building a "
+                f"Kameleon proposal (the first one is built after adapt_interval={self.adapt_interval} "
+                "steps, once the chain has moved). The chain continues as a random walk; increase "
+                "`tune` or lower `adapt_interval`.",
+                UserWarning,
+                stacklevel=2,
+            )
 
     @staticmethod
     def competence(var, has_grad):
@@ -329,7 +339,7 @@ class KameleonMetropolis(ArrayStepShared):
 
         stats = {
             "accept": accept_prob,
-            "accepted": accepted,
+            "accepted": float(accepted),
             "scaling": math.nan if self._nu2 is None else self._nu2.value,
             "bandwidth": self._bandwidth,
             "gamma": self._gamma,

@@ -1,0 +1,307 @@
+"""KameleonMetropolis as a PyMC step: contract, caching, bad input, reproducibility."""
+
+import warnings
+
+import cloudpickle
+import numpy as np
+import pymc as pm
+import pytest
+from scipy.stats import multivariate_normal
+
+import pymc_kameleon.steps.kameleon as kameleon_module
+from pymc_kameleon import KameleonMetropolis
+from pymc_kameleon.core.kameleon import KameleonProposal, ProposalAtPoint
+from pymc.step_methods.compound import Competence
+
+SAMPLE_KW = dict(progressbar=False, compute_convergence_checks=False)
+
+
+def banana_model(b=0.5, dim=2):
+    with pm.Model() as model:
+        x = pm.Flat("x", shape=dim)
+        pm.Potential("lp", -0.5 * x[0] ** 2 - 0.5 * (x[1] - b * x[0] ** 2) ** 2 - 0.5 * pm.math.sum(x[2:] ** 2))
+    return model
+
+
+def test_samples_with_defaults_and_reports_stats():
+    with banana_model():
+        idata = pm.sample(step=KameleonMetropolis(), draws=300, tune=400, chains=1, random_seed=1, **SAMPLE_KW)
+    stats = idata.sample_stats
+    declared = KameleonMetropolis.stats_dtypes_shapes
+    for name in ["accept", "accepted", "scaling", "bandwidth", "tune", "gamma", "kameleon", "logp_evals"]:
+        assert name in declared, name
+        # PyMC consumes `tune` itself to split warm-up from posterior draws.
+        assert name == "tune" or name in stats, name
+    assert stats["kameleon"].values.all()  # Kameleon proposals after tuning
+    assert (stats["logp_evals"].values == 1).all()  # the current log density is cached
+    assert np.isfinite(stats["scaling"].values).all() and np.isfinite(stats["bandwidth"].values).all()
+    # Frozen after tuning: one Z, one bandwidth, one nu2.
+    assert np.unique(stats["scaling"].values).size == 1
+    assert np.unique(stats["bandwidth"].values).size == 1
+    assert 0.05 < stats["accepted"].values.mean() < 0.8
+
+
+def test_arviz_diagnostics_work_on_output():
+    import arviz as az
+
+    with banana_model():
+        idata = pm.sample(step=KameleonMetropolis(), draws=300, tune=300, chains=2, random_seed=2, **SAMPLE_KW)
+    summary = az.summary(idata)
+    assert {"ess_bulk", "r_hat"} <= set(summary.columns)
+    assert np.all(np.isfinite(az.ess(idata)["x"].values))
+    assert np.all(np.isfinite(az.rhat(idata)["x"].values))
+
+
+# --------------------------------------------------------------------- caching
+class _Audit:
+    """Records, for every Kameleon step, what the step used and what a fresh computation gives."""
+
+    def __init__(self, monkeypatch):
+        self.rows = []
+        self._pending = {}
+        original_sample = ProposalAtPoint.sample
+        original_ratio = kameleon_module.mh_log_ratio
+
+        def sample(at, rng):
+            x = original_sample(at, rng)
+            self._pending["x"] = x.copy()
+            return x
+
+        def ratio(logp_x, logp_y, log_q_rev=0.0, log_q_fwd=0.0):
+            if "x" in self._pending:
+                self.rows.append((dict(self._pending), log_q_rev, log_q_fwd))
+            self._pending.clear()
+            return original_ratio(logp_x, logp_y, log_q_rev, log_q_fwd)
+
+        monkeypatch.setattr(ProposalAtPoint, "sample", sample)
+        monkeypatch.setattr(kameleon_module, "mh_log_ratio", ratio)
+
+    def before_step(self, step, y):
+        fam = step.proposal
+        self._pending.clear()
+        if fam is not None:
+            self._pending.update(y=np.array(y, copy=True), fam=(fam.Z.copy(), fam.kernel, fam.gamma2, fam.nu2))
+
+    def mismatches(self):
+        bad = 0
+        for pending, log_q_rev, log_q_fwd in self.rows:
+            fresh = KameleonProposal(*pending["fam"])
+            y, x = pending["y"], pending["x"]
+            exp_fwd = multivariate_normal(y, fresh.covariance(y)).logpdf(x)
+            exp_rev = multivariate_normal(x, fresh.covariance(x)).logpdf(y)
+            bad += not (np.isclose(log_q_fwd, exp_fwd, rtol=1e-8) and np.isclose(log_q_rev, exp_rev, rtol=1e-8))
+        return bad
+
+
+def _run_audited(step_cls, monkeypatch, n_steps=600):
+    audit = _Audit(monkeypatch)
+
+    class Audited(step_cls):
+        def astep(self, q0):
+            audit.before_step(self, q0.data)
+            return super().astep(q0)
+
+    with banana_model():
+        step = Audited(adapt_interval=50, n_subsample=60)
+        point = pm.modelcontext(None).initial_point()
+        step.tune = True
+        step.reset_tuning()
+        for i in range(n_steps):
+            if i == n_steps // 2:
+                step.stop_tuning()
+            point, _ = step.step(point)
+    return audit
+
+
+def test_cached_current_proposal_is_rebuilt_after_adaptation(monkeypatch):
+    """Regression test for the original code's bug: after Z, sigma or nu2 change, q(.|y) must be rebuilt."""
+    audit = _run_audited(KameleonMetropolis, monkeypatch)
+    assert len(audit.rows) > 400
+    assert audit.mismatches() == 0
+
+
+def test_cache_audit_negative_control(monkeypatch):
+    """A step that keeps a stale current-state proposal (the original bug) is caught by the audit."""
+
+    class StaleCache(KameleonMetropolis):
+        def _proposal_at_current(self, y):
+            cached = self._cur_proposal
+            if cached is not None and np.array_equal(cached[1].center, y):
+                return cached[1]  # ignores that Z, sigma or nu2 changed
+            return super()._proposal_at_current(y)
+
+    audit = _run_audited(StaleCache, monkeypatch)
+    assert audit.mismatches() > 0
+
+
+def test_current_logp_recomputed_when_other_block_changes():
+    """Inside a CompoundStep the other block moves; the cached log density must not be reused."""
+    with pm.Model():
+        a = pm.Normal("a", 0, 1)
+        pm.Normal("b", a, 1)
+        step_b = KameleonMetropolis([pm.modelcontext(None)["b"]])
+        step_a = pm.Metropolis([a])
+        idata = pm.sample(step=[step_b, step_a], draws=400, tune=300, chains=1, random_seed=3, **SAMPLE_KW)
+    evals = idata.sample_stats["logp_evals"].values[0]
+    a_moved = idata.sample_stats["accepted"].values[0, :, 1].astype(bool)  # Metropolis' flag
+    # After the Metropolis step accepted a move of `a`, Kameleon re-evaluates (2 evals), else 1.
+    assert 50 < a_moved.sum() < 390
+    assert np.all(evals[1:][a_moved[:-1]] == 2)
+    assert np.all(evals[1:][~a_moved[:-1]] == 1)
+
+
+# -------------------------------------------------------------- PyMC contract
+def test_discrete_variables_are_rejected_with_clear_error():
+    with pm.Model():
+        k = pm.Poisson("k", 3.0)
+        pm.Normal("x", 0, 1)
+        with pytest.raises(ValueError, match=r"continuous variables only.*\['k'\]"):
+            KameleonMetropolis([k])
+        assert KameleonMetropolis.competence(k, False) == Competence.INCOMPATIBLE
+        # Without vars it takes the continuous ones; PyMC assigns a step to `k`.
+        idata = pm.sample(step=KameleonMetropolis(), draws=50, tune=50, chains=1, random_seed=1, **SAMPLE_KW)
+    assert "k" in idata.posterior and "x" in idata.posterior
+
+
+def test_model_without_continuous_variables():
+    with pm.Model():
+        pm.Poisson("k", 3.0)
+        with pytest.raises(ValueError, match="has none"):
+            KameleonMetropolis()
+
+
+@pytest.mark.parametrize(
+    "kwargs, option",
+    [
+        (dict(kernel="poly"), "kernel"),
+        (dict(bandwidth=-1.0), "bandwidth"),
+        (dict(bandwidth="mean"), "bandwidth"),
+        (dict(n_subsample=0), "n_subsample"),
+        (dict(n_subsample=2.5), "n_subsample"),
+        (dict(gamma=-0.1), "gamma"),
+        (dict(gamma="big"), "gamma"),
+        (dict(nu2=0.0), "nu2"),
+        (dict(target_accept=1.5), "target_accept"),
+        (dict(adaptation="forever"), "adaptation"),
+        (dict(vanishing_decay=2.0), "decay"),
+        (dict(adapt_interval=0), "adapt_interval"),
+        (dict(learning_rate=np.nan), "learning_rate"),
+        (dict(history_size=1), "history_size"),
+    ],
+)
+def test_invalid_options_name_the_option(kwargs, option):
+    with banana_model():
+        with pytest.raises(ValueError, match=option):
+            KameleonMetropolis(**kwargs)
+
+
+@pytest.mark.parametrize("bad", [np.nan, -np.inf])
+def test_nonfinite_log_density_at_proposal_is_rejected(bad):
+    """The region x > 1 has NaN / -inf density; the chain must never enter it."""
+    with pm.Model():
+        x = pm.Normal("x", 0, 1)
+        pm.Potential("wall", pm.math.switch(x > 1.0, bad, 0.0))
+        idata = pm.sample(
+            step=KameleonMetropolis(), draws=1500, tune=500, chains=1, random_seed=4, **SAMPLE_KW
+        )
+    draws = idata.posterior["x"].values
+    assert np.all(np.isfinite(draws)) and draws.max() <= 1.0
+    assert draws.min() < -1.0  # it did move
+
+
+def test_nonfinite_start_is_a_clear_error():
+    model = banana_model()
+    with model:
+        step = KameleonMetropolis()
+        step.reset_tuning()
+    with pytest.raises(ValueError, match=r"log density at the current point is nan.*x="):
+        step.step({"x": np.array([np.nan, 0.0])})
+
+
+def test_singular_covariance_gets_jitter_and_never_crashes():
+    """gamma = 0 and a 2-point subsample in 3-d give a rank-1 covariance: jitter, warn, carry on."""
+    with pm.Model():
+        pm.Normal("x", 0, 1, shape=3)
+        with pytest.warns(RuntimeWarning, match="jitter"):
+            idata = pm.sample(
+                step=KameleonMetropolis(gamma=0.0, n_subsample=2, adapt_interval=20),
+                draws=100, tune=100, chains=1, random_seed=5, **SAMPLE_KW,
+            )
+    assert np.all(np.isfinite(idata.posterior["x"].values))
+    assert idata.sample_stats["jitter"].values.max() > 0
+
+
+# ------------------------------------------------- chains, pickling, seeds
+def test_per_chain_state_is_reset_between_chains():
+    with banana_model():
+        step = KameleonMetropolis(adapt_interval=100)
+        idata = pm.sample(
+            step=step, draws=100, tune=300, chains=2, cores=1, random_seed=6,
+            discard_tuned_samples=False, **SAMPLE_KW,
+        )
+    warm = idata.warmup_sample_stats
+    # Each chain starts with the random-walk warm-up and its first refresh is at step 100.
+    assert not warm["kameleon"].values[:, :100].any()
+    assert warm["kameleon"].values[:, 100:].all()
+    # The first subsample of chain 1 comes from chain 1's own 100 steps, not chain 0's history.
+    assert (warm["subsample_size"].values[:, 100] <= 50).all()
+
+
+def test_same_seed_same_draws_sequential():
+    with banana_model():
+        a = pm.sample(step=KameleonMetropolis(), draws=200, tune=200, chains=2, cores=1, random_seed=7, **SAMPLE_KW)
+        b = pm.sample(step=KameleonMetropolis(), draws=200, tune=200, chains=2, cores=1, random_seed=7, **SAMPLE_KW)
+        c = pm.sample(step=KameleonMetropolis(), draws=200, tune=200, chains=2, cores=1, random_seed=8, **SAMPLE_KW)
+    np.testing.assert_array_equal(a.posterior["x"].values, b.posterior["x"].values)
+    assert not np.array_equal(a.posterior["x"].values, c.posterior["x"].values)
+
+
+def test_pickle_and_parallel_chains_are_reproducible():
+    with banana_model():
+        step = KameleonMetropolis()
+        # PyMC ships steps to worker processes with cloudpickle (plain pickle fails for stock steps too).
+        clone = cloudpickle.loads(cloudpickle.dumps(step))
+        assert isinstance(clone, KameleonMetropolis) and clone.n_subsample == step.n_subsample
+        runs = [
+            pm.sample(step=KameleonMetropolis(), draws=200, tune=200, chains=2, cores=2, random_seed=9, **SAMPLE_KW)
+            for _ in range(2)
+        ]
+    np.testing.assert_array_equal(runs[0].posterior["x"].values, runs[1].posterior["x"].values)
+    assert runs[0].posterior["x"].shape == (2, 200, 2)
+
+
+def test_compound_step_with_nuts():
+    with pm.Model():
+        mu = pm.Normal("mu", 0, 1)
+        z = pm.Normal("z", mu, 1, shape=2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            idata = pm.sample(
+                step=[KameleonMetropolis([z]), pm.NUTS([mu])],
+                draws=300, tune=300, chains=2, random_seed=10, **SAMPLE_KW,
+            )
+    assert idata.posterior["z"].shape == (2, 300, 2)
+    assert "scaling" in idata.sample_stats and "step_size" in idata.sample_stats
+
+
+@pytest.mark.parametrize("kernel", ["gaussian", "matern32", "matern52", "linear"])
+def test_every_kernel_samples(kernel):
+    with banana_model():
+        idata = pm.sample(
+            step=KameleonMetropolis(kernel=kernel, n_subsample=200),
+            draws=200, tune=300, chains=1, random_seed=11, **SAMPLE_KW,
+        )
+    assert idata.sample_stats["kameleon"].values.all()
+    assert 0.02 < idata.sample_stats["accepted"].values.mean() < 0.9
+
+
+def test_vanishing_adaptation_keeps_adapting_after_tuning():
+    with banana_model():
+        idata = pm.sample(
+            step=KameleonMetropolis(adaptation="vanishing", vanishing_decay=0.5),
+            draws=2000, tune=300, chains=1, random_seed=12, **SAMPLE_KW,
+        )
+    adapted = idata.sample_stats["adapted"].values.ravel()
+    # p_t = t^-0.5: about 2 sqrt(2000) ~ 90 refreshes, front-loaded.
+    assert 20 < adapted.sum() < 200
+    assert adapted[:200].sum() > adapted[-200:].sum()
