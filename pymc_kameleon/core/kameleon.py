@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pymc_kameleon.core.linalg import jittered_cholesky, solve_lower
+from pymc_kameleon.core._fused import HAVE_NUMBA, RADIAL_CODES, fused_rkhs_covariance
+from pymc_kameleon.core.linalg import cholesky_lower, jittered_cholesky, solve_lower
 
 __all__ = ["KameleonProposal", "ProposalAtPoint"]
 
@@ -51,14 +52,29 @@ class ProposalAtPoint:
 
     @classmethod
     def from_covariance(cls, center, cov):
-        chol, jitter = jittered_cholesky(cov, what="Kameleon proposal covariance")
+        """Factorise ``cov`` (adding jitter only if plain Cholesky fails)."""
+        jitter = 0.0
+        chol = cholesky_lower(cov)
+        if chol is None:
+            chol, jitter = jittered_cholesky(cov, what="Kameleon proposal covariance")
         d = chol.shape[0]
-        log_norm = -0.5 * d * _LOG_2PI - float(np.sum(np.log(np.diag(chol))))
+        log_norm = -0.5 * d * _LOG_2PI - float(np.log(np.diagonal(chol)).sum())
+        if not math.isfinite(log_norm):  # NaN in, NaN out: numpy's Cholesky does not raise
+            chol, jitter = jittered_cholesky(cov, what="Kameleon proposal covariance")
+            log_norm = -0.5 * d * _LOG_2PI - float(np.log(np.diagonal(chol)).sum())
         return cls(np.array(center, dtype=float), chol, log_norm, jitter)
 
     def sample(self, rng) -> np.ndarray:
         """Draw :math:`x^* = y + L\\varepsilon`, :math:`\\varepsilon \\sim \\mathcal N(0, I)`."""
-        return self.center + self.chol @ rng.standard_normal(self.center.shape[0])
+        return self.sample_with_log_density(rng)[0]
+
+    def sample_with_log_density(self, rng) -> tuple[np.ndarray, float]:
+        """Draw :math:`x^*` and return it with :math:`\\log q(x^* \\mid y) = c - \\|\\varepsilon\\|^2/2`.
+
+        The forward density needs no triangular solve, because :math:`\\varepsilon` is known.
+        """
+        eps = rng.standard_normal(self.center.shape[0])
+        return self.center + self.chol @ eps, self.log_norm - 0.5 * float(eps @ eps)
 
     def log_density(self, x) -> float:
         """Log density :math:`\\log q(x \\mid y)` of this proposal at ``x``."""
@@ -95,6 +111,16 @@ class KameleonProposal:
         self.gamma2 = float(gamma2)
         self.nu2 = float(nu2)
         self.dim = Z.shape[1]
+        # Work relative to the subsample mean: it keeps the expanded sums below well conditioned.
+        self._z_mean = Z.mean(axis=0)
+        self._Zc = np.ascontiguousarray(Z - self._z_mean)
+        self._Zc_sq = np.einsum("ij,ij->i", self._Zc, self._Zc)
+        self._radial = callable(getattr(kernel, "radial_weights", None))
+        self._fused_code = RADIAL_CODES.get(type(kernel).__name__) if HAVE_NUMBA else None
+        self._constant = None
+        if getattr(kernel, "constant_gradient", False):
+            # Linear kernel: M H M^T = 4 Z^T H Z whatever the state.
+            self._constant = 4.0 * (self._Zc.T @ self._Zc)
 
     def centred_gradients(self, y) -> np.ndarray:
         r"""Return :math:`(M_y H)^\top`, shape ``(n, d)``: twice the kernel gradients, centred over :math:`i`."""
@@ -102,14 +128,52 @@ class KameleonProposal:
         return 2.0 * (G - G.mean(axis=0))
 
     def rkhs_covariance(self, y) -> np.ndarray:
-        r""":math:`M_y H M_y^\top = (M_y H)(M_y H)^\top`, the part of the covariance that the scales multiply."""
-        A = self.centred_gradients(y)
-        return A.T @ A
+        r""":math:`M_y H M_y^\top = (M_y H)(M_y H)^\top`, the part of the covariance that the scales multiply.
+
+        For radial kernels, :math:`\nabla_x k(y, z_i) = w_i (z_i - y)`, and with
+        :math:`g = \sum_i w_i (z_i - y)`,
+
+        .. math::
+            \tfrac14 M_y H M_y^\top = \sum_i w_i^2 (z_i - y)(z_i - y)^\top - g g^\top / n,
+
+        which is assembled from :math:`O(nd)` vector work and one :math:`d \times d`
+        BLAS product, without an :math:`n \times d` gradient matrix.
+        """
+        if self._constant is not None:
+            return self._constant.copy()
+        if self._fused_code is not None:
+            return fused_rkhs_covariance(self._Zc, np.asarray(y, dtype=float) - self._z_mean,
+                                         self._fused_code, self.kernel.bandwidth)
+        return self.rkhs_covariance_numpy(y)
+
+    def rkhs_covariance_numpy(self, y) -> np.ndarray:
+        """Pure NumPy :meth:`rkhs_covariance` (the reference for the compiled loop)."""
+        if self._constant is not None:
+            return self._constant.copy()
+        if not self._radial:
+            A = self.centred_gradients(y)
+            return A.T @ A
+        yc = np.asarray(y, dtype=float) - self._z_mean
+        Zc = self._Zc
+        sq = self._Zc_sq - 2.0 * (Zc @ yc) + yc @ yc
+        np.maximum(sq, 0.0, out=sq)
+        w = self.kernel.radial_weights(sq)
+        w2 = w * w
+        cov = Zc.T @ (Zc * w2[:, None])  # sum_i w_i^2 z_i z_i^T
+        zw = Zc.T @ w  # sum_i w_i z_i
+        zw2 = Zc.T @ w2  # sum_i w_i^2 z_i
+        cross = yc[:, None] * zw2
+        cov -= cross + cross.T
+        cov += w2.sum() * (yc[:, None] * yc)
+        g = zw - w.sum() * yc  # sum_i w_i (z_i - y)
+        cov -= (g[:, None] * g) / Zc.shape[0]
+        cov *= 4.0
+        return cov
 
     def scaled(self, rkhs_cov) -> np.ndarray:
         r"""Turn :math:`M_y H M_y^\top` into the proposal covariance :math:`\gamma^2 I + \nu^2 M_y H M_y^\top`."""
         cov = self.nu2 * rkhs_cov
-        cov[np.diag_indices_from(cov)] += self.gamma2
+        cov.flat[:: self.dim + 1] += self.gamma2
         return cov
 
     def covariance(self, y) -> np.ndarray:

@@ -76,7 +76,14 @@ class Kernel(ABC):
         return f"{type(self).__name__}()"
 
 
-class _StationaryKernel(Kernel):
+class _RadialKernel(Kernel):
+    r"""Kernels whose gradient is :math:`\nabla_x k(x, z) = w(\|x - z\|^2)\,(z - x)`.
+
+    Subclasses implement :meth:`value_from_sq` and :meth:`radial_weights`; the
+    Kameleon proposal uses the weights directly to build :math:`M H M^\top` from
+    BLAS products, without forming the :math:`n \times d` gradient matrix.
+    """
+
     has_bandwidth = True
 
     def __init__(self, bandwidth: float = 1.0):
@@ -84,6 +91,21 @@ class _StationaryKernel(Kernel):
         if not (np.isfinite(bandwidth) and bandwidth > 0):
             raise ValueError(f"bandwidth must be a positive finite number, got {bandwidth!r}.")
         self.bandwidth = bandwidth
+
+    @abstractmethod
+    def value_from_sq(self, sq):
+        """Kernel value as a function of the squared distance."""
+
+    @abstractmethod
+    def radial_weights(self, sq):
+        """The weight :math:`w` with :math:`\nabla_x k(x, z) = w\,(z - x)`, from the squared distance."""
+
+    def value(self, X, Z):
+        return self.value_from_sq(_sq_norm(_diff(X, Z)))
+
+    def grad(self, X, Z):
+        diff = _diff(X, Z)
+        return diff * self.radial_weights(_sq_norm(diff))[..., None]
 
     def with_bandwidth(self, bandwidth: float) -> Kernel:
         return type(self)(bandwidth)
@@ -95,7 +117,7 @@ class _StationaryKernel(Kernel):
         return hash((type(self).__name__, self.bandwidth))
 
 
-class GaussianKernel(_StationaryKernel):
+class GaussianKernel(_RadialKernel):
     r"""Gaussian RBF kernel :math:`k(x, z) = \exp(-\|x - z\|^2 / (2\sigma^2))`.
 
     Its gradient is :math:`\nabla_x k(x, z) = k(x, z)\,(z - x) / \sigma^2`.
@@ -106,16 +128,14 @@ class GaussianKernel(_StationaryKernel):
         The length scale :math:`\sigma > 0`.
     """
 
-    def value(self, X, Z):
-        return np.exp(-_sq_norm(_diff(X, Z)) / (2.0 * self.bandwidth**2))
+    def value_from_sq(self, sq):
+        return np.exp(sq * (-0.5 / self.bandwidth**2))
 
-    def grad(self, X, Z):
-        diff = _diff(X, Z)
-        k = np.exp(-_sq_norm(diff) / (2.0 * self.bandwidth**2))
-        return diff * (k / self.bandwidth**2)[..., None]
+    def radial_weights(self, sq):
+        return self.value_from_sq(sq) / self.bandwidth**2
 
 
-class Matern32Kernel(_StationaryKernel):
+class Matern32Kernel(_RadialKernel):
     r"""Matérn kernel with smoothness 3/2.
 
     .. math::
@@ -129,17 +149,16 @@ class Matern32Kernel(_StationaryKernel):
         The length scale :math:`\rho > 0`.
     """
 
-    def value(self, X, Z):
-        s = math.sqrt(3.0) * np.sqrt(_sq_norm(_diff(X, Z))) / self.bandwidth
+    def value_from_sq(self, sq):
+        s = math.sqrt(3.0) * np.sqrt(sq) / self.bandwidth
         return (1.0 + s) * np.exp(-s)
 
-    def grad(self, X, Z):
-        diff = _diff(X, Z)
-        s = math.sqrt(3.0) * np.sqrt(_sq_norm(diff)) / self.bandwidth
-        return diff * (3.0 / self.bandwidth**2 * np.exp(-s))[..., None]
+    def radial_weights(self, sq):
+        s = math.sqrt(3.0) * np.sqrt(sq) / self.bandwidth
+        return 3.0 / self.bandwidth**2 * np.exp(-s)
 
 
-class Matern52Kernel(_StationaryKernel):
+class Matern52Kernel(_RadialKernel):
     r"""Matérn kernel with smoothness 5/2.
 
     .. math::
@@ -154,15 +173,13 @@ class Matern52Kernel(_StationaryKernel):
         The length scale :math:`\rho > 0`.
     """
 
-    def value(self, X, Z):
-        sq = _sq_norm(_diff(X, Z))
+    def value_from_sq(self, sq):
         s = math.sqrt(5.0) * np.sqrt(sq) / self.bandwidth
-        return (1.0 + s + 5.0 * sq / (3.0 * self.bandwidth**2)) * np.exp(-s)
+        return (1.0 + s + sq * (5.0 / (3.0 * self.bandwidth**2))) * np.exp(-s)
 
-    def grad(self, X, Z):
-        diff = _diff(X, Z)
-        s = math.sqrt(5.0) * np.sqrt(_sq_norm(diff)) / self.bandwidth
-        return diff * (5.0 / (3.0 * self.bandwidth**2) * (1.0 + s) * np.exp(-s))[..., None]
+    def radial_weights(self, sq):
+        s = math.sqrt(5.0) * np.sqrt(sq) / self.bandwidth
+        return 5.0 / (3.0 * self.bandwidth**2) * (1.0 + s) * np.exp(-s)
 
 
 class LinearKernel(Kernel):
@@ -172,6 +189,8 @@ class LinearKernel(Kernel):
     2001): its covariance :math:`\gamma^2 I + 4\nu^2 Z^\top H Z` is the scaled
     empirical covariance of the subsample and does not depend on the current state.
     """
+
+    constant_gradient = True
 
     def value(self, X, Z):
         return np.asarray(X, dtype=float) @ np.asarray(Z, dtype=float).T

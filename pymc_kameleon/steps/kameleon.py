@@ -33,6 +33,11 @@ _AUTO_GAMMA_FRACTION = 0.2
 _SCALE_PROBE_POINTS = 20
 
 
+def _same(a, b) -> bool:
+    """Exact equality of two 1-d float arrays (cheaper than np.array_equal in the hot path)."""
+    return a.shape == b.shape and bool((a == b).all())
+
+
 def _check_positive(name, value, integer=False, allow_zero=False):
     ok = isinstance(value, (int, np.integer)) if integer else isinstance(value, (int, float, np.number))
     ok = ok and not isinstance(value, bool) and np.isfinite(value)
@@ -309,7 +314,7 @@ class KameleonMetropolis(ArrayStepShared):
         at_x = rkhs_x = None
         if use_kameleon:
             at_y = self._proposal_at_current(y)
-            x = at_y.sample(self.rng)
+            x, log_q_forward = at_y.sample_with_log_density(self.rng)
             jitter = at_y.jitter
             at_x, rkhs_x = self._proposal_at(x)
         else:
@@ -321,7 +326,7 @@ class KameleonMetropolis(ArrayStepShared):
         else:
             logp_x = self._logp(x)
             if use_kameleon:
-                log_ratio = mh_log_ratio(logp_x, logp_y, at_x.log_density(y), at_y.log_density(x))
+                log_ratio = mh_log_ratio(logp_x, logp_y, at_x.log_density(y), log_q_forward)
             else:
                 log_ratio = mh_log_ratio(logp_x, logp_y)
         accepted, accept_prob = metropolis_accept(log_ratio, self.rng)
@@ -362,7 +367,7 @@ class KameleonMetropolis(ArrayStepShared):
         """Cached log density at the current state; recomputed only if the state changed."""
         cached = (
             self._cur_q is not None
-            and np.array_equal(self._cur_q, y)
+            and _same(self._cur_q, y)
             and (not self._logp.shared or self._logp.shared_unchanged(self._cur_shared))
         )
         if not cached:
@@ -390,11 +395,11 @@ class KameleonMetropolis(ArrayStepShared):
 
     def _proposal_at_current(self, y) -> ProposalAtPoint:
         cached = self._cur_proposal
-        if cached is not None and cached[0] == self._version and np.array_equal(cached[1].center, y):
+        if cached is not None and cached[0] == self._version and _same(cached[1].center, y):
             return cached[1]
         # Reuse M H M^T when only nu2 or gamma changed since it was computed.
         rk = self._cur_rkhs_cov
-        if rk is None or rk[0] != self._z_version or not np.array_equal(rk[1], y):
+        if rk is None or rk[0] != self._z_version or not _same(rk[1], y):
             rk = (self._z_version, np.array(y, copy=True), self._family.rkhs_covariance(y))
             self._cur_rkhs_cov = rk
         try:

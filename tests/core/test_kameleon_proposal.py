@@ -158,3 +158,16 @@ def test_zero_rkhs_part_is_jittered_not_crashing():
     at = ProposalAtPoint.from_covariance(np.zeros(2), prop.covariance(np.zeros(2)))
     assert at.jitter > 0
     assert np.isfinite(at.log_density(np.zeros(2)))
+
+
+@pytest.mark.parametrize("kernel", [GaussianKernel(1.1), Matern32Kernel(1.5)], ids=lambda k: type(k).__name__)
+def test_fast_paths_match_generic_gradient_path(setup, kernel):
+    """The compiled/expanded M H M^T equals (M H)(M H)^T built from kernel.grad, also far from Z."""
+    Z, y = setup
+    prop = KameleonProposal(Z + 100.0, kernel, 0.0, 1.0)  # offset data: checks conditioning too
+    for point in (y + 100.0, y + 103.0, Z[2] + 100.0):
+        A = prop.centred_gradients(point)
+        reference = A.T @ A
+        scale = np.abs(reference).max()
+        np.testing.assert_allclose(prop.rkhs_covariance(point), reference, rtol=0, atol=1e-12 * scale)
+        np.testing.assert_allclose(prop.rkhs_covariance_numpy(point), reference, rtol=0, atol=1e-10 * scale)

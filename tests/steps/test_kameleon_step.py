@@ -59,13 +59,13 @@ class _Audit:
     def __init__(self, monkeypatch):
         self.rows = []
         self._pending = {}
-        original_sample = ProposalAtPoint.sample
+        original_sample = ProposalAtPoint.sample_with_log_density
         original_ratio = kameleon_module.mh_log_ratio
 
         def sample(at, rng):
-            x = original_sample(at, rng)
+            x, log_q = original_sample(at, rng)
             self._pending["x"] = x.copy()
-            return x
+            return x, log_q
 
         def ratio(logp_x, logp_y, log_q_rev=0.0, log_q_fwd=0.0):
             if "x" in self._pending:
@@ -73,7 +73,7 @@ class _Audit:
             self._pending.clear()
             return original_ratio(logp_x, logp_y, log_q_rev, log_q_fwd)
 
-        monkeypatch.setattr(ProposalAtPoint, "sample", sample)
+        monkeypatch.setattr(ProposalAtPoint, "sample_with_log_density", sample)
         monkeypatch.setattr(kameleon_module, "mh_log_ratio", ratio)
 
     def before_step(self, step, y):

@@ -1,0 +1,49 @@
+# Every target sets itself up from a fresh machine: it creates a virtualenv and installs the package.
+PYTHON    ?= python3
+VENV      ?= .venv
+PY        := $(VENV)/bin/python
+# PyMC 6 / ArviZ 1 run on Python >= 3.12 (found on PATH or through pyenv).
+PYTHON312 ?= $(shell command -v python3.12 2>/dev/null || ls -d $$HOME/.pyenv/versions/3.12*/bin/python3.12 2>/dev/null | tail -n 1)
+VENV312   ?= .venv312
+PY312     := $(VENV312)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: demo test test-pymc5 test-pymc6 benchmark notebooks clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]' 'pymc>=5.28,<6' 'arviz<1'
+	touch $@
+
+$(VENV312)/.installed: pyproject.toml
+	@test -n "$(PYTHON312)" || (echo "python3.12 not found: install it (e.g. pyenv install 3.12) or set PYTHON312=..." && exit 1)
+	$(PYTHON312) -m venv $(VENV312)
+	$(PY312) -m pip install -q --upgrade pip
+	$(PY312) -m pip install -q -e '.[test]' 'pymc>=6' 'arviz>=1'
+	touch $@
+
+## demo: sample the 8-d banana with KameleonMetropolis and pm.Metropolis, print ArviZ summaries and quantile errors
+demo: $(VENV)/.installed
+	$(PY) examples/demo.py
+
+## test: the whole suite (slow statistical tests included) on PyMC 5 / Python 3.11, then on PyMC 6 / Python 3.12
+test: test-pymc5 test-pymc6
+
+test-pymc5: $(VENV)/.installed
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test-pymc6: $(VENV312)/.installed
+	$(PY312) -m pytest -q $(PYTEST_ARGS)
+
+## benchmark: the KAMH comparison with PyMC's samplers (long; writes its table to stdout)
+benchmark: $(VENV)/.installed
+	$(PY) benchmarks/kameleon_nonlinear_targets.py
+
+## notebooks: execute the notebooks in place, saving outputs and plots
+notebooks: $(VENV)/.installed
+	$(PY) -m pip install -q nbconvert
+	for nb in notebooks/*.ipynb; do $(PY) -m jupyter nbconvert --to notebook --execute --inplace $$nb; done
+
+clean:
+	rm -rf $(VENV) $(VENV312) .pytest_cache

@@ -1,0 +1,175 @@
+"""Proposal-contour plots (paper Figure 2) and target heat maps."""
+
+import math
+import warnings
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.patches import Ellipse  # noqa: E402
+from scipy import stats  # noqa: E402
+
+from pymc_kameleon.core.kameleon import KameleonProposal  # noqa: E402
+from pymc_kameleon.core.kernels import GaussianKernel, median_heuristic_bandwidth  # noqa: E402
+from pymc_kameleon.plots import ellipse_parameters, plot_proposal_contours, plot_target_density  # noqa: E402
+from pymc_kameleon.targets import banana, flower  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+def make_proposal(target, n=300, seed=0):
+    Z = target.sample(n, rng=seed)
+    return KameleonProposal(Z, GaussianKernel(median_heuristic_bandwidth(Z)), gamma2=0.04, nu2=1.0)
+
+
+def ellipses(ax):
+    return [p for p in ax.patches if isinstance(p, Ellipse)]
+
+
+def boundary(ellipse, n=16):
+    t = np.linspace(0, 2 * np.pi, n, endpoint=False)
+    a = math.radians(ellipse.angle)
+    rot = np.array([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]])
+    local = np.column_stack([0.5 * ellipse.width * np.cos(t), 0.5 * ellipse.height * np.sin(t)])
+    return np.asarray(ellipse.center) + local @ rot.T
+
+
+def test_banana_proposal_contours_default_points():
+    target = banana(dim=2)
+    prop = make_proposal(target)
+    ax = plot_proposal_contours(prop, target)
+    assert isinstance(ax, Axes)
+    assert len(ellipses(ax)) == 5
+    assert len(ax.images) == 1  # the log-density heat map
+    assert len(ax.collections) == 1  # the subsample Z
+    assert ax.collections[0].get_offsets().shape == (300, 2)
+    # Every default point is a point of Z.
+    for e in ellipses(ax):
+        assert np.min(np.linalg.norm(prop.Z - np.asarray(e.center), axis=1)) == 0.0
+
+
+@pytest.mark.parametrize("level", [0.5, 0.95])
+def test_ellipses_are_the_level_contours_of_the_proposal_marginal(level):
+    target = banana(dim=8)
+    prop = make_proposal(target, n=200, seed=1)
+    points = target.sample(3, rng=2)
+    dims = (0, 2)
+    ax = plot_proposal_contours(prop, target, points=points, dims=dims, level=level, n_grid=40)
+    es = ellipses(ax)
+    assert len(es) == 3
+    r2 = stats.chi2.ppf(level, 2)
+    for y, e in zip(points, es):
+        np.testing.assert_allclose(e.center, y[list(dims)])
+        C2 = prop.covariance(y)[np.ix_(dims, dims)]
+        u = boundary(e) - y[list(dims)]
+        maha = np.einsum("ij,jk,ik->i", u, np.linalg.inv(C2), u)
+        np.testing.assert_allclose(maha, r2, rtol=1e-8)
+
+
+def test_ellipse_parameters_closed_form_and_monte_carlo():
+    r = math.sqrt(stats.chi2.ppf(0.9, 2))
+    w, h, angle = ellipse_parameters(np.diag([4.0, 1.0]), 0.9)
+    assert (w, h) == pytest.approx((4 * r, 2 * r))
+    assert angle % 180 == pytest.approx(0.0, abs=1e-9)
+    w, h, angle = ellipse_parameters(np.diag([1.0, 9.0]), 0.9)
+    assert (w, h) == pytest.approx((6 * r, 2 * r))
+    assert angle % 180 == pytest.approx(90.0)
+    # A correlated covariance: the fraction of Gaussian draws inside the ellipse is the level.
+    cov = np.array([[2.0, 1.2], [1.2, 1.0]])
+    w, h, angle = ellipse_parameters(cov, 0.8)
+    a = math.radians(angle)
+    e1, e2 = np.array([math.cos(a), math.sin(a)]), np.array([-math.sin(a), math.cos(a)])
+    u = np.random.default_rng(3).multivariate_normal([0, 0], cov, size=40_000)
+    inside = (u @ e1 / (w / 2)) ** 2 + (u @ e2 / (h / 2)) ** 2 <= 1
+    assert abs(inside.mean() - 0.8) < 4 * math.sqrt(0.8 * 0.2 / 40_000)
+    with pytest.raises(ValueError, match="level"):
+        ellipse_parameters(cov, 1.0)
+    with pytest.raises(ValueError, match="cov2"):
+        ellipse_parameters(np.eye(3))
+
+
+def test_options_without_target_single_point_and_swapped_dims():
+    target = flower(dim=3)
+    prop = make_proposal(target, n=150)
+    ax = plot_proposal_contours(prop, show_subsample=False)
+    assert len(ellipses(ax)) == 5 and len(ax.images) == 0 and len(ax.collections) == 0
+    fig, ax2 = plt.subplots()
+    y = prop.Z[0]
+    out = plot_proposal_contours(prop, target, points=y, dims=(1, 0), ax=ax2, n_grid=30)
+    assert out is ax2
+    (e,) = ellipses(ax2)
+    np.testing.assert_allclose(e.center, [y[1], y[0]])
+    ax3 = plot_proposal_contours(prop, target, n_points=2, n_grid=30)
+    assert len(ellipses(ax3)) == 2
+
+
+def test_plot_target_density():
+    target = flower(dim=2)
+    ax = plot_target_density(target, n_grid=50)
+    assert isinstance(ax, Axes) and len(ax.images) == 1
+    img = ax.images[0].get_array()
+    assert img.shape == (50, 50) and np.ptp(img) == pytest.approx(20.0)  # clipped log density
+    ax = plot_target_density(banana(dim=4), dims=(0, 1), slice_at=np.ones(4), xlim=(-5, 5), ylim=(-5, 5), log=False)
+    assert ax.get_xlim() == (-5.0, 5.0)
+    assert np.nanmax(ax.images[0].get_array()) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="slice_at"):
+        plot_target_density(target, slice_at=np.zeros(3))
+    with pytest.raises(ValueError, match="dims"):
+        plot_target_density(target, dims=(0, 2))
+
+
+def test_bad_inputs():
+    target = banana(dim=2)
+    prop = make_proposal(target, n=50)
+    with pytest.raises(ValueError, match="level"):
+        plot_proposal_contours(prop, level=0.0)
+    with pytest.raises(ValueError, match="dims"):
+        plot_proposal_contours(prop, dims=(0, 0))
+    with pytest.raises(ValueError, match="dims"):
+        plot_proposal_contours(prop, dims=(0, 2))
+    with pytest.raises(ValueError, match="points"):
+        plot_proposal_contours(prop, points=np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="dim"):
+        plot_proposal_contours(prop, target=banana(dim=3))
+    with pytest.raises(ValueError, match="n_grid"):
+        plot_proposal_contours(prop, target=target, n_grid=1)
+    with pytest.raises(ValueError, match="proposal must be"):
+        plot_proposal_contours(object())
+
+
+def test_step_without_proposal_raises():
+    class FakeStep:
+        proposal = None
+
+    with pytest.raises(ValueError, match="has not adapted yet.*tune > 0"):
+        plot_proposal_contours(FakeStep())
+
+
+def test_kameleon_step_before_and_after_tuning():
+    import pymc as pm
+
+    from pymc_kameleon import KameleonMetropolis
+
+    target = banana(dim=2)
+    with target.model():
+        step = KameleonMetropolis(adapt_interval=50, n_subsample=100)
+        with pytest.raises(ValueError, match="KameleonMetropolis has not adapted yet"):
+            plot_proposal_contours(step, target)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pm.sample(
+                draws=10, tune=150, chains=1, cores=1, step=step, random_seed=1,
+                progressbar=False, compute_convergence_checks=False,
+            )
+    assert step.proposal is not None
+    ax = plot_proposal_contours(step, target, n_grid=30)
+    assert len(ellipses(ax)) == 5
