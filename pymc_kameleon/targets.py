@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from functools import lru_cache
 from numbers import Integral, Real
 
 import numpy as np
@@ -103,6 +104,15 @@ def _check_qs(qs) -> np.ndarray:
     if arr.ndim != 1 or arr.size == 0 or not np.all((arr > 0) & (arr < 1)):
         raise ValueError(f"qs must be a non-empty 1-D sequence of probabilities in (0, 1), got {qs!r}.")
     return arr
+
+
+@lru_cache(maxsize=4)
+def _gauss_legendre(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Gauss-Legendre nodes and weights on [-1, 1] (cached: building 1024 nodes takes ~0.1 s)."""
+    nodes, weights = np.polynomial.legendre.leggauss(n)
+    nodes.flags.writeable = False
+    weights.flags.writeable = False
+    return nodes, weights
 
 
 def _as_rng(rng) -> np.random.Generator:
@@ -490,10 +500,10 @@ class FlowerTarget(Target):
                 f"away from the origin; got r0={r0!r}, A={A!r}."
             )
         super().__init__(name, dim, {"r0": self.r0, "A": self.A, "omega": self.omega, "sigma": self.sigma})
-        xi, w = np.polynomial.legendre.leggauss(self._N_THETA)
+        xi, w = _gauss_legendre(self._N_THETA)
         self._theta = 0.5 * math.pi * (xi + 1.0)  # nodes on [0, pi]
         self._theta_w = math.pi * w  # weights for the integral over (-pi, pi] of an even function
-        self._s_nodes, self._s_w = np.polynomial.legendre.leggauss(self._N_S)
+        self._s_nodes, self._s_w = _gauss_legendre(self._N_S)
         c = self._c(self._theta)
         a = c / self.sigma
         self._Z0 = self._integral_of_c()

@@ -1,0 +1,36 @@
+"""Shared statistical helpers: MCSE-based comparisons of MCMC output with exact answers."""
+
+import arviz as az
+import numpy as np
+import pytest
+
+INVARIANCE_QS = (0.25, 0.5, 0.75, 0.9)
+
+
+def _mcse_of_mean(values):
+    """MCSE of the mean of a (chain, draw) array, by ArviZ's batch-means-free ESS estimator."""
+    return float(az.mcse(np.asarray(values, dtype=float)[None] if values.ndim == 1 else values, method="mean"))
+
+
+def invariance_z_scores(draws, target, qs=INVARIANCE_QS):
+    """Standardised errors |estimate - exact| / MCSE for HDR coverages and coordinate means.
+
+    ``draws`` has shape (chain, draw, dim). Every statistic is a posterior mean, so its
+    Monte Carlo standard error comes from ArviZ's ESS, which accounts for autocorrelation.
+    """
+    draws = np.asarray(draws, dtype=float)
+    flat = draws.reshape(-1, draws.shape[-1])
+    out = {}
+    for q in qs:
+        inside = target.in_hdr(flat, q).reshape(draws.shape[:2]).astype(float)
+        out[f"coverage_{q}"] = abs(inside.mean() - q) / max(_mcse_of_mean(inside), 1e-12)
+    exact_mean = target.exact_mean
+    for j in range(draws.shape[-1]):
+        est = draws[..., j]
+        out[f"mean_{j}"] = abs(est.mean() - exact_mean[j]) / max(_mcse_of_mean(est), 1e-12)
+    return out
+
+
+@pytest.fixture
+def z_scores():
+    return invariance_z_scores

@@ -1,0 +1,84 @@
+"""KameleonMetropolis leaves known targets invariant (tolerances from the Monte Carlo standard error)."""
+
+import warnings
+
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_kameleon.steps.kameleon as kameleon_module
+from pymc_kameleon import KameleonMetropolis
+from pymc_kameleon.targets import banana, correlated_gaussian, ring
+
+# Every statistic must lie within Z_MAX Monte Carlo standard errors of its exact value.
+# With ~6 statistics per target, a correct sampler fails by chance with probability < 1e-3.
+Z_MAX = 4.0
+pytestmark = pytest.mark.slow
+
+TARGETS = {
+    "gaussian": lambda: correlated_gaussian(dim=2, rho=0.9),
+    "banana": lambda: banana(dim=2, b=0.5, v=2.0),
+    "ring": lambda: ring(dim=2),
+}
+
+
+def sample_target(target, step_factory, seed, chains=4, tune=2000, draws=5000):
+    with target.model():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            idata = pm.sample(
+                step=step_factory(), chains=chains, cores=2, tune=tune, draws=draws,
+                random_seed=seed, progressbar=False, compute_convergence_checks=False,
+            )
+    return idata.posterior["x"].values
+
+
+@pytest.mark.parametrize("name", sorted(TARGETS))
+def test_invariance_on_known_targets(name, z_scores):
+    target = TARGETS[name]()
+    draws = sample_target(target, KameleonMetropolis, seed=100 + len(name))
+    scores = z_scores(draws, target)
+    assert max(scores.values()) < Z_MAX, scores
+
+
+@pytest.mark.parametrize("kernel", ["matern32", "linear"])
+def test_invariance_other_kernels(kernel, z_scores):
+    target = TARGETS["banana"]()
+    draws = sample_target(target, lambda: KameleonMetropolis(kernel=kernel), seed=7)
+    scores = z_scores(draws, target)
+    assert max(scores.values()) < Z_MAX, scores
+
+
+def test_invariance_vanishing_adaptation(z_scores):
+    target = TARGETS["ring"]()
+    draws = sample_target(target, lambda: KameleonMetropolis(adaptation="vanishing"), seed=8)
+    scores = z_scores(draws, target)
+    assert max(scores.values()) < Z_MAX, scores
+
+
+def test_negative_control_without_hastings_correction(monkeypatch, z_scores):
+    """Dropping q(y|x*)/q(x*|y) (treating Kameleon as symmetric) is caught by the same check."""
+    original = kameleon_module.mh_log_ratio
+
+    def symmetric(logp_x, logp_y, log_q_rev=0.0, log_q_fwd=0.0):
+        return original(logp_x, logp_y)
+
+    monkeypatch.setattr(kameleon_module, "mh_log_ratio", symmetric)
+    target = TARGETS["ring"]()
+    draws = sample_target(target, KameleonMetropolis, seed=100 + len("ring"), chains=2)
+    scores = z_scores(draws, target)
+    assert max(scores.values()) > Z_MAX, scores
+
+
+def test_negative_control_wrong_target(z_scores):
+    """Draws from a slightly tempered banana (log density x 0.8) fail the check."""
+    target = TARGETS["banana"]()
+    with pm.Model():
+        x = pm.Flat("x", shape=2, initval=np.zeros(2))
+        pm.Potential("lp", 0.8 * target.logp_tensor(x))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            idata = pm.sample(step=KameleonMetropolis(), chains=4, cores=2, tune=2000, draws=5000,
+                              random_seed=9, progressbar=False, compute_convergence_checks=False)
+    scores = z_scores(idata.posterior["x"].values, target)
+    assert max(scores.values()) > Z_MAX, scores
