@@ -7,6 +7,7 @@ PYTHON312 ?= $(shell command -v python3.12 2>/dev/null || ls -d $$HOME/.pyenv/ve
 VENV312   ?= .venv312
 PY312     := $(VENV312)/bin/python
 PYTEST_ARGS ?=
+PYTEST6_ARGS ?= -m "not slow"
 
 .PHONY: demo test test-pymc5 test-pymc6 benchmark notebooks clean
 
@@ -27,14 +28,15 @@ $(VENV312)/.installed: pyproject.toml
 demo: $(VENV)/.installed
 	$(PY) examples/demo.py
 
-## test: the whole suite (slow statistical tests included) on PyMC 5 / Python 3.11, then on PyMC 6 / Python 3.12
+## test: the whole suite (slow statistical tests included) on PyMC 5 / Python 3.11,
+##       then the fast suite on PyMC 6 / ArviZ 1 / Python 3.12 (PYTEST6_ARGS='' runs all there too)
 test: test-pymc5 test-pymc6
 
 test-pymc5: $(VENV)/.installed
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 test-pymc6: $(VENV312)/.installed
-	$(PY312) -m pytest -q $(PYTEST_ARGS)
+	$(PY312) -m pytest -q $(PYTEST6_ARGS) $(PYTEST_ARGS)
 
 ## benchmark: the KAMH comparison with PyMC's samplers (long; writes its table to stdout)
 benchmark: $(VENV)/.installed

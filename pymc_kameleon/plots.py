@@ -324,9 +324,13 @@ def plot_proposal_contours(
             target, (i, j), ax=ax, slice_at=slice_at, xlim=(lo[0], hi[0]), ylim=(lo[1], hi[1]), n_grid=n_grid
         )
     if show_subsample:
-        ax.scatter(Z[:, i], Z[:, j], s=3, color=subsample_color, alpha=0.6, linewidths=0, label="subsample $Z$")
+        ax.scatter(
+            Z[:, i], Z[:, j], s=3, color=subsample_color, alpha=0.6, linewidths=0, label="subsample $Z$"
+        )
     for (cx, cy), width, height, angle in ellipses:
-        ax.add_patch(Ellipse((cx, cy), width, height, angle=angle, fill=False, edgecolor=color, linewidth=1.5))
+        ax.add_patch(
+            Ellipse((cx, cy), width, height, angle=angle, fill=False, edgecolor=color, linewidth=1.5)
+        )
     ax.plot(pts[:, i], pts[:, j], "o", color=color, markersize=3, label=f"{level:.0%} proposal contours")
     ax.set_xlim(lo[0], hi[0])
     ax.set_ylim(lo[1], hi[1])

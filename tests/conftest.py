@@ -8,8 +8,13 @@ INVARIANCE_QS = (0.25, 0.5, 0.75, 0.9)
 
 
 def _mcse_of_mean(values):
-    """MCSE of the mean of a (chain, draw) array, by ArviZ's batch-means-free ESS estimator."""
-    return float(az.mcse(np.asarray(values, dtype=float)[None] if values.ndim == 1 else values, method="mean"))
+    """MCSE of the mean of a (chain, draw) array, from ArviZ's ESS (works with ArviZ 0.x and 1.x)."""
+    values = np.atleast_2d(np.asarray(values, dtype=float))
+    try:
+        return float(az.mcse(values, method="mean"))  # ArviZ 1 takes (chain, draw) arrays
+    except TypeError:
+        dataset = az.convert_to_dataset({"v": values})  # ArviZ 0.x wants a dataset
+        return float(az.mcse(dataset, method="mean")["v"])
 
 
 def invariance_z_scores(draws, target, qs=INVARIANCE_QS):

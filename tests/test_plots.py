@@ -118,7 +118,9 @@ def test_plot_target_density():
     assert isinstance(ax, Axes) and len(ax.images) == 1
     img = ax.images[0].get_array()
     assert img.shape == (50, 50) and np.ptp(img) == pytest.approx(20.0)  # clipped log density
-    ax = plot_target_density(banana(dim=4), dims=(0, 1), slice_at=np.ones(4), xlim=(-5, 5), ylim=(-5, 5), log=False)
+    ax = plot_target_density(
+        banana(dim=4), dims=(0, 1), slice_at=np.ones(4), xlim=(-5, 5), ylim=(-5, 5), log=False
+    )
     assert ax.get_xlim() == (-5.0, 5.0)
     assert np.nanmax(ax.images[0].get_array()) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="slice_at"):

@@ -94,11 +94,11 @@ class _RadialKernel(Kernel):
 
     @abstractmethod
     def value_from_sq(self, sq):
-        """Kernel value as a function of the squared distance."""
+        r"""Kernel value as a function of the squared distance."""
 
     @abstractmethod
     def radial_weights(self, sq):
-        """The weight :math:`w` with :math:`\nabla_x k(x, z) = w\,(z - x)`, from the squared distance."""
+        r"""The weight :math:`w` with :math:`\nabla_x k(x, z) = w\,(z - x)`, from the squared distance."""
 
     def value(self, X, Z):
         return self.value_from_sq(_sq_norm(_diff(X, Z)))

@@ -6,7 +6,6 @@ import numpy as np
 import pymc as pm
 import pytest
 
-import pymc_kameleon.steps.kameleon as kameleon_module
 from pymc_kameleon import KameleonMetropolis
 from pymc_kameleon.targets import banana, correlated_gaussian, ring
 
@@ -56,22 +55,13 @@ def test_invariance_vanishing_adaptation(z_scores):
     assert max(scores.values()) < Z_MAX, scores
 
 
-def test_negative_control_without_hastings_correction(monkeypatch, z_scores):
-    """Dropping q(y|x*)/q(x*|y) (treating Kameleon as symmetric) is caught by the same check."""
-    original = kameleon_module.mh_log_ratio
-
-    def symmetric(logp_x, logp_y, log_q_rev=0.0, log_q_fwd=0.0):
-        return original(logp_x, logp_y)
-
-    monkeypatch.setattr(kameleon_module, "mh_log_ratio", symmetric)
-    target = TARGETS["ring"]()
-    draws = sample_target(target, KameleonMetropolis, seed=100 + len("ring"), chains=2)
-    scores = z_scores(draws, target)
-    assert max(scores.values()) > Z_MAX, scores
-
-
 def test_negative_control_wrong_target(z_scores):
-    """Draws from a slightly tempered banana (log density x 0.8) fail the check."""
+    """Draws from a slightly tempered banana (log density x 0.8) fail the check.
+
+    (Dropping the Hastings correction q(y|x*)/q(x*|y) is *not* detectable at this budget on
+    the ring or on a strongly curved banana, so that bug is guarded by the exact ratio test
+    in tests/core and the per-step cache audit in test_kameleon_step.py instead.)
+    """
     target = TARGETS["banana"]()
     with pm.Model():
         x = pm.Flat("x", shape=2, initval=np.zeros(2))

@@ -1,0 +1,25 @@
+"""The benchmark scripts run (tiny budget), so they never rot."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_kameleon_benchmark_quick_mode(capsys):
+    bench = _load("kameleon_nonlinear_targets")
+    rows = bench.main(["--quick", "--targets", "banana-strong", "--samplers", "KameleonMetropolis", "DEMetropolisZ"])
+    out = capsys.readouterr().out
+    assert "| KameleonMetropolis |" in out and "per-step overhead vs DEMetropolisZ" in out
+    k = rows["banana-strong"]["KameleonMetropolis"]
+    assert 0 <= k["qerr"] <= 0.5 and k["ess"] > 0 and k["overhead"] > 0
