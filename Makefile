@@ -3,7 +3,9 @@ PYTHON    ?= python3
 VENV      ?= .venv
 PY        := $(VENV)/bin/python
 # PyMC 6 / ArviZ 1 run on Python >= 3.12 (found on PATH or through pyenv).
-PYTHON312 ?= $(shell command -v python3.12 2>/dev/null || ls -d $$HOME/.pyenv/versions/3.12*/bin/python3.12 2>/dev/null | tail -n 1)
+# (pyenv's shim on PATH may exist without working, so each candidate is tried.)
+PYTHON312 ?= $(shell for p in $$(command -v python3.12 2>/dev/null) $$HOME/.pyenv/versions/3.12*/bin/python3.12; do \
+                "$$p" -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1 && echo "$$p" && break; done)
 VENV312   ?= .venv312
 PY312     := $(VENV312)/bin/python
 PYTEST_ARGS ?=
