@@ -22,11 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from pymc_kameleon.core._fused import HAVE_NUMBA, RADIAL_CODES, fused_rkhs_covariance
-from pymc_kameleon.core.linalg import cholesky_lower, jittered_cholesky, solve_lower
+from pymc_kameleon.core.linalg import cholesky_lower, gaussian_log_norm, jittered_cholesky, solve_lower
 
 __all__ = ["KameleonProposal", "ProposalAtPoint"]
-
-_LOG_2PI = math.log(2.0 * math.pi)
 
 
 @dataclass(frozen=True)
@@ -57,11 +55,10 @@ class ProposalAtPoint:
         chol = cholesky_lower(cov)
         if chol is None:
             chol, jitter = jittered_cholesky(cov, what="Kameleon proposal covariance")
-        d = chol.shape[0]
-        log_norm = -0.5 * d * _LOG_2PI - float(np.log(np.diagonal(chol)).sum())
-        if not math.isfinite(log_norm):  # NaN in, NaN out: numpy's Cholesky does not raise
+        log_norm = gaussian_log_norm(chol)
+        if not math.isfinite(log_norm):  # NaN in, NaN out: LAPACK's Cholesky does not raise
             chol, jitter = jittered_cholesky(cov, what="Kameleon proposal covariance")
-            log_norm = -0.5 * d * _LOG_2PI - float(np.log(np.diagonal(chol)).sum())
+            log_norm = gaussian_log_norm(chol)
         return cls(np.array(center, dtype=float), chol, log_norm, jitter)
 
     def sample(self, rng) -> np.ndarray:

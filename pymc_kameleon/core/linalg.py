@@ -11,6 +11,7 @@ from scipy.linalg.lapack import dpotrf
 __all__ = [
     "SingularCovarianceError",
     "cholesky_lower",
+    "gaussian_log_norm",
     "gaussian_logpdf_chol",
     "jittered_cholesky",
     "solve_lower",
@@ -95,6 +96,11 @@ def solve_lower(L, b):
     return dtrsv(L, np.asarray(b, dtype=float), lower=1)
 
 
+def gaussian_log_norm(L) -> float:
+    r"""Constant part :math:`-\tfrac d2 \log 2\pi - \sum_i \log L_{ii}` of a Gaussian log density."""
+    return -0.5 * L.shape[0] * _LOG_2PI - float(np.log(np.diagonal(L)).sum())
+
+
 def gaussian_logpdf_chol(x, mean, L):
     r"""Log density of :math:`\mathcal N(\text{mean}, L L^\top)` at ``x``.
 
@@ -103,5 +109,4 @@ def gaussian_logpdf_chol(x, mean, L):
         - \tfrac12 \|L^{-1}(x - m)\|^2
     """
     u = solve_lower(L, np.asarray(x, dtype=float) - mean)
-    d = u.shape[0]
-    return float(-0.5 * d * _LOG_2PI - np.sum(np.log(np.diag(L))) - 0.5 * (u @ u))
+    return gaussian_log_norm(L) - 0.5 * float(u @ u)
