@@ -2,14 +2,32 @@
 
 The public API::
 
-    from pymc_kameleon import KameleonMetropolis
+    from pymc_kameleon import KameleonMetropolis, PseudoMarginalPotential
 
 ``pymc_kameleon.core`` holds the NumPy math (no PyMC imports), ``pymc_kameleon.targets``
-the benchmark targets with exact references, and ``pymc_kameleon.plots`` plotting helpers.
+the benchmark targets with exact references, ``pymc_kameleon.examples`` worked likelihood
+estimators (GP classification on UCI Glass), and ``pymc_kameleon.plots`` plotting helpers.
 """
 
+from pymc_kameleon.pseudo_marginal import (
+    PseudoMarginalEstimatorError,
+    PseudoMarginalMisuseError,
+    PseudoMarginalPotential,
+    importance_sampling_estimator,
+    log_estimate_spread,
+    log_mean_exp,
+)
 from pymc_kameleon.steps import KameleonMetropolis
 
 __version__ = "0.1.0"
 
-__all__ = ["KameleonMetropolis", "__version__"]
+__all__ = [
+    "KameleonMetropolis",
+    "PseudoMarginalEstimatorError",
+    "PseudoMarginalMisuseError",
+    "PseudoMarginalPotential",
+    "__version__",
+    "importance_sampling_estimator",
+    "log_estimate_spread",
+    "log_mean_exp",
+]

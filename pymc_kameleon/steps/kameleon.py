@@ -20,7 +20,7 @@ from pymc_kameleon.core.kameleon import KameleonProposal, ProposalAtPoint
 from pymc_kameleon.core.kernels import make_kernel, median_heuristic_bandwidth
 from pymc_kameleon.core.linalg import SingularCovarianceError
 from pymc_kameleon.core.mh import metropolis_accept, mh_log_ratio
-from pymc_kameleon.steps._common import LogDensity, continuous_value_vars, describe_point
+from pymc_kameleon.steps._common import TargetDensity, continuous_value_vars
 
 __all__ = ["KameleonMetropolis"]
 
@@ -31,6 +31,11 @@ _AUTO_GAMMA_FRACTION = 0.2
 # Points of Z at which the average proposal variance is measured to keep the
 # proposal scale continuous when Z or the bandwidth changes.
 _SCALE_PROBE_POINTS = 20
+# Extra statistics for models with a PseudoMarginalPotential.
+_PSEUDO_MARGINAL_STATS = {
+    "loglik_estimate": (np.float64, []),
+    "estimator_calls": (np.int64, []),
+}
 
 
 def _same(a, b) -> bool:
@@ -136,6 +141,14 @@ class KameleonMetropolis(ArrayStepShared):
     ``logp_evals`` (log-density evaluations in this step) and ``jitter``
     (diagonal jitter needed to factorise the proposal covariance).
 
+    **Pseudo-marginal likelihoods.** With a :func:`~pymc_kameleon.PseudoMarginalPotential` in
+    the model the step is the exact pseudo-marginal chain (Andrieu & Roberts 2009): the
+    estimate at the current state is kept until a proposal is accepted, and fresh estimates
+    are drawn only at proposals whose other log-density terms are finite, with a generator
+    derived from the step's own (so ``random_seed`` reproduces the run). Two more statistics
+    are reported: ``loglik_estimate`` (the sum of the log-estimates kept at the state after the
+    step) and ``estimator_calls`` (estimator calls in this step).
+
     References
     ----------
     .. [1] Sejdinovic, D., Strathmann, H., Lomeli Garcia, M., Andrieu, C., Gretton, A.
@@ -153,6 +166,8 @@ class KameleonMetropolis(ArrayStepShared):
 
     name = "kameleon"
     default_blocked = True
+    # Keeps the pseudo-marginal estimate at the current state (see pseudo_marginal.py).
+    exact_pseudo_marginal = True
     stats_dtypes_shapes = {
         "accept": (np.float64, []),
         # float64 like pm.Metropolis, which PyMC pairs with this step for discrete variables:
@@ -232,10 +247,14 @@ class KameleonMetropolis(ArrayStepShared):
         if initial_point is None:
             initial_point = model.initial_point()
         vars = continuous_value_vars(vars, model, type(self).__name__)
-        self._logp = LogDensity(model, vars, initial_point, compile_kwargs)
+        self._target = TargetDensity(model, vars, initial_point, compile_kwargs, type(self).__name__)
+        if self._target.has_estimates:
+            # PyMC reads both attributes from the instance (BlockedStep.__new__ sets them).
+            self.stats_dtypes_shapes = {**type(self).stats_dtypes_shapes, **_PSEUDO_MARGINAL_STATS}
+            self.stats_dtypes = [{name: dtype for name, (dtype, _) in self.stats_dtypes_shapes.items()}]
         self.dim = int(sum(np.size(initial_point[v.name]) for v in vars))
         self.tune = True
-        super().__init__(vars, self._logp.shared, blocked=blocked, rng=rng)
+        super().__init__(vars, self._target.shared, blocked=blocked, rng=rng)
         self._reset_chain_state()
 
     # ------------------------------------------------------------------ state
@@ -253,9 +272,7 @@ class KameleonMetropolis(ArrayStepShared):
         self._tune_steps = 0
         self._post_tune_steps = 0
         self._accept_since_adapt = []
-        self._cur_q = None
-        self._cur_logp = math.nan
-        self._cur_shared = ()
+        self._target.reset()
         self._cur_rkhs_cov = None  # (Z version, M H M^T at the current state)
         self._cur_proposal = None  # (version, ProposalAtPoint at the current state)
         self._warned_jitter = False
@@ -306,8 +323,9 @@ class KameleonMetropolis(ArrayStepShared):
     # ------------------------------------------------------------ the step
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list]:
         y = q0.data
-        evals_before = self._logp.n_evals
-        logp_y = self._current_logp(y, q0.point_map_info)
+        evals_before = self._target.n_evals
+        estimates_before = self._target.n_estimates
+        logp_y = self._target.current(y, q0.point_map_info, self.rng).logp
 
         jitter = 0.0
         use_kameleon = self._family is not None
@@ -322,9 +340,10 @@ class KameleonMetropolis(ArrayStepShared):
 
         if use_kameleon and at_x is None:
             # The covariance at the proposal cannot be factorised: reject the proposal.
-            log_ratio, logp_x = -math.inf, math.nan
+            log_ratio = -math.inf
         else:
-            logp_x = self._logp(x)
+            evaluation = self._target.evaluate(x)
+            logp_x = evaluation.logp
             if use_kameleon:
                 log_ratio = mh_log_ratio(logp_x, logp_y, at_x.log_density(y), log_q_forward)
             else:
@@ -333,10 +352,10 @@ class KameleonMetropolis(ArrayStepShared):
 
         if accepted:
             y_new = x
-            self._set_current(x, logp_x)
+            self._target.accept(x, evaluation)
             if use_kameleon:
                 self._cur_proposal = (self._version, at_x)
-                self._cur_rkhs_cov = (self._z_version, self._cur_q, rkhs_x)
+                self._cur_rkhs_cov = (self._z_version, np.array(x, copy=True), rkhs_x)
         else:
             y_new = y
 
@@ -352,35 +371,15 @@ class KameleonMetropolis(ArrayStepShared):
             "kameleon": use_kameleon,
             "adapted": adapted,
             "subsample_size": 0 if self._family is None else self._family.Z.shape[0],
-            "logp_evals": self._logp.n_evals - evals_before,
+            "logp_evals": self._target.n_evals - evals_before,
             "jitter": jitter,
         }
+        if self._target.has_estimates:
+            stats["loglik_estimate"] = self._target.current_log_estimate
+            stats["estimator_calls"] = self._target.n_estimates - estimates_before
         return RaveledVars(y_new, q0.point_map_info), [stats]
 
     # ------------------------------------------------------------ helpers
-    def _set_current(self, q, logp):
-        self._cur_q = np.array(q, dtype=float, copy=True)
-        self._cur_logp = float(logp)
-        self._cur_shared = self._logp.shared_snapshot() if self._logp.shared else ()
-
-    def _current_logp(self, y, point_map_info) -> float:
-        """Cached log density at the current state; recomputed only if the state changed."""
-        cached = (
-            self._cur_q is not None
-            and _same(self._cur_q, y)
-            and (not self._logp.shared or self._logp.shared_unchanged(self._cur_shared))
-        )
-        if not cached:
-            self._set_current(y, self._logp(y))
-        if not np.isfinite(self._cur_logp):
-            raise ValueError(
-                f"KameleonMetropolis: the model log density at the current point is {self._cur_logp} "
-                f"({describe_point(y, point_map_info)}). The chain cannot start from a point of zero "
-                "density: pass finite `initvals` to pm.sample, or check the model with "
-                "model.point_logps()."
-            )
-        return self._cur_logp
-
     def _proposal_at(self, x):
         """Factorised proposal at ``x`` and its :math:`M H M^T` (None, None if singular even with jitter)."""
         rkhs_cov = self._family.rkhs_covariance(x)

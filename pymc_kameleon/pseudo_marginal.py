@@ -1,0 +1,422 @@
+r"""Pseudo-marginal likelihood terms: a PyMC Potential whose value is a random, unbiased estimate.
+
+A user writes
+
+.. code-block:: python
+
+    with pm.Model():
+        theta = pm.Normal("theta", 0, 3, shape=9)
+        PseudoMarginalPotential("lik", log_estimator, inputs=[theta])
+        idata = pm.sample(step=KameleonMetropolis())
+
+where ``log_estimator(theta_value, rng)`` returns :math:`\log \hat L(\theta)` with
+:math:`\mathbb E[\hat L(\theta)] = L(\theta)` and :math:`\hat L \ge 0`. The steps of this
+package then run the exact pseudo-marginal chain of Andrieu & Roberts (2009): the estimate at
+the current state is kept until a proposal is accepted, and fresh estimates are drawn only at
+proposals. The chain targets the extended distribution
+:math:`\pi(\theta)\,\hat L(\theta, u)\,m(u)` whose :math:`\theta`-marginal is the exact posterior.
+
+Stock PyMC steps would re-estimate the current state at every step
+(Monte-Carlo-within-Metropolis), which targets a different, wrong distribution. They
+evaluate the potential through its PyTensor Op, so the Op refuses (or warns, with
+``on_misuse="warn"``) when a PyMC step other than ours evaluates it, and it has no
+gradient: NUTS and automatic step assignment fail with an error that names the right step.
+
+This module also holds the estimator helpers :func:`log_mean_exp`,
+:func:`importance_sampling_estimator` and :func:`log_estimate_spread`.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+from pytensor.graph.basic import Apply
+from pytensor.graph.op import Op
+from scipy.special import logsumexp
+
+__all__ = [
+    "PseudoMarginalEstimatorError",
+    "PseudoMarginalMisuseError",
+    "PseudoMarginalOp",
+    "PseudoMarginalPotential",
+    "importance_sampling_estimator",
+    "log_estimate_spread",
+    "log_mean_exp",
+    "pseudo_marginal_terms",
+]
+
+_MISUSE_OPTIONS = ("raise", "warn")
+# How far up the call stack to look for the PyMC step that is evaluating the potential.
+_STACK_DEPTH = 60
+
+
+class PseudoMarginalEstimatorError(RuntimeError):
+    """The user's log-estimator raised, or returned NaN, +inf or a non-scalar."""
+
+
+class PseudoMarginalMisuseError(RuntimeError):
+    """A sampler that would treat the random estimate inexactly tried to use it."""
+
+
+def _right_step_advice(name: str) -> str:
+    return (
+        f"Sample models with PseudoMarginalPotential {name!r} with "
+        "pm.sample(step=pymc_kameleon.KameleonMetropolis()) (KameleonMetropolis(kernel='linear') "
+        "is the adaptive random-walk baseline), which keeps the estimate at the current state "
+        "and so targets the exact posterior."
+    )
+
+
+@dataclass
+class CurrentEstimate:
+    """The estimate at the chain's current state, shared by this package's steps.
+
+    Within a ``CompoundStep`` several of our steps may share one potential. Whichever step last
+    accepted (or initialised) writes the input values and the log-estimate here, so the next
+    step reuses that estimate instead of drawing a new one at an unchanged point.
+    """
+
+    inputs: tuple | None = None
+    log_estimate: float = math.nan
+
+    def matches(self, inputs) -> bool:
+        return self.inputs is not None and all(
+            a.shape == b.shape and bool((a == b).all()) for a, b in zip(self.inputs, inputs)
+        )
+
+    def set(self, inputs, log_estimate: float):
+        self.inputs = tuple(np.array(v, copy=True) for v in inputs)
+        self.log_estimate = float(log_estimate)
+
+    def clear(self):
+        self.inputs = None
+        self.log_estimate = math.nan
+
+
+class PseudoMarginalOp(Op):
+    """PyTensor Op whose output is ``log_estimator(*inputs, rng)``: a random scalar, no gradient.
+
+    This package's steps never run this Op; they call :meth:`estimate` directly with a generator
+    derived from the step's own, and cache the current estimate. The Op's :meth:`perform` is what
+    other code sees: ``model.point_logps()`` and PyMC's initial-point check get a one-off
+    estimate, and other PyMC step methods get a :class:`PseudoMarginalMisuseError`.
+    """
+
+    # No __props__: two potentials are never the same Op, even with equal estimators, so
+    # PyTensor's graph merging can never fuse them.
+
+    def __init__(self, log_estimator, name: str, input_names, on_misuse: str = "raise", seed=None):
+        self.log_estimator = log_estimator
+        self.potential_name = name
+        self.input_names = tuple(input_names)
+        self.on_misuse = on_misuse
+        self.current = CurrentEstimate()
+        self._fallback_rng = np.random.default_rng(seed)
+        self._warned = False
+
+    def make_node(self, *inputs):
+        inputs = [pt.as_tensor_variable(x) for x in inputs]
+        return Apply(self, inputs, [pt.dscalar()])
+
+    def perform(self, node, inputs, output_storage):
+        step = _foreign_step_in_stack()
+        if step is not None:
+            self._misuse(step)
+        output_storage[0][0] = np.asarray(self.estimate(inputs, self._fallback_rng), dtype="float64")
+
+    def grad(self, inputs, output_grads):
+        raise PseudoMarginalMisuseError(
+            f"PseudoMarginalPotential {self.potential_name!r} is a random likelihood estimate and "
+            "has no gradient, so gradient-based samplers (NUTS, HMC, and PyMC's automatic step "
+            "assignment, which tries NUTS first) cannot use it, and stock Metropolis-type steps "
+            "would re-estimate it at the current state, which is biased. "
+            + _right_step_advice(self.potential_name)
+        )
+
+    def _misuse(self, step):
+        message = (
+            f"{type(step).__name__} evaluated PseudoMarginalPotential {self.potential_name!r}. "
+            "PyMC's own step methods re-estimate a random likelihood at the current state on every "
+            "step (Monte-Carlo-within-Metropolis), which samples the wrong distribution. "
+            + _right_step_advice(self.potential_name)
+            + " Pass on_misuse='warn' to PseudoMarginalPotential to run it anyway."
+        )
+        if self.on_misuse == "raise":
+            raise PseudoMarginalMisuseError(message)
+        if not self._warned:
+            self._warned = True
+            warnings.warn(message, UserWarning, stacklevel=2)
+
+    def describe_inputs(self, inputs, max_len: int = 300) -> str:
+        parts = [
+            f"{name}={np.array2string(np.asarray(v), precision=4, threshold=8)}"
+            for name, v in zip(self.input_names, inputs)
+        ]
+        text = ", ".join(parts)
+        return text if len(text) <= max_len else text[: max_len - 3] + "..."
+
+    def estimate(self, inputs, rng) -> float:
+        """Call the estimator and check its answer.
+
+        Returns the log-estimate as a float; ``-inf`` (a zero estimate) is allowed and makes a
+        proposal be rejected. Raises :class:`PseudoMarginalEstimatorError`, naming the input
+        values, if the estimator raises or returns NaN, +inf or something that is not a scalar.
+        """
+        try:
+            value = self.log_estimator(*inputs, rng)
+        except Exception as err:
+            raise PseudoMarginalEstimatorError(
+                f"The log_estimator of PseudoMarginalPotential {self.potential_name!r} raised "
+                f"{type(err).__name__}: {err} (at {self.describe_inputs(inputs)})."
+            ) from err
+        array = np.asarray(value, dtype="float64") if not isinstance(value, float) else None
+        if array is not None:
+            if array.size != 1:
+                raise PseudoMarginalEstimatorError(
+                    f"The log_estimator of PseudoMarginalPotential {self.potential_name!r} must return "
+                    f"a scalar log-estimate, got shape {array.shape} (at {self.describe_inputs(inputs)})."
+                )
+            value = float(array.reshape(()))
+        if math.isnan(value) or value == math.inf:
+            raise PseudoMarginalEstimatorError(
+                f"The log_estimator of PseudoMarginalPotential {self.potential_name!r} returned {value} "
+                f"at {self.describe_inputs(inputs)}. It must return the log of a non-negative, finite "
+                "estimate (-inf, a zero estimate, is allowed and rejects the proposal)."
+            )
+        return value
+
+    def __str__(self):
+        return f"PseudoMarginal{{{self.potential_name}}}"
+
+
+def _foreign_step_in_stack():
+    """The PyMC step method (not one of ours) that is running, if any."""
+    from pymc.step_methods.compound import BlockedStep
+
+    frame = sys._getframe(2)
+    for _ in range(_STACK_DEPTH):
+        if frame is None:
+            return None
+        candidate = frame.f_locals.get("self")
+        if isinstance(candidate, BlockedStep) and not getattr(candidate, "exact_pseudo_marginal", False):
+            return candidate
+        frame = frame.f_back
+    return None
+
+
+def PseudoMarginalPotential(name: str, log_estimator, inputs, *, on_misuse: str = "raise", model=None):
+    r"""Add the log of an unbiased, random likelihood estimate to a PyMC model.
+
+    The term's value is :math:`\log \hat L(\theta)`, where ``log_estimator(*input_values, rng)``
+    returns the log of a non-negative estimate with :math:`\mathbb E[\hat L(\theta)] = L(\theta)`,
+    for example an importance-sampling estimate of a marginal likelihood
+    :math:`L(\theta) = \int p(y \mid f)\, p(f \mid \theta)\, df`. Sampled with
+    :class:`~pymc_kameleon.KameleonMetropolis`, the chain is the exact pseudo-marginal chain of
+    Andrieu & Roberts (2009): it keeps the estimate at the current state until a proposal is
+    accepted, so its stationary :math:`\theta`-marginal is the exact posterior
+    :math:`\propto p(\theta) L(\theta)`, however noisy the estimate.
+
+    Parameters
+    ----------
+    name : str
+        Name of the potential in the model.
+    log_estimator : callable
+        ``log_estimator(*input_values, rng) -> float``. ``input_values`` are the current values
+        of ``inputs`` as NumPy arrays, and ``rng`` is a :class:`numpy.random.Generator` derived
+        from the sampler's, so ``pm.sample(random_seed=...)`` reproduces a run. Return ``-inf``
+        for a zero estimate. Raising, or returning NaN or ``+inf``, stops sampling with an error
+        that names the input values.
+    inputs : variable or list of variables
+        Model variables (or expressions of them) that the estimator depends on.
+    on_misuse : {"raise", "warn"}, default "raise"
+        What happens when a PyMC step method other than this package's evaluates the term
+        (stock ``pm.Metropolis``, ``pm.Slice``, ...), which would re-estimate it at the current
+        state on every step (Monte-Carlo-within-Metropolis, a biased chain).
+    model : pymc.Model, optional
+
+    Returns
+    -------
+    TensorVariable
+        The registered potential.
+
+    Notes
+    -----
+    - The term has no gradient. NUTS, and ``pm.sample()`` without a ``step`` (which tries
+      NUTS first), raise :class:`PseudoMarginalMisuseError`.
+    - ``model.point_logps()`` and PyMC's check of the initial point get a one-off estimate from
+      the Op's own generator; such evaluations do not affect the chain.
+    - In a ``CompoundStep`` of several of this package's steps, the current estimate is shared:
+      a step that accepts a move writes the new estimate, and the others reuse it while the
+      estimator's inputs are unchanged. Only at the start of a chain, or if the inputs were changed
+      by something that is not one of our steps (possible only with ``on_misuse="warn"``), is a
+      fresh estimate drawn at the current state.
+    - ``pm.sample_smc`` keeps each particle's likelihood between moves, so its kernels treat the
+      term exactly too.
+
+    Examples
+    --------
+    >>> import numpy as np, pymc as pm
+    >>> from pymc_kameleon import KameleonMetropolis, PseudoMarginalPotential
+    >>> from pymc_kameleon import importance_sampling_estimator
+    >>> y = np.array([0.3, -1.2, 0.8])
+    >>> # y_j = z_j + noise, z_j ~ N(theta, 1): estimate p(y | theta) by sampling z
+    >>> log_est = importance_sampling_estimator(
+    ...     log_weight=lambda z, theta: -0.5 * ((y - z) ** 2).sum(-1) - 1.5 * np.log(2 * np.pi),
+    ...     sample=lambda theta, n, rng: theta + rng.standard_normal((n, 3)),
+    ...     n_samples=50)
+    >>> with pm.Model():
+    ...     theta = pm.Normal("theta", 0, 1)
+    ...     lik = PseudoMarginalPotential("lik", log_est, inputs=[theta])
+    ...     idata = pm.sample(step=KameleonMetropolis())  # doctest: +SKIP
+    """
+    if not callable(log_estimator):
+        raise TypeError(f"log_estimator must be callable, got {type(log_estimator).__name__}.")
+    if on_misuse not in _MISUSE_OPTIONS:
+        raise ValueError(f"on_misuse must be one of {_MISUSE_OPTIONS}, got {on_misuse!r}.")
+    if not isinstance(inputs, list | tuple):
+        inputs = [inputs]
+    if len(inputs) == 0:
+        raise ValueError("inputs must name at least one model variable the estimator depends on.")
+    tensors = []
+    for i, x in enumerate(inputs):
+        try:
+            tensors.append(pt.as_tensor_variable(x))
+        except (TypeError, ValueError) as err:
+            raise TypeError(f"inputs[{i}] is not a model variable or tensor expression: {err}") from None
+    input_names = [t.name or f"inputs[{i}]" for i, t in enumerate(tensors)]
+    op = PseudoMarginalOp(log_estimator, name, input_names, on_misuse=on_misuse)
+    return pm.Potential(name, op(*tensors), model=model)
+
+
+@dataclass
+class PseudoMarginalTerm:
+    """A pseudo-marginal potential found in a model, as the steps see it."""
+
+    potential: object
+    op: PseudoMarginalOp
+    inputs: list = field(default_factory=list)  # the Op's input graphs (in terms of random variables)
+
+    @property
+    def name(self) -> str:
+        return self.op.potential_name
+
+
+def pseudo_marginal_terms(model) -> list[PseudoMarginalTerm]:
+    """The model's :func:`PseudoMarginalPotential` terms, in the order they were added."""
+    terms = []
+    for potential in model.potentials:
+        owner = potential.owner
+        if owner is not None and isinstance(owner.op, PseudoMarginalOp):
+            terms.append(PseudoMarginalTerm(potential, owner.op, list(owner.inputs)))
+        elif _contains_pseudo_marginal(potential):
+            raise ValueError(
+                f"Potential {potential.name!r} uses a PseudoMarginalPotential inside a larger expression. "
+                "Add estimates only through PseudoMarginalPotential itself, so the sampler can cache them."
+            )
+    return terms
+
+
+def _contains_pseudo_marginal(var) -> bool:
+    from pytensor.graph.traversal import ancestors
+
+    return any(v.owner is not None and isinstance(v.owner.op, PseudoMarginalOp) for v in ancestors([var]))
+
+
+# ----------------------------------------------------------------- estimator helpers
+def log_mean_exp(log_values, axis=None):
+    r"""Numerically stable :math:`\log\big(\tfrac1N \sum_{i=1}^N e^{a_i}\big)`.
+
+    The log of an importance-sampling estimate from log-weights :math:`a_i`. Computed as
+    ``scipy.special.logsumexp(a) - log N``, so it neither overflows nor underflows. All
+    :math:`a_i = -\infty` gives :math:`-\infty` (a zero estimate).
+
+    Parameters
+    ----------
+    log_values : array_like
+    axis : int, optional
+        Axis to average over (all entries by default).
+    """
+    log_values = np.asarray(log_values, dtype=float)
+    n = log_values.size if axis is None else log_values.shape[axis]
+    if n == 0:
+        raise ValueError("log_mean_exp needs at least one value.")
+    with np.errstate(divide="ignore"):
+        return logsumexp(log_values, axis=axis) - math.log(n)
+
+
+def importance_sampling_estimator(log_weight, sample, n_samples: int = 100):
+    r"""Build ``log_estimator(*params, rng)`` for an importance-sampling likelihood estimate.
+
+    For a latent-variable likelihood :math:`L(\theta) = \int p(y, f \mid \theta)\, df` and a
+    proposal :math:`g(f \mid \theta)`, the estimate
+
+    .. math::
+        \hat L(\theta) = \frac1N \sum_{i=1}^N w(f_i, \theta), \qquad f_i \sim g(\cdot \mid \theta),
+        \qquad w = \frac{p(y, f \mid \theta)}{g(f \mid \theta)},
+
+    is unbiased whenever :math:`g > 0` wherever :math:`p(y, f \mid \theta) > 0`. The returned
+    function computes :math:`\log \hat L` with :func:`log_mean_exp`.
+
+    Parameters
+    ----------
+    log_weight : callable
+        ``log_weight(f, *params) -> array (N,)``: :math:`\log p(y, f_i \mid \theta) - \log g(f_i \mid \theta)`
+        for the ``N`` draws stacked along axis 0 of ``f``.
+    sample : callable
+        ``sample(*params, n, rng) -> f``: ``n`` draws from :math:`g(\cdot \mid \theta)`, stacked along axis 0.
+    n_samples : int, default 100
+        :math:`N`. The variance of :math:`\log\hat L` falls roughly like :math:`1/N`; pseudo-marginal
+        chains mix well when its standard deviation is about 1-1.7 (Doucet et al. 2015).
+
+    Returns
+    -------
+    callable
+        ``log_estimator(*params, rng) -> float``, ready for :func:`PseudoMarginalPotential`.
+    """
+    if not (callable(log_weight) and callable(sample)):
+        raise TypeError("log_weight and sample must be callables.")
+    if isinstance(n_samples, bool) or not isinstance(n_samples, int | np.integer) or n_samples < 1:
+        raise ValueError(f"n_samples must be a positive integer, got {n_samples!r}.")
+    n_samples = int(n_samples)
+
+    def log_estimator(*args):
+        *params, rng = args
+        draws = sample(*params, n_samples, rng)
+        log_w = np.asarray(log_weight(draws, *params), dtype=float)
+        if log_w.shape != (n_samples,):
+            raise ValueError(f"log_weight must return shape ({n_samples},), got {log_w.shape}.")
+        return float(log_mean_exp(log_w))
+
+    log_estimator.n_samples = n_samples
+    return log_estimator
+
+
+def log_estimate_spread(log_estimator, *params, n_repeats: int = 100, rng=None) -> dict:
+    r"""Mean and standard deviation of repeated log-estimates at fixed parameters.
+
+    The standard deviation of :math:`\log\hat L(\theta)` decides how well a pseudo-marginal chain
+    mixes: near 1 is efficient, above about 3 the chain sticks (Doucet et al. 2015). Check it
+    at a few typical posterior values before a long run.
+
+    Returns
+    -------
+    dict
+        ``{"mean": ..., "sd": ..., "n_repeats": ..., "log_values": array}``.
+    """
+    if isinstance(n_repeats, bool) or not isinstance(n_repeats, int | np.integer) or n_repeats < 2:
+        raise ValueError(f"n_repeats must be an integer >= 2, got {n_repeats!r}.")
+    rng = np.random.default_rng(rng)
+    values = np.array([log_estimator(*params, rng) for _ in range(int(n_repeats))], dtype=float)
+    finite = values[np.isfinite(values)]
+    return {
+        "mean": float(np.mean(finite)) if finite.size else -math.inf,
+        "sd": float(np.std(finite, ddof=1)) if finite.size > 1 else math.nan,
+        "n_repeats": int(n_repeats),
+        "log_values": values,
+    }
