@@ -131,6 +131,12 @@ class PseudoMarginalOp(Op):
         output_storage[0][0] = np.asarray(self.estimate(inputs, self._fallback_rng), dtype="float64")
 
     def grad(self, inputs, output_grads):
+        self._no_gradient()
+
+    def pullback(self, inputs, outputs, output_grads):  # PyTensor >= 3 name for L_op
+        self._no_gradient()
+
+    def _no_gradient(self):
         raise PseudoMarginalMisuseError(
             f"PseudoMarginalPotential {self.potential_name!r} is a random likelihood estimate and "
             "has no gradient, so gradient-based samplers (NUTS, HMC, and PyMC's automatic step "

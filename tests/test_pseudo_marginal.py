@@ -1,0 +1,203 @@
+"""PseudoMarginalPotential: the Op, misuse errors, estimator failures, and the estimator helpers."""
+
+import math
+import warnings
+
+import numpy as np
+import pymc as pm
+import pytest
+from scipy.stats import norm
+
+from pymc_kameleon import (
+    KameleonMetropolis,
+    PseudoMarginalEstimatorError,
+    PseudoMarginalMisuseError,
+    PseudoMarginalPotential,
+    importance_sampling_estimator,
+    log_estimate_spread,
+    log_mean_exp,
+)
+from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
+
+SAMPLE_KW = dict(progressbar=False, compute_convergence_checks=False)
+
+
+def noisy_gaussian_estimator(sd=0.5):
+    """log L(theta) = log N(0.3; theta, 1), times an unbiased log-normal noise factor."""
+
+    def log_est(theta, rng):
+        eps = rng.normal(0.0, sd)
+        return float(norm.logpdf(0.3, theta, 1.0) + eps - 0.5 * sd**2)
+
+    return log_est
+
+
+def simple_model(log_estimator, **kwargs):
+    with pm.Model() as model:
+        theta = pm.Normal("theta", 0, 1)
+        PseudoMarginalPotential("lik", log_estimator, inputs=[theta], **kwargs)
+    return model
+
+
+# ------------------------------------------------------------------ helpers
+def test_log_mean_exp_matches_direct_formula_and_is_stable():
+    a = np.array([-1.0, 0.5, 2.0, -3.0])
+    assert log_mean_exp(a) == pytest.approx(np.log(np.mean(np.exp(a))), rel=1e-14)
+    # Direct evaluation over- or underflows; log_mean_exp does not.
+    assert log_mean_exp(a + 1000.0) == pytest.approx(np.log(np.mean(np.exp(a))) + 1000.0, rel=1e-14)
+    assert log_mean_exp(a - 1000.0) == pytest.approx(np.log(np.mean(np.exp(a))) - 1000.0, rel=1e-14)
+    assert log_mean_exp(np.full(3, -np.inf)) == -np.inf
+    m = np.array([[0.0, 1.0], [2.0, 3.0]])
+    np.testing.assert_allclose(log_mean_exp(m, axis=0), np.log(np.exp(m).mean(0)), rtol=1e-14)
+    with pytest.raises(ValueError, match="at least one"):
+        log_mean_exp([])
+
+
+def _one_point_is_estimator(y=1.3, n=4):
+    # y | z ~ N(z, 1), z ~ N(theta, 1): p(y | theta) = N(y; theta, 2). Proposal = prior of z.
+    return importance_sampling_estimator(
+        log_weight=lambda z, theta: norm.logpdf(y, z, 1.0),
+        sample=lambda theta, n, rng: theta + rng.standard_normal(n),
+        n_samples=n,
+    )
+
+
+def test_importance_sampling_estimator_is_unbiased_and_jensen_control_fails():
+    y, theta = 1.3, -0.4
+    log_est = _one_point_is_estimator(y)
+    exact = norm.pdf(y, theta, math.sqrt(2.0))
+    rng = np.random.default_rng(0)
+    logs = np.array([log_est(theta, rng) for _ in range(20000)])
+    values = np.exp(logs)
+    se = values.std(ddof=1) / math.sqrt(values.size)
+    assert abs(values.mean() - exact) < 4 * se  # unbiased for L
+    # Negative control: exp(E log L_hat) is biased low (Jensen), by far more than the tolerance.
+    assert exact - math.exp(logs.mean()) > 10 * se
+
+
+def test_importance_sampling_estimator_checks_its_inputs():
+    with pytest.raises(ValueError, match="n_samples"):
+        importance_sampling_estimator(lambda f, t: f, lambda t, n, rng: t, n_samples=0)
+    with pytest.raises(TypeError, match="callables"):
+        importance_sampling_estimator(None, lambda t, n, rng: t)
+    bad = importance_sampling_estimator(lambda f, t: np.zeros(3), lambda t, n, rng: np.zeros(n), n_samples=5)
+    with pytest.raises(ValueError, match=r"shape \(5,\)"):
+        bad(0.0, np.random.default_rng(0))
+
+
+def test_log_estimate_spread_reports_sd_and_shrinks_with_more_samples():
+    small = log_estimate_spread(_one_point_is_estimator(n=2), 0.0, n_repeats=400, rng=1)
+    large = log_estimate_spread(_one_point_is_estimator(n=200), 0.0, n_repeats=400, rng=1)
+    assert small["log_values"].shape == (400,)
+    assert large["sd"] < small["sd"] / 5  # sd ~ 1/sqrt(N)
+    with pytest.raises(ValueError, match="n_repeats"):
+        log_estimate_spread(_one_point_is_estimator(), 0.0, n_repeats=1)
+
+
+# ------------------------------------------------------------------ the potential
+def test_potential_is_found_and_point_logps_gives_a_one_off_estimate():
+    model = simple_model(noisy_gaussian_estimator())
+    [term] = pseudo_marginal_terms(model)
+    assert term.name == "lik" and term.op.input_names == ("theta",)
+    logps = model.point_logps()
+    assert set(logps) == {"theta", "lik"} and np.isfinite(logps["lik"])
+
+
+def test_bad_arguments_are_clear_errors():
+    with pm.Model():
+        theta = pm.Normal("theta")
+        with pytest.raises(TypeError, match="callable"):
+            PseudoMarginalPotential("lik", 3.0, inputs=[theta])
+        with pytest.raises(ValueError, match="on_misuse"):
+            PseudoMarginalPotential("lik", noisy_gaussian_estimator(), inputs=[theta], on_misuse="ignore")
+        with pytest.raises(ValueError, match="at least one"):
+            PseudoMarginalPotential("lik", noisy_gaussian_estimator(), inputs=[])
+
+
+def test_estimate_inside_a_larger_expression_is_refused():
+    with pm.Model() as model:
+        theta = pm.Normal("theta")
+        lik = PseudoMarginalPotential("lik", noisy_gaussian_estimator(), inputs=[theta])
+        model.potentials.remove(lik)
+        pm.Potential("twice", 2 * lik)
+    with pytest.raises(ValueError, match="inside a larger expression"):
+        pseudo_marginal_terms(model)
+
+
+# ------------------------------------------------------------------ misuse
+def test_automatic_step_assignment_and_nuts_name_kameleon():
+    model = simple_model(noisy_gaussian_estimator())
+    with model:
+        with pytest.raises(PseudoMarginalMisuseError, match="KameleonMetropolis"):
+            pm.sample(draws=10, tune=10, chains=1, **SAMPLE_KW)
+        with pytest.raises(PseudoMarginalMisuseError, match="no gradient"):
+            pm.NUTS()
+
+
+@pytest.mark.parametrize("step_cls", [pm.Metropolis, pm.Slice, pm.DEMetropolisZ])
+def test_stock_steps_that_would_re_estimate_are_refused(step_cls):
+    model = simple_model(noisy_gaussian_estimator())
+    with model:
+        with pytest.raises(PseudoMarginalMisuseError, match=rf"{step_cls.__name__} evaluated .*KameleonMetropolis"):
+            pm.sample(step=step_cls(), draws=10, tune=10, chains=1, **SAMPLE_KW)
+
+
+def test_on_misuse_warn_lets_stock_metropolis_run():
+    model = simple_model(noisy_gaussian_estimator(), on_misuse="warn")
+    with model:
+        with pytest.warns(UserWarning, match="Monte-Carlo-within-Metropolis"):
+            idata = pm.sample(step=pm.Metropolis(), draws=20, tune=10, chains=1, **SAMPLE_KW)
+    assert idata.posterior["theta"].shape == (1, 20)
+
+
+# ------------------------------------------------------------------ estimator failures
+def _sample(model, **kwargs):
+    with model:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return pm.sample(
+                step=KameleonMetropolis(), draws=kwargs.pop("draws", 100), tune=kwargs.pop("tune", 100),
+                chains=1, random_seed=kwargs.pop("random_seed", 1), **SAMPLE_KW, **kwargs,
+            )
+
+
+def test_estimator_that_raises_names_the_parameter_values():
+    def fails_above_half(theta, rng):
+        if theta > 0.5:
+            raise FloatingPointError("solver diverged")
+        return float(norm.logpdf(0.3, theta, 1.0))
+
+    with pytest.raises(PseudoMarginalEstimatorError, match=r"raised FloatingPointError: solver diverged \(at theta=\d+\.\d+\)"):
+        _sample(simple_model(fails_above_half), draws=2000, tune=200)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_nan_or_plus_inf_estimate_is_an_error(bad):
+    def returns_bad_above_half(theta, rng):
+        return bad if theta > 0.5 else float(norm.logpdf(0.3, theta, 1.0))
+
+    with pytest.raises(PseudoMarginalEstimatorError, match=rf"returned {bad} at theta="):
+        _sample(simple_model(returns_bad_above_half), draws=2000, tune=200)
+
+
+def test_non_scalar_estimate_is_an_error():
+    with pytest.raises(PseudoMarginalEstimatorError, match="scalar"):
+        _sample(simple_model(lambda theta, rng: np.zeros(2)))
+
+
+def test_minus_inf_estimate_is_a_rejection():
+    def zero_above_half(theta, rng):
+        return -np.inf if theta > 0.5 else float(norm.logpdf(0.3, theta, 1.0))
+
+    idata = _sample(simple_model(zero_above_half), draws=1000, tune=300)
+    theta = idata.posterior["theta"].values
+    assert theta.max() <= 0.5 and theta.min() < 0.0
+    assert np.isfinite(idata.sample_stats["loglik_estimate"].values).all()
+
+
+def test_minus_inf_estimate_at_the_start_is_a_clear_error():
+    model = simple_model(lambda theta, rng: -np.inf)
+    with model:
+        step = KameleonMetropolis()
+        with pytest.raises(ValueError, match="log-estimates .*-inf"):
+            step.step(model.initial_point())
