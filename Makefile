@@ -9,6 +9,11 @@ PYTHON312 ?= $(shell for p in $$(command -v python3.12 2>/dev/null) $$HOME/.pyen
 VENV312   ?= .venv312
 PY312     := $(VENV312)/bin/python
 PYTEST_ARGS ?=
+# Small dense linear algebra (GP surrogates, the Glass estimator) is many times slower with
+# multi-threaded BLAS on a small, busy machine; sampling runs one process per chain anyway.
+export OPENBLAS_NUM_THREADS ?= 1
+export OMP_NUM_THREADS ?= 1
+export MKL_NUM_THREADS ?= 1
 PYTEST6_ARGS ?= -m "not slow"
 
 .PHONY: demo test test-pymc5 test-pymc6 benchmark notebooks clean

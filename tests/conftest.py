@@ -1,5 +1,12 @@
 """Shared statistical helpers: MCSE-based comparisons of MCMC output with exact answers."""
 
+import os
+
+# One BLAS thread (the Makefile sets this too; here for a bare `pytest`, where it only helps if
+# NumPy is not imported yet): small dense linear algebra is much slower multi-threaded.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
 import arviz as az
 import numpy as np
 import pytest

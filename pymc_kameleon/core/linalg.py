@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.linalg import solve_triangular
 from scipy.linalg.blas import dtrsv
 from scipy.linalg.lapack import dpotrf
 
 __all__ = [
     "SingularCovarianceError",
+    "cholesky_append",
     "cholesky_lower",
     "gaussian_log_norm",
     "gaussian_logpdf_chol",
@@ -110,3 +112,96 @@ def gaussian_logpdf_chol(x, mean, L):
     """
     u = solve_lower(L, np.asarray(x, dtype=float) - mean)
     return gaussian_log_norm(L) - 0.5 * float(u @ u)
+
+
+def cholesky_append(L, k_new, k_self, jitter: float = 1e-10, max_tries: int = 6, what: str = "covariance"):
+    r"""Append a block of rows and columns to a lower Cholesky factor, in :math:`O(n^2 b)`.
+
+    If :math:`K = L L^\top` is :math:`n \times n`, the bordered matrix and its factor are
+
+    .. math::
+        \begin{pmatrix} K & k \\ k^\top & c \end{pmatrix}
+        = \begin{pmatrix} L & 0 \\ B^\top & L_{22} \end{pmatrix}
+          \begin{pmatrix} L^\top & B \\ 0 & L_{22}^\top \end{pmatrix},
+        \qquad B = L^{-1} k, \qquad L_{22} L_{22}^\top = c - B^\top B,
+
+    so only one triangular solve with ``b`` right-hand sides and a ``b x b`` Cholesky
+    factorisation of the Schur complement are needed. A single new row is ``b = 1``.
+
+    Parameters
+    ----------
+    L : array of shape (n, n)
+        Lower Cholesky factor of the current matrix (``n = 0`` is allowed).
+    k_new : array of shape (n, b) or (n,)
+        Covariances between the existing and the new variables.
+    k_self : array of shape (b, b), or a scalar when ``b = 1``
+        Covariance of the new variables.
+    jitter : float
+        If the Schur complement is not positive definite, ``jitter * 10**k * cbar`` is
+        added to the diagonal of the *new block only* (``k = 0..max_tries-1``, ``cbar``
+        the mean absolute diagonal of ``k_self``); the returned factor then belongs to
+        the bordered matrix with that amount added to the new diagonal entries.
+    max_tries : int
+        How many growing jitters to try.
+    what : str
+        Name used in the error message.
+
+    Returns
+    -------
+    L_new : array of shape (n + b, n + b)
+        Lower Cholesky factor of the bordered matrix (plus any jitter used).
+    added : float
+        The absolute jitter added to each new diagonal entry (0.0 if none).
+
+    Raises
+    ------
+    SingularCovarianceError
+        If the inputs are not finite, or the new pivots stay non-positive even after jitter
+        (the new variables are, numerically, linear combinations of the old ones).
+    """
+    L = np.asarray(L, dtype=float)
+    n = L.shape[0] if L.ndim == 2 else 0
+    k_self = np.atleast_2d(np.asarray(k_self, dtype=float))
+    b = k_self.shape[0]
+    k_new = np.asarray(k_new, dtype=float)
+    if k_new.ndim == 1 and b == 1:
+        k_new = k_new[:, None]
+    if k_self.shape != (b, b) or k_new.shape != (n, b):
+        raise ValueError(
+            f"cholesky_append: k_new has shape {k_new.shape} and k_self {k_self.shape}; "
+            f"expected ({n}, b) and (b, b)."
+        )
+    if not (np.all(np.isfinite(k_new)) and np.all(np.isfinite(k_self))):
+        raise SingularCovarianceError(f"The new {what} entries are not finite; cannot extend the factor.")
+    if n:
+        # B = L^{-1} k: the only O(n^2 b) operation.
+        B = solve_triangular(L, k_new, lower=True, check_finite=False)
+        S = k_self - B.T @ B
+    else:
+        B = k_new
+        S = k_self.copy()
+    S = 0.5 * (S + S.T)
+    L22 = cholesky_lower(S)
+    added = 0.0
+    if L22 is None:
+        scale = float(np.mean(np.abs(np.diag(k_self))))
+        if not scale > 0:
+            scale = 1.0
+        eye = np.eye(b)
+        for k in range(max_tries):
+            added = jitter * 10.0**k * scale
+            L22 = cholesky_lower(S + added * eye)
+            if L22 is not None:
+                break
+        else:
+            raise SingularCovarianceError(
+                f"Cannot append {b} row(s) to the {what} Cholesky factor: the new pivot "
+                f"(Schur complement, smallest diagonal {float(np.min(np.diag(S))):.3g}) is not "
+                f"positive even with jitter {added:.3g} on the diagonal. The new point(s) "
+                "duplicate existing ones numerically; add a nugget or noise variance, or skip them."
+            )
+    out = np.zeros((n + b, n + b))
+    out[:n, :n] = L
+    out[n:, :n] = B.T
+    out[n:, n:] = L22
+    return out, added

@@ -1,0 +1,291 @@
+import math
+
+import numpy as np
+import pytest
+from scipy.optimize import approx_fprime, check_grad
+from scipy.stats import multivariate_normal
+
+from pymc_kameleon.core.gp import GPSurrogate, se_ard_covariance
+from pymc_kameleon.core.linalg import SingularCovarianceError, cholesky_append
+
+
+def _spd(n, rng):
+    A = rng.normal(size=(n, n))
+    return A @ A.T + n * np.eye(n)
+
+
+# ------------------------------------------------------------------------- cholesky_append
+
+
+@pytest.mark.parametrize("b", [1, 3])
+def test_cholesky_append_equals_full_factorisation(b):
+    rng = np.random.default_rng(0)
+    n = 7
+    K = _spd(n + b, rng)
+    L = np.linalg.cholesky(K[:n, :n])
+    L_new, added = cholesky_append(L, K[:n, n:], K[n:, n:])
+    assert added == 0.0
+    np.testing.assert_allclose(L_new, np.linalg.cholesky(K), rtol=1e-12, atol=1e-12)
+
+
+def test_cholesky_append_single_row_shapes_and_empty_start():
+    rng = np.random.default_rng(1)
+    K = _spd(4, rng)
+    L = np.empty((0, 0))
+    for i in range(4):  # grow from nothing, one row at a time, with 1-d k_new and scalar k_self
+        L, _ = cholesky_append(L, K[:i, i], K[i, i])
+    np.testing.assert_allclose(L, np.linalg.cholesky(K), rtol=1e-12, atol=1e-12)
+
+
+def test_cholesky_append_jitters_a_duplicate_and_raises_when_indefinite():
+    rng = np.random.default_rng(2)
+    K = _spd(3, rng)
+    L = np.linalg.cholesky(K)
+    # A copy of variable 0: the Schur complement is 0 (up to rounding), so jitter is needed.
+    L_new, added = cholesky_append(L, K[:, 0], K[0, 0], jitter=1e-10)
+    assert added > 0
+    bordered = np.block([[K, K[:, [0]]], [K[[0], :], K[[0], [0]] + added]])
+    np.testing.assert_allclose(L_new @ L_new.T, bordered, rtol=1e-10)
+    # A new variance far below what the correlations imply: the pivot is clearly negative.
+    with pytest.raises(SingularCovarianceError, match="not positive even with jitter"):
+        cholesky_append(L, K[:, 0], 0.5 * K[0, 0])
+    with pytest.raises(SingularCovarianceError, match="not finite"):
+        cholesky_append(L, np.array([np.nan, 0.0, 0.0]), 1.0)
+
+
+# ------------------------------------------------------------------------- kernel
+
+
+def test_derivative_covariances_are_derivatives_of_the_kernel():
+    """cov(f(a), d_j f(b)) = dk/db_j, cov(d_i f(a), f(b)) = dk/da_i and
+    cov(d_i f(a), d_j f(b)) = d2k/da_i db_j."""
+    ell, s2 = np.array([0.7, 1.9, 1.1]), 1.7
+    a, b = np.array([0.3, -0.2, 0.5]), np.array([-0.4, 0.6, 0.1])
+
+    def k(x, z):
+        return s2 * math.exp(-0.5 * np.sum((x - z) ** 2 / ell**2))
+
+    C = se_ard_covariance(a, b, ell, s2, True, True)  # (4, 4)
+    assert C[0, 0] == pytest.approx(k(a, b), rel=1e-14)
+    np.testing.assert_allclose(C[0, 1:], approx_fprime(b, lambda z: k(a, z), 1e-7), rtol=1e-5)
+    np.testing.assert_allclose(C[1:, 0], approx_fprime(a, lambda x: k(x, b), 1e-7), rtol=1e-5)
+    h = 1e-5
+    d2 = np.empty((3, 3))
+    for i in range(3):
+        e = np.eye(3)[i] * h
+        up = approx_fprime(b, lambda z: k(a + e, z), 1e-7)
+        down = approx_fprime(b, lambda z: k(a - e, z), 1e-7)
+        d2[i] = (up - down) / (2 * h)
+    np.testing.assert_allclose(C[1:, 1:], d2, rtol=1e-3, atol=1e-6)
+
+
+# ------------------------------------------------------------------------- GP
+
+
+def _toy(d, t, rng):
+    X = rng.uniform(-2, 2, size=(t, d))
+    w = rng.normal(size=d)
+
+    def f(x):
+        return -0.5 * np.sum(x**2, axis=-1) + np.sin(x @ w)
+
+    def df(x):
+        return -x + np.cos(x @ w)[..., None] * w
+
+    return X, f, df
+
+
+def _dense_covariance(X, ell, s2):
+    """The SE ARD Gram matrix by explicit loops, independent of se_ard_covariance."""
+    t = X.shape[0]
+    K = np.empty((t, t))
+    for i in range(t):
+        for j in range(t):
+            q = sum((X[i, k] - X[j, k]) ** 2 / ell[k] ** 2 for k in range(X.shape[1]))
+            K[i, j] = s2 * math.exp(-0.5 * q)
+    return K
+
+
+def test_interpolates_training_points():
+    rng = np.random.default_rng(3)
+    X, f, _ = _toy(3, 15, rng)
+    gp = GPSurrogate(3, lengthscales=[1.0, 1.5, 0.8], signal_variance=2.0)
+    for x in X:
+        assert gp.add(x, f(x))
+    mean, var = gp.predict(X)
+    np.testing.assert_allclose(mean, f(X), atol=1e-5)
+    assert np.all(var >= 0) and np.all(var < 1e-6 * gp.signal_variance)
+
+
+def test_factor_after_appends_equals_full_factorisation():
+    rng = np.random.default_rng(4)
+    X, f, df = _toy(2, 30, rng)
+    ell, s2, jit = np.array([0.9, 1.4]), 1.3, 1e-8
+    gp = GPSurrogate(2, lengthscales=ell, signal_variance=s2, jitter=jit)
+    for x in X:
+        gp.add(x, f(x))
+    K = _dense_covariance(X, ell, s2) + jit * s2 * np.eye(30)
+    np.testing.assert_allclose(gp.covariance_matrix(), K, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(gp.cholesky_factor, np.linalg.cholesky(K), rtol=1e-8, atol=1e-10)
+    # ... and with derivative observations (blocks of d + 1 = 3 rows per point).
+    gpg = GPSurrogate(2, lengthscales=ell, signal_variance=s2, gradients=True)
+    for x in X[:12]:
+        gpg.add(x, f(x), df(x))
+    L_appended = gpg.cholesky_factor
+    gpg.refit()
+    np.testing.assert_allclose(L_appended, gpg.cholesky_factor, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(L_appended @ L_appended.T, gpg.covariance_matrix(), rtol=1e-10, atol=1e-10)
+
+
+def test_predictive_variance_never_increases_when_points_are_added():
+    """Proposition 2.3, at fixed hyperparameters."""
+    rng = np.random.default_rng(5)
+    X, f, df = _toy(2, 40, rng)
+    probes = rng.uniform(-2, 2, size=(5, 2))
+    for grads in (False, True):
+        gp = GPSurrogate(2, lengthscales=[0.7, 1.1], signal_variance=1.5, gradients=grads)
+        history = [gp.predict(probes)[1]]
+        for x in X[: 20 if grads else 40]:
+            gp.add(x, f(x), df(x))
+            history.append(gp.predict(probes)[1])
+        steps = np.diff(np.array(history), axis=0)
+        assert np.all(steps <= 1e-12)
+        assert history[-1].max() < 0.5 * history[0].min()  # and it does shrink
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.05])
+def test_prediction_matches_dense_linear_algebra(noise):
+    rng = np.random.default_rng(6)
+    X, f, _ = _toy(3, 20, rng)
+    y = f(X) + (rng.normal(scale=math.sqrt(noise), size=20) if noise else 0.0)
+    ell, s2, jit = np.array([1.2, 0.7, 2.0]), 0.8, 1e-8
+    gp = GPSurrogate(3, lengthscales=ell, signal_variance=s2, noise_variance=noise, jitter=jit)
+    for x, v in zip(X, y):
+        gp.add(x, v)
+    K = _dense_covariance(X, ell, s2) + (jit * s2 + noise) * np.eye(20)
+    one = np.ones(20)
+    m = one @ np.linalg.solve(K, y) / (one @ np.linalg.solve(K, one))  # GLS constant mean
+    T = rng.uniform(-2.5, 2.5, size=(7, 3))
+    Kx = np.array([[s2 * math.exp(-0.5 * np.sum((t - x) ** 2 / ell**2)) for x in X] for t in T])
+    mean_ref = m + Kx @ np.linalg.solve(K, y - m)
+    var_ref = s2 - np.einsum("ij,ji->i", Kx, np.linalg.solve(K, Kx.T))
+    mean, var = gp.predict(T)
+    assert gp.mean_value == pytest.approx(m, rel=1e-9)
+    np.testing.assert_allclose(mean, mean_ref, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(var, var_ref, rtol=1e-7, atol=1e-10)
+    np.testing.assert_allclose(gp.predict_mean(T), mean_ref, rtol=1e-9, atol=1e-9)
+    m0, v0 = gp.predict(T[0])  # a single point gives floats
+    assert isinstance(m0, float) and m0 == pytest.approx(mean_ref[0]) and v0 == pytest.approx(var_ref[0])
+    # A fixed mean replaces the GLS estimate.
+    gpf = GPSurrogate(3, lengthscales=ell, signal_variance=s2, noise_variance=noise, mean=-1.0)
+    for x, v in zip(X, y):
+        gpf.add(x, v)
+    np.testing.assert_allclose(gpf.predict_mean(T), -1.0 + Kx @ np.linalg.solve(K, y + 1.0), rtol=1e-8)
+
+
+@pytest.mark.parametrize("grads", [False, True])
+def test_predict_gradient_matches_finite_differences(grads):
+    rng = np.random.default_rng(7)
+    X, f, df = _toy(3, 12, rng)
+    gp = GPSurrogate(3, lengthscales=[1.0, 0.8, 1.3], signal_variance=1.2, gradients=grads)
+    for x in X:
+        gp.add(x, f(x), df(x))
+    T = rng.uniform(-2, 2, size=(4, 3))
+    G = gp.predict_gradient(T)
+    h = 1e-6
+    for t, g in zip(T, G):
+        fd = np.array([gp.predict_mean(t + h * e) - gp.predict_mean(t - h * e) for e in np.eye(3)]) / (2 * h)
+        np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(gp.predict_gradient(T[0]), G[0])
+    # The joint prediction agrees with predict and predict_gradient.
+    mean, cov = gp.predict_joint(T[0])
+    assert mean[0] == pytest.approx(gp.predict(T[0])[0]) and cov[0, 0] == pytest.approx(gp.predict(T[0])[1])
+    np.testing.assert_allclose(mean[1:], G[0], rtol=1e-10)
+    assert np.all(np.linalg.eigvalsh(cov) > -1e-10)
+
+
+def test_derivative_observations_are_interpolated():
+    rng = np.random.default_rng(8)
+    X, f, df = _toy(2, 10, rng)
+    # The nugget (jitter x prior variance) limits interpolation to about jitter x |alpha|:
+    # alpha ~ 1e3 here, so jitter 1e-10 gives errors ~1e-7 (the default 1e-8 gives ~1e-5).
+    gp = GPSurrogate(2, lengthscales=[0.9, 1.2], signal_variance=2.0, gradients=True, jitter=1e-10)
+    for x in X:
+        gp.add(x, f(x), df(x))
+    np.testing.assert_allclose(gp.predict_gradient(X), df(X), atol=1e-6)
+    np.testing.assert_allclose(gp.predict_mean(X), f(X), atol=1e-6)
+    _, cov = gp.predict_joint(X[3])
+    assert np.abs(cov).max() < 1e-6  # value and gradient are certain at a training point
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"noise_variance": 0.02, "fit_noise": True}, {"gradients": True}, {"mean": 0.5}],
+)
+def test_log_marginal_likelihood_matches_scipy_and_its_gradient(kwargs):
+    rng = np.random.default_rng(9)
+    X, f, df = _toy(2, 10, rng)
+    gp = GPSurrogate(2, lengthscales=[0.8, 1.4], signal_variance=1.7, **kwargs)
+    for x in X:
+        gp.add(x, f(x), df(x))
+    h = gp._h  # 1 on value rows, 0 on gradient rows
+    expected = multivariate_normal(gp.mean_value * h, gp.covariance_matrix()).logpdf(gp._y)
+    # (scipy goes through an eigendecomposition: agreement to ~1e-9 with derivative blocks)
+    assert gp.log_marginal_likelihood() == pytest.approx(expected, rel=1e-8)
+    x0 = gp._pack()
+    assert -gp._neg_lml_and_grad(x0)[0] == pytest.approx(expected, rel=1e-8)
+    err = check_grad(
+        lambda p: gp._neg_lml_and_grad(p)[0], lambda p: gp._neg_lml_and_grad(p)[1], x0, epsilon=1e-6
+    )
+    assert err < 1e-4 * max(1.0, np.abs(gp._neg_lml_and_grad(x0)[1]).max())
+
+
+def test_fit_hyperparameters_recovers_lengthscales_of_a_gp_draw():
+    rng = np.random.default_rng(10)
+    ell_true, s2_true = np.array([0.5, 2.0]), 2.0
+    X = rng.uniform(0, 4, size=(90, 2))
+    K = se_ard_covariance(X, X, ell_true, s2_true) + 1e-8 * np.eye(90)
+    y = 3.0 + np.linalg.cholesky(K) @ rng.normal(size=90)
+    gp = GPSurrogate(2, lengthscales=1.0, signal_variance=1.0)
+    for x, v in zip(X, y):
+        gp.add(x, v)
+    before = gp.log_marginal_likelihood()
+    after = gp.fit_hyperparameters(n_restarts=1, rng=0)
+    assert after > before + 10
+    ratio = gp.lengthscales / ell_true
+    assert np.all((ratio > 0.6) & (ratio < 1.6)), gp.lengthscales
+    assert 0.3 < gp.signal_variance / s2_true < 3.0
+    # The factor was rebuilt with the new hyperparameters.
+    np.testing.assert_allclose(gp.cholesky_factor @ gp.cholesky_factor.T, gp.covariance_matrix(), atol=1e-9)
+
+
+def test_fit_noise_variance_on_noisy_observations():
+    rng = np.random.default_rng(11)
+    X = rng.uniform(-2, 2, size=(80, 1))
+    y = np.sin(2 * X[:, 0]) + rng.normal(scale=0.3, size=80)
+    gp = GPSurrogate(1, noise_variance=1e-3, fit_noise=True)
+    for x, v in zip(X, y):
+        gp.add(x, v)
+    gp.fit_hyperparameters()
+    assert 0.03 < gp.noise_variance < 0.2  # true 0.09
+
+
+def test_cap_and_input_checks():
+    gp = GPSurrogate(2, max_points=3)
+    assert gp.n_points == 0 and gp.predict(np.zeros(2)) == (0.0, 1.0)  # the prior
+    assert np.all(gp.predict_gradient(np.zeros(2)) == 0)
+    for i in range(3):
+        assert gp.add([i, 0.0], -float(i))
+    assert not gp.add([5.0, 5.0], 1.0)  # the cap: the surrogate stays as it was
+    assert gp.n_points == 3
+    assert not GPSurrogate(2).add([0.0, 0.0], -np.inf)  # zero likelihood is skipped
+    with pytest.raises(ValueError, match="finite values"):
+        GPSurrogate(2).add([0.0, 0.0], np.nan)
+    with pytest.raises(ValueError, match="pass grad"):
+        GPSurrogate(2, gradients=True).add([0.0, 0.0], 1.0)
+    with pytest.raises(ValueError, match="length 2"):
+        GPSurrogate(2).add([0.0, 0.0, 0.0], 1.0)
+    with pytest.raises(ValueError, match="lengthscales"):
+        GPSurrogate(2, lengthscales=[1.0, -1.0])
+    with pytest.raises(ValueError, match="mean"):
+        GPSurrogate(2, mean="zero")
