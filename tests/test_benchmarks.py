@@ -3,6 +3,7 @@
 import importlib.util
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -23,3 +24,17 @@ def test_kameleon_benchmark_quick_mode(capsys):
     assert "| KameleonMetropolis |" in out and "per-step overhead vs DEMetropolisZ" in out
     k = rows["banana-strong"]["KameleonMetropolis"]
     assert 0 <= k["qerr"] <= 0.5 and k["ess"] > 0 and k["overhead"] > 0
+
+
+@pytest.mark.slow
+def test_glass_pseudo_marginal_benchmark_quick_mode(capsys):
+    bench = _load("pseudo_marginal_gp_glass")
+    rows = bench.main(["--quick", "--n-importance", "20"])
+    out = capsys.readouterr().out
+    assert "| KAMH |" in out and "| AM |" in out and "proposal / estimator" in out
+    for name in ("KAMH", "AM"):
+        r = rows[name]
+        assert r["calls"] == 2 * 200  # one estimator call per posterior draw
+        assert r["min_ess"] > 0 and r["dist"] >= 0 and np.isfinite(r["mmd"])
+        t = r["timing"]
+        assert 0 < t["proposal"] < t["total"] and 0 < t["estimator"] < t["total"]
