@@ -14,7 +14,14 @@ from pymc.util import get_value_vars_from_user_vars
 
 from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
 
-__all__ = ["Evaluation", "TargetDensity", "continuous_value_vars", "describe_point"]
+__all__ = [
+    "Evaluation",
+    "GradientUnavailableError",
+    "SplitTargetDensity",
+    "TargetDensity",
+    "continuous_value_vars",
+    "describe_point",
+]
 
 
 def continuous_value_vars(vars, model, step_name: str):
@@ -45,17 +52,31 @@ class Evaluation:
 
     ``logp = exact + sum(log_estimates)``. ``estimator_inputs`` holds, per pseudo-marginal term,
     the values its estimator was called with; both are empty for models without such terms.
+
+    A :class:`SplitTargetDensity` also fills the prior/likelihood split: ``log_prior`` (the free
+    variables' terms, Jacobians included), ``exact_loglik`` (observed terms and ordinary
+    potentials), so that ``exact = log_prior + exact_loglik``, and optionally the gradients of
+    both. They are NaN / None for a plain :class:`TargetDensity`.
     """
 
     logp: float
     exact: float
     log_estimates: tuple = ()
     estimator_inputs: tuple = ()
+    log_prior: float = math.nan
+    exact_loglik: float = math.nan
+    grad_log_prior: np.ndarray | None = None
+    grad_exact_loglik: np.ndarray | None = None
 
     @property
     def log_estimate(self) -> float:
         """Sum of the pseudo-marginal log-estimates (NaN if the model has none or they were skipped)."""
         return float(sum(self.log_estimates)) if self.log_estimates else math.nan
+
+    @property
+    def loglik(self) -> float:
+        """Log-likelihood: ``exact_loglik`` plus the pseudo-marginal log-estimates (split densities only)."""
+        return self.exact_loglik + float(sum(self.log_estimates))
 
 
 class TargetDensity:
@@ -84,6 +105,15 @@ class TargetDensity:
         self.step_name = step_name
         self.terms = pseudo_marginal_terms(model)
         self.shared = make_shared_replacements(initial_point, vars, model)
+        self._compile(model, vars, initial_point, compile_kwargs)
+        self._input_counts = [len(t.inputs) for t in self.terms]
+        self.n_evals = 0
+        self.n_estimates = 0
+        self.estimator_rng = None
+        self.reset()
+
+    def _compile(self, model, vars, initial_point, compile_kwargs):
+        """Compile the exact part of the log density (and the estimators' inputs) as ``self._fn``."""
         if self.terms:
             estimated = {id(t.potential) for t in self.terms}
             exact_terms = model.free_RVs + model.observed_RVs + [
@@ -105,11 +135,6 @@ class TargetDensity:
         )
         self._fn.trust_input = True
         self.dtype = inarray.type.dtype
-        self._input_counts = [len(t.inputs) for t in self.terms]
-        self.n_evals = 0
-        self.n_estimates = 0
-        self.estimator_rng = None
-        self.reset()
 
     @property
     def has_estimates(self) -> bool:
@@ -181,7 +206,7 @@ class TargetDensity:
         cur = self._cur
         if cur is not None and _same(self._cur_q, y) and self._shared_unchanged():
             return cur
-        exact, inputs = self._exact_and_inputs(y)
+        exact, inputs, parts = self._current_parts(y)
         estimates = []
         for i, (term, values) in enumerate(zip(self.terms, inputs)):
             if cur is not None and i < len(cur.estimator_inputs) and _same_arrays(cur.estimator_inputs[i], values):
@@ -190,7 +215,7 @@ class TargetDensity:
                 estimates.append(term.op.current.log_estimate)  # written by another of our steps
             elif math.isfinite(exact):
                 estimates.append(self._estimate(term, values))  # start of the chain
-        evaluation = Evaluation(exact + sum(estimates), exact, tuple(estimates), inputs)
+        evaluation = Evaluation(exact + sum(estimates), exact, tuple(estimates), inputs, **parts)
         if not math.isfinite(evaluation.logp):
             raise ValueError(
                 f"{self.step_name}: the model log density at the current point is {evaluation.logp} "
@@ -202,6 +227,11 @@ class TargetDensity:
         self.accept(y, evaluation)
         return evaluation
 
+    def _current_parts(self, y):
+        """Exact part, estimator inputs and extra :class:`Evaluation` fields at the current state."""
+        exact, inputs = self._exact_and_inputs(y)
+        return exact, inputs, {}
+
     def _snapshot(self) -> tuple:
         if not self.shared:
             return ()
@@ -211,6 +241,169 @@ class TargetDensity:
         return all(
             np.array_equal(old, s.get_value(borrow=True)) for old, s in zip(self._cur_shared, self.shared.values())
         )
+
+
+class GradientUnavailableError(ValueError):
+    """PyTensor cannot differentiate a term whose gradient a step needs.
+
+    ``what`` is ``"prior"`` or ``"likelihood"``: the part of the model that has no gradient.
+    """
+
+    def __init__(self, message: str, what: str = "likelihood"):
+        super().__init__(message)
+        self.what = what
+
+
+class SplitTargetDensity(TargetDensity):
+    r"""The model's log density split into the prior and the likelihood, compiled separately.
+
+    .. math::
+        \log \pi(x) = \underbrace{\log p(x)}_{\text{prior}}
+        + \underbrace{\ell_{\text{exact}}(x) + \sum_k \log \hat L_k(x)}_{\text{log-likelihood } \ell(x)},
+
+    where :math:`\log p` is the sum of the free variables' terms (Jacobians of their transforms
+    included) and :math:`\ell_{\text{exact}}` the observed variables' terms plus the ordinary
+    potentials. Delayed-acceptance steps need the prior at every proposal, but the (expensive)
+    likelihood only at the proposals that survive the surrogate screen, so the two are separate
+    compiled functions: :meth:`prior` and :meth:`evaluate`. Everything about the current state
+    and the pseudo-marginal estimates is as in :class:`TargetDensity`; ``n_evals`` counts
+    likelihood evaluations and ``n_prior_evals`` prior evaluations.
+
+    Parameters
+    ----------
+    model, vars, initial_point, compile_kwargs, step_name
+        As for :class:`TargetDensity`.
+    prior_gradient : bool
+        Also compile :math:`\nabla \log p` with respect to the raveled block (returned with the
+        prior by :meth:`prior`).
+    loglik_gradient : bool
+        Also compile :math:`\nabla \ell_{\text{exact}}`, in the same function as the likelihood, so
+        an evaluation returns both at once. Raises :class:`GradientUnavailableError` if the model has
+        a pseudo-marginal term (a random estimate has no gradient) or a likelihood term PyTensor
+        cannot differentiate (e.g. a black-box Op without ``grad``).
+
+    Raises
+    ------
+    ValueError
+        If the model has no likelihood term at all (no observed variables, no potentials).
+    """
+
+    def __init__(
+        self,
+        model,
+        vars,
+        initial_point,
+        compile_kwargs=None,
+        step_name: str = "step",
+        *,
+        prior_gradient: bool = False,
+        loglik_gradient: bool = False,
+    ):
+        self.prior_gradient = bool(prior_gradient)
+        self.loglik_gradient = bool(loglik_gradient)
+        self.n_prior_evals = 0
+        super().__init__(model, vars, initial_point, compile_kwargs, step_name)
+
+    def _compile(self, model, vars, initial_point, compile_kwargs):
+        estimated = {id(t.potential) for t in self.terms}
+        lik_terms = model.observed_RVs + [p for p in model.potentials if id(p) not in estimated]
+        if not lik_terms and not self.terms:
+            raise ValueError(
+                f"{self.step_name} screens proposals with a surrogate of the log-likelihood, but this "
+                "model has no likelihood term: no observed variables and no potentials (pm.Potential or "
+                "PseudoMarginalPotential). Add the data with observed=..., or, if the whole density is "
+                "cheap prior terms, sample it with pm.sample() or KameleonMetropolis instead."
+            )
+        prior = model.logp(vars=model.free_RVs)
+        loglik = model.logp(vars=lik_terms) if lik_terms else pt.constant(0.0, dtype="float64")
+        estimator_inputs = model.replace_rvs_by_values([x for t in self.terms for x in t.inputs])
+        outputs, inarray = join_nonshared_inputs(
+            point=initial_point,
+            outputs=[prior, loglik, *estimator_inputs],
+            inputs=vars,
+            shared_inputs=self.shared,
+        )
+        prior_out, loglik_out, *inputs_out = outputs
+        prior_outputs, loglik_outputs = [prior_out], [loglik_out]
+        if self.loglik_gradient and self.terms:
+            names = [t.name for t in self.terms]
+            raise GradientUnavailableError(
+                f"PseudoMarginalPotential {names} "
+                f"{'is a random estimate' if len(names) == 1 else 'are random estimates'} "
+                "of the likelihood and has no gradient.",
+                "likelihood",
+            )
+        wanted = []
+        if self.prior_gradient:
+            wanted.append(("prior", prior_out, prior_outputs))
+        if self.loglik_gradient:
+            wanted.append(("likelihood", loglik_out, loglik_outputs))
+        for what, out, dest in wanted:
+            try:
+                dest.append(pt.grad(out, inarray, disconnected_inputs="ignore"))
+            except Exception as err:  # NotImplementedError, NullTypeGradError, misuse errors, ...
+                raise GradientUnavailableError(
+                    f"PyTensor cannot differentiate the model's {what} terms ({type(err).__name__}: {err}).",
+                    what,
+                ) from err
+        kwargs = dict(compile_kwargs or {})
+        self._prior_fn = compile_pytensor(
+            [inarray], prior_outputs if self.prior_gradient else prior_out, **kwargs
+        )
+        self._prior_fn.trust_input = True
+        self._single_output = not self.loglik_gradient and not self.terms
+        self._fn = compile_pytensor(
+            [inarray], loglik_out if self._single_output else [*loglik_outputs, *inputs_out], **kwargs
+        )
+        self._fn.trust_input = True
+        self._n_lik_outputs = len(loglik_outputs)
+        self.dtype = inarray.type.dtype
+
+    # ------------------------------------------------------------- evaluation
+    def prior(self, x):
+        """Log prior at ``x`` (and its gradient, or None): ``(log_prior, grad_log_prior)``."""
+        self.n_prior_evals += 1
+        out = self._prior_fn(np.asarray(x, dtype=self.dtype))
+        if self.prior_gradient:
+            return float(out[0]), np.array(out[1], dtype=float, copy=True)
+        return float(out), None
+
+    def _loglik_and_inputs(self, x):
+        """Exact log-likelihood part, its gradient (or None) and the estimators' inputs at ``x``."""
+        self.n_evals += 1
+        out = self._fn(np.asarray(x, dtype=self.dtype))
+        if self._single_output:
+            return float(out), None, ()
+        grad = np.array(out[1], dtype=float, copy=True) if self.loglik_gradient else None
+        grouped, start = [], self._n_lik_outputs
+        for count in self._input_counts:
+            grouped.append(tuple(np.asarray(v) for v in out[start : start + count]))
+            start += count
+        return float(out[0]), grad, tuple(grouped)
+
+    def evaluate(self, x, prior=None) -> Evaluation:
+        """Prior and likelihood at a proposal ``x``, with fresh estimates.
+
+        ``prior`` is ``(log_prior, grad_log_prior)`` from :meth:`prior` if already computed. Where
+        the prior is not finite the likelihood is not evaluated (``logp`` is ``-inf``, or NaN for a
+        NaN/+inf prior); where the exact likelihood part is not finite no estimator is called.
+        """
+        lp, glp = self.prior(x) if prior is None else prior
+        if not math.isfinite(lp):
+            bad = -math.inf if lp == -math.inf else math.nan
+            return Evaluation(bad, bad, log_prior=lp, grad_log_prior=glp)
+        ll, gll, inputs = self._loglik_and_inputs(x)
+        if not math.isfinite(ll):
+            bad = -math.inf if ll == -math.inf else math.nan
+            return Evaluation(bad, bad, (), inputs, lp, ll, glp, gll)
+        estimates = tuple(self._estimate(t, v) for t, v in zip(self.terms, inputs))
+        exact = lp + ll
+        return Evaluation(exact + sum(estimates), exact, estimates, inputs, lp, ll, glp, gll)
+
+    def _current_parts(self, y):
+        lp, glp = self.prior(y)
+        ll, gll, inputs = self._loglik_and_inputs(y)
+        return lp + ll, inputs, dict(log_prior=lp, exact_loglik=ll, grad_log_prior=glp, grad_exact_loglik=gll)
 
 
 def _same(a, b) -> bool:

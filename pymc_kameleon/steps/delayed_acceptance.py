@@ -1,0 +1,1168 @@
+r"""GP-surrogate delayed acceptance as PyMC steps: ``GPDelayedAcceptanceMH``, ``GPDelayedAcceptanceMALA``.
+
+For a posterior :math:`\pi(\theta) \propto e^{\ell(\theta)} p(\theta)` whose log-likelihood
+:math:`\ell` (the model's observed terms plus its potentials) is expensive, a Gaussian process
+over the exact evaluations of :math:`\ell` screens proposals (Benavoli, Wyse & White, "Gaussian
+Processes to speed up MCMC with automatic exploratory-exploitation effect"). With :math:`x` the
+current state, :math:`y \sim Q(\cdot \mid x)` the proposal and :math:`\mu, \sigma^2` the GP's
+predictive mean and variance:
+
+Stage 1 (paper eq. 4), free: the GP is marginalised (log-normal mean), so
+
+.. math::
+    \alpha_1(x, y) = 1 \wedge \frac{e^{\mu(y) + \sigma^2(y)/2}\, p(y)\, Q(x \mid y)}
+                                  {e^{\ell(x)}\, p(x)\, Q(y \mid x)},
+
+which rewards proposals where the GP is uncertain (exploration).
+
+Stage 2 (paper eq. 6), paid: only survivors of stage 1 get an exact :math:`\ell(y)`, and
+
+.. math::
+    \alpha_2(x, y) = 1 \wedge \frac{e^{\ell(y)} p(y)\, Q(x \mid y)\, \alpha_1(y, x)}
+                                  {e^{\ell(x)} p(x)\, Q(y \mid x)\, \alpha_1(x, y)}.
+
+The prior is always exact. Because one surrogate (the GP before the new evaluation is added)
+gives both :math:`\alpha_1(x, y)` and :math:`\alpha_1(y, x)`, each step is reversible with respect
+to the exact posterior, however poor the GP is. The new evaluation joins the GP only *after*
+the step's decision. The ratios themselves live in :mod:`pymc_kameleon.core.delayed_acceptance`;
+this module runs them inside PyMC.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pymc as pm
+from pymc.blocking import RaveledVars
+from pymc.step_methods.arraystep import ArrayStepShared
+from pymc.step_methods.compound import Competence
+
+from pymc_kameleon.core.adaptation import HistoryBuffer, RobbinsMonro
+from pymc_kameleon.core.delayed_acceptance import (
+    CURRENT_VALUES,
+    DAPoint,
+    delayed_acceptance_log_ratios,
+    langevin_log_density,
+    log_alpha1,
+    mala_delayed_acceptance_log_ratios,
+    mala_log_alpha1,
+    mala_point,
+    surrogate_point,
+)
+from pymc_kameleon.core.gp import GPSurrogate
+from pymc_kameleon.core.kameleon import KameleonProposal, ProposalAtPoint
+from pymc_kameleon.core.kernels import make_kernel, median_heuristic_bandwidth
+from pymc_kameleon.core.linalg import SingularCovarianceError, jittered_cholesky
+from pymc_kameleon.core.mh import accept_probability, metropolis_accept, mh_log_ratio
+from pymc_kameleon.steps._common import GradientUnavailableError, SplitTargetDensity, continuous_value_vars
+
+__all__ = ["GPDelayedAcceptanceMALA", "GPDelayedAcceptanceMH"]
+
+_PROPOSALS = ("random_walk", "kameleon")
+_GP_AFTER_TUNING = ("grow", "freeze")
+_HYPERPARAMETER_KEYS = ("lengthscales", "signal_variance", "noise_variance", "mean")
+# Extra statistics for models with a PseudoMarginalPotential (as in KameleonMetropolis).
+_PSEUDO_MARGINAL_STATS = {
+    "loglik_estimate": (np.float64, []),
+    "estimator_calls": (np.int64, []),
+}
+# Largest move of a Robbins-Monro log-scale in one step (bounds the importance-weighted signal).
+_MAX_LOG_SCALE_STEP = 0.5
+# Kameleon option: gamma="auto" fraction and probe points, as in KameleonMetropolis.
+_AUTO_GAMMA_FRACTION = 0.2
+_SCALE_PROBE_POINTS = 20
+
+
+def _check_number(name, value, *, integer=False, minimum=None, strict=True):
+    ok = isinstance(value, (int, np.integer)) if integer else isinstance(value, (int, float, np.number))
+    ok = ok and not isinstance(value, bool) and bool(np.isfinite(value))
+    if ok and minimum is not None:
+        ok = value > minimum if strict else value >= minimum
+    if not ok:
+        kind = "an integer" if integer else "a finite number"
+        bound = "" if minimum is None else f" {'>' if strict else '>='} {minimum}"
+        raise ValueError(f"{name} must be {kind}{bound}, got {value!r}.")
+
+
+def _same(a, b) -> bool:
+    return a is not None and a.shape == b.shape and bool((a == b).all())
+
+
+class _GPDelayedAcceptanceBase(ArrayStepShared):
+    """Shared machinery: options, the split target, the GP and its schedule, proposal scale, stats."""
+
+    default_blocked = True
+    # Keeps the pseudo-marginal estimate at the current state (see pseudo_marginal.py).
+    exact_pseudo_marginal = True
+    stats_dtypes_shapes = {
+        # Probability of accepting this proposal given the stage-1 outcome: alpha2 if stage 1
+        # passed, else 0 (in the exact warm-up, the plain MH probability). Its mean is the
+        # overall acceptance rate E[alpha1 alpha2]; the scale adaptation uses it.
+        "accept": (np.float64, []),
+        # float64 like pm.Metropolis: stats of one name must share a dtype across a CompoundStep.
+        "accepted": (np.float64, []),
+        "stage1_accept": (np.float64, []),
+        "stage2_accept": (np.float64, []),
+        "exact_eval": (bool, []),
+        "n_exact_evals": (np.int64, []),
+        "gp_sd": (np.float64, []),
+        "gp_points": (np.int64, []),
+        "screened": (bool, []),
+        "gp_refit": (bool, []),
+        "tune": (bool, []),
+        "scaling": (np.float64, []),
+    }
+    _default_target_accept = 0.234
+    _uses_prior_gradient = False
+
+    def __init__(
+        self,
+        vars=None,
+        *,
+        target_accept=None,
+        initial_points=None,
+        max_points=None,
+        fit_hyperparameters=True,
+        hyperparameters=None,
+        fit_max_points=None,
+        noise_variance="auto",
+        current_value="exact",
+        gp_after_tuning="grow",
+        jitter=1e-8,
+        initial_scale=1.0,
+        adapt_interval=100,
+        learning_rate=1.0,
+        history_size=10_000,
+        loglik_gradient=False,
+        model=None,
+        initial_point=None,
+        compile_kwargs=None,
+        rng=None,
+        blocked=True,
+    ):
+        model = pm.modelcontext(model)
+        name = type(self).__name__
+        if target_accept is None:
+            target_accept = self._default_target_accept
+        if not (isinstance(target_accept, (int, float)) and 0.0 < target_accept < 1.0):
+            raise ValueError(f"target_accept must be in (0, 1), got {target_accept!r}.")
+        if current_value not in CURRENT_VALUES:
+            raise ValueError(f"current_value must be one of {CURRENT_VALUES}, got {current_value!r}.")
+        if gp_after_tuning not in _GP_AFTER_TUNING:
+            raise ValueError(f"gp_after_tuning must be one of {_GP_AFTER_TUNING}, got {gp_after_tuning!r}.")
+        if not isinstance(fit_hyperparameters, bool):
+            raise ValueError(f"fit_hyperparameters must be True or False, got {fit_hyperparameters!r}.")
+        if isinstance(noise_variance, str):
+            if noise_variance not in ("auto", "fit"):
+                raise ValueError(
+                    f'noise_variance must be "auto", "fit" or a number >= 0, got {noise_variance!r}.'
+                )
+        else:
+            _check_number("noise_variance", noise_variance, minimum=0, strict=False)
+        _check_number("jitter", jitter, minimum=0, strict=False)
+        _check_number("initial_scale", initial_scale, minimum=0)
+        _check_number("adapt_interval", adapt_interval, integer=True, minimum=0)
+        _check_number("learning_rate", learning_rate, minimum=0)
+        _check_number("history_size", history_size, integer=True, minimum=1)
+
+        if initial_point is None:
+            initial_point = model.initial_point()
+        vars = continuous_value_vars(vars, model, name)
+        self.dim = d = int(sum(np.size(initial_point[v.name]) for v in vars))
+        try:
+            self._target = SplitTargetDensity(
+                model, vars, initial_point, compile_kwargs, name,
+                prior_gradient=self._uses_prior_gradient, loglik_gradient=loglik_gradient,
+            )
+        except GradientUnavailableError as err:
+            if err.what == "prior":
+                raise ValueError(
+                    f"{name} needs the gradient of the log prior for its Langevin drift: {err} "
+                    "Use GPDelayedAcceptanceMH, which needs no gradients."
+                ) from err
+            raise ValueError(
+                f"{name} needs the gradient of the log-likelihood for the GP's derivative "
+                f"observations, and this model has none: {err} Use GPDelayedAcceptanceMH, which "
+                f"needs no gradients, or {name}(gradient_observations=False), which drives the "
+                "Langevin drift by the gradient of a GP fitted to log-likelihood values only."
+            ) from err
+        self.loglik_gradient = bool(loglik_gradient)
+        rows = d + 1 if self.loglik_gradient else 1
+
+        if initial_points is None:
+            initial_points = max(10, 2 * (d + 1))
+        _check_number("initial_points", initial_points, integer=True, minimum=1, strict=False)
+        if max_points is None:
+            max_points = max(1000 // rows, 2 * initial_points)
+        _check_number("max_points", max_points, integer=True, minimum=1, strict=False)
+        if max_points < initial_points:
+            raise ValueError(
+                f"max_points ({max_points}) must be at least initial_points ({initial_points}): the GP "
+                "is seeded with initial_points exact evaluations."
+            )
+        if fit_max_points is None:
+            fit_max_points = max(20, 300 // rows)
+        _check_number("fit_max_points", fit_max_points, integer=True, minimum=2, strict=False)
+        self._fixed_hyper = self._check_hyperparameters(hyperparameters, d)
+        self._gp_mean = self._fixed_hyper.pop("mean", "gls") if self._fixed_hyper else "gls"
+
+        noisy = self._target.has_estimates if noise_variance == "auto" else noise_variance == "fit"
+        self.fit_noise = bool(noisy)
+        self.noise_variance_spec = noise_variance
+        self.target_accept = float(target_accept)
+        self.initial_points = int(initial_points)
+        self.max_points = int(max_points)
+        self.fit_max_points = int(fit_max_points)
+        self.fit_hyperparameters = fit_hyperparameters
+        self.hyperparameters = None if hyperparameters is None else dict(hyperparameters)
+        self.current_value = current_value
+        self.gp_after_tuning = gp_after_tuning
+        self.jitter = float(jitter)
+        self.initial_scale = float(initial_scale)
+        self.adapt_interval = int(adapt_interval)
+        self.learning_rate = float(learning_rate)
+        self.history_size = int(history_size)
+
+        if self._target.has_estimates:
+            # PyMC reads both attributes from the instance (BlockedStep.__new__ sets them).
+            self.stats_dtypes_shapes = {**type(self).stats_dtypes_shapes, **_PSEUDO_MARGINAL_STATS}
+            self.stats_dtypes = [{k: dtype for k, (dtype, _) in self.stats_dtypes_shapes.items()}]
+        self.tune = True
+        super().__init__(vars, self._target.shared, blocked=blocked, rng=rng)
+        self._reset_chain_state()
+
+    @staticmethod
+    def _check_hyperparameters(hyperparameters, d):
+        if hyperparameters is None:
+            return None
+        if not isinstance(hyperparameters, dict) or not set(hyperparameters) <= set(_HYPERPARAMETER_KEYS):
+            raise ValueError(
+                f"hyperparameters must be a dict with keys among {_HYPERPARAMETER_KEYS}, "
+                f"got {hyperparameters!r}."
+            )
+        out = {}
+        if "lengthscales" in hyperparameters:
+            ell = np.asarray(hyperparameters["lengthscales"], dtype=float)
+            try:
+                ell = np.broadcast_to(ell, (d,)).copy()
+            except ValueError:
+                raise ValueError(
+                    f"hyperparameters['lengthscales'] must be a number or have length {d}, "
+                    f"got shape {ell.shape}."
+                ) from None
+            if not (np.all(np.isfinite(ell)) and np.all(ell > 0)):
+                raise ValueError(f"hyperparameters['lengthscales'] must be positive, got {ell!r}.")
+            out["lengthscales"] = ell
+        if "signal_variance" in hyperparameters:
+            _check_number("hyperparameters['signal_variance']", hyperparameters["signal_variance"], minimum=0)
+            out["signal_variance"] = float(hyperparameters["signal_variance"])
+        if "noise_variance" in hyperparameters:
+            _check_number(
+                "hyperparameters['noise_variance']",
+                hyperparameters["noise_variance"],
+                minimum=0,
+                strict=False,
+            )
+            out["noise_variance"] = float(hyperparameters["noise_variance"])
+        if "mean" in hyperparameters:
+            _check_number("hyperparameters['mean']", hyperparameters["mean"])
+            out["mean"] = float(hyperparameters["mean"])
+        return out
+
+    # ------------------------------------------------------------------ state
+    def _new_gp(self, **hyper):
+        noise = hyper.pop("noise_variance", None)
+        if noise is None:
+            noise = 0.0 if isinstance(self.noise_variance_spec, str) else float(self.noise_variance_spec)
+        return GPSurrogate(
+            self.dim,
+            lengthscales=hyper.get("lengthscales", 1.0),
+            signal_variance=hyper.get("signal_variance", 1.0),
+            noise_variance=noise,
+            fit_noise=self.fit_noise,
+            mean=self._gp_mean,
+            jitter=self.jitter,
+            max_points=self.max_points,
+            gradients=self.loglik_gradient,
+        )
+
+    def _reset_chain_state(self):
+        """Forget everything learned in a previous chain (GP, proposal scale, counters)."""
+        self._gp = self._new_gp(**dict(self._fixed_hyper or {}))
+        self._gp_version = 0
+        self._train_grads = []  # gradient observations, in the order of the GP's points
+        self._warm = True  # exact warm-up that seeds the GP
+        self._seeded = False  # whether the chain's starting point is in the GP
+        self._next_fit = self.initial_points
+        self._fitted_at = 0  # training-set size at the last hyperparameter fit (0: never)
+        self._n_fits = 0
+        self._warned_singular = False
+        self._scale = RobbinsMonro(self.initial_scale, self.target_accept, self.learning_rate)
+        self._precond_chol = np.eye(self.dim)  # Cholesky factor of the adapted covariance
+        self._precond_trace = float(self.dim)
+        self._history = HistoryBuffer(self.dim, max(self.history_size, 2))
+        self._tune_steps = 0
+        self._cache = None  # (gp version, point, surrogate point at the current state)
+        self._target.reset()
+        self._evals_at_reset = self._target.n_evals
+
+    def reset_tuning(self):
+        """Reset per-chain state (PyMC calls this before each chain)."""
+        self._reset_chain_state()
+
+    def setup_chain(self, rng, tune, draws):
+        """PyMC 6 hook called before each chain: set the rng and reset per-chain state."""
+        parent = getattr(super(), "setup_chain", None)
+        if parent is not None:
+            parent(rng, tune, draws)
+        else:
+            self.set_rng(rng)
+        self._reset_chain_state()
+
+    def stop_tuning(self):
+        """End of tuning: a last hyperparameter fit if the training set grew, then freeze everything."""
+        if self.tune and self._tune_steps > 0:
+            if self.fit_hyperparameters and not self._warm and self._gp.n_points >= 1.25 * self._fitted_at:
+                self._fit()
+            if self._warm:
+                warnings.warn(
+                    f"{type(self).__name__}: tuning ended after {self._tune_steps} steps, still in the exact "
+                    f"warm-up ({self._gp.n_points} of initial_points={self.initial_points} GP points). "
+                    "The GP screens proposals from now on, but its hyperparameters were never fitted; "
+                    "increase `tune` or lower `initial_points`.",
+                    UserWarning,
+                    stacklevel=2,
+                )
+        super().stop_tuning()
+
+    @staticmethod
+    def competence(var, has_grad):
+        if var.dtype in pm.discrete_types:
+            return Competence.INCOMPATIBLE
+        return Competence.COMPATIBLE
+
+    # ------------------------------------------------------------ properties
+    @property
+    def gp(self) -> GPSurrogate:
+        """The GP surrogate of the log-likelihood (of the chain run last)."""
+        return self._gp
+
+    @property
+    def n_exact_evals(self) -> int:
+        """Exact likelihood evaluations in the current chain, including the one at its start."""
+        return self._target.n_evals - self._evals_at_reset
+
+    # ------------------------------------------------------------ the GP
+    def _gp_accepts_points(self) -> bool:
+        return self.tune or self._warm or self.gp_after_tuning == "grow"
+
+    def _add_training_point(self, theta, ll, grad=None) -> bool:
+        """Condition the GP on one exact evaluation (after the step's decision)."""
+        if not self._gp_accepts_points() or not (math.isfinite(ll)):
+            return False
+        if grad is not None and not np.all(np.isfinite(grad)):
+            return False
+        if self.loglik_gradient and grad is None:
+            return False
+        try:
+            added = self._gp.add(theta, ll, grad)
+        except SingularCovarianceError:
+            if not self._warned_singular:
+                self._warned_singular = True
+                warnings.warn(
+                    f"{type(self).__name__}: a new GP point duplicates stored ones numerically and was "
+                    "skipped (raise `jitter` if this happens often).",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+            return False
+        if added:
+            self._gp_version += 1
+            if self.loglik_gradient:
+                self._train_grads.append(np.array(grad, dtype=float))
+        return added
+
+    def _end_warm_up(self) -> bool:
+        """Set the hyperparameters (heuristics, then a fit if tuning). Returns whether it fitted."""
+        self._warm = False
+        fixed = self._fixed_hyper or {}
+        X, y = self._gp.X, self._gp.values
+        ell = np.std(X, axis=0) if X.shape[0] > 1 else np.ones(self.dim)
+        fallback = self._scale.value * np.sqrt(self._precond_trace / self.dim)
+        ell = np.where(ell > 0, ell, fallback)
+        vy = float(np.var(y)) if y.size > 1 else 1.0
+        vy = vy if vy > 0 else 1.0
+        hyper = {
+            "lengthscales": fixed.get("lengthscales", ell),
+            "signal_variance": fixed.get("signal_variance", vy),
+        }
+        if self.fit_noise and "noise_variance" not in fixed:
+            hyper["noise_variance"] = 0.01 * vy
+        self._gp.set_hyperparameters(**hyper)
+        self._gp_version += 1
+        if self.fit_hyperparameters and self.tune:
+            self._fit(n_restarts=2)
+            return True
+        return False
+
+    def _fit(self, n_restarts=0):
+        """Fit the hyperparameters by marginal likelihood on the latest ``fit_max_points`` points."""
+        gp = self._gp
+        n = gp.n_points
+        if n < 2:
+            return
+        m = min(n, self.fit_max_points)
+        X, y = gp.X[n - m :], gp.values[n - m :]
+        sub = GPSurrogate(
+            self.dim,
+            lengthscales=gp.lengthscales,
+            signal_variance=gp.signal_variance,
+            noise_variance=gp.noise_variance,
+            fit_noise=self.fit_noise,
+            mean=self._gp_mean,
+            jitter=self.jitter,
+            max_points=m,
+            gradients=self.loglik_gradient,
+        )
+        for i in range(m):
+            grad = self._train_grads[n - m + i] if self.loglik_gradient else None
+            try:
+                sub.add(X[i], y[i], grad)
+            except SingularCovarianceError:
+                continue
+        try:
+            sub.fit_hyperparameters(n_restarts=n_restarts, rng=self.rng)
+            gp.set_hyperparameters(
+                lengthscales=sub.lengthscales,
+                signal_variance=sub.signal_variance,
+                noise_variance=sub.noise_variance,
+            )
+        except SingularCovarianceError:
+            gp.refit()  # keep the previous hyperparameters
+        self._gp_version += 1
+        self._fitted_at = n
+        self._n_fits += 1
+        self._next_fit = 2 * n
+
+    def _after_exact_evaluation(self) -> bool:
+        """Hyperparameter schedule: fit when the training set doubled (tuning only); whether it fitted."""
+        if self._warm:
+            if self._gp.n_points >= self.initial_points:
+                return self._end_warm_up()
+            return False
+        if self.fit_hyperparameters and self.tune and self._gp.n_points >= self._next_fit:
+            self._fit()
+            return True
+        return False
+
+    def _current_point(self, x, evaluation, make):
+        """Surrogate values at the current state, cached per (GP version, point)."""
+        cached = self._cache
+        if (
+            cached is not None
+            and cached[0] == self._gp_version
+            and cached[3] is evaluation
+            and _same(cached[1], x)
+        ):
+            return cached[2]
+        value = make()
+        self._cache = (self._gp_version, np.array(x, copy=True), value, evaluation)
+        return value
+
+    # ------------------------------------------------------------ proposal scale
+    def _rm_update(self, rm, value):
+        r"""Robbins-Monro step with the adaptation signal ``value``, moving the log-scale by at most 0.5.
+
+        ``value`` is an unbiased estimate of the exact MH acceptance probability (see :meth:`astep`);
+        it can exceed 1, and capping the step keeps a rare large weight from throwing the scale.
+        """
+        gain = rm.learning_rate * (rm.t + 1) ** (-rm.decay)
+        rm.update(min(float(value), rm.target + _MAX_LOG_SCALE_STEP / gain))
+
+    def _adapt(self, y_new, adapt_value):
+        """Robbins-Monro on the scale; every ``adapt_interval`` tuning steps, the empirical covariance."""
+        if not self.tune:
+            return
+        self._tune_steps += 1
+        self._history.append(y_new)
+        self._rm_update(self._scale, adapt_value)
+        if self._tune_steps % self.adapt_interval == 0:
+            self._refresh_covariance()
+
+    def _refresh_covariance(self):
+        """Adaptive-Metropolis covariance from the later half of the history, with a continuous scale."""
+        pts = self._history.points
+        pts = pts[len(pts) // 2 :]
+        if pts.shape[0] < max(2 * self.dim, 10) or np.unique(pts, axis=0).shape[0] < 2:
+            return False
+        cov = np.atleast_2d(np.cov(pts, rowvar=False))
+        tr = float(np.trace(cov))
+        if not (math.isfinite(tr) and tr > 0):
+            return False
+        cov[np.diag_indices_from(cov)] += 1e-6 * tr / self.dim
+        try:
+            chol, _ = jittered_cholesky(cov, what="adapted proposal covariance")
+        except SingularCovarianceError:
+            return False
+        tr = float(np.trace(cov))
+        # Keep the average proposal variance continuous; Robbins-Monro takes it from there.
+        self._scale.rescale(math.sqrt(self._precond_trace / tr))
+        self._precond_chol = chol
+        self._precond_trace = tr
+        return True
+
+    def _proposal_chol(self):
+        return self._scale.value * self._precond_chol
+
+    # ------------------------------------------------------------ the step
+    def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list]:
+        x = q0.data
+        evals_before = self._target.n_evals
+        estimates_before = self._target.n_estimates
+        cur = self._target.current(x, q0.point_map_info, self.rng)
+        refit = False
+        if not self._seeded:
+            # The starting point seeds the GP.
+            self._seeded = True
+            self._add_training_point(x, cur.loglik, cur.grad_exact_loglik)
+            refit = self._after_exact_evaluation()
+        info = {"stage1": 1.0, "stage2": math.nan, "gp_sd": math.nan, "screened": not self._warm}
+        if self._warm:
+            y_new, accepted, accept_prob, evaluated = self._exact_step(x, cur, info)
+        else:
+            y_new, accepted, accept_prob, evaluated = self._delayed_acceptance_step(x, cur, info)
+        if evaluated is not None:
+            y, ev = evaluated
+            # Only now, after the decision, does the new evaluation join the GP.
+            self._add_training_point(y, ev.loglik, ev.grad_exact_loglik)
+            refit = self._after_exact_evaluation() or refit
+        # The scale adapts to an unbiased estimate of the acceptance probability of plain MH on the
+        # exact target (set by the step; the acceptance probability itself in the warm-up).
+        self._adapt(y_new, info.get("adapt", accept_prob))
+        stats = {
+            "accept": accept_prob,
+            "accepted": float(accepted),
+            "stage1_accept": info["stage1"],
+            "stage2_accept": info["stage2"],
+            "exact_eval": self._target.n_evals > evals_before,
+            "n_exact_evals": self.n_exact_evals,
+            "gp_sd": info["gp_sd"],
+            "gp_points": self._gp.n_points,
+            "screened": info["screened"],
+            "gp_refit": refit,
+            "tune": self.tune,
+            "scaling": self._scale.value,
+        }
+        if self._target.has_estimates:
+            stats["loglik_estimate"] = self._target.current_log_estimate
+            stats["estimator_calls"] = self._target.n_estimates - estimates_before
+        return RaveledVars(y_new, q0.point_map_info), [stats]
+
+    def _finish(self, x, y, accepted, evaluation):
+        if accepted:
+            self._target.accept(y, evaluation)
+            return y
+        return x
+
+    def _stage2_log_ratios(self, current, proposal, *args):
+        """Both stage-1 log probabilities and the stage-2 log ratio (a hook for tests)."""
+        raise NotImplementedError
+
+
+class GPDelayedAcceptanceMH(_GPDelayedAcceptanceBase):
+    r"""Two-stage Metropolis-Hastings with a Gaussian-process surrogate of the log-likelihood.
+
+    For expensive likelihoods (ODE solutions, simulators, big data): a GP over the exact
+    log-likelihood evaluations made so far screens each proposal for free, and only the
+    survivors pay for an exact evaluation (Benavoli, Wyse & White). The prior is always exact.
+    The "log-likelihood" :math:`\ell` is the model's observed terms plus all its potentials
+    (including :func:`~pymc_kameleon.PseudoMarginalPotential` estimates); the prior
+    :math:`p` is the free variables' terms, Jacobians included.
+
+    With :math:`x` the current state, :math:`y \sim Q(\cdot \mid x)` and :math:`\mu, \sigma^2` the
+    GP's predictive mean and variance of :math:`\ell`:
+
+    **Stage 1** (paper eq. 4): accept with
+
+    .. math::
+        \alpha_1(x, y) = 1 \wedge \frac{e^{\mu(y) + \sigma^2(y)/2}\, p(y)\, Q(x \mid y)}
+                                      {e^{\ell(x)}\, p(x)\, Q(y \mid x)},
+
+    the GP marginalised (log-normal mean); where the GP is uncertain the bonus
+    :math:`\sigma^2/2` lets proposals through (exploration). A rejection costs nothing.
+
+    **Stage 2** (paper eq. 6): evaluate :math:`\ell(y)` exactly and accept with
+
+    .. math::
+        \alpha_2(x, y) = 1 \wedge \frac{e^{\ell(y)} p(y)\, Q(x \mid y)\, \alpha_1(y, x)}
+                                      {e^{\ell(x)} p(x)\, Q(y \mid x)\, \alpha_1(x, y)}.
+
+    Both :math:`\alpha_1` come from the same GP, the one before :math:`y` is added, so each step
+    is reversible with respect to the exact posterior whatever the surrogate's quality. The new
+    evaluation is added to the GP after the decision.
+
+    **The GP** (:class:`~pymc_kameleon.core.gp.GPSurrogate`): squared-exponential ARD kernel,
+    constant (generalised-least-squares) mean, noise-free interpolation with a relative nugget
+    ``jitter``; points are appended by an :math:`O(t^2)` Cholesky update.
+
+    - *Initialisation.* The chain starts with an exact warm-up: plain MH steps with the base
+      proposal, each evaluating the likelihood at its proposal, until the GP holds
+      ``initial_points`` evaluations (the starting point plus one per warm-up step, whether
+      accepted or not). Then length scales are set to the spread of those points and the signal
+      variance to the variance of their values, and (during tuning) the hyperparameters are
+      fitted by marginal likelihood, with two random restarts.
+    - *Hyperparameter schedule.* During tuning only, refitted whenever the training set has
+      doubled since the last fit (geometric schedule: ``initial_points``, then about 2x, 4x, ...),
+      and once more at the end of tuning if it grew by a quarter since. Each fit uses the latest
+      ``fit_max_points`` points (L-BFGS-B, warm-started), then the full GP is refactorised once.
+      After tuning the hyperparameters are frozen (the diminishing adaptation of the paper's
+      Proposition 2.3).
+    - *Cap.* At ``max_points`` points the GP stops growing and stays fixed: later evaluations are
+      still exact, but not added (a sliding window would cost an :math:`O(t^3)` refactorisation
+      per step). The chain is exact either way.
+
+    **Base proposal.** ``"random_walk"`` (default): :math:`Q(\cdot \mid x) = \mathcal N(x, s^2 \hat\Sigma)`,
+    adaptive Metropolis: during tuning :math:`\log s` follows Robbins-Monro toward
+    ``target_accept`` and every ``adapt_interval`` steps :math:`\hat\Sigma` is reset to the
+    empirical covariance of the later half of the history (the scale rescaled so the average
+    proposal variance is unchanged); frozen after tuning. ``"kameleon"``: the Kameleon proposal
+    of :class:`~pymc_kameleon.KameleonMetropolis` (a random walk until the first history
+    subsample after ``adapt_interval`` tuning steps; then :math:`\log\nu^2` is adapted in the same
+    way); its asymmetric :math:`Q` terms enter both stages.
+
+    *Adaptation signal.* The scale is tuned for the exact target, not for the surrogate: the
+    Robbins-Monro signal is :math:`\alpha_{MH}(x, y) / \alpha_1(x, y)` for a proposal that passed
+    stage 1 and 0 otherwise, where :math:`\alpha_{MH}` is the plain Metropolis-Hastings acceptance
+    probability (known once :math:`\ell(y)` is). Stage 1 passes with probability
+    :math:`\alpha_1`, so this is an unbiased estimate of :math:`\alpha_{MH}` at no extra cost, and
+    a poor surrogate, whose stage-1 rejections do not depend on the scale, cannot shrink the
+    proposal. (A single step moves the log-scale by at most 0.5.) With a good surrogate
+    :math:`\alpha_1 \approx \alpha_{MH}` and the signal is the overall acceptance.
+
+    Parameters
+    ----------
+    vars : list of variables, optional
+        Continuous variables to sample (default: all continuous free variables). The GP models
+        the likelihood as a function of these; sample all continuous variables in one block if
+        you can (inside a ``CompoundStep`` the chain is still exact, but the likelihood moves
+        with the other blocks and the GP's old values go stale).
+    proposal : {"random_walk", "kameleon"}, default "random_walk"
+    target_accept : float, default 0.234
+        Target acceptance rate of the scale adaptation (for plain MH on the exact target, see
+        *Adaptation signal*).
+    initial_points : int, optional
+        Exact evaluations (starting point included) that seed the GP before screening starts.
+        Default ``max(10, 2 (d + 1))``.
+    max_points : int, optional
+        Cap on the GP's training points (see above). Default 1000.
+    fit_hyperparameters : bool, default True
+        Fit the hyperparameters by marginal likelihood during tuning. With False they stay at
+        ``hyperparameters`` (or the warm-up heuristics).
+    hyperparameters : dict, optional
+        Starting (with ``fit_hyperparameters=False``: fixed) values for ``lengthscales`` (a
+        number or one per coordinate), ``signal_variance`` and ``noise_variance``; and
+        ``mean``, a fixed constant prior mean of the log-likelihood (by default the
+        generalised-least-squares estimate from the training values, refreshed as points come).
+    fit_max_points : int, optional
+        Most recent points used by a hyperparameter fit. Default 300.
+    noise_variance : "auto", "fit" or float, default "auto"
+        Observation noise of the GP's values. ``"auto"``: 0 (interpolation) for exact
+        likelihoods, fitted for models with a PseudoMarginalPotential, whose estimates are noisy.
+        ``"fit"``: always fitted. A number: fixed.
+    current_value : {"exact", "surrogate"}, default "exact"
+        What stands for :math:`\ell` at the state a move starts from in :math:`\alpha_1`: the
+        exact value (as above; Peskun-better) or the surrogate's :math:`\mu + \sigma^2/2`
+        (stage 2 is then Christen & Fox's form). See :mod:`pymc_kameleon.core.delayed_acceptance`.
+    gp_after_tuning : {"grow", "freeze"}, default "grow"
+        ``"grow"``: keep adding exact evaluations after tuning (as in the paper; fixed
+        hyperparameters). ``"freeze"``: fix the GP at the end of tuning, so the draws come from one
+        fixed Markov kernel.
+    jitter : float, default 1e-8
+        Relative nugget of the GP.
+    initial_scale : float, default 1.0
+        Starting random-walk scale :math:`s` (on the sampler's unconstrained space).
+    adapt_interval : int, default 100
+        Tuning steps between refreshes of :math:`\hat\Sigma` (and of the Kameleon subsample).
+    learning_rate : float, default 1.0
+        Robbins-Monro gain :math:`\rho_0` (gain :math:`\rho_0 (t+1)^{-0.6}` at tuning step t).
+    history_size : int, default 10000
+        Most history points kept (evenly thinned) for the covariance and the Kameleon subsample.
+    kernel, bandwidth, n_subsample, gamma : optional
+        Kameleon proposal options, as for :class:`~pymc_kameleon.KameleonMetropolis`
+        (``proposal="kameleon"`` only).
+    model, initial_point, compile_kwargs, rng, blocked
+        As for other PyMC step methods.
+
+    Notes
+    -----
+    Sampler statistics:
+
+    - ``accept``: probability of accepting the proposal given the stage-1 outcome, i.e.
+      :math:`\alpha_2` if stage 1 passed and 0 if it failed (in the warm-up, the plain MH
+      probability). Its mean over a chain is the overall acceptance rate
+      :math:`E[\alpha_1\alpha_2]` (the exact :math:`\alpha_1\alpha_2` would need
+      :math:`\alpha_2` also where stage 1 failed, which is never computed).
+    - ``accepted`` (float, as in ``pm.Metropolis``), ``stage1_accept`` (:math:`\alpha_1`; 1 in the
+      warm-up, where every proposal is evaluated), ``stage2_accept`` (:math:`\alpha_2`; NaN if stage
+      2 was not reached).
+    - ``exact_eval``: whether this step evaluated the likelihood exactly (at the proposal, or at
+      the current state at the start of a chain or after another block of a ``CompoundStep``
+      moved); ``n_exact_evals``: running count in this chain, the start included. The fraction of
+      evaluations saved is ``1 - mean(exact_eval)``.
+    - ``gp_sd``: the GP's predictive sd of :math:`\ell` at the proposal (NaN in the warm-up and where
+      the prior is zero);
+      ``gp_points``: training points after the step; ``gp_refit``: whether the hyperparameters
+      were fitted at this step; ``screened``: whether the GP screened this proposal (False in the
+      warm-up).
+    - ``tune``, ``scaling`` (the random-walk scale :math:`s`, or :math:`\nu^2` for Kameleon).
+    - With a PseudoMarginalPotential, also ``loglik_estimate`` and ``estimator_calls`` (as for
+      :class:`~pymc_kameleon.KameleonMetropolis`).
+
+    **Pseudo-marginal likelihoods.** The estimate at the current state is kept until a proposal
+    is accepted (stage 2), fresh estimates are drawn only at stage-2 proposals, and the GP fits a
+    noise variance. The chain is the exact pseudo-marginal delayed-acceptance chain.
+
+    Non-finite values: a proposal whose prior is :math:`-\infty` or NaN is rejected at stage 1
+    without a likelihood evaluation; one whose likelihood is NaN, :math:`\pm\infty` is rejected at
+    stage 2 and not added to the GP. A non-finite density at the starting point is an error.
+
+    References
+    ----------
+    .. [1] Benavoli, A., Wyse, J., White, A. Gaussian Processes to speed up MCMC with automatic
+       exploratory-exploitation effect.
+    .. [2] Christen, J. A., Fox, C. (2005). Markov chain Monte Carlo using an approximation.
+       JCGS 14(4).
+
+    Examples
+    --------
+    >>> import numpy as np, pymc as pm
+    >>> from pymc_kameleon import GPDelayedAcceptanceMH
+    >>> with pm.Model():
+    ...     mu = pm.Normal("mu", 0, 10, shape=2)
+    ...     pm.Normal("y", mu, 1, observed=np.random.default_rng(0).normal(size=(20, 2)))
+    ...     idata = pm.sample(step=GPDelayedAcceptanceMH(), progressbar=False)  # doctest: +SKIP
+    >>> float(idata.sample_stats["exact_eval"].mean())  # doctest: +SKIP
+    """
+
+    name = "gp_da_mh"
+
+    def __init__(
+        self,
+        vars=None,
+        *,
+        proposal="random_walk",
+        target_accept=0.234,
+        initial_points=None,
+        max_points=None,
+        fit_hyperparameters=True,
+        hyperparameters=None,
+        fit_max_points=None,
+        noise_variance="auto",
+        current_value="exact",
+        gp_after_tuning="grow",
+        jitter=1e-8,
+        initial_scale=1.0,
+        adapt_interval=100,
+        learning_rate=1.0,
+        history_size=10_000,
+        kernel="gaussian",
+        bandwidth="median",
+        n_subsample=1000,
+        gamma="auto",
+        model=None,
+        initial_point=None,
+        compile_kwargs=None,
+        rng=None,
+        blocked=True,
+    ):
+        if proposal not in _PROPOSALS:
+            raise ValueError(f"proposal must be one of {_PROPOSALS}, got {proposal!r}.")
+        self.proposal = proposal
+        if proposal == "kameleon":
+            self._kernel_template = make_kernel(kernel)
+            if isinstance(bandwidth, str):
+                if bandwidth != "median":
+                    raise ValueError(f'bandwidth must be "median" or a positive number, got {bandwidth!r}.')
+            else:
+                _check_number("bandwidth", bandwidth, minimum=0)
+            if isinstance(gamma, str):
+                if gamma != "auto":
+                    raise ValueError(f'gamma must be "auto" or a non-negative number, got {gamma!r}.')
+            else:
+                _check_number("gamma", gamma, minimum=0, strict=False)
+            _check_number("n_subsample", n_subsample, integer=True, minimum=0)
+        self.kernel_spec = kernel
+        self.bandwidth_spec = bandwidth
+        self.n_subsample = int(n_subsample) if isinstance(n_subsample, (int, np.integer)) else n_subsample
+        self.gamma_spec = gamma
+        super().__init__(
+            vars,
+            target_accept=target_accept,
+            initial_points=initial_points,
+            max_points=max_points,
+            fit_hyperparameters=fit_hyperparameters,
+            hyperparameters=hyperparameters,
+            fit_max_points=fit_max_points,
+            noise_variance=noise_variance,
+            current_value=current_value,
+            gp_after_tuning=gp_after_tuning,
+            jitter=jitter,
+            initial_scale=initial_scale,
+            adapt_interval=adapt_interval,
+            learning_rate=learning_rate,
+            history_size=history_size,
+            loglik_gradient=False,
+            model=model,
+            initial_point=initial_point,
+            compile_kwargs=compile_kwargs,
+            rng=rng,
+            blocked=blocked,
+        )
+
+    def _reset_chain_state(self):
+        super()._reset_chain_state()
+        self._family = None  # KameleonProposal once the first subsample is drawn
+        self._nu2 = None
+        self._probe_variance = math.nan
+        self._kameleon_version = 0
+        self._cur_kameleon = None  # (version, ProposalAtPoint at the current state)
+
+    # ------------------------------------------------------------ proposals
+    def _draw_proposal(self, x):
+        """Draw :math:`y \\sim Q(\\cdot \\mid x)`.
+
+        Returns ``(y, log Q(y|x), log Q(x|y), extra)``; ``y`` is None if the proposal is invalid.
+        """
+        if self._family is None:
+            y = x + self._proposal_chol() @ self.rng.standard_normal(self.dim)
+            return y, 0.0, 0.0, None
+        at_x = self._kameleon_at_current(x)
+        y, log_q_forward = at_x.sample_with_log_density(self.rng)
+        try:
+            at_y = ProposalAtPoint.from_covariance(y, self._family.covariance(y))
+        except SingularCovarianceError:
+            return None, log_q_forward, math.nan, None
+        return y, log_q_forward, at_y.log_density(x), at_y
+
+    def _kameleon_at_current(self, x) -> ProposalAtPoint:
+        cached = self._cur_kameleon
+        if cached is not None and cached[0] == self._kameleon_version and _same(cached[1].center, x):
+            return cached[1]
+        at = ProposalAtPoint.from_covariance(x, self._family.covariance(x))
+        self._cur_kameleon = (self._kameleon_version, at)
+        return at
+
+    def _accepted_proposal(self, extra):
+        if extra is not None:
+            self._cur_kameleon = (self._kameleon_version, extra)
+
+    # ------------------------------------------------------------ steps
+    def _exact_step(self, x, cur, info):
+        """Warm-up: plain MH with an exact evaluation at every proposal."""
+        y, lq_f, lq_r, extra = self._draw_proposal(x)
+        if y is None:
+            metropolis_accept(-math.inf, self.rng)
+            return x, False, 0.0, None
+        lp_y = self._target.prior(y)
+        ev = self._target.evaluate(y, lp_y)
+        accepted, prob = metropolis_accept(mh_log_ratio(ev.logp, cur.logp, lq_r, lq_f), self.rng)
+        info["stage2"] = prob
+        if accepted:
+            self._accepted_proposal(extra)
+        evaluated = (y, ev) if math.isfinite(ev.log_prior) else None
+        return self._finish(x, y, accepted, ev), accepted, prob, evaluated
+
+    def _delayed_acceptance_step(self, x, cur, info):
+        y, lq_f, lq_r, extra = self._draw_proposal(x)
+        if y is None:  # Kameleon covariance at y singular even with jitter: reject
+            info["stage1"] = 0.0
+            metropolis_accept(-math.inf, self.rng)
+            return x, False, 0.0, None
+        lp_y, _ = self._target.prior(y)
+        ll_x = cur.loglik
+        if self.current_value == "exact":
+            cur_pt = DAPoint(cur.log_prior, math.nan, math.nan, ll_x)
+        else:
+            cur_pt = self._current_point(x, cur, lambda: surrogate_point(self._gp, x, cur.log_prior, ll_x))
+        if math.isfinite(lp_y):
+            prop_pt = surrogate_point(self._gp, y, lp_y)
+            info["gp_sd"] = math.sqrt(prop_pt.var)
+            la1 = log_alpha1(cur_pt, prop_pt, lq_f, lq_r, self.current_value)
+        else:
+            prop_pt, la1 = None, -math.inf
+        passed, a1 = metropolis_accept(la1, self.rng)
+        info["stage1"] = a1
+        if not passed:
+            return x, False, 0.0, None
+
+        ev = self._target.evaluate(y, (lp_y, None))
+        ll_y = ev.loglik
+        if not (math.isfinite(ll_y) and math.isfinite(ev.logp)):
+            info["stage2"] = 0.0
+            metropolis_accept(-math.inf, self.rng)
+            return x, False, 0.0, (y, ev)
+        if self.current_value == "exact":
+            # mu(x), var(x) from the same GP (y is not in it yet), for alpha1(y, x).
+            cur_pt = self._current_point(x, cur, lambda: surrogate_point(self._gp, x, cur.log_prior, ll_x))
+        ratios = self._stage2_log_ratios(cur_pt, prop_pt._replace(ll=ll_y), lq_f, lq_r)
+        accepted, a2 = metropolis_accept(ratios.log_ratio_stage2, self.rng)
+        info["stage2"] = a2
+        # Stage 1 passed with probability a1, so this is unbiased for the plain MH acceptance probability.
+        info["adapt"] = accept_probability(mh_log_ratio(ll_y + lp_y, ll_x + cur.log_prior, lq_r, lq_f)) / a1
+        if accepted:
+            self._accepted_proposal(extra)
+        return self._finish(x, y, accepted, ev), accepted, a2, (y, ev)
+
+    def _stage2_log_ratios(self, current, proposal, log_q_forward, log_q_reverse):
+        return delayed_acceptance_log_ratios(
+            current, proposal, log_q_forward, log_q_reverse, self.current_value
+        )
+
+    # ------------------------------------------------------------ adaptation
+    def _adapt(self, y_new, adapt_value):
+        if self.proposal != "kameleon" or self._family is None:
+            super()._adapt(y_new, adapt_value)
+            if self.proposal == "kameleon" and self.tune and self._tune_steps % self.adapt_interval == 0:
+                self._refresh_subsample()
+            return
+        if not self.tune:
+            return
+        self._tune_steps += 1
+        self._history.append(y_new)
+        self._rm_update(self._nu2, adapt_value)
+        self._family.nu2 = self._nu2.value
+        self._kameleon_version += 1
+        if self._tune_steps % self.adapt_interval == 0:
+            self._refresh_subsample()
+
+    def _refresh_subsample(self) -> bool:
+        """Redraw the Kameleon subsample Z, bandwidth and gamma (as KameleonMetropolis does)."""
+        Z = self._history.subsample(self.n_subsample, self.rng, discard_fraction=0.5)
+        if Z.shape[0] < 2 or np.unique(Z, axis=0).shape[0] < 2:
+            return False
+        kernel = self._kernel_template
+        if getattr(kernel, "has_bandwidth", False):
+            if self.bandwidth_spec == "median":
+                bandwidth = median_heuristic_bandwidth(Z, max_points=500, rng=self.rng)
+            else:
+                bandwidth = float(self.bandwidth_spec)
+            kernel = kernel.with_bandwidth(bandwidth)
+        if self.gamma_spec == "auto":
+            sd = np.median(np.std(Z, axis=0))
+            gamma = _AUTO_GAMMA_FRACTION * float(sd) if sd > 0 else _AUTO_GAMMA_FRACTION
+        else:
+            gamma = float(self.gamma_spec)
+        probe_nu2 = 1.0 if self._nu2 is None else self._nu2.value
+        family = KameleonProposal(Z, kernel, gamma**2, probe_nu2)
+        probe = Z[self.rng.choice(Z.shape[0], size=min(_SCALE_PROBE_POINTS, Z.shape[0]), replace=False)]
+        probe_variance = float(np.mean([np.trace(family.rkhs_covariance(z)) for z in probe])) / self.dim
+        if self._nu2 is None:
+            rw_var = self._scale.value**2 * self._precond_trace / self.dim
+            nu2 = max(rw_var - gamma**2, 0.1 * rw_var) / max(probe_variance, 1e-300)
+            self._nu2 = RobbinsMonro(nu2, self.target_accept, self.learning_rate)
+        elif probe_variance > 0 and self._probe_variance > 0:
+            self._nu2.rescale(self._probe_variance / probe_variance)
+        self._probe_variance = probe_variance
+        family.nu2 = self._nu2.value
+        self._family = family
+        self._kameleon_version += 1
+        self._cur_kameleon = None
+        return True
+
+    def astep(self, q0):
+        y_new, stats = super().astep(q0)
+        if self._nu2 is not None:
+            stats[0]["scaling"] = self._nu2.value
+        return y_new, stats
+
+
+class GPDelayedAcceptanceMALA(_GPDelayedAcceptanceBase):
+    r"""Two-stage MALA with a Gaussian-process surrogate of the log-likelihood and its gradient.
+
+    As :class:`GPDelayedAcceptanceMH`, but the base proposal is a Langevin move whose drift comes
+    from the GP (Benavoli, Wyse & White, section 3):
+
+    .. math::
+        Q(\cdot \mid x) = \mathcal N\big(x + \tfrac12 \Sigma\,(\nabla\mu(x) + \nabla\log p(x)),\ \Sigma\big),
+        \qquad \Sigma = s^2 \hat\Lambda,
+
+    with :math:`\nabla\mu` the gradient of the GP mean (:meth:`GPSurrogate.predict_gradient`), the
+    exact prior gradient, and a preconditioner :math:`\hat\Lambda` adapted during tuning (empirical
+    covariance of the history; :math:`s` by Robbins-Monro toward ``target_accept``, with the
+    importance-weighted signal described for :class:`GPDelayedAcceptanceMH`), frozen after.
+    When the model has gradients the GP also carries the exact gradient :math:`\nabla\ell` at each
+    evaluated point as derivative observations (PyTensor differentiates the likelihood part, so
+    every evaluation returns value and gradient), and at a training point the drift is exact.
+
+    **Stage 1** marginalises the GP's joint law of :math:`(\ell(y), \nabla\ell(y))` in
+    :math:`e^{\ell(y)} Q_{\ell}(x \mid y)`, the closed form of the paper's Proposition 3.1
+    (corrected; :func:`~pymc_kameleon.core.delayed_acceptance.log_expected_langevin_term`):
+
+    .. math::
+        \alpha_1(x, y) = 1 \wedge \frac{p(y)\, E\big[e^{\tilde\ell(y)}\, Q_{\tilde\ell}(x \mid y)\big]}
+                                      {e^{\ell(x)}\, p(x)\, Q(y \mid x)}.
+
+    **Stage 2** is the delayed-acceptance correction with the proposal densities of the kernel
+    actually used and both :math:`\alpha_1` from the same GP
+    (:func:`~pymc_kameleon.core.delayed_acceptance.mala_delayed_acceptance_log_ratios`), so the
+    chain targets the exact posterior whatever the surrogate. The warm-up that seeds the GP is
+    plain MALA with the exact gradient.
+
+    Parameters
+    ----------
+    vars : list of variables, optional
+    gradient_observations : bool, default True
+        Give the GP the exact log-likelihood gradients. This needs a differentiable likelihood:
+        a model with a PseudoMarginalPotential or a black-box Op without ``grad`` raises a
+        ValueError that names :class:`GPDelayedAcceptanceMH`. With False the GP is fitted to
+        values only and the drift is the gradient of its mean (the prior must still be
+        differentiable).
+    target_accept : float, default 0.574
+        Target overall acceptance rate (the optimal rate of MALA).
+    max_points : int, optional
+        Cap on the GP's training points; with gradient observations each point adds
+        :math:`d + 1` rows, so the default is ``max(1000 // (d + 1), 2 * initial_points)``.
+    fit_max_points : int, optional
+        Default ``max(20, 300 // (d + 1))`` with gradient observations, else 300.
+    initial_scale : float, default 0.5
+        Starting :math:`s`.
+    initial_points, fit_hyperparameters, hyperparameters, noise_variance, current_value : optional
+        As for :class:`GPDelayedAcceptanceMH`.
+    gp_after_tuning, jitter, adapt_interval, learning_rate, history_size : optional
+        As for :class:`GPDelayedAcceptanceMH`.
+    model, initial_point, compile_kwargs, rng, blocked
+        As for other PyMC step methods.
+
+    Notes
+    -----
+    The statistics are those of :class:`GPDelayedAcceptanceMH` (``gp_sd`` is the predictive sd of
+    :math:`\ell` at the proposal; ``scaling`` is :math:`s`).
+    """
+
+    name = "gp_da_mala"
+    _default_target_accept = 0.574
+    _uses_prior_gradient = True
+
+    def __init__(
+        self,
+        vars=None,
+        *,
+        gradient_observations=True,
+        target_accept=0.574,
+        initial_points=None,
+        max_points=None,
+        fit_hyperparameters=True,
+        hyperparameters=None,
+        fit_max_points=None,
+        noise_variance="auto",
+        current_value="exact",
+        gp_after_tuning="grow",
+        jitter=1e-8,
+        initial_scale=0.5,
+        adapt_interval=100,
+        learning_rate=1.0,
+        history_size=10_000,
+        model=None,
+        initial_point=None,
+        compile_kwargs=None,
+        rng=None,
+        blocked=True,
+    ):
+        if not isinstance(gradient_observations, bool):
+            raise ValueError(f"gradient_observations must be True or False, got {gradient_observations!r}.")
+        self.gradient_observations = gradient_observations
+        super().__init__(
+            vars,
+            target_accept=target_accept,
+            initial_points=initial_points,
+            max_points=max_points,
+            fit_hyperparameters=fit_hyperparameters,
+            hyperparameters=hyperparameters,
+            fit_max_points=fit_max_points,
+            noise_variance=noise_variance,
+            current_value=current_value,
+            gp_after_tuning=gp_after_tuning,
+            jitter=jitter,
+            initial_scale=initial_scale,
+            adapt_interval=adapt_interval,
+            learning_rate=learning_rate,
+            history_size=history_size,
+            loglik_gradient=gradient_observations,
+            model=model,
+            initial_point=initial_point,
+            compile_kwargs=compile_kwargs,
+            rng=rng,
+            blocked=blocked,
+        )
+
+    def _langevin_draw(self, x, drift, L):
+        r"""Langevin draw :math:`y = x + \tfrac12 \Sigma g + L z`, :math:`z \sim \mathcal N(0, I)`.
+
+        Here :math:`\Sigma = L L^\top`. (A separate method so that tests can record the proposals.)
+        """
+        return x + 0.5 * (L @ (L.T @ drift)) + L @ self.rng.standard_normal(self.dim)
+
+    def _drift_exact(self, evaluation):
+        g = evaluation.grad_log_prior
+        if self.gradient_observations:
+            g = g + evaluation.grad_exact_loglik
+        return g
+
+    def _exact_step(self, x, cur, info):
+        """Warm-up: plain MALA with the exact gradient (prior gradient only without gradient observations)."""
+        L = self._proposal_chol()
+        drift_x = self._drift_exact(cur)
+        y = self._langevin_draw(x, drift_x, L)
+        lq_f = langevin_log_density(y, x, drift_x, L)
+        prior_y = self._target.prior(y)
+        ev = self._target.evaluate(y, prior_y)
+        if math.isfinite(ev.logp):
+            drift_y = self._drift_exact(ev)
+            lq_r = langevin_log_density(x, y, drift_y, L) if np.all(np.isfinite(drift_y)) else math.nan
+            log_ratio = mh_log_ratio(ev.logp, cur.logp, lq_r, lq_f)
+        else:
+            log_ratio = -math.inf
+        accepted, prob = metropolis_accept(log_ratio, self.rng)
+        info["stage2"] = prob
+        evaluated = (y, ev) if math.isfinite(prior_y[0]) else None
+        return self._finish(x, y, accepted, ev), accepted, prob, evaluated
+
+    def _delayed_acceptance_step(self, x, cur, info):
+        L = self._proposal_chol()
+        ll_x = cur.loglik
+        cur_pt = self._current_point(
+            x, cur, lambda: mala_point(self._gp, x, cur.log_prior, cur.grad_log_prior, ll_x)
+        )
+        y = self._langevin_draw(x, cur_pt.drift(), L)
+        lp_y, glp_y = self._target.prior(y)
+        if math.isfinite(lp_y) and np.all(np.isfinite(glp_y)):
+            prop_pt = mala_point(self._gp, y, lp_y, glp_y)
+            info["gp_sd"] = math.sqrt(max(float(prop_pt.joint_cov[0, 0]), 0.0))
+            la1 = mala_log_alpha1(cur_pt, prop_pt, L, self.current_value)
+        else:
+            prop_pt, la1 = None, -math.inf
+        passed, a1 = metropolis_accept(la1, self.rng)
+        info["stage1"] = a1
+        if not passed:
+            return x, False, 0.0, None
+
+        ev = self._target.evaluate(y, (lp_y, glp_y))
+        ll_y = ev.loglik
+        if not (math.isfinite(ll_y) and math.isfinite(ev.logp)):
+            info["stage2"] = 0.0
+            metropolis_accept(-math.inf, self.rng)
+            return x, False, 0.0, (y, ev)
+        ratios = self._stage2_log_ratios(cur_pt, prop_pt._replace(ll=ll_y), L)
+        accepted, a2 = metropolis_accept(ratios.log_ratio_stage2, self.rng)
+        info["stage2"] = a2
+        # Stage 1 passed with probability a1, so this is unbiased for the acceptance probability of
+        # plain MH with this (GP-drift) Langevin proposal.
+        lq_f = langevin_log_density(y, x, cur_pt.drift(), L)
+        lq_r = langevin_log_density(x, y, prop_pt.drift(), L)
+        info["adapt"] = accept_probability(mh_log_ratio(ll_y + lp_y, ll_x + cur.log_prior, lq_r, lq_f)) / a1
+        return self._finish(x, y, accepted, ev), accepted, a2, (y, ev)
+
+    def _stage2_log_ratios(self, current, proposal, proposal_chol):
+        return mala_delayed_acceptance_log_ratios(current, proposal, proposal_chol, self.current_value)

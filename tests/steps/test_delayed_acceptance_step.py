@@ -1,0 +1,628 @@
+"""GPDelayedAcceptanceMH / GPDelayedAcceptanceMALA as PyMC steps.
+
+Exact stage-1/stage-2 ratios on fixed inputs, the incrementally grown GP, evaluation counts,
+PyMC contract (errors, seeds, pickling, chains), pseudo-marginal likelihoods, and (slow)
+invariance on known targets with MCSE tolerances, with good and deliberately poor surrogates,
+plus a negative control that skips the alpha1 correction.
+"""
+
+import copy
+import math
+import warnings
+
+import cloudpickle
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+import pytest
+from pytensor.graph.basic import Apply
+from pytensor.graph.op import Op
+from scipy.stats import multivariate_normal, norm
+
+from conftest import invariance_z_scores
+from pymc_kameleon import GPDelayedAcceptanceMALA, GPDelayedAcceptanceMH, PseudoMarginalPotential
+from pymc_kameleon.core.delayed_acceptance import log_expected_langevin_term
+from pymc_kameleon.core.mh import mh_log_ratio
+from pymc_kameleon.targets import banana, correlated_gaussian
+from pymc.step_methods.compound import Competence
+
+SAMPLE_KW = dict(progressbar=False, compute_convergence_checks=False)
+Z_MAX = 4.0
+STEPS = [GPDelayedAcceptanceMH, GPDelayedAcceptanceMALA]
+
+# A tiny model with closed-form prior and likelihood: x ~ N(0, 2^2), y_i ~ N(x, 1).
+DATA = np.array([0.3, -0.4, 1.1, 0.6])
+
+
+def tiny_model():
+    with pm.Model() as model:
+        x = pm.Normal("x", 0.0, 2.0)
+        pm.Normal("y", x, 1.0, observed=DATA)
+    return model
+
+
+def log_prior(x):
+    return float(norm.logpdf(x, 0.0, 2.0))
+
+
+def grad_log_prior(x):
+    return np.array([-float(x) / 4.0])
+
+
+def loglik(x):
+    return float(norm.logpdf(DATA, x, 1.0).sum())
+
+
+def gaussian_data_model(seed=0, n=30):
+    data = np.random.default_rng(seed).normal([0.5, -1.0], 1.0, size=(n, 2))
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 10, shape=2)
+        pm.Normal("y", mu, 1, observed=data)
+    return model
+
+
+def drive(model, step, n_steps, stop_tuning_at=None, before=None):
+    """Run a step by hand; returns per-step (point before, point after, stats)."""
+    point = model.initial_point()
+    step.tune = True
+    step.reset_tuning()
+    rows = []
+    for i in range(n_steps):
+        if i == stop_tuning_at:
+            step.stop_tuning()
+        if before is not None:
+            before(step)
+        old = {k: np.array(v, copy=True) for k, v in point.items()}
+        point, stats = step.step(point)
+        rows.append((old, point, stats[0]))
+    return rows
+
+
+# ---------------------------------------------------------------------- basic use
+@pytest.mark.parametrize("cls", STEPS)
+def test_samples_with_defaults_and_declares_stats(cls):
+    with gaussian_data_model():
+        idata = pm.sample(step=cls(), draws=300, tune=300, chains=1, random_seed=1, **SAMPLE_KW)
+    stats = idata.sample_stats
+    declared = cls.stats_dtypes_shapes
+    for name in ["accept", "accepted", "stage1_accept", "stage2_accept", "exact_eval", "n_exact_evals",
+                 "gp_sd", "gp_points", "tune", "scaling"]:
+        assert name in declared, name
+        assert name == "tune" or name in stats, name
+    assert declared["accepted"][0] == np.float64  # like pm.Metropolis, for CompoundSteps
+    assert stats["screened"].values.all()  # the exact warm-up is over within tuning
+    assert np.all(np.isfinite(stats["gp_sd"].values))
+    s2 = stats["stage2_accept"].values
+    assert np.all(np.isnan(s2) == ~stats["exact_eval"].values)  # NaN exactly when stage 2 not reached
+    post = idata.posterior["mu"].values.reshape(-1, 2)
+    assert np.all(np.abs(post.mean(0) - [0.5, -1.0]) < 0.6)
+
+
+def test_evaluations_are_saved_on_an_easy_target():
+    """On a smooth 2-d posterior most proposals are screened out for free."""
+    fractions = {}
+    with gaussian_data_model():
+        for cls in STEPS:
+            idata = pm.sample(
+                step=cls(max_points=200), draws=1000, tune=500, chains=1, random_seed=2, **SAMPLE_KW
+            )
+            stats = idata.sample_stats
+            fractions[cls.__name__] = float(stats["exact_eval"].values.mean())
+            # Stage 2 is reached only by stage-1 survivors; a good surrogate makes them nearly all accepted.
+            assert np.nanmean(stats["stage2_accept"].values) > 0.8
+    assert fractions["GPDelayedAcceptanceMH"] < 0.5, fractions
+    assert fractions["GPDelayedAcceptanceMALA"] < 0.75, fractions
+
+
+# ------------------------------------------------------------ exact ratios, MH
+def _record_mh_proposals(step):
+    """Record every proposal (and its log Q terms) the step draws, one per step."""
+    record = []
+    original = step._draw_proposal
+
+    def draw(x):
+        out = original(x)
+        record.append((np.array(out[0], copy=True), out[1], out[2]))
+        return out
+
+    step._draw_proposal = draw
+    return record
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(), dict(current_value="surrogate"), dict(proposal="kameleon", adapt_interval=25, n_subsample=40)],
+    ids=["exact", "surrogate", "kameleon"],
+)
+def test_exact_stage_ratios_mh(kwargs):
+    """alpha1 and alpha2 as reported equal the paper's eqs. (4) and (6), computed here from the GP
+    *before* the step (the proposal is added only after the decision) and closed-form densities."""
+    model = tiny_model()
+    with model:
+        step = GPDelayedAcceptanceMH(initial_points=4, rng=11, **kwargs)
+    record = _record_mh_proposals(step)
+    snapshots = []  # the GP and the Kameleon family before each step
+
+    def before(s):
+        snapshots.append((copy.deepcopy(s.gp), copy.deepcopy(s._family)))
+
+    rows = drive(model, step, 250, stop_tuning_at=150, before=before)
+    assert len(record) == len(rows) == len(snapshots)
+    checked = {"stage1": 0, "stage2": 0, "warm": 0, "kameleon": 0}
+    for i, (old, new, stats) in enumerate(rows):
+        x = float(old["x"])
+        y_arr, lq_f, lq_r = record[i]
+        y = float(y_arr[0])
+        gp, fam = snapshots[i]
+        if fam is not None:  # the asymmetric Kameleon densities, from scratch
+            exp_f = multivariate_normal(np.array([x]), fam.covariance(np.array([x]))).logpdf(np.array([y]))
+            exp_r = multivariate_normal(np.array([y]), fam.covariance(np.array([y]))).logpdf(np.array([x]))
+            assert lq_f == pytest.approx(exp_f, rel=1e-9) and lq_r == pytest.approx(exp_r, rel=1e-9)
+            checked["kameleon"] += 1
+        else:
+            assert lq_f == 0.0 and lq_r == 0.0
+        exact = loglik(y) + log_prior(y) - loglik(x) - log_prior(x) + lq_r - lq_f
+        if not stats["screened"]:  # exact warm-up: plain MH
+            assert stats["stage2_accept"] == pytest.approx(math.exp(min(0.0, exact)), rel=1e-9)
+            checked["warm"] += 1
+        else:
+            mu_y, var_y = gp.predict(np.array([y]))
+            mu_x, var_x = gp.predict(np.array([x]))
+            surrogate = kwargs.get("current_value") == "surrogate"
+            c_x = mu_x + var_x / 2 if surrogate else loglik(x)
+            la1 = min(0.0, mu_y + var_y / 2 - c_x + log_prior(y) - log_prior(x) + lq_r - lq_f)
+            assert stats["stage1_accept"] == pytest.approx(math.exp(la1), rel=1e-9, abs=1e-300)
+            assert stats["gp_sd"] == pytest.approx(math.sqrt(var_y), rel=1e-9)
+            checked["stage1"] += 1
+            if stats["exact_eval"]:
+                c_y = mu_y + var_y / 2 if surrogate else loglik(y)
+                la1_rev = min(0.0, mu_x + var_x / 2 - c_y + log_prior(x) - log_prior(y) + lq_f - lq_r)
+                la2 = min(0.0, exact + la1_rev - la1)
+                assert stats["stage2_accept"] == pytest.approx(math.exp(la2), rel=1e-9, abs=1e-300)
+                assert stats["accept"] == stats["stage2_accept"]
+                checked["stage2"] += 1
+            else:
+                assert math.isnan(stats["stage2_accept"]) and stats["accept"] == 0.0
+                assert not stats["accepted"]
+        # The proposal joins the GP only after the decision, and only if it was evaluated.
+        if i > 0:
+            assert stats["gp_points"] == gp.n_points + int(stats["exact_eval"])
+        assert float(new["x"]) == (y if stats["accepted"] else x)
+    assert checked["warm"] >= 3 and checked["stage1"] > 150 and checked["stage2"] > 30, checked
+    if kwargs.get("proposal") == "kameleon":
+        assert checked["kameleon"] > 150
+
+
+def test_exact_stage_ratios_mala():
+    """GP-MALA: drift from the GP mean gradient plus the exact prior gradient; alpha1 from the
+    closed form of Proposition 3.1 (checked against Monte Carlo in tests/core); stage 2 with the
+    Langevin densities of the kernel actually used."""
+    model = tiny_model()
+    with model:
+        step = GPDelayedAcceptanceMALA(initial_points=4, rng=12)
+    draws, chols, snapshots = [], [], []
+    original_draw, original_chol = step._langevin_draw, step._proposal_chol
+
+    def draw(x, drift, L):
+        y = original_draw(x, drift, L)
+        draws.append((np.array(drift, copy=True), np.array(y, copy=True)))
+        return y
+
+    def chol():
+        chols.append(original_chol())
+        return chols[-1]
+
+    step._langevin_draw, step._proposal_chol = draw, chol
+    rows = drive(model, step, 200, stop_tuning_at=120, before=lambda s: snapshots.append(copy.deepcopy(s.gp)))
+    assert len(draws) == len(chols) == len(rows)
+    n1 = n2 = 0
+    for i, (old, new, stats) in enumerate(rows):
+        if not stats["screened"]:
+            continue
+        gp, L, (drift, y) = snapshots[i], chols[i], draws[i]
+        x = np.atleast_1d(old["x"]).astype(float)
+        drift_x = gp.predict_gradient(x) + grad_log_prior(x[0])
+        np.testing.assert_allclose(drift, drift_x, rtol=1e-9)
+        lq_f = multivariate_normal(x + 0.5 * (L @ L.T) @ drift_x, L @ L.T).logpdf(y)
+        back = log_prior(y[0]) + log_expected_langevin_term(
+            y, x, *gp.predict_joint(y), grad_log_prior(y[0]), L
+        )
+        la1 = min(0.0, back - (loglik(x[0]) + log_prior(x[0]) + lq_f))
+        assert stats["stage1_accept"] == pytest.approx(math.exp(la1), rel=1e-8, abs=1e-300)
+        n1 += 1
+        if stats["exact_eval"]:
+            drift_y = gp.predict_gradient(y) + grad_log_prior(y[0])
+            lq_r = multivariate_normal(y + 0.5 * (L @ L.T) @ drift_y, L @ L.T).logpdf(x)
+            back_rev = log_prior(x[0]) + log_expected_langevin_term(
+                x, y, *gp.predict_joint(x), grad_log_prior(x[0]), L
+            )
+            la1_rev = min(0.0, back_rev - (loglik(y[0]) + log_prior(y[0]) + lq_r))
+            forward = loglik(x[0]) + log_prior(x[0]) + lq_f + la1
+            la2 = min(0.0, loglik(y[0]) + log_prior(y[0]) + lq_r + la1_rev - forward)
+            assert stats["stage2_accept"] == pytest.approx(math.exp(la2), rel=1e-8, abs=1e-300)
+            n2 += 1
+        assert float(new["x"]) == (y[0] if stats["accepted"] else x[0])
+    assert n1 > 150 and n2 > 30
+
+
+# ------------------------------------------------------------ the GP and the counts
+@pytest.mark.parametrize("cls", STEPS)
+def test_gp_grows_by_cholesky_appends_and_counts_evaluations(cls):
+    model = gaussian_data_model()
+    with model:
+        step = cls(max_points=400, rng=13)
+    refactorisations = []
+    rows = drive(model, step, 700, stop_tuning_at=300)
+    gp = step.gp
+    # After tuning: no refactorisation at all, only appends.
+    original = gp._factorise
+    gp._factorise = lambda *a: refactorisations.append(1) or original(*a)
+    more = []
+    point = rows[-1][1]
+    for _ in range(200):
+        point, stats = step.step(point)
+        more.append(stats[0])
+    assert not refactorisations
+    stats = [s for _, _, s in rows] + more
+    points = np.array([s["gp_points"] for s in stats])
+    evals = np.array([s["exact_eval"] for s in stats])
+    counts = np.array([s["n_exact_evals"] for s in stats])
+    # Every exact evaluation (the start included) is one new GP point, until the cap.
+    assert counts[-1] == 1 + evals.sum()
+    below_cap = points < step.max_points
+    np.testing.assert_array_equal(points[below_cap], counts[below_cap])
+    np.testing.assert_array_equal(np.diff(points)[below_cap[1:]], evals[1:][below_cap[1:]])
+    assert 50 < points[-1] <= step.max_points
+    assert points[-1] > points[len(rows) - 1] or points[-1] == step.max_points  # appends after tuning
+    # The incrementally grown factor is the Cholesky factor of the full covariance.
+    L, K = gp.cholesky_factor, gp.covariance_matrix()
+    np.testing.assert_allclose(L @ L.T, K, rtol=0, atol=1e-9 * np.abs(K).max())
+    np.testing.assert_allclose(L, np.linalg.cholesky(K), rtol=0, atol=1e-6 * np.abs(L).max())
+    # Hyperparameters are fitted on a geometric schedule during tuning, and frozen afterwards.
+    refits = np.array([s["gp_refit"] for s in stats])
+    tune = np.array([s["tune"] for s in stats])
+    assert 2 <= refits[tune].sum() <= 8 and not refits[~tune].any()
+    assert np.isfinite(gp.lengthscales).all() and gp.signal_variance > 0
+    if cls is GPDelayedAcceptanceMALA:
+        assert gp.gradients and gp.cholesky_factor.shape[0] == 3 * gp.n_points
+
+
+def test_gp_after_tuning_freeze_and_cap():
+    model = gaussian_data_model()
+    with model:
+        frozen = GPDelayedAcceptanceMH(gp_after_tuning="freeze", rng=14)
+        capped = GPDelayedAcceptanceMH(initial_points=5, max_points=12, rng=15)
+    rows = drive(model, frozen, 500, stop_tuning_at=300)
+    points = [s["gp_points"] for _, _, s in rows]
+    assert points[299] == points[-1] and any(s["exact_eval"] for _, _, s in rows[300:])
+    rows = drive(model, capped, 300, stop_tuning_at=200)
+    assert max(s["gp_points"] for _, _, s in rows) == 12
+    assert sum(s["exact_eval"] for _, _, s in rows) > 12  # still exact evaluations beyond the cap
+
+
+# ---------------------------------------------------------------- errors
+def test_model_without_likelihood_is_a_clear_error():
+    with pm.Model():
+        pm.Normal("x", 0, 1, shape=2)
+        for cls in STEPS:
+            with pytest.raises(ValueError, match="no likelihood term"):
+                cls()
+
+
+class BlackBox(Op):
+    """A likelihood Op without a gradient, as a user would wrap an ODE solver."""
+
+    def make_node(self, x):
+        x = pt.as_tensor_variable(x)
+        return Apply(self, [x], [pt.dscalar()])
+
+    def perform(self, node, inputs, output_storage):
+        output_storage[0][0] = np.asarray(-0.5 * float(np.sum(inputs[0] ** 2)))
+
+
+def test_mala_without_gradients_names_the_alternative():
+    with pm.Model():
+        x = pm.Normal("x", 0, 3, shape=2)
+        pm.Potential("lik", BlackBox()(x))
+        with pytest.raises(ValueError, match=r"MALA needs the gradient.*GPDelayedAcceptanceMH"):
+            GPDelayedAcceptanceMALA()
+        GPDelayedAcceptanceMH()  # fine
+        assert not GPDelayedAcceptanceMALA(gradient_observations=False).gp.gradients
+    with pm.Model():
+        x = pm.Normal("x", 0, 3)
+        PseudoMarginalPotential("lik", lambda t, rng: -0.5 * t**2, inputs=[x])
+        with pytest.raises(ValueError, match=r"PseudoMarginalPotential.*no gradient.*GPDelayedAcceptanceMH"):
+            GPDelayedAcceptanceMALA()
+
+
+@pytest.mark.parametrize("cls", STEPS)
+def test_discrete_variables_are_rejected(cls):
+    with pm.Model():
+        k = pm.Poisson("k", 3.0)
+        x = pm.Normal("x", 0, 1)
+        pm.Normal("y", x, 1, observed=[0.5])
+        with pytest.raises(ValueError, match=r"continuous variables only.*\['k'\]"):
+            cls([k])
+        assert cls.competence(k, False) == Competence.INCOMPATIBLE
+        assert cls.competence(x, True) == Competence.COMPATIBLE
+
+
+@pytest.mark.parametrize(
+    "kwargs, option",
+    [
+        (dict(proposal="hmc"), "proposal"),
+        (dict(target_accept=1.5), "target_accept"),
+        (dict(initial_points=0), "initial_points"),
+        (dict(max_points=0), "max_points"),
+        (dict(initial_points=20, max_points=10), "max_points"),
+        (dict(fit_hyperparameters="yes"), "fit_hyperparameters"),
+        (dict(hyperparameters={"lengthscale": 1.0}), "hyperparameters"),
+        (dict(hyperparameters={"lengthscales": [1.0, 2.0, 3.0]}), "lengthscales"),
+        (dict(hyperparameters={"signal_variance": -1.0}), "signal_variance"),
+        (dict(fit_max_points=1), "fit_max_points"),
+        (dict(noise_variance=-1.0), "noise_variance"),
+        (dict(noise_variance="estimate"), "noise_variance"),
+        (dict(current_value="mean"), "current_value"),
+        (dict(gp_after_tuning="stop"), "gp_after_tuning"),
+        (dict(jitter=-1e-8), "jitter"),
+        (dict(initial_scale=0.0), "initial_scale"),
+        (dict(adapt_interval=0), "adapt_interval"),
+        (dict(learning_rate=np.nan), "learning_rate"),
+        (dict(history_size=0), "history_size"),
+        (dict(proposal="kameleon", kernel="poly"), "kernel"),
+        (dict(proposal="kameleon", gamma=-0.1), "gamma"),
+        (dict(proposal="kameleon", bandwidth="mean"), "bandwidth"),
+    ],
+)
+def test_invalid_options_name_the_option(kwargs, option):
+    with gaussian_data_model():
+        with pytest.raises(ValueError, match=option):
+            GPDelayedAcceptanceMH(**kwargs)
+
+
+def test_invalid_mala_option():
+    with gaussian_data_model():
+        with pytest.raises(ValueError, match="gradient_observations"):
+            GPDelayedAcceptanceMALA(gradient_observations="yes")
+
+
+@pytest.mark.parametrize("cls", STEPS)
+def test_nonfinite_start_is_a_clear_error(cls):
+    model = tiny_model()
+    with model:
+        step = cls()
+    step.reset_tuning()
+    with pytest.raises(ValueError, match=r"log density at the current point is nan.*x="):
+        step.step({"x": np.array(np.nan)})
+
+
+@pytest.mark.parametrize("bad", [np.nan, -np.inf])
+@pytest.mark.parametrize("cls", STEPS)
+def test_nonfinite_likelihood_at_proposals_is_rejected(cls, bad):
+    """The likelihood is NaN / -inf for x > 1: such proposals are rejected, and never added to the GP."""
+    with pm.Model() as model:
+        x = pm.Normal("x", 0, 1)
+        pm.Potential("wall", pm.math.switch(x > 1.0, bad, -0.5 * (x - 0.5) ** 2))
+        step = cls(initial_scale=1.5, rng=16)
+    rows = drive(model, step, 1500, stop_tuning_at=500)
+    draws = np.array([float(new["x"]) for _, new, _ in rows])
+    assert np.all(np.isfinite(draws)) and draws.max() <= 1.0 and draws.min() < -1.0
+    assert np.all(np.isfinite(step.gp.values)) and step.gp.X.max() <= 1.0
+    hit_wall = [s for _, _, s in rows if s["exact_eval"] and s["stage2_accept"] == 0.0]
+    assert hit_wall  # proposals beyond the wall were evaluated and rejected
+
+
+def test_prior_outside_support_is_rejected_without_a_likelihood_evaluation():
+    calls = []
+
+    class Recording(BlackBox):
+        def perform(self, node, inputs, output_storage):
+            calls.append(float(inputs[0]))
+            output_storage[0][0] = np.asarray(float(norm.logpdf(1.0, 0.0, inputs[0])))
+
+    with pm.Model() as model:
+        sigma = pm.Uniform("sigma", 0, 5, default_transform=None)  # proposals outside (0, 5): prior -inf
+        pm.Potential("lik", Recording()(sigma))
+        step = GPDelayedAcceptanceMH(initial_scale=3.0, rng=17)
+    rows = drive(model, step, 300, stop_tuning_at=200)
+    assert all(0 < s < 5 for s in calls)
+    assert any(s["stage1_accept"] == 0.0 for _, _, s in rows)
+    assert rows[-1][2]["n_exact_evals"] == len(calls)
+
+
+# ---------------------------------------------------- chains, pickling, seeds
+@pytest.mark.parametrize("cls", STEPS)
+def test_per_chain_state_is_reset(cls):
+    with gaussian_data_model():
+        idata = pm.sample(step=cls(initial_points=8), draws=50, tune=150, chains=2, cores=1, random_seed=3,
+                          discard_tuned_samples=False, **SAMPLE_KW)
+    warm = idata.warmup_sample_stats
+    # Each chain starts with its own exact warm-up and a fresh GP and counter.
+    assert (warm["n_exact_evals"].values[:, 0] == 2).all()
+    assert (warm["gp_points"].values[:, 0] == 2).all()
+    assert not warm["screened"].values[:, :6].any()
+    assert warm["screened"].values[:, 7:].all()
+
+
+@pytest.mark.parametrize("cls", STEPS)
+def test_pickle_and_parallel_chains_are_reproducible(cls):
+    model = gaussian_data_model()
+    with model:
+        step = cls(max_points=100, rng=19)
+        clone = cloudpickle.loads(cloudpickle.dumps(step))
+        assert isinstance(clone, cls) and clone.max_points == 100
+        rows = drive(model, clone, 60)
+        assert rows[-1][2]["screened"]
+        runs = [
+            pm.sample(step=cls(max_points=100), draws=100, tune=100, chains=2, cores=2, random_seed=9,
+                      **SAMPLE_KW)
+            for _ in range(2)
+        ]
+        other = pm.sample(step=cls(max_points=100), draws=100, tune=100, chains=2, cores=1, random_seed=10,
+                          **SAMPLE_KW)
+    np.testing.assert_array_equal(runs[0].posterior["mu"].values, runs[1].posterior["mu"].values)
+    np.testing.assert_array_equal(
+        runs[0].sample_stats["n_exact_evals"].values, runs[1].sample_stats["n_exact_evals"].values
+    )
+    assert not np.array_equal(runs[0].posterior["mu"].values, other.posterior["mu"].values)
+
+
+def test_compound_step_with_metropolis():
+    """Inside a CompoundStep: the current likelihood is recomputed when the other block moves."""
+    with pm.Model():
+        a = pm.Normal("a", 0, 1)
+        b = pm.Normal("b", a, 1)
+        pm.Normal("y", a + b, 1, observed=[0.3, 0.1])
+        idata = pm.sample(step=[GPDelayedAcceptanceMH([b]), pm.Metropolis([a])], draws=300, tune=300,
+                          chains=1, random_seed=4, **SAMPLE_KW)
+    assert idata.posterior["b"].shape == (1, 300)
+    assert "stage1_accept" in idata.sample_stats and "gp_points" in idata.sample_stats
+
+
+# ---------------------------------------------------------- pseudo-marginal
+class Recorder:
+    """A deterministic noisy 'estimator' of N(0.3 | theta, 1) that records its calls."""
+
+    def __init__(self, seed=0):
+        self.offsets = np.random.default_rng(seed)
+        self.calls = []
+
+    def __call__(self, theta, rng):
+        value = float(norm.logpdf(0.3, theta, 1.0) + self.offsets.normal(0, 0.5))
+        self.calls.append((float(theta), value))
+        return value
+
+
+def test_pseudo_marginal_likelihood_keeps_the_current_estimate():
+    recorder = Recorder()
+    with pm.Model() as model:
+        theta = pm.Normal("theta", 0, 2)
+        PseudoMarginalPotential("lik", recorder, inputs=[theta])
+        step = GPDelayedAcceptanceMH(initial_points=6, rng=18)
+    assert "loglik_estimate" in step.stats_dtypes_shapes and step.fit_noise
+    snapshots = []
+    rows = drive(model, step, 400, stop_tuning_at=250, before=lambda s: snapshots.append(copy.deepcopy(s.gp)))
+    calls = recorder.calls
+    assert len(calls) == 1 + sum(s["exact_eval"] for _, _, s in rows)  # estimates only where evaluated
+    assert sum(s["estimator_calls"] for _, _, s in rows) == len(calls)
+    y, kept = calls[0]
+    k = 1
+    for i, (old, new, stats) in enumerate(rows):
+        if stats["exact_eval"]:
+            x_prop, est = calls[k]
+            k += 1
+            assert x_prop != float(old["theta"])  # never re-estimated at the current state
+            if stats["screened"]:
+                # Stage 2 uses the kept estimate at the current state and the fresh one at the proposal.
+                gp = snapshots[i]
+                mu_y, var_y = gp.predict(np.array([x_prop]))
+                mu_x, var_x = gp.predict(np.array([y]))
+                lp = lambda t: float(norm.logpdf(t, 0, 2))  # noqa: E731
+                la1 = min(0.0, mu_y + var_y / 2 - kept + lp(x_prop) - lp(y))
+                la1_rev = min(0.0, mu_x + var_x / 2 - est + lp(y) - lp(x_prop))
+                la2 = min(0.0, est + lp(x_prop) - kept - lp(y) + la1_rev - la1)
+                assert stats["stage1_accept"] == pytest.approx(math.exp(la1), rel=1e-9, abs=1e-300)
+                assert stats["stage2_accept"] == pytest.approx(math.exp(la2), rel=1e-9, abs=1e-300)
+            if stats["accepted"]:
+                y, kept = x_prop, est
+        assert float(new["theta"]) == y
+        assert stats["loglik_estimate"] == kept
+    assert step.gp.noise_variance > 0  # the GP fits the estimator's noise
+    assert 20 < sum(s["accepted"] for _, _, s in rows) < 380
+
+
+# ------------------------------------------------------- invariance (slow)
+class SkipAlpha1MH(GPDelayedAcceptanceMH):
+    """Negative control: stage 2 is the plain exact MH ratio, without the alpha1(y,x)/alpha1(x,y) factor."""
+
+    def _stage2_log_ratios(self, current, proposal, log_q_forward, log_q_reverse):
+        ratios = super()._stage2_log_ratios(current, proposal, log_q_forward, log_q_reverse)
+        plain = mh_log_ratio(
+            proposal.ll + proposal.log_prior, current.ll + current.log_prior, log_q_reverse, log_q_forward
+        )
+        return ratios._replace(log_ratio_stage2=plain)
+
+
+# A deliberately poor surrogate: fixed, absurd hyperparameters (length scales 100x too short, a tiny
+# signal variance) and five training points, so the GP is a confidently wrong constant almost
+# everywhere: mu = -1.5, whereas the log-likelihood -T/2 of both targets ranges over (-inf, 0].
+# Stage 1 then accepts with alpha1(x, y) = min(1, exp(-1.5 - LL(x))), which depends on the state.
+POOR = dict(
+    initial_points=5, max_points=5, fit_hyperparameters=False,
+    hyperparameters=dict(lengthscales=0.01, signal_variance=1e-4, mean=-1.5),
+)
+
+
+def sample_target(target, step_factory, seed, chains=4, tune=1000, draws=2500, prior_sd=None):
+    """Sample a known target; chains start from exact draws, so slow mixing cannot masquerade as bias.
+
+    With ``prior_sd`` the model is x ~ N(0, prior_sd^2) plus a likelihood potential that makes
+    the posterior the target, so the prior/likelihood split is exercised.
+    """
+    with pm.Model() as model:
+        if prior_sd is None:
+            x = pm.Flat("x", shape=target.dim)
+            pm.Potential("lik", target.logp_tensor(x))
+        else:
+            x = pm.Normal("x", 0, prior_sd, shape=target.dim)
+            pm.Potential("lik", target.logp_tensor(x) + 0.5 * pm.math.sum(x**2) / prior_sd**2)
+    starts = target.sample(chains, rng=np.random.default_rng(seed))
+    with model:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            idata = pm.sample(
+                step=step_factory(), chains=chains, cores=2, tune=tune, draws=draws, random_seed=seed,
+                initvals=[{"x": s} for s in starts], **SAMPLE_KW,
+            )
+    return idata.posterior["x"].values, idata.sample_stats
+
+
+GAUSS = lambda: correlated_gaussian(dim=2, rho=0.9)  # noqa: E731
+BANANA = lambda: banana(dim=2, b=0.5, v=2.0)  # noqa: E731
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name, target, factory, prior_sd",
+    [
+        ("mh-banana", BANANA, lambda: GPDelayedAcceptanceMH(), 3.0),
+        ("mala-gauss", GAUSS, lambda: GPDelayedAcceptanceMALA(max_points=150), 3.0),
+        ("mh-poor-gauss", GAUSS, lambda: GPDelayedAcceptanceMH(**POOR), None),
+        ("mala-poor-banana", BANANA, lambda: GPDelayedAcceptanceMALA(**POOR), None),
+        ("kameleon-poor-banana", BANANA,
+         lambda: GPDelayedAcceptanceMH(proposal="kameleon", n_subsample=200, **POOR), None),
+    ],
+)
+def test_invariance_on_known_targets(name, target, factory, prior_sd):
+    """A good or a bad surrogate may change the efficiency, never the answer."""
+    target = target()
+    draws, stats = sample_target(target, factory, seed=21, prior_sd=prior_sd)
+    scores = invariance_z_scores(draws, target)
+    assert max(scores.values()) < Z_MAX, scores
+    assert 0.05 < stats["accepted"].values.mean() < 0.9
+
+
+@pytest.mark.slow
+def test_negative_control_skipping_the_alpha1_correction_is_caught():
+    """With the poor surrogate, stage 1 thins moves by an amount that depends on the current state;
+    without the alpha1 ratio in stage 2 the chain targets pi / alpha1 instead of pi."""
+    target = GAUSS()
+    draws, _ = sample_target(target, lambda: SkipAlpha1MH(**POOR), seed=21)
+    scores = invariance_z_scores(draws, target)
+    assert max(scores.values()) > 2 * Z_MAX, scores
+
+
+@pytest.mark.slow
+def test_invariance_pseudo_marginal():
+    """Latent Gaussian model with a noisy importance-sampling likelihood (as in test_pseudo_marginal_step)."""
+    from test_pseudo_marginal_step import _posterior_z_scores, latent_gaussian_model
+
+    model = latent_gaussian_model()
+    with model:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            idata = pm.sample(step=GPDelayedAcceptanceMH(max_points=300), draws=2500, tune=1000, chains=4,
+                              cores=2, random_seed=5, **SAMPLE_KW)
+    scores = _posterior_z_scores(idata.posterior["theta"].values)
+    assert max(scores.values()) < Z_MAX, scores
+    assert idata.sample_stats["exact_eval"].values.mean() < 0.6
