@@ -15,6 +15,7 @@ from pymc.util import get_value_vars_from_user_vars
 from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
 
 __all__ = [
+    "PerChainReset",
     "Evaluation",
     "GradientUnavailableError",
     "SplitTargetDensity",
@@ -22,6 +23,28 @@ __all__ = [
     "continuous_value_vars",
     "describe_point",
 ]
+
+
+class PerChainReset:
+    """Mixin for steps that keep per-chain state in ``_reset_chain_state()``.
+
+    PyMC 5 calls ``reset_tuning`` before each chain (after setting the chain's rng); PyMC 6
+    calls ``setup_chain(rng, tune, draws)`` instead. Worker processes (``cores>1``) get a fresh
+    copy of the step and neither call, so ``_reset_chain_state`` must also run in ``__init__``.
+    """
+
+    def reset_tuning(self):
+        """Reset per-chain state (PyMC 5 calls this before each chain)."""
+        self._reset_chain_state()
+
+    def setup_chain(self, rng, tune, draws):
+        """PyMC 6 hook called before each chain: set the rng and reset per-chain state."""
+        parent = getattr(super(), "setup_chain", None)
+        if parent is not None:
+            parent(rng, tune, draws)
+        else:
+            self.set_rng(rng)
+        self._reset_chain_state()
 
 
 def continuous_value_vars(vars, model, step_name: str):

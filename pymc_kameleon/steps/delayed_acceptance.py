@@ -56,7 +56,12 @@ from pymc_kameleon.core.kameleon import KameleonProposal, ProposalAtPoint
 from pymc_kameleon.core.kernels import make_kernel, median_heuristic_bandwidth
 from pymc_kameleon.core.linalg import SingularCovarianceError, jittered_cholesky
 from pymc_kameleon.core.mh import accept_probability, metropolis_accept, mh_log_ratio
-from pymc_kameleon.steps._common import GradientUnavailableError, SplitTargetDensity, continuous_value_vars
+from pymc_kameleon.steps._common import (
+    GradientUnavailableError,
+    PerChainReset,
+    SplitTargetDensity,
+    continuous_value_vars,
+)
 
 __all__ = ["GPDelayedAcceptanceMALA", "GPDelayedAcceptanceMH"]
 
@@ -90,7 +95,7 @@ def _same(a, b) -> bool:
     return a is not None and a.shape == b.shape and bool((a == b).all())
 
 
-class _GPDelayedAcceptanceBase(ArrayStepShared):
+class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
     """Shared machinery: options, the split target, the GP and its schedule, proposal scale, stats."""
 
     default_blocked = True
@@ -307,19 +312,6 @@ class _GPDelayedAcceptanceBase(ArrayStepShared):
         self._cache = None  # (gp version, point, surrogate point at the current state)
         self._target.reset()
         self._evals_at_reset = self._target.n_evals
-
-    def reset_tuning(self):
-        """Reset per-chain state (PyMC calls this before each chain)."""
-        self._reset_chain_state()
-
-    def setup_chain(self, rng, tune, draws):
-        """PyMC 6 hook called before each chain: set the rng and reset per-chain state."""
-        parent = getattr(super(), "setup_chain", None)
-        if parent is not None:
-            parent(rng, tune, draws)
-        else:
-            self.set_rng(rng)
-        self._reset_chain_state()
 
     def stop_tuning(self):
         """End of tuning: a last hyperparameter fit if the training set grew, then freeze everything."""

@@ -20,7 +20,7 @@ from pymc_kameleon.core.kameleon import KameleonProposal, ProposalAtPoint
 from pymc_kameleon.core.kernels import make_kernel, median_heuristic_bandwidth
 from pymc_kameleon.core.linalg import SingularCovarianceError
 from pymc_kameleon.core.mh import metropolis_accept, mh_log_ratio
-from pymc_kameleon.steps._common import TargetDensity, continuous_value_vars
+from pymc_kameleon.steps._common import PerChainReset, TargetDensity, continuous_value_vars
 
 __all__ = ["KameleonMetropolis"]
 
@@ -53,7 +53,7 @@ def _check_positive(name, value, integer=False, allow_zero=False):
         raise ValueError(f"{name} must be a {sign} finite {kind}, got {value!r}.")
 
 
-class KameleonMetropolis(ArrayStepShared):
+class KameleonMetropolis(PerChainReset, ArrayStepShared):
     r"""Kernel Adaptive Metropolis-Hastings (MCMC Kameleon) step.
 
     Proposes from a Gaussian centred at the current state :math:`y` whose covariance
@@ -276,19 +276,6 @@ class KameleonMetropolis(ArrayStepShared):
         self._cur_rkhs_cov = None  # (Z version, M H M^T at the current state)
         self._cur_proposal = None  # (version, ProposalAtPoint at the current state)
         self._warned_jitter = False
-
-    def reset_tuning(self):
-        """Reset per-chain state (PyMC calls this before each chain)."""
-        self._reset_chain_state()
-
-    def setup_chain(self, rng, tune, draws):
-        """PyMC 6 hook called before each chain: set the rng and reset per-chain state."""
-        parent = getattr(super(), "setup_chain", None)
-        if parent is not None:
-            parent(rng, tune, draws)
-        else:
-            self.set_rng(rng)
-        self._reset_chain_state()
 
     def stop_tuning(self):
         super().stop_tuning()
