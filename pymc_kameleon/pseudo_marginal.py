@@ -68,8 +68,8 @@ def _right_step_advice(name: str) -> str:
     return (
         f"Sample models with PseudoMarginalPotential {name!r} with "
         "pm.sample(step=pymc_kameleon.KameleonMetropolis()) (KameleonMetropolis(kernel='linear') "
-        "is the adaptive random-walk baseline), which keeps the estimate at the current state "
-        "and so targets the exact posterior."
+        "is the adaptive random-walk baseline) or GPDelayedAcceptanceMH(); both keep the estimate "
+        "at the current state and so target the exact posterior."
     )
 
 
