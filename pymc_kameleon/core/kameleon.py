@@ -26,6 +26,14 @@ from pymc_kameleon.core.linalg import cholesky_lower, gaussian_log_norm, jittere
 
 __all__ = ["KameleonProposal", "ProposalAtPoint"]
 
+_LOG_2PI = math.log(2.0 * math.pi)
+# Batched methods work on chunks of rows whose temporaries stay below about this many bytes.
+_CHUNK_BYTES = 64 * 2**20
+# ... and by default about this many, which keeps them in cache (measured fastest at d = 10).
+_CHUNK_TARGET_BYTES = 4 * 2**20
+_MIN_CHUNK = 16
+_MAX_CHUNK = 4096
+
 
 @dataclass(frozen=True)
 class ProposalAtPoint:
@@ -181,22 +189,176 @@ class KameleonProposal:
         """Factorised proposal :math:`q_Z(\\cdot \\mid y)`, ready to sample and evaluate."""
         return ProposalAtPoint.from_covariance(y, self.covariance(y))
 
-    # Batched versions (used by SMC): one covariance per row of Y.
-    def covariance_batch(self, Y) -> np.ndarray:
-        """Proposal covariances at each row of ``Y``, shape ``(m, d, d)``."""
-        Y = np.atleast_2d(np.asarray(Y, dtype=float))
-        G = self.kernel.grad(Y, self.Z)  # (m, n, d)
-        A = 2.0 * (G - G.mean(axis=1, keepdims=True))
-        cov = self.nu2 * np.einsum("mni,mnj->mij", A, A)
-        cov[:, np.arange(self.dim), np.arange(self.dim)] += self.gamma2
+    # Batched versions (used by SMC): one covariance per row of Y, vectorised over chunks of rows.
+    def _check_points(self, Y, name: str = "Y") -> np.ndarray:
+        Y = np.asarray(Y, dtype=float)
+        if Y.ndim == 1:
+            Y = Y[None, :]
+        if Y.ndim != 2 or Y.shape[1] != self.dim:
+            raise ValueError(f"{name} must have shape (m, {self.dim}) or ({self.dim},), got {np.shape(Y)}.")
+        return Y
+
+    def _chunk_size(self, chunk_size) -> int:
+        if chunk_size is None:
+            n, d = self.Z.shape
+            # Per row of a chunk: a few length-n rows (distances, weights, squared weights)
+            # and a few d x d blocks (covariance, Cholesky factor, temporaries); the generic
+            # path also holds an (n, d) gradient block per row.
+            per_row = 8 * (4 * n + 6 * d * d + 8 * d + (0 if self._radial else 2 * n * d))
+            # Aim at cache-sized chunks (faster than huge ones), never above the hard bound.
+            step = min(max(_MIN_CHUNK, _CHUNK_TARGET_BYTES // per_row), _CHUNK_BYTES // per_row, _MAX_CHUNK)
+            return int(max(1, step))
+        if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
+            raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}.")
+        return int(chunk_size)
+
+    def _zz_upper(self):
+        """Products :math:`z_{ia} z_{ib}` for :math:`a \\le b`, shape ``(n, d(d+1)/2)`` (cached)."""
+        if getattr(self, "_zz_cache", None) is None:
+            iu, ju = np.triu_indices(self.dim)
+            zz = np.ascontiguousarray(self._Zc[:, iu] * self._Zc[:, ju])
+            self._zz_cache = (iu, ju, zz)
+        return self._zz_cache
+
+    def _rkhs_covariance_chunk(self, Y) -> np.ndarray:
+        r""":math:`M_y H M_y^\top` for each row of ``Y`` (shape ``(m, d, d)``), memory :math:`O(m(n + d^2))`.
+
+        Radial kernels use the expansion of :meth:`rkhs_covariance_numpy` with a stack of
+        weights :math:`W` (``m x n``): :math:`\sum_i w_i^2 z_i z_i^\top` for all rows is one
+        GEMM of :math:`W^{\circ 2}` with the products :math:`z_{ia} z_{ib}` (upper triangle
+        only, so the result is exactly symmetric).
+        """
+        m, d = Y.shape
+        n = self._Zc.shape[0]
+        if self._constant is not None:
+            return np.broadcast_to(self._constant, (m, d, d)).copy()
+        if not self._radial:
+            G = np.asarray(self.kernel.grad(Y, self.Z), dtype=float)  # (m, n, d)
+            if G.shape != (m, n, d):  # a user kernel without batched gradients: one point at a time
+                return np.stack([self.rkhs_covariance_numpy(y) for y in Y]) if m else np.empty((0, d, d))
+            A = 2.0 * (G - G.mean(axis=1, keepdims=True))
+            return np.matmul(A.transpose(0, 2, 1), A)
+        Zc = self._Zc
+        Yc = Y - self._z_mean
+        sq = Yc @ Zc.T  # (m, n)
+        sq *= -2.0
+        sq += self._Zc_sq
+        sq += np.einsum("ij,ij->i", Yc, Yc)[:, None]
+        np.maximum(sq, 0.0, out=sq)
+        W = np.asarray(self.kernel.radial_weights(sq), dtype=float)
+        del sq
+        W2 = W * W
+        iu, ju, zz = self._zz_upper()
+        upper = W2 @ zz  # (m, d(d+1)/2): sum_i w_i^2 z_ia z_ib
+        cov = np.empty((m, d, d))
+        cov[:, iu, ju] = upper
+        cov[:, ju, iu] = upper
+        zw = W @ Zc  # sum_i w_i z_i
+        zw2 = W2 @ Zc  # sum_i w_i^2 z_i
+        s1 = W.sum(axis=1)
+        s2 = W2.sum(axis=1)
+        del W, W2
+        # Every term below is exactly symmetric, so the covariances are too.
+        cross = Yc[:, :, None] * zw2[:, None, :]
+        cov -= cross + cross.transpose(0, 2, 1)
+        cov += s2[:, None, None] * (Yc[:, :, None] * Yc[:, None, :])
+        g = zw - s1[:, None] * Yc  # sum_i w_i (z_i - y)
+        cov -= (g[:, :, None] * g[:, None, :]) / n
+        cov *= 4.0
         return cov
 
-    def log_density_batch(self, X, Y) -> np.ndarray:
-        """:math:`\\log q(x_i \\mid y_i)` for paired rows of ``X`` and ``Y``."""
-        X = np.atleast_2d(np.asarray(X, dtype=float))
-        Y = np.atleast_2d(np.asarray(Y, dtype=float))
-        covs = self.covariance_batch(Y)
-        out = np.empty(Y.shape[0])
-        for i, cov in enumerate(covs):
-            out[i] = ProposalAtPoint.from_covariance(Y[i], cov).log_density(X[i])
+    def _covariance_chunk(self, Y) -> np.ndarray:
+        cov = self._rkhs_covariance_chunk(Y)
+        cov *= self.nu2
+        idx = np.arange(self.dim)
+        cov[:, idx, idx] += self.gamma2
+        return cov
+
+    def _factor_chunk(self, Y):
+        """Lower Cholesky factors and log normalisers of the proposals at the rows of ``Y``.
+
+        One batched ``np.linalg.cholesky``; if it fails, or gives a non-finite normaliser,
+        only the offending rows are refactorised as in :meth:`ProposalAtPoint.from_covariance`
+        (jitter, or :class:`SingularCovarianceError` for non-finite covariances).
+        """
+        covs = self._covariance_chunk(Y)
+        d = self.dim
+        try:
+            L = np.linalg.cholesky(covs)
+            bad = None
+        except np.linalg.LinAlgError:
+            # Which matrices failed: factorise one by one, keep the good ones.
+            L = np.zeros_like(covs)
+            bad = []
+            for i, c in enumerate(covs):
+                Li = cholesky_lower(c)
+                if Li is None:
+                    bad.append(i)
+                else:
+                    L[i] = Li
+            bad = np.asarray(bad, dtype=int)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            log_norm = -0.5 * d * _LOG_2PI - np.log(np.diagonal(L, axis1=1, axis2=2)).sum(axis=1)
+        nonfinite = np.flatnonzero(~np.isfinite(log_norm))
+        if bad is not None and bad.size:
+            nonfinite = np.union1d(nonfinite, bad)
+        for i in nonfinite:
+            Li, _ = jittered_cholesky(covs[i], what="Kameleon proposal covariance")
+            L[i] = Li
+            log_norm[i] = gaussian_log_norm(Li)
+        return L, log_norm
+
+    def covariance_batch(self, Y, chunk_size: int | None = None) -> np.ndarray:
+        """Proposal covariances :math:`\\gamma^2 I + \\nu^2 M_y H M_y^\\top` at the rows of ``Y``.
+
+        Returns shape ``(m, d, d)``. Vectorised over chunks of ``chunk_size`` rows; the default
+        keeps a chunk's temporaries near 4 MB (cache-sized) and always below 64 MB. The results
+        do not depend on the chunk size.
+        """
+        Y = self._check_points(Y)
+        step = self._chunk_size(chunk_size)
+        m = Y.shape[0]
+        out = np.empty((m, self.dim, self.dim))
+        for s in range(0, m, step):
+            out[s : s + step] = self._covariance_chunk(Y[s : s + step])
         return out
+
+    def log_density_batch(self, X, Y, chunk_size: int | None = None) -> np.ndarray:
+        """:math:`\\log q(x_i \\mid y_i)` for paired rows of ``X`` and ``Y``, shape ``(m,)``.
+
+        Each chunk is one batched covariance build, one batched Cholesky and one batched
+        triangular solve; see :meth:`covariance_batch` for ``chunk_size``.
+        """
+        X = self._check_points(X, "X")
+        Y = self._check_points(Y, "Y")
+        if X.shape != Y.shape:
+            raise ValueError(f"X and Y must have the same shape, got {X.shape} and {Y.shape}.")
+        step = self._chunk_size(chunk_size)
+        m = Y.shape[0]
+        out = np.empty(m)
+        for s in range(0, m, step):
+            L, log_norm = self._factor_chunk(Y[s : s + step])
+            r = (X[s : s + step] - Y[s : s + step])[:, :, None]
+            u = np.linalg.solve(L, r)[:, :, 0]
+            out[s : s + step] = log_norm - 0.5 * np.einsum("ij,ij->i", u, u)
+        return out
+
+    def sample_batch(self, Y, rng, chunk_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Draw :math:`x_i \\sim q_Z(\\cdot \\mid y_i)` for every row of ``Y``.
+
+        Returns ``(X, log_q)`` with ``log_q[i]`` :math:`= \\log q(x_i \\mid y_i)`, taken from the
+        draw's :math:`\\varepsilon` (no solve). All normals are drawn in one call, so the draws
+        do not depend on ``chunk_size``.
+        """
+        Y = self._check_points(Y)
+        step = self._chunk_size(chunk_size)
+        m = Y.shape[0]
+        eps = rng.standard_normal((m, self.dim))
+        X = np.empty_like(Y)
+        log_q = np.empty(m)
+        for s in range(0, m, step):
+            L, log_norm = self._factor_chunk(Y[s : s + step])
+            e = eps[s : s + step]
+            X[s : s + step] = Y[s : s + step] + np.einsum("kij,kj->ki", L, e)
+            log_q[s : s + step] = log_norm - 0.5 * np.einsum("ij,ij->i", e, e)
+        return X, log_q
