@@ -22,9 +22,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from pymc_kameleon.core._fused import HAVE_NUMBA, RADIAL_CODES, fused_rkhs_covariance
+from pymc_kameleon.core.kernels import median_heuristic_bandwidth
 from pymc_kameleon.core.linalg import cholesky_lower, gaussian_log_norm, jittered_cholesky, solve_lower
 
-__all__ = ["KameleonProposal", "ProposalAtPoint"]
+__all__ = ["FittedProposal", "KameleonProposal", "ProposalAtPoint", "fit_proposal", "matched_nu2"]
+
+# gamma="auto" is this fraction of the median marginal standard deviation of Z;
+# on the paper's targets (unit-variance marginals) it is the paper's gamma = 0.2.
+AUTO_GAMMA_FRACTION = 0.2
+# Points of Z at which the average proposal variance is measured to keep the
+# proposal scale continuous when Z or the bandwidth changes.
+SCALE_PROBE_POINTS = 20
 
 _LOG_2PI = math.log(2.0 * math.pi)
 # Batched methods work on chunks of rows whose temporaries stay below about this many bytes.
@@ -362,3 +370,52 @@ class KameleonProposal:
             X[s : s + step] = Y[s : s + step] + np.einsum("kij,kj->ki", L, e)
             log_q[s : s + step] = log_norm - 0.5 * np.einsum("ij,ij->i", e, e)
         return X, log_q
+
+
+@dataclass(frozen=True)
+class FittedProposal:
+    """A proposal family built from a fresh subsample (see :func:`fit_proposal`)."""
+
+    family: KameleonProposal
+    bandwidth: float  # NaN for kernels without a bandwidth
+    gamma: float
+    probe_variance: float  # average tr(M H M^T) / d over probe points of Z
+
+
+def fit_proposal(Z, kernel, bandwidth, gamma, nu2: float, rng) -> FittedProposal | None:
+    r"""Build the proposal family for a new subsample :math:`Z` (one adaptation refresh).
+
+    - Bandwidth: ``"median"`` gives the median heuristic
+      :math:`\sigma^2 = \operatorname{median}\|z_i - z_j\|^2 / 2`; a number is used as is.
+    - :math:`\gamma`: ``"auto"`` gives 0.2 times the median marginal standard deviation of
+      :math:`Z`; a number is used as is.
+    - ``probe_variance`` is :math:`\operatorname{tr}(M_z H M_z^\top) / d` averaged over up to 20
+      points of :math:`Z`. Steps use it to choose or rescale :math:`\nu^2` so that the average
+      proposal variance stays continuous across refreshes.
+
+    Returns None when :math:`Z` has fewer than two distinct points (the chain has not moved).
+    """
+    Z = np.asarray(Z, dtype=float)
+    if Z.shape[0] < 2 or np.unique(Z, axis=0).shape[0] < 2:
+        return None
+    sigma = math.nan
+    if getattr(kernel, "has_bandwidth", False):
+        sigma = median_heuristic_bandwidth(Z, max_points=500, rng=rng) if bandwidth == "median" else float(bandwidth)
+        kernel = kernel.with_bandwidth(sigma)
+    if gamma == "auto":
+        sd = float(np.median(np.std(Z, axis=0)))
+        gamma = AUTO_GAMMA_FRACTION * sd if sd > 0 else AUTO_GAMMA_FRACTION
+    gamma = float(gamma)
+    family = KameleonProposal(Z, kernel, gamma**2, nu2)
+    probe = Z[rng.choice(Z.shape[0], size=min(SCALE_PROBE_POINTS, Z.shape[0]), replace=False)]
+    probe_variance = float(np.mean([np.trace(family.rkhs_covariance(z)) for z in probe])) / Z.shape[1]
+    return FittedProposal(family, sigma, gamma, probe_variance)
+
+
+def matched_nu2(rw_variance: float, gamma: float, probe_variance: float) -> float:
+    r""":math:`\nu^2` whose average proposal variance matches a tuned random walk's per-coordinate variance.
+
+    :math:`\nu^2 = \max(s^2 - \gamma^2,\ 0.1 s^2) / \bar v`, with :math:`s^2` the random-walk
+    variance and :math:`\bar v` the ``probe_variance`` of :func:`fit_proposal`.
+    """
+    return max(rw_variance - gamma**2, 0.1 * rw_variance) / max(probe_variance, 1e-300)

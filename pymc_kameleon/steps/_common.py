@@ -15,14 +15,34 @@ from pymc.util import get_value_vars_from_user_vars
 from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
 
 __all__ = [
+    "PSEUDO_MARGINAL_STATS",
     "PerChainReset",
     "Evaluation",
     "GradientUnavailableError",
     "SplitTargetDensity",
     "TargetDensity",
     "continuous_value_vars",
+    "declare_pseudo_marginal_stats",
     "describe_point",
+    "same_array",
 ]
+
+# Extra sampler statistics of a step whose model has a PseudoMarginalPotential.
+PSEUDO_MARGINAL_STATS = {
+    "loglik_estimate": (np.float64, []),
+    "estimator_calls": (np.int64, []),
+}
+
+
+def declare_pseudo_marginal_stats(step, target):
+    """Declare :data:`PSEUDO_MARGINAL_STATS` on ``step`` if ``target`` has pseudo-marginal terms.
+
+    PyMC reads both ``stats_dtypes_shapes`` and ``stats_dtypes`` from the instance
+    (``BlockedStep.__new__`` sets them), so models without estimates keep the class's stats.
+    """
+    if target.has_estimates:
+        step.stats_dtypes_shapes = {**type(step).stats_dtypes_shapes, **PSEUDO_MARGINAL_STATS}
+        step.stats_dtypes = [{name: dtype for name, (dtype, _) in step.stats_dtypes_shapes.items()}]
 
 
 class PerChainReset:
@@ -168,6 +188,15 @@ class TargetDensity:
         """Sum of the log-estimates kept at the current state (NaN before the first step)."""
         return math.nan if self._cur is None else self._cur.log_estimate
 
+    def estimate_stats(self, estimates_before: int) -> dict:
+        """Values of :data:`PSEUDO_MARGINAL_STATS` after a step (empty without estimates)."""
+        if not self.terms:
+            return {}
+        return {
+            "loglik_estimate": self.current_log_estimate,
+            "estimator_calls": self.n_estimates - estimates_before,
+        }
+
     def reset(self):
         """Forget the current state and the estimators' generator (at the start of a chain)."""
         self._cur_q = None
@@ -227,7 +256,7 @@ class TargetDensity:
         if self.terms and self.estimator_rng is None:
             self.estimator_rng = np.random.default_rng(rng.integers(2**63))
         cur = self._cur
-        if cur is not None and _same(self._cur_q, y) and self._shared_unchanged():
+        if cur is not None and same_array(self._cur_q, y) and self._shared_unchanged():
             return cur
         exact, inputs, parts = self._current_parts(y)
         estimates = []
@@ -429,13 +458,13 @@ class SplitTargetDensity(TargetDensity):
         return lp + ll, inputs, dict(log_prior=lp, exact_loglik=ll, grad_log_prior=glp, grad_exact_loglik=gll)
 
 
-def _same(a, b) -> bool:
+def same_array(a, b) -> bool:
     """Exact equality of two arrays (cheaper than np.array_equal in the hot path)."""
     return a is not None and a.shape == b.shape and bool((a == b).all())
 
 
 def _same_arrays(a: tuple, b: tuple) -> bool:
-    return len(a) == len(b) and all(_same(u, v) for u, v in zip(a, b))
+    return len(a) == len(b) and all(same_array(u, v) for u, v in zip(a, b))
 
 
 def describe_point(q, point_map_info, max_len: int = 200) -> str:

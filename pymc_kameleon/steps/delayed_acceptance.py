@@ -52,8 +52,8 @@ from pymc_kameleon.core.delayed_acceptance import (
     surrogate_point,
 )
 from pymc_kameleon.core.gp import GPSurrogate
-from pymc_kameleon.core.kameleon import KameleonProposal, ProposalAtPoint
-from pymc_kameleon.core.kernels import make_kernel, median_heuristic_bandwidth
+from pymc_kameleon.core.kameleon import ProposalAtPoint, fit_proposal, matched_nu2
+from pymc_kameleon.core.kernels import make_kernel
 from pymc_kameleon.core.linalg import SingularCovarianceError, jittered_cholesky
 from pymc_kameleon.core.mh import accept_probability, metropolis_accept, mh_log_ratio
 from pymc_kameleon.steps._common import (
@@ -61,6 +61,8 @@ from pymc_kameleon.steps._common import (
     PerChainReset,
     SplitTargetDensity,
     continuous_value_vars,
+    declare_pseudo_marginal_stats,
+    same_array,
 )
 
 __all__ = ["GPDelayedAcceptanceMALA", "GPDelayedAcceptanceMH"]
@@ -68,16 +70,8 @@ __all__ = ["GPDelayedAcceptanceMALA", "GPDelayedAcceptanceMH"]
 _PROPOSALS = ("random_walk", "kameleon")
 _GP_AFTER_TUNING = ("grow", "freeze")
 _HYPERPARAMETER_KEYS = ("lengthscales", "signal_variance", "noise_variance", "mean")
-# Extra statistics for models with a PseudoMarginalPotential (as in KameleonMetropolis).
-_PSEUDO_MARGINAL_STATS = {
-    "loglik_estimate": (np.float64, []),
-    "estimator_calls": (np.int64, []),
-}
 # Largest move of a Robbins-Monro log-scale in one step (bounds the importance-weighted signal).
 _MAX_LOG_SCALE_STEP = 0.5
-# Kameleon option: gamma="auto" fraction and probe points, as in KameleonMetropolis.
-_AUTO_GAMMA_FRACTION = 0.2
-_SCALE_PROBE_POINTS = 20
 
 
 def _check_number(name, value, *, integer=False, minimum=None, strict=True):
@@ -90,9 +84,6 @@ def _check_number(name, value, *, integer=False, minimum=None, strict=True):
         bound = "" if minimum is None else f" {'>' if strict else '>='} {minimum}"
         raise ValueError(f"{name} must be {kind}{bound}, got {value!r}.")
 
-
-def _same(a, b) -> bool:
-    return a is not None and a.shape == b.shape and bool((a == b).all())
 
 
 class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
@@ -230,10 +221,7 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
         self.learning_rate = float(learning_rate)
         self.history_size = int(history_size)
 
-        if self._target.has_estimates:
-            # PyMC reads both attributes from the instance (BlockedStep.__new__ sets them).
-            self.stats_dtypes_shapes = {**type(self).stats_dtypes_shapes, **_PSEUDO_MARGINAL_STATS}
-            self.stats_dtypes = [{k: dtype for k, (dtype, _) in self.stats_dtypes_shapes.items()}]
+        declare_pseudo_marginal_stats(self, self._target)
         self.tune = True
         super().__init__(vars, self._target.shared, blocked=blocked, rng=rng)
         self._reset_chain_state()
@@ -456,7 +444,7 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
             cached is not None
             and cached[0] == self._gp_version
             and cached[3] is evaluation
-            and _same(cached[1], x)
+            and same_array(cached[1], x)
         ):
             return cached[2]
         value = make()
@@ -547,9 +535,7 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
             "tune": self.tune,
             "scaling": self._scale.value,
         }
-        if self._target.has_estimates:
-            stats["loglik_estimate"] = self._target.current_log_estimate
-            stats["estimator_calls"] = self._target.n_estimates - estimates_before
+        stats.update(self._target.estimate_stats(estimates_before))
         return RaveledVars(y_new, q0.point_map_info), [stats]
 
     def _finish(self, x, y, accepted, evaluation):
@@ -840,7 +826,7 @@ class GPDelayedAcceptanceMH(_GPDelayedAcceptanceBase):
 
     def _kameleon_at_current(self, x) -> ProposalAtPoint:
         cached = self._cur_kameleon
-        if cached is not None and cached[0] == self._kameleon_version and _same(cached[1].center, x):
+        if cached is not None and cached[0] == self._kameleon_version and same_array(cached[1].center, x):
             return cached[1]
         at = ProposalAtPoint.from_covariance(x, self._family.covariance(x))
         self._cur_kameleon = (self._kameleon_version, at)
@@ -932,31 +918,17 @@ class GPDelayedAcceptanceMH(_GPDelayedAcceptanceBase):
     def _refresh_subsample(self) -> bool:
         """Redraw the Kameleon subsample Z, bandwidth and gamma (as KameleonMetropolis does)."""
         Z = self._history.subsample(self.n_subsample, self.rng, discard_fraction=0.5)
-        if Z.shape[0] < 2 or np.unique(Z, axis=0).shape[0] < 2:
-            return False
-        kernel = self._kernel_template
-        if getattr(kernel, "has_bandwidth", False):
-            if self.bandwidth_spec == "median":
-                bandwidth = median_heuristic_bandwidth(Z, max_points=500, rng=self.rng)
-            else:
-                bandwidth = float(self.bandwidth_spec)
-            kernel = kernel.with_bandwidth(bandwidth)
-        if self.gamma_spec == "auto":
-            sd = np.median(np.std(Z, axis=0))
-            gamma = _AUTO_GAMMA_FRACTION * float(sd) if sd > 0 else _AUTO_GAMMA_FRACTION
-        else:
-            gamma = float(self.gamma_spec)
         probe_nu2 = 1.0 if self._nu2 is None else self._nu2.value
-        family = KameleonProposal(Z, kernel, gamma**2, probe_nu2)
-        probe = Z[self.rng.choice(Z.shape[0], size=min(_SCALE_PROBE_POINTS, Z.shape[0]), replace=False)]
-        probe_variance = float(np.mean([np.trace(family.rkhs_covariance(z)) for z in probe])) / self.dim
+        fit = fit_proposal(Z, self._kernel_template, self.bandwidth_spec, self.gamma_spec, probe_nu2, self.rng)
+        if fit is None:
+            return False
         if self._nu2 is None:
             rw_var = self._scale.value**2 * self._precond_trace / self.dim
-            nu2 = max(rw_var - gamma**2, 0.1 * rw_var) / max(probe_variance, 1e-300)
-            self._nu2 = RobbinsMonro(nu2, self.target_accept, self.learning_rate)
-        elif probe_variance > 0 and self._probe_variance > 0:
-            self._nu2.rescale(self._probe_variance / probe_variance)
-        self._probe_variance = probe_variance
+            self._nu2 = RobbinsMonro(matched_nu2(rw_var, fit.gamma, fit.probe_variance), self.target_accept, self.learning_rate)
+        elif fit.probe_variance > 0 and self._probe_variance > 0:
+            self._nu2.rescale(self._probe_variance / fit.probe_variance)
+        self._probe_variance = fit.probe_variance
+        family = fit.family
         family.nu2 = self._nu2.value
         self._family = family
         self._kameleon_version += 1

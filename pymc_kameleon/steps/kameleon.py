@@ -16,31 +16,21 @@ from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence
 
 from pymc_kameleon.core.adaptation import HistoryBuffer, RobbinsMonro, VanishingProbability
-from pymc_kameleon.core.kameleon import KameleonProposal, ProposalAtPoint
-from pymc_kameleon.core.kernels import make_kernel, median_heuristic_bandwidth
+from pymc_kameleon.core.kameleon import KameleonProposal, ProposalAtPoint, fit_proposal, matched_nu2
+from pymc_kameleon.core.kernels import make_kernel
 from pymc_kameleon.core.linalg import SingularCovarianceError
 from pymc_kameleon.core.mh import metropolis_accept, mh_log_ratio
-from pymc_kameleon.steps._common import PerChainReset, TargetDensity, continuous_value_vars
+from pymc_kameleon.steps._common import (
+    PerChainReset,
+    TargetDensity,
+    continuous_value_vars,
+    declare_pseudo_marginal_stats,
+    same_array,
+)
 
 __all__ = ["KameleonMetropolis"]
 
 _ADAPTATIONS = ("freeze", "vanishing")
-# gamma="auto" is this fraction of the median marginal standard deviation of Z;
-# on the paper's targets (unit-variance marginals) it is the paper's gamma = 0.2.
-_AUTO_GAMMA_FRACTION = 0.2
-# Points of Z at which the average proposal variance is measured to keep the
-# proposal scale continuous when Z or the bandwidth changes.
-_SCALE_PROBE_POINTS = 20
-# Extra statistics for models with a PseudoMarginalPotential.
-_PSEUDO_MARGINAL_STATS = {
-    "loglik_estimate": (np.float64, []),
-    "estimator_calls": (np.int64, []),
-}
-
-
-def _same(a, b) -> bool:
-    """Exact equality of two 1-d float arrays (cheaper than np.array_equal in the hot path)."""
-    return a.shape == b.shape and bool((a == b).all())
 
 
 def _check_positive(name, value, integer=False, allow_zero=False):
@@ -248,10 +238,7 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
             initial_point = model.initial_point()
         vars = continuous_value_vars(vars, model, type(self).__name__)
         self._target = TargetDensity(model, vars, initial_point, compile_kwargs, type(self).__name__)
-        if self._target.has_estimates:
-            # PyMC reads both attributes from the instance (BlockedStep.__new__ sets them).
-            self.stats_dtypes_shapes = {**type(self).stats_dtypes_shapes, **_PSEUDO_MARGINAL_STATS}
-            self.stats_dtypes = [{name: dtype for name, (dtype, _) in self.stats_dtypes_shapes.items()}]
+        declare_pseudo_marginal_stats(self, self._target)
         self.dim = int(sum(np.size(initial_point[v.name]) for v in vars))
         self.tune = True
         super().__init__(vars, self._target.shared, blocked=blocked, rng=rng)
@@ -361,9 +348,7 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
             "logp_evals": self._target.n_evals - evals_before,
             "jitter": jitter,
         }
-        if self._target.has_estimates:
-            stats["loglik_estimate"] = self._target.current_log_estimate
-            stats["estimator_calls"] = self._target.n_estimates - estimates_before
+        stats.update(self._target.estimate_stats(estimates_before))
         return RaveledVars(y_new, q0.point_map_info), [stats]
 
     # ------------------------------------------------------------ helpers
@@ -381,11 +366,11 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
 
     def _proposal_at_current(self, y) -> ProposalAtPoint:
         cached = self._cur_proposal
-        if cached is not None and cached[0] == self._version and _same(cached[1].center, y):
+        if cached is not None and cached[0] == self._version and same_array(cached[1].center, y):
             return cached[1]
         # Reuse M H M^T when only nu2 or gamma changed since it was computed.
         rk = self._cur_rkhs_cov
-        if rk is None or rk[0] != self._z_version or not _same(rk[1], y):
+        if rk is None or rk[0] != self._z_version or not same_array(rk[1], y):
             rk = (self._z_version, np.array(y, copy=True), self._family.rkhs_covariance(y))
             self._cur_rkhs_cov = rk
         try:
@@ -440,38 +425,25 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
     def _refresh_subsample(self) -> bool:
         """Redraw Z from the history and reset bandwidth and gamma. Returns whether Z changed."""
         Z = self._history.subsample(self.n_subsample, self.rng, discard_fraction=0.5)
-        if Z.shape[0] < 2 or np.unique(Z, axis=0).shape[0] < 2:
-            return False  # the chain has not moved yet: stay with what we have
-        kernel = self._kernel_template
-        if getattr(kernel, "has_bandwidth", False):
-            if self.bandwidth_spec == "median":
-                self._bandwidth = median_heuristic_bandwidth(Z, max_points=500, rng=self.rng)
-            else:
-                self._bandwidth = float(self.bandwidth_spec)
-            kernel = kernel.with_bandwidth(self._bandwidth)
-        if self.gamma_spec == "auto":
-            sd = np.median(np.std(Z, axis=0))
-            self._gamma = _AUTO_GAMMA_FRACTION * float(sd) if sd > 0 else _AUTO_GAMMA_FRACTION
-        else:
-            self._gamma = float(self.gamma_spec)
-
         probe_nu2 = 1.0 if self._nu2 is None else self._nu2.value
-        family = KameleonProposal(Z, kernel, self._gamma**2, probe_nu2)
-        probe = Z[self.rng.choice(Z.shape[0], size=min(_SCALE_PROBE_POINTS, Z.shape[0]), replace=False)]
-        probe_variance = float(np.mean([np.trace(family.rkhs_covariance(z)) for z in probe])) / self.dim
-
+        fit = fit_proposal(Z, self._kernel_template, self.bandwidth_spec, self.gamma_spec, probe_nu2, self.rng)
+        if fit is None:
+            return False  # the chain has not moved yet: stay with what we have
+        if not math.isnan(fit.bandwidth):
+            self._bandwidth = fit.bandwidth
+        self._gamma = fit.gamma
         if self._nu2 is None:
             # First Kameleon proposal: match the tuned random-walk variance on average.
             if self.nu2_initial is not None:
                 nu2 = self.nu2_initial
             else:
-                rw_var = self._rw_scale.value**2
-                nu2 = max(rw_var - self._gamma**2, 0.1 * rw_var) / max(probe_variance, 1e-300)
+                nu2 = matched_nu2(self._rw_scale.value**2, fit.gamma, fit.probe_variance)
             self._nu2 = RobbinsMonro(nu2, self.target_accept, self.learning_rate)
-        elif probe_variance > 0 and self._probe_variance > 0:
+        elif fit.probe_variance > 0 and self._probe_variance > 0:
             # Keep the average proposal variance continuous across refreshes.
-            self._nu2.rescale(self._probe_variance / probe_variance)
-        self._probe_variance = probe_variance
+            self._nu2.rescale(self._probe_variance / fit.probe_variance)
+        self._probe_variance = fit.probe_variance
+        family = fit.family
         family.nu2 = self._nu2.value
         self._family = family
         self._version += 1
