@@ -21,6 +21,8 @@ __all__ = [
     "GradientUnavailableError",
     "SplitTargetDensity",
     "TargetDensity",
+    "check_kameleon_options",
+    "check_number",
     "continuous_value_vars",
     "declare_pseudo_marginal_stats",
     "describe_point",
@@ -32,6 +34,37 @@ PSEUDO_MARGINAL_STATS = {
     "loglik_estimate": (np.float64, []),
     "estimator_calls": (np.int64, []),
 }
+
+
+def check_number(name, value, *, integer=False, minimum=None, strict=True):
+    """Raise a ValueError naming the option unless ``value`` is valid.
+
+    Valid: a finite number (an integer with ``integer=True``, never a bool) above ``minimum``,
+    or equal to it with ``strict=False``.
+    """
+    ok = isinstance(value, (int, np.integer)) if integer else isinstance(value, (int, float, np.number))
+    ok = ok and not isinstance(value, bool) and bool(np.isfinite(value))
+    if ok and minimum is not None:
+        ok = value > minimum if strict else value >= minimum
+    if not ok:
+        kind = "an integer" if integer else "a finite number"
+        bound = "" if minimum is None else f" {'>' if strict else '>='} {minimum}"
+        raise ValueError(f"{name} must be {kind}{bound}, got {value!r}.")
+
+
+def check_kameleon_options(bandwidth, gamma, n_subsample):
+    """Validate the Kameleon proposal's options, shared by every step that offers it."""
+    if isinstance(bandwidth, str):
+        if bandwidth != "median":
+            raise ValueError(f'bandwidth must be "median" or a positive number, got {bandwidth!r}.')
+    else:
+        check_number("bandwidth", bandwidth, minimum=0)
+    if isinstance(gamma, str):
+        if gamma != "auto":
+            raise ValueError(f'gamma must be "auto" or a non-negative number, got {gamma!r}.')
+    else:
+        check_number("gamma", gamma, minimum=0, strict=False)
+    check_number("n_subsample", n_subsample, integer=True, minimum=0)
 
 
 def declare_pseudo_marginal_stats(step, target):

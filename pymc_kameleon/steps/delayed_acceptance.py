@@ -60,6 +60,8 @@ from pymc_kameleon.steps._common import (
     GradientUnavailableError,
     PerChainReset,
     SplitTargetDensity,
+    check_kameleon_options,
+    check_number,
     continuous_value_vars,
     declare_pseudo_marginal_stats,
     same_array,
@@ -73,16 +75,6 @@ _HYPERPARAMETER_KEYS = ("lengthscales", "signal_variance", "noise_variance", "me
 # Largest move of a Robbins-Monro log-scale in one step (bounds the importance-weighted signal).
 _MAX_LOG_SCALE_STEP = 0.5
 
-
-def _check_number(name, value, *, integer=False, minimum=None, strict=True):
-    ok = isinstance(value, (int, np.integer)) if integer else isinstance(value, (int, float, np.number))
-    ok = ok and not isinstance(value, bool) and bool(np.isfinite(value))
-    if ok and minimum is not None:
-        ok = value > minimum if strict else value >= minimum
-    if not ok:
-        kind = "an integer" if integer else "a finite number"
-        bound = "" if minimum is None else f" {'>' if strict else '>='} {minimum}"
-        raise ValueError(f"{name} must be {kind}{bound}, got {value!r}.")
 
 
 
@@ -156,12 +148,12 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
                     f'noise_variance must be "auto", "fit" or a number >= 0, got {noise_variance!r}.'
                 )
         else:
-            _check_number("noise_variance", noise_variance, minimum=0, strict=False)
-        _check_number("jitter", jitter, minimum=0, strict=False)
-        _check_number("initial_scale", initial_scale, minimum=0)
-        _check_number("adapt_interval", adapt_interval, integer=True, minimum=0)
-        _check_number("learning_rate", learning_rate, minimum=0)
-        _check_number("history_size", history_size, integer=True, minimum=1)
+            check_number("noise_variance", noise_variance, minimum=0, strict=False)
+        check_number("jitter", jitter, minimum=0, strict=False)
+        check_number("initial_scale", initial_scale, minimum=0)
+        check_number("adapt_interval", adapt_interval, integer=True, minimum=0)
+        check_number("learning_rate", learning_rate, minimum=0)
+        check_number("history_size", history_size, integer=True, minimum=1)
 
         if initial_point is None:
             initial_point = model.initial_point()
@@ -189,10 +181,10 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
 
         if initial_points is None:
             initial_points = max(10, 2 * (d + 1))
-        _check_number("initial_points", initial_points, integer=True, minimum=1, strict=False)
+        check_number("initial_points", initial_points, integer=True, minimum=1, strict=False)
         if max_points is None:
             max_points = max(1000 // rows, 2 * initial_points)
-        _check_number("max_points", max_points, integer=True, minimum=1, strict=False)
+        check_number("max_points", max_points, integer=True, minimum=1, strict=False)
         if max_points < initial_points:
             raise ValueError(
                 f"max_points ({max_points}) must be at least initial_points ({initial_points}): the GP "
@@ -200,7 +192,7 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
             )
         if fit_max_points is None:
             fit_max_points = max(20, 300 // rows)
-        _check_number("fit_max_points", fit_max_points, integer=True, minimum=2, strict=False)
+        check_number("fit_max_points", fit_max_points, integer=True, minimum=2, strict=False)
         self._fixed_hyper = self._check_hyperparameters(hyperparameters, d)
         self._gp_mean = self._fixed_hyper.pop("mean", "gls") if self._fixed_hyper else "gls"
 
@@ -249,10 +241,10 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
                 raise ValueError(f"hyperparameters['lengthscales'] must be positive, got {ell!r}.")
             out["lengthscales"] = ell
         if "signal_variance" in hyperparameters:
-            _check_number("hyperparameters['signal_variance']", hyperparameters["signal_variance"], minimum=0)
+            check_number("hyperparameters['signal_variance']", hyperparameters["signal_variance"], minimum=0)
             out["signal_variance"] = float(hyperparameters["signal_variance"])
         if "noise_variance" in hyperparameters:
-            _check_number(
+            check_number(
                 "hyperparameters['noise_variance']",
                 hyperparameters["noise_variance"],
                 minimum=0,
@@ -260,7 +252,7 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
             )
             out["noise_variance"] = float(hyperparameters["noise_variance"])
         if "mean" in hyperparameters:
-            _check_number("hyperparameters['mean']", hyperparameters["mean"])
+            check_number("hyperparameters['mean']", hyperparameters["mean"])
             out["mean"] = float(hyperparameters["mean"])
         return out
 
@@ -760,17 +752,7 @@ class GPDelayedAcceptanceMH(_GPDelayedAcceptanceBase):
         self.proposal = proposal
         if proposal == "kameleon":
             self._kernel_template = make_kernel(kernel)
-            if isinstance(bandwidth, str):
-                if bandwidth != "median":
-                    raise ValueError(f'bandwidth must be "median" or a positive number, got {bandwidth!r}.')
-            else:
-                _check_number("bandwidth", bandwidth, minimum=0)
-            if isinstance(gamma, str):
-                if gamma != "auto":
-                    raise ValueError(f'gamma must be "auto" or a non-negative number, got {gamma!r}.')
-            else:
-                _check_number("gamma", gamma, minimum=0, strict=False)
-            _check_number("n_subsample", n_subsample, integer=True, minimum=0)
+            check_kameleon_options(bandwidth, gamma, n_subsample)
         self.kernel_spec = kernel
         self.bandwidth_spec = bandwidth
         self.n_subsample = int(n_subsample) if isinstance(n_subsample, (int, np.integer)) else n_subsample

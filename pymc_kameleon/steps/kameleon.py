@@ -23,6 +23,8 @@ from pymc_kameleon.core.mh import metropolis_accept, mh_log_ratio
 from pymc_kameleon.steps._common import (
     PerChainReset,
     TargetDensity,
+    check_kameleon_options,
+    check_number,
     continuous_value_vars,
     declare_pseudo_marginal_stats,
     same_array,
@@ -32,15 +34,6 @@ __all__ = ["KameleonMetropolis"]
 
 _ADAPTATIONS = ("freeze", "vanishing")
 
-
-def _check_positive(name, value, integer=False, allow_zero=False):
-    ok = isinstance(value, (int, np.integer)) if integer else isinstance(value, (int, float, np.number))
-    ok = ok and not isinstance(value, bool) and np.isfinite(value)
-    ok = ok and (value >= 0 if allow_zero else value > 0)
-    if not ok:
-        kind = "integer" if integer else "number"
-        sign = "non-negative" if allow_zero else "positive"
-        raise ValueError(f"{name} must be a {sign} finite {kind}, got {value!r}.")
 
 
 class KameleonMetropolis(PerChainReset, ArrayStepShared):
@@ -197,21 +190,11 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
     ):
         model = pm.modelcontext(model)
         self._kernel_template = make_kernel(kernel)
-        if isinstance(bandwidth, str):
-            if bandwidth != "median":
-                raise ValueError(f'bandwidth must be "median" or a positive number, got {bandwidth!r}.')
-        else:
-            _check_positive("bandwidth", bandwidth)
-        if isinstance(gamma, str):
-            if gamma != "auto":
-                raise ValueError(f'gamma must be "auto" or a non-negative number, got {gamma!r}.')
-        else:
-            _check_positive("gamma", gamma, allow_zero=True)
+        check_kameleon_options(bandwidth, gamma, n_subsample)
         if nu2 is not None:
-            _check_positive("nu2", nu2)
-        _check_positive("n_subsample", n_subsample, integer=True)
-        _check_positive("adapt_interval", adapt_interval, integer=True)
-        _check_positive("learning_rate", learning_rate)
+            check_number("nu2", nu2, minimum=0)
+        check_number("adapt_interval", adapt_interval, integer=True, minimum=0)
+        check_number("learning_rate", learning_rate, minimum=0)
         if not (isinstance(target_accept, (int, float)) and 0.0 < target_accept < 1.0):
             raise ValueError(f"target_accept must be in (0, 1), got {target_accept!r}.")
         if adaptation not in _ADAPTATIONS:
@@ -219,7 +202,7 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
         self._vanishing = VanishingProbability(vanishing_decay)  # validates the decay
         if history_size is None:
             history_size = max(10 * int(n_subsample), 10_000)
-        _check_positive("history_size", history_size, integer=True)
+        check_number("history_size", history_size, integer=True, minimum=0)
         if history_size < 2:
             raise ValueError(f"history_size must be at least 2, got {history_size!r}.")
 
