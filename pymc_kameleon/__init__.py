@@ -4,6 +4,7 @@ The public API::
 
     from pymc_kameleon import KameleonMetropolis, PseudoMarginalPotential
     from pymc_kameleon import GPDelayedAcceptanceMH, GPDelayedAcceptanceMALA
+    from pymc_kameleon import KASS, ASMC              # pm.sample_smc(kernel=KASS)
 
 ``pymc_kameleon.core`` holds the NumPy math (no PyMC imports), ``pymc_kameleon.targets``
 the benchmark targets with exact references, ``pymc_kameleon.examples`` worked likelihood
@@ -18,13 +19,16 @@ from pymc_kameleon.pseudo_marginal import (
     log_estimate_spread,
     log_mean_exp,
 )
+from pymc_kameleon.smc import ASMC, KASS
 from pymc_kameleon.steps import GPDelayedAcceptanceMALA, GPDelayedAcceptanceMH, KameleonMetropolis
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ASMC",
     "GPDelayedAcceptanceMALA",
     "GPDelayedAcceptanceMH",
+    "KASS",
     "KameleonMetropolis",
     "PseudoMarginalEstimatorError",
     "PseudoMarginalMisuseError",

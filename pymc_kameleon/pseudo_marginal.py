@@ -120,6 +120,10 @@ class PseudoMarginalOp(Op):
         self._fallback_rng = np.random.default_rng(seed)
         self._warned = False
 
+    def set_rng(self, rng) -> None:
+        """Seed the generator used when PyTensor itself runs this Op (``pm.sample_smc``, ``point_logps``)."""
+        self._fallback_rng = np.random.default_rng(rng)
+
     def make_node(self, *inputs):
         inputs = [pt.as_tensor_variable(x) for x in inputs]
         return Apply(self, inputs, [pt.dscalar()])

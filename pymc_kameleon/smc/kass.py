@@ -1,0 +1,407 @@
+r"""KASS: Kameleon rejuvenation moves inside ``pm.sample_smc`` (Schuster, Strathmann et al.).
+
+PyMC's SMC sampler tempers from the prior to the posterior through
+:math:`\pi_t(x) \propto p(x) L(x)^{\beta_t}`, reweighting, resampling and then rejuvenating the
+particles with an MCMC kernel at each stage; its evidence estimate is
+:math:`\log \hat Z = \sum_t \log \frac1N \sum_i L(x_i)^{\beta_t - \beta_{t-1}}`. ``KASS`` supplies
+the rejuvenation: Metropolis-Hastings moves whose Gaussian proposal at each particle,
+
+.. math::
+    q(\cdot \mid x) = \mathcal N\!\left(x,\ \gamma^2 I + \nu_t^2 M_{Z,x} H M_{Z,x}^\top\right),
+
+is built from kernel gradients over the resampled particle system :math:`Z`, so it aligns with
+the local shape of :math:`\pi_t` (bananas, rings, several modes). With the linear kernel the
+covariance is the particle system's global covariance: adaptive SMC (Fearnhead & Taylor), the
+paper's ASMC baseline (:class:`ASMC`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+
+import numpy as np
+import pytensor.tensor as pt
+from pytensor import shared
+from pytensor.graph.replace import vectorize_graph
+from pytensor.tensor.random.type import RandomGeneratorType
+
+from pymc.model import modelcontext
+from pymc.pytensorf import compile, floatX, join_nonshared_inputs, make_shared_replacements
+from pymc.smc.kernels import SMC_KERNEL, Pearson
+from pymc.vartypes import discrete_types
+
+from pymc_kameleon.core.kameleon import fit_proposal, matched_nu2
+from pymc_kameleon.core.kernels import make_kernel
+from pymc_kameleon.core.smc import adapt_log_scale, population_mh_move, steps_for_acceptance
+from pymc_kameleon.pseudo_marginal import PseudoMarginalOp
+from pymc_kameleon.steps._common import check_kameleon_options, check_number
+
+__all__ = ["ASMC", "KASS"]
+
+_log = logging.getLogger(__name__)
+
+_STEP_RULES = ("correlation", "acceptance")
+# Rows per vectorised log-density call: bounds the memory of models with many observations.
+_LOGP_BATCH_ROWS = 1024
+# Particles compared between the vectorised and PyMC's per-particle log densities (per chain).
+_BATCH_CHECK_POINTS = 8
+
+
+class KASS(SMC_KERNEL):
+    r"""Kernel Adaptive SMC: ``pm.sample_smc(kernel=KASS, ...)`` with Kameleon rejuvenation moves.
+
+    At every stage, after PyMC has reweighted to the new temperature :math:`\beta_t` and resampled:
+
+    - **tune.** :math:`Z` is the resampled particle system (a random subsample of ``n_subsample``
+      particles when there are more). The Gaussian kernel's bandwidth comes from the median
+      heuristic over :math:`Z`, and :math:`\gamma` from its spread (``"auto"``: 0.2 times the
+      median marginal standard deviation). :math:`\nu_t^2` is set so that the average
+      proposal variance is :math:`s_t^2 \cdot 2.38^2/d` times the particles' average marginal
+      variance (the optimal random-walk scale at :math:`s_t = 1`).
+    - **mutate.** Every particle makes Metropolis-Hastings moves against
+      :math:`p(x) L(x)^{\beta_t}`, all particles at once: the proposals, their densities in
+      both directions (each particle has its own location-dependent covariance) and, where
+      PyTensor can vectorise the model, the log densities are computed in batches. The number
+      of sweeps per stage follows ``n_steps``.
+    - **adapt.** After the sweeps, the paper's eq. (4) on the log scale:
+      :math:`\log s_{t+1}^2 = \log s_t^2 + \lambda (\hat\alpha_t - \alpha_{\mathrm{opt}})`, with
+      :math:`\hat\alpha_t` the mean acceptance *probability* of the stage's proposals.
+
+    Each sweep leaves :math:`\pi_t` invariant because the proposal family is fixed within a
+    stage (it depends only on the particles at the start of the stage). The evidence
+    (``log_marginal_likelihood``) is PyMC's own accounting.
+
+    **Pseudo-marginal likelihoods.** With a :func:`~pymc_kameleon.PseudoMarginalPotential`, each
+    particle keeps the likelihood estimate it was accepted with (PyMC carries it through
+    resampling), and only proposals are estimated afresh, so the sampler targets the exact
+    posterior and the evidence estimate stays consistent (IS²/SMC² on the extended space). The
+    estimators' random stream is seeded from ``random_seed``.
+
+    Options are passed through ``pm.sample_smc``. Its ``kernel`` argument is this class, so the
+    RKHS kernel is called ``proposal_kernel``.
+
+    Parameters
+    ----------
+    proposal_kernel : str or kernel object, default "gaussian"
+        ``"gaussian"``, ``"matern32"``, ``"matern52"``, ``"linear"`` (adaptive SMC, see
+        :class:`ASMC`), or an object with ``value(X, Z)`` and ``grad(X, Z)``.
+    bandwidth : "median" or float, default "median"
+        Kernel length scale; the median heuristic is recomputed at every stage.
+    gamma : "auto" or float, default "auto"
+        Exploration noise :math:`\gamma`.
+    n_subsample : int, default 1000
+        At most this many particles form :math:`Z`. A sweep costs
+        :math:`O(N n d^2 + N d^3)` on top of the :math:`N` log-density evaluations.
+    learning_rate : float, default 1.0
+        :math:`\lambda` in eq. (4) (constant, as in the paper's sensor and GP experiments).
+    target_accept : float, default 0.234
+        :math:`\alpha_{\mathrm{opt}}`.
+    initial_scale : float, default 1.0
+        :math:`s_1^2`, relative to the optimal random-walk scale.
+    n_steps : int, "correlation" or "acceptance", default "correlation"
+        MH sweeps per stage. An integer fixes it. ``"correlation"`` is the rule of PyMC's ``MH``
+        kernel: sweep while more than 90% of the coordinates' correlations with the stage's
+        starting particles still drop by more than ``correlation_threshold``.
+        ``"acceptance"`` runs one sweep, then enough sweeps for a particle to move with
+        probability ``move_probability`` at that sweep's acceptance rate
+        (:func:`~pymc_kameleon.core.smc.steps_for_acceptance`). Both are capped by ``max_steps``.
+    correlation_threshold : float, default 0.01
+    move_probability : float, default 0.99
+    max_steps : int, default 100
+        Cap on the sweeps per stage.
+    chunk_size : int, optional
+        Particles per chunk of the batched proposal algebra; by default a chunk's temporaries
+        stay near 4 MB, so memory is bounded for any number of particles.
+    batch_logp : {"auto", True, False}, default "auto"
+        Evaluate the log densities of all proposals with one vectorised PyTensor function
+        (``vectorize_graph``). ``"auto"`` uses it when the model vectorises and agrees with PyMC's
+        per-particle functions on the initial particles, else falls back to a loop; models with
+        pseudo-marginal terms always loop (their estimates are random). ``True`` insists.
+    **kwargs
+        ``pm.sample_smc``'s own kernel options (``threshold``, ...).
+    """
+
+    stats_dtypes_shapes: dict[str, tuple[type, list]] = {
+        "log_marginal_likelihood": (float, []),
+        "beta": (float, []),
+        "mean_accept_rate": (float, []),
+        "nu2": (float, []),
+        "scale": (float, []),
+        "bandwidth": (float, []),
+        "gamma": (float, []),
+        "n_steps": (int, []),
+        "subsample_size": (int, []),
+        "likelihood_evals": (int, []),
+    }
+
+    _default_proposal_kernel = "gaussian"
+
+    def __init__(
+        self,
+        *args,
+        proposal_kernel=None,
+        bandwidth="median",
+        gamma="auto",
+        n_subsample: int = 1000,
+        learning_rate: float = 1.0,
+        target_accept: float = 0.234,
+        initial_scale: float = 1.0,
+        n_steps="correlation",
+        correlation_threshold: float = 0.01,
+        move_probability: float = 0.99,
+        max_steps: int = 100,
+        chunk_size: int | None = None,
+        batch_logp="auto",
+        **kwargs,
+    ):
+        if "kernel" in kwargs:
+            raise TypeError(
+                f"{type(self).__name__} takes the RKHS kernel as proposal_kernel=... "
+                "(pm.sample_smc's own `kernel` argument is the SMC kernel class)."
+            )
+        model = modelcontext(kwargs.get("model"))
+        discrete = [v.name for v in model.value_vars if v.dtype in discrete_types]
+        if discrete:
+            raise ValueError(
+                f"{type(self).__name__} moves continuous variables only, but {discrete} "
+                f"{'is' if len(discrete) == 1 else 'are'} discrete. Use pm.smc.kernels.MH or IMH "
+                "for models with discrete variables."
+            )
+        proposal_kernel = self._default_proposal_kernel if proposal_kernel is None else proposal_kernel
+        self._kernel_template = make_kernel(proposal_kernel)
+        self.proposal_kernel = proposal_kernel if isinstance(proposal_kernel, str) else type(proposal_kernel).__name__
+        check_kameleon_options(bandwidth, gamma, n_subsample)
+        check_number("learning_rate", learning_rate, minimum=0, strict=False)
+        check_number("initial_scale", initial_scale, minimum=0)
+        check_number("target_accept", target_accept, minimum=0)
+        if not target_accept < 1:
+            raise ValueError(f"target_accept must be in (0, 1), got {target_accept!r}.")
+        check_number("correlation_threshold", correlation_threshold, minimum=0)
+        check_number("move_probability", move_probability, minimum=0)
+        if not move_probability < 1:
+            raise ValueError(f"move_probability must be in (0, 1), got {move_probability!r}.")
+        check_number("max_steps", max_steps, integer=True, minimum=1, strict=False)
+        if isinstance(n_steps, str):
+            if n_steps not in _STEP_RULES:
+                raise ValueError(f"n_steps must be a positive integer or one of {_STEP_RULES}, got {n_steps!r}.")
+        else:
+            check_number("n_steps", n_steps, integer=True, minimum=1, strict=False)
+        if chunk_size is not None:
+            check_number("chunk_size", chunk_size, integer=True, minimum=1, strict=False)
+        if not (isinstance(batch_logp, bool) or (isinstance(batch_logp, str) and batch_logp == "auto")):
+            raise ValueError(f'batch_logp must be "auto", True or False, got {batch_logp!r}.')
+
+        super().__init__(*args, **kwargs)
+
+        self.bandwidth_spec = bandwidth
+        self.gamma_spec = gamma
+        self.n_subsample = int(n_subsample)
+        self.learning_rate = float(learning_rate)
+        self.target_accept = float(target_accept)
+        self.initial_scale = float(initial_scale)
+        self.n_steps_rule = n_steps
+        self.correlation_threshold = float(correlation_threshold)
+        self.move_probability = float(move_probability)
+        self.max_steps = int(max_steps)
+        self.chunk_size = chunk_size
+        self.batch_logp = batch_logp
+        self._evaluations = 0  # running count of likelihood evaluations at proposals
+
+        self._pseudo_marginal_ops = _pseudo_marginal_ops(self.likelihood_logp_func)
+        self._batch_logp_func = None
+        if batch_logp is True or (batch_logp == "auto" and not self._pseudo_marginal_ops):
+            self._batch_logp_func = self._compile_batch_logp(model, kwargs.get("compile_kwargs"), strict=batch_logp is True)
+        self._reset_chain_state()
+
+    # ---------------------------------------------------------------- set-up
+    def _compile_batch_logp(self, model, compile_kwargs, strict: bool):
+        """One PyTensor function mapping an (m, D) array of particles to their (prior, likelihood) log densities."""
+        try:
+            point = model.initial_point(random_seed=0)  # only the shapes are used
+            replacements = make_shared_replacements(point, self.variables, model)
+            outputs, joined = join_nonshared_inputs(
+                point=point, outputs=[model.varlogp, model.datalogp], inputs=self.variables, shared_inputs=replacements
+            )
+            particles = pt.matrix("particles", dtype=joined.dtype)
+            batched = vectorize_graph(outputs, replace={joined: particles})
+            kwargs = {**(compile_kwargs or {}), "on_unused_input": "ignore"}
+            fn = compile([particles], batched, **kwargs)
+        except Exception as err:  # the model does not vectorise: loop over particles instead
+            if strict:
+                raise ValueError(f"batch_logp=True, but the model's log density could not be vectorised: {err}") from err
+            _log.info("KASS: the model's log density does not vectorise (%s); evaluating particles one by one.", err)
+            return None
+        fn.trust_input = True
+        return fn
+
+    def set_rng(self, rng: np.random.Generator):
+        """Give this chain's generator to PyMC's functions, the batched function and the estimators."""
+        super().set_rng(rng)
+        if self._batch_logp_func is not None:
+            fn = self._batch_logp_func
+            rngs = [v for v in fn.get_shared() if isinstance(v.type, RandomGeneratorType)]
+            swaps = {old: shared(new, borrow=True) for old, new in zip(rngs, rng.spawn(len(rngs)), strict=True)}
+            self._batch_logp_func = fn.copy(swap=swaps) if swaps else fn
+        # The estimators draw from their Op's own generator when PyMC's functions run them.
+        self._pseudo_marginal_ops = _pseudo_marginal_ops(self.likelihood_logp_func)
+        for op, child in zip(self._pseudo_marginal_ops, rng.spawn(len(self._pseudo_marginal_ops)), strict=True):
+            op.set_rng(child)
+
+    def setup_kernel(self):
+        """Reset the per-chain state (PyMC reuses one kernel instance for sequential chains)."""
+        self._reset_chain_state()
+        self._use_batch = self._batch_logp_func is not None and self._batch_matches_pymc()
+
+    def _reset_chain_state(self):
+        self._log_scale = math.log(self.initial_scale)
+        self._family = None
+        self._stage = {}
+        self._use_batch = False
+        self.n_steps = 0
+
+    def _batch_matches_pymc(self) -> bool:
+        """Whether the vectorised function reproduces PyMC's per-particle log densities."""
+        k = min(_BATCH_CHECK_POINTS, self.draws)
+        try:
+            prior, loglik = self._batch_logp_func(floatX(self.tempered_posterior[:k]))
+        except Exception as err:
+            if self.batch_logp is True:
+                raise
+            _log.info("KASS: the vectorised log density failed (%s); evaluating particles one by one.", err)
+            return False
+        same = _same_values(prior, self.prior_logp[:k]) and _same_values(loglik, self.likelihood_logp[:k])
+        if not same:
+            message = (
+                "KASS: the vectorised model log density disagrees with PyMC's per-particle one "
+                "(a random term?); evaluating particles one by one."
+            )
+            if self.batch_logp is True:
+                raise ValueError(message)
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
+        return same
+
+    # ---------------------------------------------------------------- one stage
+    def tune(self):
+        """Fit the Kameleon proposal family to the resampled particles (stage start)."""
+        X = np.asarray(self.tempered_posterior, dtype=float)
+        N, d = X.shape
+        Z = X if N <= self.n_subsample else X[self.rng.choice(N, size=self.n_subsample, replace=False)]
+        fit = fit_proposal(Z, self._kernel_template, self.bandwidth_spec, self.gamma_spec, 1.0, self.rng)
+        if fit is None:
+            raise ValueError(
+                f"All {N} particles are identical after resampling at beta={self.beta:.4g}, so no "
+                "proposal can be fitted. Use more draws, or a higher threshold (more, gentler stages)."
+            )
+        mean_variance = float(np.mean(np.var(Z, axis=0)))
+        rw_variance = math.exp(self._log_scale) * 2.38**2 / d * mean_variance
+        fit.family.nu2 = matched_nu2(rw_variance, fit.gamma, fit.probe_variance)
+        self._family = fit.family
+        self._stage = {"bandwidth": fit.bandwidth, "gamma": fit.gamma, "nu2": fit.family.nu2, "scale": math.exp(self._log_scale), "subsample_size": Z.shape[0]}
+
+    def mutate(self):
+        """Kameleon MH sweeps over all particles against :math:`p(x) L(x)^{\\beta_t}`, then adapt the scale."""
+        rule = self.n_steps_rule
+        planned = rule if isinstance(rule, int | np.integer) else self.max_steps
+        correlation = Pearson(self.tempered_posterior) if rule == "correlation" else None
+        old_corr = 2.0
+        accept_means, evals, sweeps = [], 0, 0
+        while sweeps < planned:
+            before = self._evaluations
+            move = population_mh_move(
+                self.tempered_posterior,
+                self.tempered_posterior_logp,
+                self._family,
+                self._evaluate,
+                self.beta,
+                self.rng,
+                chunk_size=self.chunk_size,
+            )
+            evals += self._evaluations - before
+            acc = move.accepted
+            self.tempered_posterior[acc] = move.proposals[acc]
+            self.prior_logp[acc] = move.log_prior[acc]
+            self.likelihood_logp[acc] = move.loglik[acc]
+            self.tempered_posterior_logp[acc] = move.log_target[acc]
+            accept_means.append(float(np.mean(move.accept_prob)))
+            sweeps += 1
+            if rule == "correlation":
+                pearson_r = correlation.get(self.tempered_posterior)
+                if np.mean((old_corr - pearson_r) > self.correlation_threshold) > 0.9:
+                    old_corr = pearson_r
+                else:
+                    break
+            elif rule == "acceptance" and sweeps == 1:
+                planned = steps_for_acceptance(accept_means[0], self.move_probability, 1, self.max_steps)
+        mean_accept = float(np.mean(accept_means))
+        self._stage.update(mean_accept_rate=mean_accept, n_steps=sweeps, likelihood_evals=evals)
+        self.n_steps = sweeps
+        self._log_scale = adapt_log_scale(self._log_scale, mean_accept, self.target_accept, self.learning_rate)
+
+    def _evaluate(self, proposals):
+        """Prior and likelihood log densities at the proposals (likelihood only inside the prior's support)."""
+        proposals = floatX(np.ascontiguousarray(proposals))
+        if self._use_batch:
+            priors, logliks = [], []
+            for s in range(0, proposals.shape[0], _LOGP_BATCH_ROWS):
+                prior, loglik = self._batch_logp_func(proposals[s : s + _LOGP_BATCH_ROWS])
+                priors.append(prior)
+                logliks.append(loglik)
+            self._evaluations += proposals.shape[0]
+            return np.concatenate(priors), np.concatenate(logliks)
+        prior = np.array([float(self.prior_logp_func(x)) for x in proposals])
+        loglik = np.full(proposals.shape[0], -np.inf)
+        # Never ask an expensive (or estimated) likelihood about a point the prior rules out.
+        for i in np.flatnonzero(np.isfinite(prior)):
+            loglik[i] = float(self.likelihood_logp_func(proposals[i]))
+            self._evaluations += 1
+        return prior, loglik
+
+    # ---------------------------------------------------------------- reporting
+    def sample_stats(self):
+        return {
+            "log_marginal_likelihood": self.log_marginal_likelihood if self.beta == 1 else np.nan,
+            "beta": self.beta,
+            **{name: self._stage[name] for name in ("mean_accept_rate", "nu2", "scale", "bandwidth", "gamma")},
+            **{name: int(self._stage[name]) for name in ("n_steps", "subsample_size", "likelihood_evals")},
+        }
+
+    def sample_settings(self):
+        return {
+            "_n_draws": self.draws,
+            "threshold": self.threshold,
+            "_n_tune": self.n_steps,
+            "proposal_kernel": self.proposal_kernel,
+            "n_steps_rule": str(self.n_steps_rule),
+            "correlation_threshold": self.correlation_threshold,
+            "learning_rate": self.learning_rate,
+            "target_accept": self.target_accept,
+            "batch_logp": int(self._use_batch),
+        }
+
+
+class ASMC(KASS):
+    r"""Adaptive SMC (Fearnhead & Taylor): :class:`KASS` with the linear kernel.
+
+    The proposal covariance is :math:`\gamma^2 I + \nu_t^2 \cdot 4 n\, \widehat{\mathrm{Cov}}(Z)`, the
+    same at every particle: the particle system's global covariance, scaled by eq. (4). This
+    is the paper's ASMC baseline; ``pm.sample_smc(kernel=ASMC)``.
+    """
+
+    _default_proposal_kernel = "linear"
+
+
+def _pseudo_marginal_ops(fn) -> list:
+    """The pseudo-marginal Ops inside a compiled PyTensor function, in graph order."""
+    ops = []
+    for node in fn.maker.fgraph.toposort():
+        if isinstance(node.op, PseudoMarginalOp) and all(node.op is not op for op in ops):
+            ops.append(node.op)
+    return ops
+
+
+def _same_values(a, b) -> bool:
+    """Equal up to rounding; equal infinities count as equal."""
+    a, b = np.asarray(a, dtype=float).reshape(-1), np.asarray(b, dtype=float).reshape(-1)
+    return a.shape == b.shape and bool(np.allclose(a, b, rtol=1e-8, atol=1e-8, equal_nan=True))

@@ -1,0 +1,115 @@
+"""The NumPy core of KASS: one population MH sweep, the scale update and the sweep-count rule."""
+
+import math
+
+import numpy as np
+import pytest
+
+from pymc_kameleon.core.kameleon import KameleonProposal
+from pymc_kameleon.core.kernels import GaussianKernel
+from pymc_kameleon.core.smc import (
+    adapt_log_scale,
+    population_mh_move,
+    steps_for_acceptance,
+    tempered_log_density,
+)
+
+
+class ScriptedFamily:
+    """A proposal family with fixed proposals and densities, so the ratio is plain arithmetic."""
+
+    def __init__(self, proposals, log_q_forward, log_q_reverse):
+        self.proposals = np.asarray(proposals, dtype=float)
+        self.log_q_forward = np.asarray(log_q_forward, dtype=float)
+        self.log_q_reverse = np.asarray(log_q_reverse, dtype=float)
+        self.reverse_args = None
+
+    def sample_batch(self, Y, rng, chunk_size=None):
+        return self.proposals.copy(), self.log_q_forward.copy()
+
+    def log_density_batch(self, X, Y, chunk_size=None):
+        self.reverse_args = (np.array(X), np.array(Y))
+        return self.log_q_reverse.copy()
+
+
+class FixedUniforms:
+    def __init__(self, u):
+        self.u = np.asarray(u, dtype=float)
+
+    def random(self, size):
+        assert size == self.u.size
+        return self.u
+
+
+def test_population_move_exact_log_ratios():
+    """log alpha = [log p(x*) + beta l(x*)] - log pi_t(x) + log q(x | x*) - log q(x* | x), by hand."""
+    X = np.array([[0.0], [1.0], [2.0], [3.0]])
+    log_target = np.array([-1.0, -2.0, -3.0, -3.0])
+    proposals = X + 0.5
+    family = ScriptedFamily(proposals, log_q_forward=[-0.5, -0.7, -0.1, -0.1], log_q_reverse=[-0.6, -0.2, -0.3, -0.3])
+    prior = np.array([-1.5, -np.inf, -2.0, -2.0])
+    loglik = np.array([2.0, 5.0, np.nan, -4.0])
+    move = population_mh_move(
+        X, log_target, family, lambda P: (prior, loglik), beta=0.5, rng=FixedUniforms([0.9, 0.0, 0.0, 0.3])
+    )
+    # particle 0: (-1.5 + 1) - (-1) + (-0.6) - (-0.5) = 0.4; particle 3: (-2 - 2) - (-3) - 0.3 + 0.1 = -1.2
+    np.testing.assert_allclose(move.log_ratio, [0.4, -np.inf, -np.inf, -1.2], rtol=0, atol=1e-14)
+    np.testing.assert_allclose(move.accept_prob, [1.0, 0.0, 0.0, math.exp(-1.2)], rtol=1e-14)
+    np.testing.assert_allclose(move.log_target, [-0.5, -np.inf, -np.inf, -4.0])
+    # u = 0.3 < exp(-1.2) = 0.3012 accepts particle 3; u = 0 cannot accept a zero probability.
+    assert move.accepted.tolist() == [True, False, False, True]
+    # The reverse density is q(x | x*): evaluated at the current particles, centred at the proposals.
+    np.testing.assert_array_equal(family.reverse_args[0], X)
+    np.testing.assert_array_equal(family.reverse_args[1], proposals)
+
+
+def test_population_move_with_a_real_family_matches_single_point_densities():
+    rng = np.random.default_rng(3)
+    Z = rng.normal(size=(40, 2)) * [3.0, 1.0]
+    family = KameleonProposal(Z, GaussianKernel(1.5), gamma2=0.04, nu2=0.3)
+    X = rng.normal(size=(25, 2))
+
+    def log_pi(P):
+        return -0.5 * np.sum(P**2, axis=1)
+
+    move = population_mh_move(X, log_pi(X), family, lambda P: (log_pi(P), np.zeros(len(P))), 1.0, np.random.default_rng(9))
+    for i in range(len(X)):
+        expected = (
+            log_pi(move.proposals[i : i + 1])[0]
+            - log_pi(X[i : i + 1])[0]
+            + family.at(move.proposals[i]).log_density(X[i])
+            - family.at(X[i]).log_density(move.proposals[i])
+        )
+        assert move.log_ratio[i] == pytest.approx(expected, rel=1e-10, abs=1e-10)
+
+
+def test_population_move_stream_does_not_depend_on_outcomes():
+    """Exactly N uniforms per sweep: the next draw is the same whatever was accepted."""
+    family = ScriptedFamily([[1.0], [2.0]], [0.0, 0.0], [0.0, 0.0])
+    for loglik in ([0.0, 0.0], [-np.inf, -np.inf]):
+        rng = np.random.default_rng(1)
+        population_mh_move(np.zeros((2, 1)), np.zeros(2), family, lambda P, l=loglik: (np.zeros(2), np.array(l)), 1.0, rng)
+        assert rng.random() == pytest.approx(np.random.default_rng(1).random(3)[2])
+
+
+def test_tempered_log_density_edge_cases():
+    prior = np.array([-1.0, -np.inf, -1.0, -1.0, -1.0])
+    loglik = np.array([-2.0, 3.0, np.nan, np.inf, -np.inf])
+    np.testing.assert_array_equal(tempered_log_density(prior, loglik, 0.5), [-2.0, -np.inf, -np.inf, -np.inf, -np.inf])
+    # beta = 0: the likelihood is ignored, but the prior's support still counts.
+    np.testing.assert_array_equal(tempered_log_density(prior, loglik, 0.0), [-1.0, -np.inf, -1.0, -1.0, -1.0])
+
+
+def test_adapt_log_scale_is_equation_4_on_the_log_scale():
+    assert adapt_log_scale(0.0, 0.5, 0.234, 1.0) == pytest.approx(0.266)
+    assert adapt_log_scale(math.log(2.0), 0.1, 0.234, 0.1) == pytest.approx(math.log(2.0) - 0.0134)
+    assert adapt_log_scale(0.7, math.nan, 0.234, 1.0) == 0.7
+
+
+@pytest.mark.parametrize(
+    "alpha, expected",
+    [(0.5, 7), (0.234, 18), (0.9, 2), (1.0, 1), (0.0, 40), (math.nan, 40), (0.01, 40)],
+)
+def test_steps_for_acceptance(alpha, expected):
+    # (1 - 0.5)^7 = 0.0078 < 0.01 <= 0.5^6 = 0.0156; (1 - 0.234)^18 = 0.0083 < 0.01 <= 0.766^17
+    assert steps_for_acceptance(alpha, 0.99, 1, 40) == expected
