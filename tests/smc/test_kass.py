@@ -1,0 +1,341 @@
+"""KASS / ASMC inside ``pm.sample_smc``: exactness, evidence, bookkeeping, options.
+
+The statistical tests run R independent SMC chains (one ``pm.sample_smc`` call, so PyMC reuses
+one kernel instance) and derive every tolerance from the spread of the R runs: a per-run
+statistic (particle mean, variance, quantile coverage, evidence ratio) is averaged over runs
+and compared with its exact value in units of its standard error sd/sqrt(R).
+"""
+
+import math
+
+import numpy as np
+import pymc as pm
+import pytest
+from scipy.stats import multivariate_normal, norm
+
+from pymc_kameleon import ASMC, KASS, PseudoMarginalPotential, log_mean_exp
+from pymc_kameleon.core.kameleon import KameleonProposal
+
+SMC_KW = dict(progressbar=False, compute_convergence_checks=False)
+Z_MAX = 4.0
+
+# ----------------------------------------------------------------- a conjugate linear model
+# y = X w + e, e ~ N(0, s^2 I), w ~ N(0, tau^2 I): posterior and evidence in closed form.
+N_OBS, DIM, NOISE_SD, PRIOR_SD = 20, 2, 0.5, 2.0
+_rng = np.random.default_rng(11)
+X_DESIGN = _rng.normal(size=(N_OBS, DIM))
+Y_OBS = X_DESIGN @ np.array([1.0, -0.5]) + NOISE_SD * _rng.normal(size=N_OBS)
+POST_COV = np.linalg.inv(X_DESIGN.T @ X_DESIGN / NOISE_SD**2 + np.eye(DIM) / PRIOR_SD**2)
+POST_MEAN = POST_COV @ X_DESIGN.T @ Y_OBS / NOISE_SD**2
+LOG_Z = multivariate_normal(np.zeros(N_OBS), PRIOR_SD**2 * X_DESIGN @ X_DESIGN.T + NOISE_SD**2 * np.eye(N_OBS)).logpdf(Y_OBS)
+
+
+def linear_model():
+    with pm.Model() as model:
+        w = pm.Normal("w", 0, PRIOR_SD, shape=DIM)
+        pm.Normal("y", X_DESIGN @ w, NOISE_SD, observed=Y_OBS)
+    return model
+
+
+def run_smc(model, kernel, chains, draws=500, seed=1, var="w", **kernel_kwargs):
+    """Return (particles (chains, draws, dim), final log evidence per chain, idata)."""
+    with model:
+        idata = pm.sample_smc(draws=draws, kernel=kernel, chains=chains, cores=1, random_seed=seed, **SMC_KW, **kernel_kwargs)
+    particles = idata.posterior[var].values.reshape(chains, draws, -1)
+    log_z = np.array([np.asarray(c, dtype=float)[-1] for c in idata.sample_stats["log_marginal_likelihood"].values])
+    return particles, log_z, idata
+
+
+def across_runs_z(per_run, exact):
+    """|mean over runs - exact| / (sd over runs / sqrt(R)), per statistic."""
+    per_run = np.asarray(per_run, dtype=float)
+    se = per_run.std(axis=0, ddof=1) / math.sqrt(per_run.shape[0])
+    return np.abs(per_run.mean(axis=0) - exact) / np.maximum(se, 1e-12)
+
+
+def posterior_z_scores(particles, mean, cov):
+    """Z-scores of particle means, variances and marginal quantile coverages (0.1, 0.5, 0.9)."""
+    sd = np.sqrt(np.diag(cov))
+    out = {
+        "mean": across_runs_z(particles.mean(axis=1), mean),
+        "var": across_runs_z(particles.var(axis=1), np.diag(cov)),
+    }
+    for q in (0.1, 0.5, 0.9):
+        below = (particles < norm.ppf(q, mean, sd)).mean(axis=1)
+        out[f"q{q}"] = across_runs_z(below, np.full(mean.shape, q))
+    return {k: float(np.max(v)) for k, v in out.items()}
+
+
+def evidence_z(log_z, exact):
+    """The SMC evidence estimate is unbiased for Z (not log Z): test mean(Z_hat / Z) = 1."""
+    ratio = np.exp(np.asarray(log_z) - exact)
+    return float(abs(ratio.mean() - 1) / (ratio.std(ddof=1) / math.sqrt(ratio.size)))
+
+
+class StaleTemperatureKASS(KASS):
+    """Negative control: rejuvenates against the previous stage's temperature."""
+
+    def mutate(self):
+        beta, self.beta = self.beta, getattr(self, "_previous_beta", 0.0)
+        self.tempered_posterior_logp = self.prior_logp + self.beta * self.likelihood_logp
+        super().mutate()
+        self._previous_beta, self.beta = beta, beta
+        self.tempered_posterior_logp = self.prior_logp + beta * self.likelihood_logp
+
+    def setup_kernel(self):
+        super().setup_kernel()
+        self._previous_beta = 0.0
+
+
+class PosteriorMovesKASS(KASS):
+    """Negative control for the evidence: moves the particles toward the posterior (beta = 1) at every stage."""
+
+    def mutate(self):
+        beta, self.beta = self.beta, 1.0
+        self.tempered_posterior_logp = self.prior_logp + self.likelihood_logp
+        super().mutate()
+        self.beta = beta
+        self.tempered_posterior_logp = self.prior_logp + beta * self.likelihood_logp
+
+
+# ----------------------------------------------------------------- exactness (slow)
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel, kwargs", [(KASS, {}), (ASMC, {}), (KASS, {"n_steps": 5, "proposal_kernel": "matern32"})])
+def test_posterior_moments_and_quantiles_on_a_conjugate_model(kernel, kwargs):
+    particles, _, _ = run_smc(linear_model(), kernel, chains=12, **kwargs)
+    z = posterior_z_scores(particles, POST_MEAN, POST_COV)
+    assert max(z.values()) < Z_MAX, z
+
+
+@pytest.mark.slow
+def test_moments_negative_control_stale_temperature_fails():
+    particles, _, _ = run_smc(linear_model(), StaleTemperatureKASS, chains=12)
+    z = posterior_z_scores(particles, POST_MEAN, POST_COV)
+    assert z["var"] > 2 * Z_MAX, z
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel", [KASS, ASMC])
+def test_log_evidence_matches_the_closed_form(kernel):
+    _, log_z, _ = run_smc(linear_model(), kernel, chains=16)
+    assert evidence_z(log_z, LOG_Z) < Z_MAX, (log_z, LOG_Z)
+    assert abs(np.mean(log_z) - LOG_Z) < 0.2  # and the spread itself is small
+
+
+@pytest.mark.slow
+def test_evidence_negative_control_posterior_moves_fail():
+    _, log_z, _ = run_smc(linear_model(), PosteriorMovesKASS, chains=16)
+    assert evidence_z(log_z, LOG_Z) > 2 * Z_MAX, (log_z, LOG_Z)
+
+
+# ----------------------------------------------------------------- pseudo-marginal (slow)
+# z_j ~ N(theta, I), y_j | z_j ~ N(z_j, I): y_j | theta ~ N(theta, 2I); theta ~ N(0, I).
+PM_J, PM_D = 8, 2
+PM_Y = np.array([0.5, -0.5]) + math.sqrt(2.0) * np.random.default_rng(5).normal(size=(PM_J, PM_D))
+PM_POST_MEAN = PM_Y.sum(0) / 2 / (1 + PM_J / 2)
+PM_POST_COV = np.eye(PM_D) / (1 + PM_J / 2)
+PM_LOG_Z = sum(
+    multivariate_normal(np.zeros(PM_J), 2 * np.eye(PM_J) + np.ones((PM_J, PM_J))).logpdf(PM_Y[:, k]) for k in range(PM_D)
+)
+
+
+class CountingEstimator:
+    """Importance-sampling estimate of prod_j N(y_j; theta, 2I) from z ~ p(z | theta); counts its calls."""
+
+    def __init__(self, n_importance=10):
+        self.n_importance = n_importance
+        self.calls = 0
+
+    def __call__(self, theta, rng):
+        self.calls += 1
+        z = theta + rng.standard_normal((self.n_importance, PM_J, PM_D))
+        log_w = -0.5 * ((PM_Y - z) ** 2).sum(-1) - math.log(2 * math.pi)
+        return float(log_mean_exp(log_w, axis=0).sum())
+
+
+def pseudo_marginal_model(estimator):
+    with pm.Model() as model:
+        theta = pm.Normal("theta", 0, 1, shape=PM_D)
+        PseudoMarginalPotential("lik", estimator, inputs=[theta])
+    return model
+
+
+@pytest.mark.slow
+def test_pseudo_marginal_posterior_evidence_and_estimator_bookkeeping():
+    estimator = CountingEstimator()
+    spread = np.std([estimator(np.zeros(PM_D), np.random.default_rng(i)) for i in range(200)])
+    assert 0.3 < spread < 3  # noisy enough for the test to mean something
+    estimator.calls = 0
+    chains, draws = 12, 400
+    particles, log_z, idata = run_smc(pseudo_marginal_model(estimator), KASS, chains=chains, draws=draws, var="theta")
+    z = posterior_z_scores(particles, PM_POST_MEAN, PM_POST_COV)
+    assert max(z.values()) < Z_MAX, z
+    assert evidence_z(log_z, PM_LOG_Z) < Z_MAX, (log_z, PM_LOG_Z)
+    # One estimate per initial particle, then one per proposal: never one at a current particle.
+    proposals = sum(int(np.sum(np.asarray(c, dtype=int))) for c in idata.sample_stats["likelihood_evals"].values)
+    assert estimator.calls == chains * draws + proposals
+    assert idata.sample_stats.attrs["batch_logp"] == 0
+
+
+def test_pseudo_marginal_runs_are_reproducible():
+    draws = []
+    for _ in range(2):
+        particles, log_z, _ = run_smc(pseudo_marginal_model(CountingEstimator()), KASS, chains=1, draws=100, seed=4, var="theta", n_steps=2)
+        draws.append((particles, log_z))
+    np.testing.assert_array_equal(draws[0][0], draws[1][0])
+    np.testing.assert_array_equal(draws[0][1], draws[1][1])
+
+
+# ----------------------------------------------------------------- PyMC integration
+def test_sample_stats_per_stage():
+    _, log_z, idata = run_smc(linear_model(), KASS, chains=1, draws=200, n_steps=3)
+    stats = idata.sample_stats
+    for name in ("beta", "mean_accept_rate", "nu2", "scale", "bandwidth", "gamma", "n_steps", "subsample_size", "likelihood_evals"):
+        assert name in stats, name
+    beta = np.asarray(stats["beta"].values, dtype=float).reshape(-1)
+    assert np.all(np.diff(beta) > 0) and beta[-1] == 1
+    n_steps = np.asarray(stats["n_steps"].values).reshape(-1)
+    assert np.all(n_steps == 3)
+    # Batched evaluation: every proposal is evaluated.
+    np.testing.assert_array_equal(np.asarray(stats["likelihood_evals"].values).reshape(-1), 3 * 200)
+    assert np.all(np.asarray(stats["subsample_size"].values) == 200)
+    accept = np.asarray(stats["mean_accept_rate"].values, dtype=float)
+    assert np.all((accept > 0) & (accept < 1))
+    assert stats.attrs["proposal_kernel"] == "gaussian" and stats.attrs["batch_logp"] == 1
+    assert np.isfinite(log_z[0])
+
+
+def test_subsample_and_step_rules():
+    _, _, idata = run_smc(linear_model(), KASS, chains=1, draws=300, n_subsample=50, n_steps="acceptance", max_steps=6)
+    stats = idata.sample_stats
+    assert np.all(np.asarray(stats["subsample_size"].values) == 50)
+    n_steps = np.asarray(stats["n_steps"].values).reshape(-1)
+    assert np.all((n_steps >= 1) & (n_steps <= 6))
+
+
+def test_cores_2_equals_sequential_chains_and_seeds_reproduce():
+    """Sequential chains reuse one kernel instance; parallel chains each unpickle a fresh one."""
+    model = linear_model()
+    kw = dict(draws=150, kernel=KASS, chains=2, random_seed=7, n_steps=2, **SMC_KW)
+    with model:
+        sequential = pm.sample_smc(cores=1, **kw)
+        parallel = pm.sample_smc(cores=2, **kw)
+        again = pm.sample_smc(cores=1, **kw)
+    np.testing.assert_array_equal(sequential.posterior["w"].values, parallel.posterior["w"].values)
+    np.testing.assert_array_equal(sequential.posterior["w"].values, again.posterior["w"].values)
+    assert not np.array_equal(sequential.posterior["w"].values[0], sequential.posterior["w"].values[1])
+
+
+def test_batched_and_looped_log_densities_agree():
+    model = linear_model()
+    batched = KASS(draws=50, model=model, random_seed=1)
+    looped = KASS(draws=50, model=model, random_seed=1, batch_logp=False)
+    for kernel in (batched, looped):
+        kernel.initialize(None, np.random.default_rng(2))
+    assert batched._use_batch and not looped._use_batch
+    points = np.random.default_rng(3).normal(size=(1500, DIM)) * 3  # more than one batch of rows
+    prior_b, lik_b = batched._evaluate(points)
+    prior_l, lik_l = looped._evaluate(points)
+    np.testing.assert_allclose(prior_b, prior_l, rtol=1e-10)
+    np.testing.assert_allclose(lik_b, lik_l, rtol=1e-10)
+
+
+def test_proposals_are_the_single_point_kameleon_proposals():
+    """The stage's family gives each particle the same covariance as KameleonProposal.at()."""
+    kernel = KASS(draws=100, model=linear_model(), random_seed=1)
+    kernel.initialize(None, np.random.default_rng(2))
+    kernel.update_beta_and_weights()
+    kernel.resample()
+    kernel.tune()
+    family = kernel._family
+    assert isinstance(family, KameleonProposal)
+    X = kernel.tempered_posterior[:5]
+    P = X + np.random.default_rng(4).normal(size=X.shape)
+    batch_cov = family.covariance_batch(X)
+    batch_logq = family.log_density_batch(P, X)
+    for i in range(5):
+        np.testing.assert_allclose(batch_cov[i], family.covariance(X[i]), rtol=1e-12)
+        assert batch_logq[i] == pytest.approx(family.at(X[i]).log_density(P[i]), rel=1e-12)
+
+
+def test_linear_kernel_is_a_global_covariance():
+    kernel = ASMC(draws=200, model=linear_model(), random_seed=1)
+    kernel.initialize(None, np.random.default_rng(2))
+    kernel.update_beta_and_weights()
+    kernel.resample()
+    kernel.tune()
+    family = kernel._family
+    X = kernel.tempered_posterior
+    expected = family.gamma2 * np.eye(DIM) + family.nu2 * 4 * len(X) * np.cov(X, rowvar=False, ddof=0)
+    covs = family.covariance_batch(X[:3])
+    for c in covs:
+        np.testing.assert_allclose(c, expected, rtol=1e-10)
+
+
+def test_non_vectorisable_model_falls_back_and_runs():
+    """A black-box likelihood (perform only) still works; PyTensor loops over it if needed."""
+    from pytensor.graph.op import Op
+    from pytensor.graph.basic import Apply
+    import pytensor.tensor as pt
+
+    class BlackBoxLogLik(Op):
+        def make_node(self, w):
+            w = pt.as_tensor_variable(w)
+            return Apply(self, [w], [pt.dscalar()])
+
+        def perform(self, node, inputs, outputs):
+            (w,) = inputs
+            resid = Y_OBS - X_DESIGN @ w
+            outputs[0][0] = np.asarray(norm.logpdf(resid, 0, NOISE_SD).sum())
+
+    with pm.Model() as model:
+        w = pm.Normal("w", 0, PRIOR_SD, shape=DIM)
+        pm.Potential("lik", BlackBoxLogLik()(w))
+    particles, log_z, _ = run_smc(model, KASS, chains=1, draws=300, n_steps=4)
+    assert abs(log_z[0] - LOG_Z) < 1.0
+    assert np.all(np.abs(particles[0].mean(0) - POST_MEAN) < 5 * np.sqrt(np.diag(POST_COV)))
+
+
+# ----------------------------------------------------------------- errors
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"proposal_kernel": "nope"}, "not a known kernel"),
+        ({"bandwidth": -1.0}, "bandwidth"),
+        ({"gamma": "x"}, "gamma"),
+        ({"n_subsample": 0}, "n_subsample"),
+        ({"learning_rate": -1.0}, "learning_rate"),
+        ({"target_accept": 1.5}, "target_accept"),
+        ({"n_steps": 0}, "n_steps"),
+        ({"n_steps": "sometimes"}, "n_steps"),
+        ({"max_steps": 0}, "max_steps"),
+        ({"move_probability": 1.0}, "move_probability"),
+        ({"chunk_size": 0}, "chunk_size"),
+        ({"batch_logp": "yes"}, "batch_logp"),
+        ({"threshold": 2.0}, "Threshold"),
+    ],
+)
+def test_invalid_options_raise_clear_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        KASS(draws=20, model=linear_model(), **kwargs)
+
+
+def test_kernel_keyword_is_redirected():
+    with pytest.raises(TypeError, match="proposal_kernel"):
+        KASS(draws=20, model=linear_model(), kernel="linear")
+
+
+def test_discrete_variables_are_refused():
+    with pm.Model() as model:
+        k = pm.Poisson("k", 3.0)
+        pm.Normal("y", k, 1.0, observed=[2.0, 3.0])
+    with pytest.raises(ValueError, match=r"\['k'\].*discrete"):
+        KASS(draws=20, model=model)
+
+
+def test_collapsed_particles_give_a_clear_error():
+    kernel = KASS(draws=30, model=linear_model(), random_seed=1)
+    kernel.initialize(None, np.random.default_rng(2))
+    kernel.tempered_posterior[:] = kernel.tempered_posterior[0]
+    with pytest.raises(ValueError, match="identical after resampling"):
+        kernel.tune()
