@@ -1,5 +1,6 @@
 """SMC kernels for ``pm.sample_smc``: :class:`KASS` (Kameleon rejuvenation) and :class:`ASMC` (linear kernel)."""
 
 from pymc_kameleon.smc.kass import ASMC, KASS
+from pymc_kameleon.smc.results import log_evidence, stage_stats
 
-__all__ = ["ASMC", "KASS"]
+__all__ = ["ASMC", "KASS", "log_evidence", "stage_stats"]

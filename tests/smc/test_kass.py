@@ -15,6 +15,7 @@ from scipy.stats import multivariate_normal, norm
 
 from pymc_kameleon import ASMC, KASS, PseudoMarginalPotential, log_mean_exp
 from pymc_kameleon.core.kameleon import KameleonProposal
+from pymc_kameleon.smc import log_evidence, stage_stats
 
 SMC_KW = dict(progressbar=False, compute_convergence_checks=False)
 Z_MAX = 4.0
@@ -42,8 +43,7 @@ def run_smc(model, kernel, chains, draws=500, seed=1, var="w", **kernel_kwargs):
     with model:
         idata = pm.sample_smc(draws=draws, kernel=kernel, chains=chains, cores=1, random_seed=seed, **SMC_KW, **kernel_kwargs)
     particles = idata.posterior[var].values.reshape(chains, draws, -1)
-    log_z = np.array([np.asarray(c, dtype=float)[-1] for c in idata.sample_stats["log_marginal_likelihood"].values])
-    return particles, log_z, idata
+    return particles, log_evidence(idata), idata
 
 
 def across_runs_z(per_run, exact):
@@ -172,7 +172,7 @@ def test_pseudo_marginal_posterior_evidence_and_estimator_bookkeeping():
     assert max(z.values()) < Z_MAX, z
     assert evidence_z(log_z, PM_LOG_Z) < Z_MAX, (log_z, PM_LOG_Z)
     # One estimate per initial particle, then one per proposal: never one at a current particle.
-    proposals = sum(int(np.sum(np.asarray(c, dtype=int))) for c in idata.sample_stats["likelihood_evals"].values)
+    proposals = int(sum(chain.sum() for chain in stage_stats(idata, "likelihood_evals")))
     assert estimator.calls == chains * draws + proposals
     assert idata.sample_stats.attrs["batch_logp"] == 0
 
@@ -192,24 +192,30 @@ def test_sample_stats_per_stage():
     stats = idata.sample_stats
     for name in ("beta", "mean_accept_rate", "nu2", "scale", "bandwidth", "gamma", "n_steps", "subsample_size", "likelihood_evals"):
         assert name in stats, name
-    beta = np.asarray(stats["beta"].values, dtype=float).reshape(-1)
+    (beta,) = stage_stats(idata, "beta")
     assert np.all(np.diff(beta) > 0) and beta[-1] == 1
-    n_steps = np.asarray(stats["n_steps"].values).reshape(-1)
+    (n_steps,) = stage_stats(idata, "n_steps")
     assert np.all(n_steps == 3)
     # Batched evaluation: every proposal is evaluated.
-    np.testing.assert_array_equal(np.asarray(stats["likelihood_evals"].values).reshape(-1), 3 * 200)
-    assert np.all(np.asarray(stats["subsample_size"].values) == 200)
-    accept = np.asarray(stats["mean_accept_rate"].values, dtype=float)
+    np.testing.assert_array_equal(stage_stats(idata, "likelihood_evals")[0], 3 * 200)
+    np.testing.assert_array_equal(stage_stats(idata, "subsample_size")[0], 200)
+    (accept,) = stage_stats(idata, "mean_accept_rate")
     assert np.all((accept > 0) & (accept < 1))
     assert stats.attrs["proposal_kernel"] == "gaussian" and stats.attrs["batch_logp"] == 1
     assert np.isfinite(log_z[0])
 
 
+def test_stage_stats_with_several_chains():
+    _, log_z, idata = run_smc(linear_model(), KASS, chains=3, draws=100, n_steps=1)
+    lml = stage_stats(idata, "log_marginal_likelihood")
+    assert len(lml) == 3 and all(np.isnan(chain[:-1]).all() for chain in lml)
+    np.testing.assert_array_equal(log_z, [chain[-1] for chain in lml])
+
+
 def test_subsample_and_step_rules():
     _, _, idata = run_smc(linear_model(), KASS, chains=1, draws=300, n_subsample=50, n_steps="acceptance", max_steps=6)
-    stats = idata.sample_stats
-    assert np.all(np.asarray(stats["subsample_size"].values) == 50)
-    n_steps = np.asarray(stats["n_steps"].values).reshape(-1)
+    np.testing.assert_array_equal(stage_stats(idata, "subsample_size")[0], 50)
+    (n_steps,) = stage_stats(idata, "n_steps")
     assert np.all((n_steps >= 1) & (n_steps <= 6))
 
 
