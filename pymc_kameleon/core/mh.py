@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-__all__ = ["accept_probability", "metropolis_accept", "mh_log_ratio"]
+__all__ = ["accept_probability", "metropolis_accept", "metropolis_accept_batch", "mh_log_ratio"]
 
 
 def mh_log_ratio(logp_proposal, logp_current, log_q_reverse=0.0, log_q_forward=0.0) -> float:
@@ -69,3 +69,21 @@ def metropolis_accept(log_ratio, rng: np.random.Generator) -> tuple[bool, float]
     prob = accept_probability(log_ratio)
     u = rng.random()
     return bool(u < prob), prob
+
+
+def metropolis_accept_batch(log_ratio, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`metropolis_accept` for many independent proposals at once (SMC populations).
+
+    ``log_ratio`` has shape ``(N,)``; NaN counts as :math:`-\infty`. Exactly ``N`` uniforms are
+    drawn whatever the ratios, so the random stream does not depend on them.
+
+    Returns
+    -------
+    accepted : bool array of shape (N,)
+    accept_prob : float array of shape (N,)
+        :math:`\min(1, e^{\log\alpha_i})`.
+    """
+    log_ratio = np.asarray(log_ratio, dtype=float)
+    prob = np.exp(np.minimum(np.where(np.isnan(log_ratio), -np.inf, log_ratio), 0.0))
+    return rng.random(log_ratio.shape[0]) < prob, prob
+

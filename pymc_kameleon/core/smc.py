@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pymc_kameleon.core.mh import metropolis_accept_batch
+
 __all__ = [
     "PopulationMove",
     "adapt_log_scale",
@@ -100,8 +102,7 @@ def population_mh_move(X, log_target, family, evaluate, beta: float, rng, chunk_
     with np.errstate(invalid="ignore"):
         log_ratio = proposal_log_target - np.asarray(log_target, dtype=float) + log_q_reverse - log_q_forward
     log_ratio = np.where(np.isnan(log_ratio) | (proposal_log_target == -np.inf), -np.inf, log_ratio)
-    accept_prob = np.exp(np.minimum(log_ratio, 0.0))
-    accepted = rng.random(X.shape[0]) < accept_prob
+    accepted, accept_prob = metropolis_accept_batch(log_ratio, rng)
     return PopulationMove(proposals, log_prior, loglik, proposal_log_target, log_ratio, accept_prob, accepted)
 
 

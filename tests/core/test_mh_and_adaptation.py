@@ -130,3 +130,13 @@ def test_history_buffer_subsample_discards_transient():
     assert buf.subsample(500, np.random.default_rng(0)).shape == (100, 1)
     with pytest.raises(ValueError, match="capacity"):
         HistoryBuffer(2, 1)
+
+
+def test_metropolis_accept_batch_matches_the_scalar_rule():
+    from pymc_kameleon.core.mh import metropolis_accept_batch
+
+    log_ratio = np.array([0.3, -0.5, np.nan, -np.inf, -2.0])
+    accepted, prob = metropolis_accept_batch(log_ratio, np.random.default_rng(5))
+    np.testing.assert_allclose(prob, [1.0, np.exp(-0.5), 0.0, 0.0, np.exp(-2.0)])
+    u = np.random.default_rng(5).random(5)
+    np.testing.assert_array_equal(accepted, u < prob)
