@@ -45,6 +45,8 @@ _log = logging.getLogger(__name__)
 _STEP_RULES = ("correlation", "acceptance")
 # Rows per vectorised log-density call: bounds the memory of models with many observations.
 _LOGP_BATCH_ROWS = 1024
+# The proposal factors of the current particles are kept between sweeps below this size.
+_FACTOR_CACHE_BYTES = 256 * 2**20
 # Particles compared between the vectorised and PyMC's per-particle log densities (per chain).
 _BATCH_CHECK_POINTS = 8
 
@@ -307,6 +309,9 @@ class KASS(SMC_KERNEL):
         correlation = Pearson(self.tempered_posterior) if rule == "correlation" else None
         old_corr = 2.0
         accept_means, evals, sweeps = [], 0, 0
+        N, d = self.tempered_posterior.shape
+        cache = N * d * d * 8 <= _FACTOR_CACHE_BYTES
+        factors = self._family.factor_batch(self.tempered_posterior, chunk_size=self.chunk_size) if cache else None
         while sweeps < planned:
             before = self._evaluations
             move = population_mh_move(
@@ -317,9 +322,14 @@ class KASS(SMC_KERNEL):
                 self.beta,
                 self.rng,
                 chunk_size=self.chunk_size,
+                current_factors=factors,
+                cache_factors=cache,
             )
             evals += self._evaluations - before
             acc = move.accepted
+            if cache:  # an accepted particle's factor is its proposal's
+                factors[0][acc] = move.proposal_factors[0][acc]
+                factors[1][acc] = move.proposal_factors[1][acc]
             self.tempered_posterior[acc] = move.proposals[acc]
             self.prior_logp[acc] = move.log_prior[acc]
             self.likelihood_logp[acc] = move.loglik[acc]

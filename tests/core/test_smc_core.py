@@ -24,10 +24,10 @@ class ScriptedFamily:
         self.log_q_reverse = np.asarray(log_q_reverse, dtype=float)
         self.reverse_args = None
 
-    def sample_batch(self, Y, rng, chunk_size=None):
+    def sample_batch(self, Y, rng, chunk_size=None, factors=None):
         return self.proposals.copy(), self.log_q_forward.copy()
 
-    def log_density_batch(self, X, Y, chunk_size=None):
+    def log_density_batch(self, X, Y, chunk_size=None, factors=None):
         self.reverse_args = (np.array(X), np.array(Y))
         return self.log_q_reverse.copy()
 
@@ -113,3 +113,28 @@ def test_adapt_log_scale_is_equation_4_on_the_log_scale():
 def test_steps_for_acceptance(alpha, expected):
     # (1 - 0.5)^7 = 0.0078 < 0.01 <= 0.5^6 = 0.0156; (1 - 0.234)^18 = 0.0083 < 0.01 <= 0.766^17
     assert steps_for_acceptance(alpha, 0.99, 1, 40) == expected
+
+
+def test_cached_factors_give_the_same_sweep():
+    """Reusing the current particles' factors changes nothing but the cost."""
+    rng = np.random.default_rng(8)
+    Z = rng.normal(size=(60, 3)) * [2.0, 1.0, 0.5]
+    family = KameleonProposal(Z, GaussianKernel(1.2), gamma2=0.01, nu2=0.5)
+    X = rng.normal(size=(30, 3))
+
+    def evaluate(P):
+        return -0.5 * np.sum(P**2, axis=1), np.zeros(len(P))
+
+    plain = population_mh_move(X, evaluate(X)[0], family, evaluate, 1.0, np.random.default_rng(1), chunk_size=7)
+    factors = family.factor_batch(X, chunk_size=7)
+    cached = population_mh_move(
+        X, evaluate(X)[0], family, evaluate, 1.0, np.random.default_rng(1), chunk_size=7,
+        current_factors=factors, cache_factors=True,
+    )
+    np.testing.assert_allclose(cached.proposals, plain.proposals, rtol=1e-12)
+    np.testing.assert_allclose(cached.log_ratio, plain.log_ratio, rtol=1e-10, atol=1e-12)
+    L, log_norm = cached.proposal_factors
+    for i in range(len(X)):
+        expected = family.at(cached.proposals[i])
+        np.testing.assert_allclose(L[i], expected.chol, rtol=1e-10, atol=1e-14)
+        assert log_norm[i] == pytest.approx(expected.log_norm, rel=1e-12)
