@@ -96,19 +96,21 @@ class KASS(SMC_KERNEL):
     n_subsample : int, default 1000
         At most this many particles form :math:`Z`. A sweep costs
         :math:`O(N n d^2 + N d^3)` on top of the :math:`N` log-density evaluations.
-    learning_rate : float, default 1.0
-        :math:`\lambda` in eq. (4) (constant, as in the paper's sensor and GP experiments).
+    learning_rate : float, default 3.0
+        :math:`\lambda` in eq. (4), constant over stages. On the log scale; the paper's
+        :math:`\lambda = 1` acts on :math:`\nu^2` itself, so the values do not compare.
     target_accept : float, default 0.234
         :math:`\alpha_{\mathrm{opt}}`.
     initial_scale : float, default 1.0
         :math:`s_1^2`, relative to the optimal random-walk scale.
-    n_steps : int, "correlation" or "acceptance", default "correlation"
-        MH sweeps per stage. An integer fixes it. ``"correlation"`` is the rule of PyMC's ``MH``
-        kernel: sweep while more than 90% of the coordinates' correlations with the stage's
-        starting particles still drop by more than ``correlation_threshold``.
-        ``"acceptance"`` runs one sweep, then enough sweeps for a particle to move with
-        probability ``move_probability`` at that sweep's acceptance rate
-        (:func:`~pymc_kameleon.core.smc.steps_for_acceptance`). Both are capped by ``max_steps``.
+    n_steps : int, "acceptance" or "correlation", default "acceptance"
+        MH sweeps per stage. An integer fixes it. ``"acceptance"`` runs one sweep, then enough
+        sweeps for a particle to move with probability ``move_probability`` at that sweep's
+        acceptance rate (:func:`~pymc_kameleon.core.smc.steps_for_acceptance`).
+        ``"correlation"`` is the rule of PyMC's ``MH`` kernel: sweep while more than 90% of the
+        coordinates' correlations with the stage's starting particles still drop by more than
+        ``correlation_threshold``; it stops early when acceptance is low, because then the
+        correlations hardly move. Both are capped by ``max_steps``.
     correlation_threshold : float, default 0.01
     move_probability : float, default 0.99
     max_steps : int, default 100
@@ -147,10 +149,10 @@ class KASS(SMC_KERNEL):
         bandwidth="median",
         gamma="auto",
         n_subsample: int = 1000,
-        learning_rate: float = 1.0,
+        learning_rate: float = 3.0,
         target_accept: float = 0.234,
         initial_scale: float = 1.0,
-        n_steps="correlation",
+        n_steps="acceptance",
         correlation_threshold: float = 0.01,
         move_probability: float = 0.99,
         max_steps: int = 100,

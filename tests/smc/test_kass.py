@@ -167,7 +167,9 @@ def test_pseudo_marginal_posterior_evidence_and_estimator_bookkeeping():
     assert 0.3 < spread < 3  # noisy enough for the test to mean something
     estimator.calls = 0
     chains, draws = 12, 400
-    particles, log_z, idata = run_smc(pseudo_marginal_model(estimator), KASS, chains=chains, draws=draws, var="theta")
+    particles, log_z, idata = run_smc(
+        pseudo_marginal_model(estimator), KASS, chains=chains, draws=draws, var="theta", n_steps=4
+    )
     z = posterior_z_scores(particles, PM_POST_MEAN, PM_POST_COV)
     assert max(z.values()) < Z_MAX, z
     assert evidence_z(log_z, PM_LOG_Z) < Z_MAX, (log_z, PM_LOG_Z)
