@@ -248,14 +248,19 @@ def test_batched_and_looped_log_densities_agree():
     np.testing.assert_allclose(lik_b, lik_l, rtol=1e-10)
 
 
-def test_proposals_are_the_single_point_kameleon_proposals():
-    """The stage's family gives each particle the same covariance as KameleonProposal.at()."""
-    kernel = KASS(draws=100, model=linear_model(), random_seed=1)
+def first_stage_family(kernel_class, draws):
+    """The proposal family a kernel fits at its first stage (run by hand, as pm.sample_smc does)."""
+    kernel = kernel_class(draws=draws, model=linear_model(), random_seed=1)
     kernel.initialize(None, np.random.default_rng(2))
     kernel.update_beta_and_weights()
     kernel.resample()
     kernel.tune()
-    family = kernel._family
+    return kernel, kernel._family
+
+
+def test_proposals_are_the_single_point_kameleon_proposals():
+    """The stage's family gives each particle the same covariance as KameleonProposal.at()."""
+    kernel, family = first_stage_family(KASS, 100)
     assert isinstance(family, KameleonProposal)
     X = kernel.tempered_posterior[:5]
     P = X + np.random.default_rng(4).normal(size=X.shape)
@@ -267,12 +272,7 @@ def test_proposals_are_the_single_point_kameleon_proposals():
 
 
 def test_linear_kernel_is_a_global_covariance():
-    kernel = ASMC(draws=200, model=linear_model(), random_seed=1)
-    kernel.initialize(None, np.random.default_rng(2))
-    kernel.update_beta_and_weights()
-    kernel.resample()
-    kernel.tune()
-    family = kernel._family
+    kernel, family = first_stage_family(ASMC, 200)
     X = kernel.tempered_posterior
     expected = family.gamma2 * np.eye(DIM) + family.nu2 * 4 * len(X) * np.cov(X, rowvar=False, ddof=0)
     covs = family.covariance_batch(X[:3])
