@@ -38,3 +38,18 @@ def test_glass_pseudo_marginal_benchmark_quick_mode(capsys):
         assert r["min_ess"] > 0 and r["dist"] >= 0 and np.isfinite(r["mmd"])
         t = r["timing"]
         assert 0 < t["proposal"] < t["total"] and 0 < t["estimator"] < t["total"]
+
+
+@pytest.mark.slow
+def test_gp_delayed_acceptance_table1_quick_mode(capsys):
+    bench = _load("gp_delayed_acceptance_table1")
+    samplers = ["GP-DA-MH", "GP-DA-MALA", "DEMetropolisZ"]
+    rows = bench.main(["--quick", "--targets", "T2", "T4", "--samplers", *samplers])
+    out = capsys.readouterr().out
+    assert "| GP-DA-MH |" in out and "| paper GP-MH |" in out and "GP-DA-MH vs best peer" in out
+    assert "GP-DA-MALA" in rows["T2"] and "GP-DA-MALA" not in rows["T4"]  # T4 has no gradient
+    for target in ("T2", "T4"):
+        # DEMetropolisZ evaluates logp(proposal) - logp(current): exactly two counted calls per draw.
+        assert rows[target]["DEMetropolisZ"]["Eval%"] == 200.0
+        gp = rows[target]["GP-DA-MH"]
+        assert gp["count_check"] and 0 <= gp["Eval%"] <= 100 and gp["ESS"] >= 0 and gp["time"] > 0

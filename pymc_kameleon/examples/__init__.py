@@ -3,6 +3,10 @@
 - :mod:`pymc_kameleon.examples.gp_classification`: the UCI Glass data and the unbiased
   importance-sampling estimator of the GP-classification marginal likelihood used for
   pseudo-marginal MCMC in section 5.1 of the KAMH paper.
+
+:mod:`pymc_kameleon.examples.table1` (import it explicitly; it builds PyMC models) has the five
+targets of Table 1 of the GP delayed-acceptance paper, with simulated data and counted
+likelihood evaluations.
 """
 
 from pymc_kameleon.examples.gp_classification import (

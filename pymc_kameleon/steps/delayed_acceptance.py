@@ -78,6 +78,11 @@ _MAX_LOG_SCALE_STEP = 0.5
 
 
 
+def _finite_prediction(point) -> bool:
+    """Whether a MALAPoint's GP joint prediction is finite (it can overflow far from the data)."""
+    return bool(np.all(np.isfinite(point.joint_mean)) and np.all(np.isfinite(point.joint_cov)))
+
+
 class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
     """Shared machinery: options, the split target, the GP and its schedule, proposal scale, stats."""
 
@@ -1086,7 +1091,12 @@ class GPDelayedAcceptanceMALA(_GPDelayedAcceptanceBase):
         if math.isfinite(lp_y) and np.all(np.isfinite(glp_y)):
             prop_pt = mala_point(self._gp, y, lp_y, glp_y)
             info["gp_sd"] = math.sqrt(max(float(prop_pt.joint_cov[0, 0]), 0.0))
-            la1 = mala_log_alpha1(cur_pt, prop_pt, L, self.current_value)
+            # A GP prediction that overflowed (far from every training point) cannot screen: alpha1 = 0
+            # if either end's is non-finite. The rule is symmetric in (x, y), so the chain stays exact.
+            if _finite_prediction(cur_pt) and _finite_prediction(prop_pt):
+                la1 = mala_log_alpha1(cur_pt, prop_pt, L, self.current_value)
+            else:
+                la1 = -math.inf
         else:
             prop_pt, la1 = None, -math.inf
         passed, a1 = metropolis_accept(la1, self.rng)

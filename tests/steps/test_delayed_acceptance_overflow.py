@@ -1,0 +1,54 @@
+"""GP-DA-MALA when the GP's prediction overflows: the proposal is rejected at stage 1, no crash.
+
+Regression: on the Table-1 banana (T1) started at (a, b) = (0, 1), the exact MALA warm-up
+proposed points with log-likelihoods near -1e301, the fitted GP's signal variance became 1e37,
+its mean-gradient drift sent the next proposal to 1e282, and the joint prediction there was
+NaN. ``log_expected_langevin_term`` then raised SingularCovarianceError from deep inside the
+step. Now alpha1 = 0 whenever either end's GP prediction is non-finite (a symmetric rule, so
+the chain stays exact) and the proposal is rejected without an exact evaluation.
+"""
+
+import numpy as np
+import pymc as pm
+
+from pymc_kameleon import GPDelayedAcceptanceMALA
+from pymc_kameleon.examples.table1 import banana_ab
+
+
+def test_nonfinite_gp_prediction_rejects_at_stage_one():
+    data = np.array([0.3, -0.4, 1.1, 0.6])
+    with pm.Model() as model:
+        x = pm.Normal("x", 0.0, 2.0)
+        pm.Normal("y", x, 1.0, observed=data)
+        step = GPDelayedAcceptanceMALA(rng=3)
+    point = model.initial_point()
+    for _ in range(60):  # past the exact warm-up
+        point, stats = step.step(point)
+    assert stats[0]["screened"]
+    gp = step.gp
+
+    def overflowed(theta):
+        # Finite at the current state (so the drift and the proposal are finite), NaN elsewhere.
+        mean, cov = type(gp).predict_joint(gp, theta)
+        if np.array_equal(theta, np.atleast_1d(point["x"])):
+            return mean, cov
+        return np.full_like(mean, np.nan), np.full_like(cov, np.nan)
+
+    gp.predict_joint = overflowed
+    before = step.n_exact_evals
+    for _ in range(20):
+        new, stats = step.step(point)
+        s = stats[0]
+        assert s["stage1_accept"] == 0.0 and not s["exact_eval"] and s["accepted"] == 0.0
+        np.testing.assert_array_equal(new["x"], point["x"])
+    assert step.n_exact_evals == before
+
+
+def test_t1_banana_from_its_start_does_not_crash():
+    target = banana_ab(seed=1)
+    with target.model:
+        idata = pm.sample(
+            step=GPDelayedAcceptanceMALA(), tune=500, draws=200, chains=1, cores=1, random_seed=1000,
+            progressbar=False, compute_convergence_checks=False,
+        )
+    assert np.all(np.isfinite(target.draws(idata)))
