@@ -72,6 +72,8 @@ __all__ = ["GPDelayedAcceptanceMALA", "GPDelayedAcceptanceMH"]
 _PROPOSALS = ("random_walk", "kameleon")
 _GP_AFTER_TUNING = ("grow", "freeze")
 _HYPERPARAMETER_KEYS = ("lengthscales", "signal_variance", "noise_variance", "mean")
+# GP training values below (best value - this - 5 per dimension) are clipped to that floor.
+_GP_FLOOR_NATS = 50.0
 # Largest move of a Robbins-Monro log-scale in one step (bounds the importance-weighted signal).
 _MAX_LOG_SCALE_STEP = 0.5
 
@@ -284,6 +286,7 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
         self._gp_version = 0
         self._train_grads = []  # gradient observations, in the order of the GP's points
         self._warm = True  # exact warm-up that seeds the GP
+        self._best_ll = -math.inf  # largest exact log-likelihood added to the GP
         self._seeded = False  # whether the chain's starting point is in the GP
         self._next_fit = self.initial_points
         self._fitted_at = 0  # training-set size at the last hyperparameter fit (0: never)
@@ -336,13 +339,24 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
         return self.tune or self._warm or self.gp_after_tuning == "grow"
 
     def _add_training_point(self, theta, ll, grad=None) -> bool:
-        """Condition the GP on one exact evaluation (after the step's decision)."""
+        """Condition the GP on one exact evaluation (after the step's decision).
+
+        Values more than ``_GP_FLOOR_NATS`` (+ 5 per dimension) below the best seen so far are
+        clipped to that floor, with a zero gradient: the GP learns "very unlikely here" without
+        one value of, say, -1e300 from an overshooting warm-up proposal blowing up its signal
+        variance. The GP only screens proposals, so the chain stays exact.
+        """
         if not self._gp_accepts_points() or not (math.isfinite(ll)):
             return False
         if grad is not None and not np.all(np.isfinite(grad)):
             return False
         if self.loglik_gradient and grad is None:
             return False
+        self._best_ll = max(self._best_ll, float(ll))
+        floor = self._best_ll - (_GP_FLOOR_NATS + 5.0 * self.dim)
+        if ll < floor:
+            ll = floor
+            grad = None if grad is None else np.zeros_like(np.asarray(grad, dtype=float))
         try:
             added = self._gp.add(theta, ll, grad)
         except SingularCovarianceError:

@@ -52,3 +52,32 @@ def test_t1_banana_from_its_start_does_not_crash():
             progressbar=False, compute_convergence_checks=False,
         )
     assert np.all(np.isfinite(target.draws(idata)))
+
+
+def test_t1_banana_overshooting_warm_up_does_not_poison_the_gp():
+    """Regression: warm-up values near -1e301 went into the GP (signal variance 1e37) and the
+    scale collapsed to 5e-8 (acceptance 0, 5 of 5 benchmark runs). They are now clipped to a
+    floor below the best value, so the chain mixes from the same start."""
+    target = banana_ab(seed=3)
+    with target.model:
+        step = GPDelayedAcceptanceMALA()
+        idata = pm.sample(
+            step=step, tune=500, draws=500, chains=1, cores=1, random_seed=1003,
+            progressbar=False, compute_convergence_checks=False,
+        )
+    assert float(idata.sample_stats["accepted"].mean()) > 0.3
+    values = step.gp.values  # clipped relative to the best value at the time of each addition
+    assert values.min() > values.max() - 1e3
+    assert step.gp.signal_variance < 1e6
+
+
+def test_training_values_far_below_the_best_are_clipped_with_zero_gradient():
+    data = np.array([0.3, -0.4, 1.1, 0.6])
+    with pm.Model():
+        x = pm.Normal("x", 0.0, 2.0)
+        pm.Normal("y", x, 1.0, observed=data)
+        step = GPDelayedAcceptanceMALA(rng=3)
+    step._add_training_point(np.array([0.0]), -5.0, np.array([1.0]))
+    step._add_training_point(np.array([3.0]), -1e300, np.array([-1e300]))
+    np.testing.assert_allclose(step.gp.values, [-5.0, -5.0 - 55.0])
+    np.testing.assert_array_equal(step._train_grads[1], [0.0])
