@@ -72,7 +72,7 @@ __all__ = ["GPDelayedAcceptanceMALA", "GPDelayedAcceptanceMH"]
 _PROPOSALS = ("random_walk", "kameleon")
 _GP_AFTER_TUNING = ("grow", "freeze")
 _HYPERPARAMETER_KEYS = ("lengthscales", "signal_variance", "noise_variance", "mean")
-# GP training values below (best value - this - 5 per dimension) are clipped to that floor.
+# Warm-up GP training values below (best value - this - 5 per dimension) are clipped to that floor.
 _GP_FLOOR_NATS = 50.0
 # Largest move of a Robbins-Monro log-scale in one step (bounds the importance-weighted signal).
 _MAX_LOG_SCALE_STEP = 0.5
@@ -341,10 +341,12 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
     def _add_training_point(self, theta, ll, grad=None) -> bool:
         """Condition the GP on one exact evaluation (after the step's decision).
 
-        Values more than ``_GP_FLOOR_NATS`` (+ 5 per dimension) below the best seen so far are
-        clipped to that floor, with a zero gradient: the GP learns "very unlikely here" without
-        one value of, say, -1e300 from an overshooting warm-up proposal blowing up its signal
-        variance. The GP only screens proposals, so the chain stays exact.
+        In the exact warm-up, values more than ``_GP_FLOOR_NATS`` (+ 5 per dimension) below the
+        best seen so far are clipped to that floor, with a zero gradient: the GP learns "very
+        unlikely here" without one value of, say, -1e300 from an overshooting (untuned) warm-up
+        proposal blowing up its signal variance. The GP only screens proposals, so the chain
+        stays exact. (Clipping after the warm-up too changed which T4 runs got stuck, so it is
+        kept to the warm-up.)
         """
         if not self._gp_accepts_points() or not (math.isfinite(ll)):
             return False
@@ -354,7 +356,7 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
             return False
         self._best_ll = max(self._best_ll, float(ll))
         floor = self._best_ll - (_GP_FLOOR_NATS + 5.0 * self.dim)
-        if ll < floor:
+        if self._warm and ll < floor:
             ll = floor
             grad = None if grad is None else np.zeros_like(np.asarray(grad, dtype=float))
         try:

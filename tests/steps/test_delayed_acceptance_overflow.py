@@ -71,12 +71,13 @@ def test_t1_banana_overshooting_warm_up_does_not_poison_the_gp():
     assert step.gp.signal_variance < 1e6
 
 
-def test_training_values_far_below_the_best_are_clipped_with_zero_gradient():
+def test_warm_up_values_far_below_the_best_are_clipped_with_zero_gradient():
     data = np.array([0.3, -0.4, 1.1, 0.6])
     with pm.Model():
         x = pm.Normal("x", 0.0, 2.0)
         pm.Normal("y", x, 1.0, observed=data)
         step = GPDelayedAcceptanceMALA(rng=3)
+    assert step._warm
     step._add_training_point(np.array([0.0]), -5.0, np.array([1.0]))
     step._add_training_point(np.array([3.0]), -1e300, np.array([-1e300]))
     np.testing.assert_allclose(step.gp.values, [-5.0, -5.0 - 55.0])
