@@ -357,7 +357,7 @@ class KameleonProposal:
                 yield s, factors[0][s : s + step], factors[1][s : s + step]
 
     def log_density_batch(self, X, Y, chunk_size: int | None = None, factors=None) -> np.ndarray:
-        """:math:`\log q(x_i \mid y_i)` for paired rows of ``X`` and ``Y``, shape ``(m,)``.
+        r""":math:`\log q(x_i \mid y_i)` for paired rows of ``X`` and ``Y``, shape ``(m,)``.
 
         Each chunk is one batched covariance build, one batched Cholesky and one batched
         triangular solve; see :meth:`covariance_batch` for ``chunk_size``. ``factors`` are
@@ -376,7 +376,7 @@ class KameleonProposal:
         return out
 
     def sample_batch(self, Y, rng, chunk_size: int | None = None, factors=None) -> tuple[np.ndarray, np.ndarray]:
-        """Draw :math:`x_i \sim q_Z(\cdot \mid y_i)` for every row of ``Y``.
+        r"""Draw :math:`x_i \sim q_Z(\cdot \mid y_i)` for every row of ``Y``.
 
         Returns ``(X, log_q)`` with ``log_q[i]`` :math:`= \log q(x_i \mid y_i)`, taken from the
         draw's :math:`\varepsilon` (no solve). All normals are drawn in one call, so the draws

@@ -72,7 +72,7 @@ def metropolis_accept(log_ratio, rng: np.random.Generator) -> tuple[bool, float]
 
 
 def metropolis_accept_batch(log_ratio, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`metropolis_accept` for many independent proposals at once (SMC populations).
+    r""":func:`metropolis_accept` for many independent proposals at once (SMC populations).
 
     ``log_ratio`` has shape ``(N,)``; NaN counts as :math:`-\infty`. Exactly ``N`` uniforms are
     drawn whatever the ratios, so the random stream does not depend on them.

@@ -1,0 +1,473 @@
+"""KASS in ``pm.sample_smc``: the KASS paper's section 5 (banana bridge, sensor network, GP evidence).
+
+Three experiments, each printing Markdown tables (``--experiments`` picks some):
+
+``banana``
+    The 8-d strongly twisted banana B(b=0.1, v=100) reached from N(0, 50² I) by PyMC's
+    geometric bridge: prior x ~ N(0, 50²), likelihood ``pm.Potential(banana − prior)``, with the
+    banana normalised, so the exact log Z is 0. KASS, ASMC, PyMC's MH and IMH at equal particles
+    (default rules for the number of sweeps), plus PyMC's MH with a fixed number of sweeps per stage
+    chosen to match KASS's likelihood-evaluation budget. Per run: quantile error (the target's own
+    measure), MMD² (polynomial kernel (1 + ⟨x, y⟩)³, coordinates divided by their exact sd) to
+    exact draws, |log Z|, stages, likelihood evaluations, wall time.
+``sensor``
+    Sensor-network localisation (``pymc_kameleon.examples.sensor_network``, seed 38). KASS against
+    single-chain ``KameleonMetropolis`` (KAMH) with as many steps as KASS made likelihood
+    evaluations. The reference posterior: many randomly initialised random-walk chains (the paper's
+    construction), whose pooled draws are then corrected by importance sampling with a mixture
+    fitted to them, so that the modes get their correct weights (the raw pool weights a mode by
+    how many chains fell into it). Modes are labelled by which side of the base line each
+    sensor is on (the likelihood is invariant under reflection across it).
+``glass``
+    Log evidence of the GP classifier on UCI Glass (pseudo-marginal likelihood, n_imp = 100,
+    prior N(0, 5²) on the log squared lengthscales, as in the KASS paper's section 5.3): KASS and
+    ASMC with 100 particles, repeated; the spread of log Ẑ, and a reference from larger runs.
+
+Likelihood evaluations are counted the same way for every SMC kernel: the N evaluations of the
+initial particles plus one per proposal in the rejuvenation sweeps. KASS reports the latter in its
+``likelihood_evals`` statistic; for PyMC's kernels a subclass wraps ``likelihood_logp_func`` with a
+counter during ``mutate`` (``_CountEvaluations``). Wall times include compilation and depend on
+the machine's load.
+
+Usage::
+
+    python benchmarks/kass_smc.py                         # everything (about 40 minutes)
+    python benchmarks/kass_smc.py --experiments banana --reps 10
+    python benchmarks/kass_smc.py --quick                 # smoke test
+"""
+
+from __future__ import annotations
+
+import os
+
+# One BLAS thread: the Glass estimator's 214 x 214 algebra is many times slower multi-threaded
+# on a loaded 2-core machine. Set before NumPy is imported.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import logging  # noqa: E402
+import math  # noqa: E402
+import platform  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pymc as pm  # noqa: E402
+from pymc.smc.kernels import IMH, MH  # noqa: E402
+from scipy.cluster.vq import kmeans2  # noqa: E402
+from scipy.special import logsumexp  # noqa: E402
+from scipy.stats import multivariate_normal  # noqa: E402
+
+from pymc_kameleon import ASMC, KASS, KameleonMetropolis, PseudoMarginalPotential, log_mean_exp  # noqa: E402
+from pymc_kameleon.examples import GPClassificationLikelihood, load_glass  # noqa: E402
+from pymc_kameleon.examples.sensor_network import sensor_network_data, sensor_network_model, side_of_base_line  # noqa: E402
+from pymc_kameleon.metrics import mmd_squared  # noqa: E402
+from pymc_kameleon.smc import log_evidence, stage_stats  # noqa: E402
+from pymc_kameleon.targets import banana  # noqa: E402
+
+SMC_KW = dict(progressbar=False, compute_convergence_checks=False)
+EXPERIMENTS = ("banana", "sensor", "glass")
+
+
+# ----------------------------------------------------------------- counting PyMC's kernels
+class _CountEvaluations:
+    """Counts the likelihood evaluations of a PyMC SMC kernel's ``mutate`` (its stats lack them)."""
+
+    def mutate(self):
+        compiled = self.likelihood_logp_func
+        calls = 0
+
+        def counted(x):
+            nonlocal calls
+            calls += 1
+            return compiled(x)
+
+        self.likelihood_logp_func = counted
+        try:
+            super().mutate()
+        finally:
+            self.likelihood_logp_func = compiled
+        self._stage_evals = calls
+
+    def sample_stats(self):
+        return {**super().sample_stats(), "likelihood_evals": self._stage_evals}
+
+
+class CountedMH(_CountEvaluations, MH):
+    """PyMC's MH kernel, unchanged, with a ``likelihood_evals`` statistic per stage."""
+
+    stats_dtypes_shapes = {**MH.stats_dtypes_shapes, "likelihood_evals": (int, [])}
+
+
+class CountedIMH(_CountEvaluations, IMH):
+    """PyMC's IMH kernel, unchanged, with a ``likelihood_evals`` statistic per stage."""
+
+    stats_dtypes_shapes = {**IMH.stats_dtypes_shapes, "likelihood_evals": (int, [])}
+
+
+class _FixedSweeps:
+    """A PyMC kernel with exactly ``n_sweeps`` sweeps per stage (a fixed likelihood budget).
+
+    Each call of PyMC's ``mutate`` with a correlation threshold above 2 makes exactly one sweep
+    (its stopping test ``2 - r > threshold`` fails at once), so the sweeps are PyMC's own code. The
+    acceptance rates of all sweeps feed PyMC's tuning, as in one multi-sweep call.
+    """
+
+    _rate_attr = "chain_acc_rate"
+
+    def __init__(self, *args, n_sweeps: int = 10, **kwargs):
+        super().__init__(*args, correlation_threshold=3.0, **kwargs)
+        self.n_sweeps = int(n_sweeps)
+
+    def mutate(self):
+        rates, evals = [], 0
+        for _ in range(self.n_sweeps):
+            super().mutate()
+            rates.append(getattr(self, self._rate_attr))
+            evals += self._stage_evals
+        setattr(self, self._rate_attr, np.mean(rates, axis=0))
+        self._stage_evals = evals
+
+
+class FixedSweepsMH(_FixedSweeps, CountedMH):
+    """PyMC's MH kernel with a fixed number of sweeps per stage."""
+
+
+class FixedSweepsIMH(_FixedSweeps, CountedIMH):
+    """PyMC's IMH kernel with a fixed number of sweeps per stage."""
+
+    _rate_attr = "acc_rate"
+
+
+# ----------------------------------------------------------------- running SMC
+def run_smc(model, kernel, draws: int, seed: int, var: str, **kernel_kwargs) -> dict:
+    """One chain of ``pm.sample_smc``: particles, log Z, stages, likelihood evaluations, seconds."""
+    start = time.perf_counter()
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        idata = pm.sample_smc(draws=draws, kernel=kernel, chains=1, cores=1, random_seed=seed, **SMC_KW, **kernel_kwargs)
+    seconds = time.perf_counter() - start
+    beta = stage_stats(idata, "beta")[0]
+    stage_evals = stage_stats(idata, "likelihood_evals")[0]
+    samples = idata.posterior[var].values.reshape(draws, -1)
+    return dict(
+        samples=samples, log_z=float(log_evidence(idata)[0]), stages=int(beta.size),
+        evals=int(draws + stage_evals.sum()), seconds=seconds, idata=idata,
+    )
+
+
+def summarise(values) -> str:
+    """'mean ± sd' over repetitions."""
+    v = np.asarray(values, dtype=float)
+    return f"{v.mean():.3g} ± {v.std(ddof=1) if v.size > 1 else 0.0:.2g}"
+
+
+def header(args):
+    print(f"# pymc {pm.__version__}, python {platform.python_version()}, "
+          f"OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}, seed {args.seed}, reps {args.reps}"
+          f"{', QUICK' if args.quick else ''}")
+
+
+# ----------------------------------------------------------------- 1. banana bridge
+BANANA_PRIOR_SD = 50.0
+
+
+def banana_bridge_model(target, prior_sd: float = BANANA_PRIOR_SD):
+    """Prior N(0, prior_sd²) per coordinate; likelihood = normalised banana − prior, so log Z = 0."""
+    import pytensor.tensor as pt
+
+    with pm.Model() as model:
+        x = pm.Normal("x", 0.0, sigma=prior_sd, shape=target.dim)
+        prior = pt.sum(pm.logp(pm.Normal.dist(0.0, sigma=prior_sd), x))
+        pm.Potential("likelihood", target.logp_tensor(x) - target.log_normalizer - prior)
+    return model
+
+
+def banana_metrics(target, samples, exact_scaled, seed) -> dict:
+    """Quantile error, MMD² (sd-scaled coordinates, at most 2000 points each) and |log Z| inputs."""
+    sd = np.sqrt(np.diag(target.exact_cov))
+    rng = np.random.default_rng(seed)
+    sub = samples[rng.choice(samples.shape[0], size=min(2000, samples.shape[0]), replace=False)]
+    return dict(qerr=target.quantile_error(samples), mmd=mmd_squared(sub / sd, exact_scaled))
+
+
+def banana_experiment(args) -> dict:
+    target = banana(dim=8, b=0.1, v=100.0)
+    model = banana_bridge_model(target)
+    draws = 300 if args.quick else 2000
+    exact = target.sample(2000, rng=args.seed + 10_000) / np.sqrt(np.diag(target.exact_cov))
+    samplers = {
+        "KASS": (KASS, {}),
+        "ASMC": (ASMC, {}),
+        "PyMC MH": (CountedMH, {}),
+        "PyMC IMH": (CountedIMH, {}),
+    }
+    print(f"\n## banana: B(b=0.1, v=100), d=8, from N(0, {BANANA_PRIOR_SD:g}² I); N = {draws} particles; exact log Z = 0\n")
+    runs = {name: [] for name in samplers}
+
+    def record(name, kernel, kwargs, rep):
+        r = run_smc(model, kernel, draws, args.seed + rep, "x", **kwargs)
+        r.update(banana_metrics(target, r["samples"], exact, args.seed + rep))
+        del r["idata"], r["samples"]
+        runs.setdefault(name, []).append(r)
+        print(f"#   {name}, run {rep}: qerr {r['qerr']:.4f}, log Z {r['log_z']:+.3f}, {r['evals']} evals, {r['seconds']:.0f} s",
+              file=sys.stderr, flush=True)
+
+    for rep in range(args.reps):
+        for name, (kernel, kwargs) in samplers.items():
+            record(name, kernel, kwargs, rep)
+    # Equal budget: PyMC's MH with a fixed number of sweeps per stage that spends about KASS's evaluations.
+    kass_evals = np.mean([r["evals"] for r in runs["KASS"]])
+    kass_stages = np.mean([r["stages"] for r in runs["KASS"]])
+    sweeps = max(1, round((kass_evals - draws) / (draws * kass_stages)))
+    for label, kernel in (("MH", FixedSweepsMH), ("IMH", FixedSweepsIMH)):
+        for rep in range(args.reps):
+            record(f"PyMC {label}, {sweeps} sweeps/stage (KASS budget)", kernel, {"n_sweeps": sweeps}, rep)
+    if args.tuned:
+        # PyMC's own rule for the number of sweeps (and the paper's constant learning rate 1), for comparison.
+        for rep in range(args.reps):
+            record("KASS, n_steps=correlation, learning_rate=1 (variant)", KASS,
+                   {"n_steps": "correlation", "learning_rate": 1.0}, rep)
+
+    print("mean ± sd over", args.reps, "runs (seeds", f"{args.seed}..{args.seed + args.reps - 1})\n")
+    print("| sampler | quantile error | MMD² (sd-scaled) | abs(log Z) | log Z | stages | likelihood evals | wall s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, rs in runs.items():
+        col = lambda key: [r[key] for r in rs]  # noqa: E731
+        print(f"| {name} | {summarise(col('qerr'))} | {summarise(col('mmd'))} | "
+              f"{summarise(np.abs(col('log_z')))} | {summarise(col('log_z'))} | {summarise(col('stages'))} | "
+              f"{summarise(col('evals'))} | {summarise(col('seconds'))} |")
+    means = {name: {k: float(np.mean([abs(r[k]) for r in rs])) for k in ("qerr", "mmd", "log_z", "evals")}
+             for name, rs in runs.items()}
+    # The goal is checked against PyMC's kernels with their own sweep rule (equal particles) and
+    # against the fixed-sweep versions that spend KASS's likelihood budget (equal evaluations).
+    groups = {"equal particles, PyMC's default sweep rule": [n for n in runs if n in ("PyMC MH", "PyMC IMH")],
+              "equal likelihood evaluations": [n for n in runs if n.startswith("PyMC") and "KASS budget" in n]}
+    for key, label in (("qerr", "quantile error"), ("log_z", "abs(log Z)")):
+        for group, names in groups.items():
+            best = min(names, key=lambda n: means[n][key])
+            ratio = means["KASS"][key] / means[best][key]
+            print(f"\nGoal, {label}, {group}: KASS / best PyMC kernel ({best}) = {means['KASS'][key]:.3g} / "
+                  f"{means[best][key]:.3g} = {ratio:.2f}x (goal <= 0.5x): {'MET' if ratio <= 0.5 else 'NOT MET'}")
+    return {"runs": runs, "means": means, "sweeps": sweeps}
+
+
+# ----------------------------------------------------------------- 2. sensor network
+def random_walk_chains(log_density, x0, n_steps: int, rng, burn_in: float = 0.5):
+    """Independent random-walk Metropolis chains, all advanced together (vectorised log density).
+
+    The per-chain scale adapts toward acceptance 0.234 during the burn-in (the first half of the
+    steps), then stays fixed; the burn-in is discarded. Returns draws of shape (chains, kept, d).
+    """
+    x = np.array(x0, dtype=float)
+    n, d = x.shape
+    lp = log_density(x)
+    log_scale = np.full(n, math.log(2.38 / math.sqrt(d) * 0.1))
+    n_burn = int(burn_in * n_steps)
+    kept = []
+    for t in range(n_steps):
+        prop = x + np.exp(log_scale)[:, None] * rng.standard_normal((n, d))
+        lp_prop = log_density(prop)
+        alpha = np.exp(np.minimum(0.0, np.nan_to_num(lp_prop - lp, nan=-np.inf)))
+        accept = rng.random(n) < alpha
+        x[accept], lp[accept] = prop[accept], lp_prop[accept]
+        if t < n_burn:
+            log_scale += (alpha - 0.234) / math.sqrt(t + 1)
+        else:
+            kept.append(x.copy())
+    return np.stack(kept, axis=1)
+
+
+def sensor_reference(data, seed: int, n_chains: int, n_steps: int, n_importance: int, n_components: int = 40) -> dict:
+    """Reference posterior: pooled random-walk chains, reweighted by importance sampling.
+
+    A mixture of Gaussians (k-means clusters of the pooled draws, covariances inflated by 1.5², and
+    a 5% defensive prior component) is the importance distribution; the self-normalised weights give
+    the modes their correct masses, the resampled draws are the reference sample, and the mean
+    weight estimates log Z.
+    """
+    rng = np.random.default_rng(seed)
+    x0 = data.prior_mean + data.prior_sd * rng.standard_normal((n_chains, data.dim))
+    pooled = random_walk_chains(data.log_posterior, x0, n_steps, rng).reshape(-1, data.dim)
+    thin = pooled[rng.choice(pooled.shape[0], size=min(50_000, pooled.shape[0]), replace=False)]
+    centres, labels = kmeans2(thin, n_components, seed=rng, minit="++")
+    comps, weights = [], []
+    for k in range(n_components):
+        pts = thin[labels == k]
+        if pts.shape[0] > data.dim + 1:
+            comps.append(multivariate_normal(pts.mean(axis=0), 1.5**2 * np.cov(pts.T) + 1e-8 * np.eye(data.dim)))
+            weights.append(pts.shape[0])
+    weights = 0.95 * np.array(weights) / np.sum(weights)
+    prior = multivariate_normal(np.full(data.dim, data.prior_mean), data.prior_sd**2 * np.eye(data.dim))
+    comps.append(prior)
+    weights = np.append(weights, 0.05)
+    which = rng.choice(len(comps), size=n_importance, p=weights)
+    draws = np.concatenate([comps[k].rvs(size=int(np.sum(which == k)), random_state=rng).reshape(-1, data.dim)
+                            for k in range(len(comps))])
+    log_q = logsumexp(np.stack([np.log(w) + c.logpdf(draws) for w, c in zip(weights, comps)]), axis=0)
+    log_w = data.log_posterior(draws) - log_q
+    w = np.exp(log_w - logsumexp(log_w))
+    sample = draws[rng.choice(draws.shape[0], size=5000, p=w)]
+    return dict(sample=sample, draws=draws, weights=w, log_z=float(log_mean_exp(log_w)), ess=float(1.0 / np.sum(w**2)),
+                pooled=pooled, n_chains=n_chains, n_steps=n_steps, n_components=len(comps))
+
+
+def mode_masses(data, samples, weights=None) -> dict:
+    """Mass of each reflection pattern (side of the base line per sensor), e.g. 'LRL'."""
+    sides = side_of_base_line(data, samples)
+    labels = np.array(["".join("L" if s else "R" for s in row) for row in sides.reshape(-1, data.n_sensors)])
+    weights = np.full(labels.size, 1.0 / labels.size) if weights is None else np.asarray(weights)
+    return {lab: float(weights[labels == lab].sum()) for lab in sorted(set(labels))}
+
+
+def pattern_switches(data, chain) -> int:
+    """How often a chain's reflection pattern changes from one draw to the next."""
+    sides = side_of_base_line(data, chain).reshape(chain.shape[0], -1)
+    return int(np.sum(np.any(sides[1:] != sides[:-1], axis=1)))
+
+
+def sensor_experiment(args) -> dict:
+    data = sensor_network_data()
+    model = sensor_network_model(data)
+    draws = 300 if args.quick else args.sensor_particles
+    n_chains, n_steps, n_is = (50, 2000, 20_000) if args.quick else (200, 20_000, 400_000)
+    start = time.perf_counter()
+    ref = sensor_reference(data, args.seed + 1, n_chains, n_steps, n_is)
+    ref_masses = mode_masses(data, ref["draws"], ref["weights"])
+    pool_masses = mode_masses(data, ref["pooled"])
+    print(f"\n## sensor network: S=3 unknown, 2 base sensors, R=0.3, sigma²=0.02, data seed 38; KASS N = {draws}\n")
+    print(f"reference: {n_chains} random-walk chains x {n_steps} steps from prior draws (half burn-in), pooled, then "
+          f"importance-reweighted ({n_is} draws from a {ref['n_components']}-component mixture, ESS {ref['ess']:.0f}); "
+          f"log Z_ref = {ref['log_z']:.3f}; {time.perf_counter() - start:.0f} s\n")
+
+    results = {}
+    for rep in range(args.sensor_reps):
+        for name, kernel in (("KASS", KASS), ("ASMC", ASMC)):
+            r = run_smc(model, kernel, draws, args.seed + rep, "x")
+            r["masses"] = mode_masses(data, r["samples"])
+            results.setdefault(name, []).append(r)
+    # KAMH: one chain from a prior draw, as many steps as KASS made likelihood evaluations; half burn-in.
+    for rep in range(args.sensor_reps):
+        budget = results["KASS"][rep]["evals"]
+        init = data.prior_mean + data.prior_sd * np.random.default_rng(args.seed + 100 + rep).standard_normal((data.n_sensors, 2))
+        start = time.perf_counter()
+        with model, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            idata = pm.sample(step=KameleonMetropolis(), chains=1, cores=1, tune=budget // 2, draws=budget - budget // 2,
+                              initvals={"x": init}, random_seed=args.seed + rep, **SMC_KW)
+        samples = idata.posterior["x"].values.reshape(-1, data.dim)
+        results.setdefault("KAMH (1 chain)", []).append(
+            dict(samples=samples, masses=mode_masses(data, samples), evals=budget, seconds=time.perf_counter() - start,
+                 log_z=float("nan"), stages=0, switches=pattern_switches(data, samples)))
+
+    significant = [p for p, m in ref_masses.items() if m >= 0.02]
+    rng = np.random.default_rng(args.seed)
+    ref_sub = ref["sample"][:2000]
+    print("reference mass per reflection pattern (side of the base line for sensors 0, 1, 2):",
+          ", ".join(f"{p}: {m:.3f}" for p, m in ref_masses.items()), f"(modes with mass >= 0.02: {len(significant)});",
+          "raw pooled chains:", ", ".join(f"{p}: {m:.3f}" for p, m in pool_masses.items()), "\n")
+    print(f"| sampler | run | modes found (of {len(significant)}) | total variation to ref | MMD² to ref | "
+          "log Z - log Z_ref | likelihood evals | pattern switches (kept draws) | wall s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, rs in results.items():
+        for rep, r in enumerate(rs):
+            found = sum(r["masses"].get(p, 0.0) >= 0.01 for p in significant)
+            tv = 0.5 * sum(abs(r["masses"].get(p, 0.0) - ref_masses.get(p, 0.0)) for p in set(ref_masses) | set(r["masses"]))
+            sub = r["samples"][rng.choice(r["samples"].shape[0], size=min(2000, r["samples"].shape[0]), replace=False)]
+            r.update(found=found, tv=tv, mmd=mmd_squared(sub, ref_sub))
+            print(f"| {name} | {rep} | {found} | {tv:.3f} | {r['mmd']:.2e} | {r['log_z'] - ref['log_z']:+.3f} | "
+                  f"{r['evals']} | {r.get('switches', '')} | {r['seconds']:.0f} |")
+    print("\nmass per pattern, run 0:", "; ".join(f"{name}: " + ", ".join(f"{p} {rs[0]['masses'].get(p, 0.0):.2f}" for p in significant)
+                                           for name, rs in results.items()))
+    return {"reference": ref, "ref_masses": ref_masses, "significant": significant, "results": results}
+
+
+# ----------------------------------------------------------------- 3. GP evidence on Glass
+GLASS_PRIOR_SD = 5.0
+GLASS_RESULTS = Path(__file__).resolve().parent / "data" / "kass_glass_evidence.json"
+
+
+def glass_evidence_model(estimator):
+    """θ ~ N(0, 5²) (the KASS paper's prior on the 9 log squared lengthscales), pseudo-marginal likelihood."""
+    with pm.Model() as model:
+        theta = pm.Normal("theta", 0.0, sigma=GLASS_PRIOR_SD, shape=estimator.n_features)
+        PseudoMarginalPotential("likelihood", estimator, inputs=[theta])
+    return model
+
+
+def glass_experiment(args) -> dict:
+    X, y = load_glass()
+    n_imp = 20 if args.quick else 100
+    model = glass_evidence_model(GPClassificationLikelihood(X, y, n_importance=n_imp))
+    draws = 20 if args.quick else 100
+    print(f"\n## GP classification evidence on UCI Glass: pseudo-marginal (n_imp = {n_imp}), prior N(0, {GLASS_PRIOR_SD:g}²); N = {draws}\n")
+    runs = {}
+    for rep in range(args.glass_reps):
+        for name, kernel in (("KASS", KASS), ("ASMC", ASMC)):
+            r = run_smc(model, kernel, draws, args.seed + rep, "theta")
+            del r["idata"], r["samples"]
+            runs.setdefault(name, []).append(r)
+            print(f"#   {name}, run {rep}: log Z {r['log_z']:.3f}, {r['stages']} stages, {r['evals']} evals, {r['seconds']:.0f} s",
+                  file=sys.stderr, flush=True)
+    ref_runs = []
+    for rep in range(args.glass_ref_runs):
+        r = run_smc(model, KASS, args.glass_ref_particles, args.seed + 1000 + rep, "theta")
+        ref_runs.append(r["log_z"])
+        print(f"reference run {rep}: KASS N = {args.glass_ref_particles}: log Z = {r['log_z']:.3f} "
+              f"({r['evals']} evals, {r['seconds']:.0f} s)", flush=True)
+    if ref_runs:
+        ref, ref_note = float(np.mean(ref_runs)), f"mean of {len(ref_runs)} KASS runs, N = {args.glass_ref_particles}"
+    else:
+        ref, ref_note = float("nan"), "none"
+    print(f"\nreference log Z ({ref_note}): {ref:.3f}\n")
+    print("| sampler | runs | mean log Z | sd | IQR | median - ref | RMSE to ref | stages | likelihood evals | wall s per run |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name, rs in runs.items():
+        lz = np.array([r["log_z"] for r in rs])
+        q1, q3 = np.percentile(lz, [25, 75])
+        sd = lz.std(ddof=1) if lz.size > 1 else float("nan")
+        print(f"| {name} | {lz.size} | {lz.mean():.3f} | {sd:.3f} | {q3 - q1:.3f} | {np.median(lz) - ref:+.3f} | "
+              f"{np.sqrt(np.mean((lz - ref) ** 2)):.3f} | {summarise([r['stages'] for r in rs])} | "
+              f"{summarise([r['evals'] for r in rs])} | {summarise([r['seconds'] for r in rs])} |")
+    if args.save_glass:
+        GLASS_RESULTS.parent.mkdir(exist_ok=True)
+        GLASS_RESULTS.write_text(json.dumps({
+            "particles": draws, "n_importance": n_imp, "seed": args.seed, "reference": ref, "reference_note": ref_note,
+            "reference_runs": ref_runs, "runs": {name: [r["log_z"] for r in rs] for name, rs in runs.items()},
+        }, indent=1))
+        print(f"\n# saved {GLASS_RESULTS}")
+    return {"runs": runs, "reference": ref, "reference_runs": ref_runs}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--experiments", nargs="+", choices=EXPERIMENTS, default=list(EXPERIMENTS))
+    parser.add_argument("--reps", type=int, default=10, help="repetitions of the banana runs")
+    parser.add_argument("--seed", type=int, default=2015)
+    parser.add_argument("--tuned", action="store_true", help="banana: an extra, labelled KASS row with PyMC's correlation rule and learning_rate=1")
+    parser.add_argument("--sensor-particles", type=int, default=10_000)
+    parser.add_argument("--sensor-reps", type=int, default=2)
+    parser.add_argument("--glass-reps", type=int, default=10)
+    parser.add_argument("--glass-ref-runs", type=int, default=0)
+    parser.add_argument("--glass-ref-particles", type=int, default=500)
+    parser.add_argument("--save-glass", action="store_true", help=f"write the Glass log Z values to {GLASS_RESULTS.name} (notebook 04)")
+    parser.add_argument("--quick", action="store_true", help="tiny budget, for smoke tests")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.save_glass = False
+        args.reps, args.sensor_reps, args.glass_reps, args.glass_ref_runs = 1, 1, 1, 0
+    logging.getLogger("pymc").setLevel(logging.ERROR)
+    header(args)
+    out = {}
+    for name in args.experiments:
+        out[name] = {"banana": banana_experiment, "sensor": sensor_experiment, "glass": glass_experiment}[name](args)
+    return out
+
+
+if __name__ == "__main__":
+    main()
