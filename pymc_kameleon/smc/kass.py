@@ -36,7 +36,7 @@ from pymc_kameleon.core.kameleon import fit_proposal, matched_nu2
 from pymc_kameleon.core.kernels import make_kernel
 from pymc_kameleon.core.smc import adapt_log_scale, population_mh_move, steps_for_acceptance
 from pymc_kameleon.pseudo_marginal import PseudoMarginalOp
-from pymc_kameleon.steps._common import check_kameleon_options, check_number
+from pymc_kameleon.steps._common import check_kameleon_options, check_number, check_probability
 
 __all__ = ["ASMC", "KASS"]
 
@@ -179,13 +179,9 @@ class KASS(SMC_KERNEL):
         check_kameleon_options(bandwidth, gamma, n_subsample)
         check_number("learning_rate", learning_rate, minimum=0, strict=False)
         check_number("initial_scale", initial_scale, minimum=0)
-        check_number("target_accept", target_accept, minimum=0)
-        if not target_accept < 1:
-            raise ValueError(f"target_accept must be in (0, 1), got {target_accept!r}.")
+        check_probability("target_accept", target_accept)
         check_number("correlation_threshold", correlation_threshold, minimum=0)
-        check_number("move_probability", move_probability, minimum=0)
-        if not move_probability < 1:
-            raise ValueError(f"move_probability must be in (0, 1), got {move_probability!r}.")
+        check_probability("move_probability", move_probability)
         check_number("max_steps", max_steps, integer=True, minimum=1, strict=False)
         if isinstance(n_steps, str):
             if n_steps not in _STEP_RULES:

@@ -52,6 +52,12 @@ def check_number(name, value, *, integer=False, minimum=None, strict=True):
         raise ValueError(f"{name} must be {kind}{bound}, got {value!r}.")
 
 
+def check_probability(name, value):
+    """Raise a ValueError naming the option unless ``value`` is a number strictly between 0 and 1."""
+    if not (isinstance(value, (int, float)) and 0.0 < value < 1.0):
+        raise ValueError(f"{name} must be in (0, 1), got {value!r}.")
+
+
 def check_kameleon_options(bandwidth, gamma, n_subsample):
     """Validate the Kameleon proposal's options, shared by every step that offers it."""
     if isinstance(bandwidth, str):

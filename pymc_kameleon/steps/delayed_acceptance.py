@@ -62,6 +62,7 @@ from pymc_kameleon.steps._common import (
     SplitTargetDensity,
     check_kameleon_options,
     check_number,
+    check_probability,
     continuous_value_vars,
     declare_pseudo_marginal_stats,
     same_array,
@@ -143,8 +144,7 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
         name = type(self).__name__
         if target_accept is None:
             target_accept = self._default_target_accept
-        if not (isinstance(target_accept, (int, float)) and 0.0 < target_accept < 1.0):
-            raise ValueError(f"target_accept must be in (0, 1), got {target_accept!r}.")
+        check_probability("target_accept", target_accept)
         if current_value not in CURRENT_VALUES:
             raise ValueError(f"current_value must be one of {CURRENT_VALUES}, got {current_value!r}.")
         if gp_after_tuning not in _GP_AFTER_TUNING:
@@ -288,7 +288,7 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
         self._gp_version = 0
         self._train_grads = []  # gradient observations, in the order of the GP's points
         self._warm = True  # exact warm-up that seeds the GP
-        self._best_ll = -math.inf  # largest exact log-likelihood added to the GP
+        self._best_ll = -math.inf  # largest exact log-likelihood added in the warm-up (MALA's floor)
         self._seeded = False  # whether the chain's starting point is in the GP
         self._next_fit = self.initial_points
         self._fitted_at = 0  # training-set size at the last hyperparameter fit (0: never)
@@ -356,11 +356,12 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
             return False
         if self.loglik_gradient and grad is None:
             return False
-        self._best_ll = max(self._best_ll, float(ll))
-        floor = self._best_ll - (_GP_FLOOR_NATS + 5.0 * self.dim)
-        if self._floor_warm_up_values and self._warm and ll < floor:
-            ll = floor
-            grad = None if grad is None else np.zeros_like(np.asarray(grad, dtype=float))
+        if self._floor_warm_up_values and self._warm:
+            self._best_ll = max(self._best_ll, float(ll))
+            floor = self._best_ll - (_GP_FLOOR_NATS + 5.0 * self.dim)
+            if ll < floor:
+                ll = floor
+                grad = None if grad is None else np.zeros_like(np.asarray(grad, dtype=float))
         try:
             added = self._gp.add(theta, ll, grad)
         except SingularCovarianceError:

@@ -25,6 +25,7 @@ from pymc_kameleon.steps._common import (
     TargetDensity,
     check_kameleon_options,
     check_number,
+    check_probability,
     continuous_value_vars,
     declare_pseudo_marginal_stats,
     same_array,
@@ -195,8 +196,7 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
             check_number("nu2", nu2, minimum=0)
         check_number("adapt_interval", adapt_interval, integer=True, minimum=0)
         check_number("learning_rate", learning_rate, minimum=0)
-        if not (isinstance(target_accept, (int, float)) and 0.0 < target_accept < 1.0):
-            raise ValueError(f"target_accept must be in (0, 1), got {target_accept!r}.")
+        check_probability("target_accept", target_accept)
         if adaptation not in _ADAPTATIONS:
             raise ValueError(f"adaptation must be one of {_ADAPTATIONS}, got {adaptation!r}.")
         self._vanishing = VanishingProbability(vanishing_decay)  # validates the decay
