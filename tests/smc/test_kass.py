@@ -234,6 +234,16 @@ def test_cores_2_equals_sequential_chains_and_seeds_reproduce():
     assert not np.array_equal(sequential.posterior["w"].values[0], sequential.posterior["w"].values[1])
 
 
+def test_factor_cache_does_not_change_the_draws(monkeypatch):
+    """Keeping accepted proposals' factors between sweeps must give the draws of recomputing them."""
+    import pymc_kameleon.smc.kass as kass_module
+
+    cached, _, _ = run_smc(linear_model(), KASS, chains=1, draws=150, n_steps=4)
+    monkeypatch.setattr(kass_module, "_FACTOR_CACHE_BYTES", 0)
+    recomputed, _, _ = run_smc(linear_model(), KASS, chains=1, draws=150, n_steps=4)
+    np.testing.assert_allclose(cached, recomputed, rtol=1e-10)
+
+
 def test_batched_and_looped_log_densities_agree():
     model = linear_model()
     batched = KASS(draws=50, model=model, random_seed=1)

@@ -11,7 +11,7 @@ the chain stays exact) and the proposal is rejected without an exact evaluation.
 import numpy as np
 import pymc as pm
 
-from pymc_kameleon import GPDelayedAcceptanceMALA
+from pymc_kameleon import GPDelayedAcceptanceMALA, GPDelayedAcceptanceMH
 from pymc_kameleon.examples.table1 import banana_ab
 
 
@@ -82,3 +82,16 @@ def test_warm_up_values_far_below_the_best_are_clipped_with_zero_gradient():
     step._add_training_point(np.array([3.0]), -1e300, np.array([-1e300]))
     np.testing.assert_allclose(step.gp.values, [-5.0, -5.0 - 55.0])
     np.testing.assert_array_equal(step._train_grads[1], [0.0])
+
+
+def test_mh_step_keeps_warm_up_values_unclipped():
+    """The floor is MALA's only: the MH step's GP sees the exact values."""
+    with pm.Model():
+        x = pm.Normal("x", 0.0, 2.0)
+        pm.Normal("y", x, 1.0, observed=np.array([0.3, -0.4]))
+        step = GPDelayedAcceptanceMH(rng=3)
+    assert step._warm
+    step._add_training_point(np.array([0.0]), -5.0)
+    step._add_training_point(np.array([3.0]), -1e6)
+    np.testing.assert_allclose(step.gp.values, [-5.0, -1e6])
+
