@@ -65,6 +65,7 @@ from scipy.linalg import solve_triangular
 
 from pymc_kameleon.core.linalg import gaussian_logpdf_chol, jittered_cholesky
 from pymc_kameleon.core.mh import mh_log_ratio
+from pymc_kameleon.core.proposals import langevin_log_density
 
 __all__ = [
     "CURRENT_VALUES",
@@ -273,26 +274,6 @@ def delayed_acceptance_log_ratios(
 
 
 # ---------------------------------------------------------------------------------- MALA
-
-
-def langevin_log_density(theta_to, theta_from, drift_gradient, proposal_chol) -> float:
-    r"""Log density of the Langevin proposal.
-
-    .. math::
-        \log \mathcal N(\theta_{to};\, \theta_{from} + \tfrac12\Sigma g,\, \Sigma)
-
-    The paper's eq. (8) with :math:`\Sigma = \delta\Lambda` and
-    :math:`g = \nabla\ell + \nabla\log p` at :math:`\theta_{from}` (or the GP's version of it).
-
-    Parameters
-    ----------
-    theta_to, theta_from, drift_gradient : arrays of shape (d,)
-    proposal_chol : array of shape (d, d)
-        Lower Cholesky factor :math:`L` of :math:`\Sigma = L L^\top`.
-    """
-    L = np.asarray(proposal_chol, dtype=float)
-    mean = np.asarray(theta_from, dtype=float) + 0.5 * (L @ (L.T @ np.asarray(drift_gradient, dtype=float)))
-    return gaussian_logpdf_chol(np.asarray(theta_to, dtype=float), mean, L)
 
 
 def log_expected_langevin_term(

@@ -16,6 +16,7 @@ __all__ = [
     "gaussian_log_norm",
     "gaussian_logpdf_chol",
     "jittered_cholesky",
+    "same_array",
     "solve_lower",
 ]
 
@@ -205,3 +206,8 @@ def cholesky_append(L, k_new, k_self, jitter: float = 1e-10, max_tries: int = 6,
     out[n:, :n] = B.T
     out[n:, n:] = L22
     return out, added
+
+
+def same_array(a, b) -> bool:
+    """Exact equality of two arrays (cheaper than np.array_equal in the hot path); False if ``a`` is None."""
+    return a is not None and a.shape == b.shape and bool((a == b).all())

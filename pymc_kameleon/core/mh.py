@@ -16,7 +16,13 @@ import math
 
 import numpy as np
 
-__all__ = ["accept_probability", "metropolis_accept", "metropolis_accept_batch", "mh_log_ratio"]
+__all__ = [
+    "accept_probability",
+    "metropolis_accept",
+    "metropolis_accept_batch",
+    "mh_log_ratio",
+    "mh_log_ratio_batch",
+]
 
 
 def mh_log_ratio(logp_proposal, logp_current, log_q_reverse=0.0, log_q_forward=0.0) -> float:
@@ -44,6 +50,21 @@ def mh_log_ratio(logp_proposal, logp_current, log_q_reverse=0.0, log_q_forward=0
     if math.isnan(log_ratio):
         return -math.inf
     return log_ratio
+
+
+def mh_log_ratio_batch(logp_proposal, logp_current, log_q_reverse=0.0, log_q_forward=0.0) -> np.ndarray:
+    r""":func:`mh_log_ratio` elementwise, for many independent proposals (SMC populations).
+
+    Returns
+    -------
+    array of shape (N,)
+        :math:`\log\alpha_i`, with ``-inf`` where the proposal's log density is NaN or
+        :math:`-\infty`, or where any term is NaN.
+    """
+    logp_proposal = np.asarray(logp_proposal, dtype=float)
+    with np.errstate(invalid="ignore"):
+        log_ratio = logp_proposal - np.asarray(logp_current, dtype=float) + log_q_reverse - log_q_forward
+    return np.where(np.isnan(log_ratio) | np.isnan(logp_proposal) | (logp_proposal == -np.inf), -np.inf, log_ratio)
 
 
 def accept_probability(log_ratio) -> float:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pymc_kameleon.core.mh import metropolis_accept_batch
+from pymc_kameleon.core.mh import metropolis_accept_batch, mh_log_ratio_batch
 
 __all__ = [
     "PopulationMove",
@@ -111,9 +111,7 @@ def population_mh_move(
     log_prior = np.asarray(log_prior, dtype=float).reshape(-1)
     loglik = np.asarray(loglik, dtype=float).reshape(-1)
     proposal_log_target = tempered_log_density(log_prior, loglik, beta)
-    with np.errstate(invalid="ignore"):
-        log_ratio = proposal_log_target - np.asarray(log_target, dtype=float) + log_q_reverse - log_q_forward
-    log_ratio = np.where(np.isnan(log_ratio) | (proposal_log_target == -np.inf), -np.inf, log_ratio)
+    log_ratio = mh_log_ratio_batch(proposal_log_target, log_target, log_q_reverse, log_q_forward)
     accepted, accept_prob = metropolis_accept_batch(log_ratio, rng)
     return PopulationMove(
         proposals, log_prior, loglik, proposal_log_target, log_ratio, accept_prob, accepted, proposal_factors

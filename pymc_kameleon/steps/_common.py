@@ -12,6 +12,7 @@ from pymc.pytensorf import compile as compile_pytensor
 from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
 from pymc.util import get_value_vars_from_user_vars
 
+from pymc_kameleon.core.linalg import same_array
 from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
 
 __all__ = [
@@ -26,7 +27,6 @@ __all__ = [
     "continuous_value_vars",
     "declare_pseudo_marginal_stats",
     "describe_point",
-    "same_array",
 ]
 
 # Extra sampler statistics of a step whose model has a PseudoMarginalPotential.
@@ -495,11 +495,6 @@ class SplitTargetDensity(TargetDensity):
         lp, glp = self.prior(y)
         ll, gll, inputs = self._loglik_and_inputs(y)
         return lp + ll, inputs, dict(log_prior=lp, exact_loglik=ll, grad_log_prior=glp, grad_exact_loglik=gll)
-
-
-def same_array(a, b) -> bool:
-    """Exact equality of two arrays (cheaper than np.array_equal in the hot path)."""
-    return a is not None and a.shape == b.shape and bool((a == b).all())
 
 
 def _same_arrays(a: tuple, b: tuple) -> bool:

@@ -52,10 +52,11 @@ from pymc_kameleon.core.delayed_acceptance import (
     surrogate_point,
 )
 from pymc_kameleon.core.gp import GPSurrogate
-from pymc_kameleon.core.kameleon import ProposalAtPoint, fit_proposal, matched_nu2
+from pymc_kameleon.core.kameleon import fit_proposal, matched_nu2
 from pymc_kameleon.core.kernels import make_kernel
-from pymc_kameleon.core.linalg import SingularCovarianceError, jittered_cholesky
+from pymc_kameleon.core.linalg import SingularCovarianceError, jittered_cholesky, same_array
 from pymc_kameleon.core.mh import accept_probability, metropolis_accept, mh_log_ratio
+from pymc_kameleon.core.proposals import KameleonMoves, LangevinProposal, Move, RandomWalkProposal
 from pymc_kameleon.steps._common import (
     GradientUnavailableError,
     PerChainReset,
@@ -65,7 +66,6 @@ from pymc_kameleon.steps._common import (
     check_probability,
     continuous_value_vars,
     declare_pseudo_marginal_stats,
-    same_array,
 )
 
 __all__ = ["GPDelayedAcceptanceMALA", "GPDelayedAcceptanceMH"]
@@ -807,46 +807,32 @@ class GPDelayedAcceptanceMH(_GPDelayedAcceptanceBase):
 
     def _reset_chain_state(self):
         super()._reset_chain_state()
-        self._family = None  # KameleonProposal once the first subsample is drawn
+        self._moves = None  # KameleonMoves once the first subsample is drawn
         self._nu2 = None
         self._probe_variance = math.nan
-        self._kameleon_version = 0
-        self._cur_kameleon = None  # (version, ProposalAtPoint at the current state)
+
+    @property
+    def kameleon_family(self):
+        """The current :class:`~pymc_kameleon.core.kameleon.KameleonProposal` (None before the first subsample)."""
+        return None if self._moves is None else self._moves.family
 
     # ------------------------------------------------------------ proposals
-    def _draw_proposal(self, x):
-        """Draw :math:`y \\sim Q(\\cdot \\mid x)`.
+    def _propose(self, x) -> Move:
+        """Draw :math:`y \\sim Q(\\cdot \\mid x)` (``move.feasible`` is False if the proposal is invalid)."""
+        if self._moves is None:
+            return RandomWalkProposal(self._scale.value, chol=self._precond_chol).propose(x, self.rng)
+        return self._moves.propose(x, self.rng)
 
-        Returns ``(y, log Q(y|x), log Q(x|y), extra)``; ``y`` is None if the proposal is invalid.
-        """
-        if self._family is None:
-            y = x + self._proposal_chol() @ self.rng.standard_normal(self.dim)
-            return y, 0.0, 0.0, None
-        at_x = self._kameleon_at_current(x)
-        y, log_q_forward = at_x.sample_with_log_density(self.rng)
-        try:
-            at_y = ProposalAtPoint.from_covariance(y, self._family.covariance(y))
-        except SingularCovarianceError:
-            return None, log_q_forward, math.nan, None
-        return y, log_q_forward, at_y.log_density(x), at_y
-
-    def _kameleon_at_current(self, x) -> ProposalAtPoint:
-        cached = self._cur_kameleon
-        if cached is not None and cached[0] == self._kameleon_version and same_array(cached[1].center, x):
-            return cached[1]
-        at = ProposalAtPoint.from_covariance(x, self._family.covariance(x))
-        self._cur_kameleon = (self._kameleon_version, at)
-        return at
-
-    def _accepted_proposal(self, extra):
-        if extra is not None:
-            self._cur_kameleon = (self._kameleon_version, extra)
+    def _accepted_proposal(self, move):
+        if self._moves is not None:
+            self._moves.accept(move)
 
     # ------------------------------------------------------------ steps
     def _exact_step(self, x, cur, info):
         """Warm-up: plain MH with an exact evaluation at every proposal."""
-        y, lq_f, lq_r, extra = self._draw_proposal(x)
-        if y is None:
+        move = self._propose(x)
+        y, lq_f, lq_r = move.x, move.log_q_forward, move.log_q_reverse
+        if not move.feasible:
             metropolis_accept(-math.inf, self.rng)
             return x, False, 0.0, None
         lp_y = self._target.prior(y)
@@ -854,13 +840,14 @@ class GPDelayedAcceptanceMH(_GPDelayedAcceptanceBase):
         accepted, prob = metropolis_accept(mh_log_ratio(ev.logp, cur.logp, lq_r, lq_f), self.rng)
         info["stage2"] = prob
         if accepted:
-            self._accepted_proposal(extra)
+            self._accepted_proposal(move)
         evaluated = (y, ev) if math.isfinite(ev.log_prior) else None
         return self._finish(x, y, accepted, ev), accepted, prob, evaluated
 
     def _delayed_acceptance_step(self, x, cur, info):
-        y, lq_f, lq_r, extra = self._draw_proposal(x)
-        if y is None:  # Kameleon covariance at y singular even with jitter: reject
+        move = self._propose(x)
+        y, lq_f, lq_r = move.x, move.log_q_forward, move.log_q_reverse
+        if not move.feasible:  # Kameleon covariance at y singular even with jitter: reject
             info["stage1"] = 0.0
             metropolis_accept(-math.inf, self.rng)
             return x, False, 0.0, None
@@ -896,7 +883,7 @@ class GPDelayedAcceptanceMH(_GPDelayedAcceptanceBase):
         # Stage 1 passed with probability a1, so this is unbiased for the plain MH acceptance probability.
         info["adapt"] = accept_probability(mh_log_ratio(ll_y + lp_y, ll_x + cur.log_prior, lq_r, lq_f)) / a1
         if accepted:
-            self._accepted_proposal(extra)
+            self._accepted_proposal(move)
         return self._finish(x, y, accepted, ev), accepted, a2, (y, ev)
 
     def _stage2_log_ratios(self, current, proposal, log_q_forward, log_q_reverse):
@@ -906,7 +893,7 @@ class GPDelayedAcceptanceMH(_GPDelayedAcceptanceBase):
 
     # ------------------------------------------------------------ adaptation
     def _adapt(self, y_new, adapt_value):
-        if self.proposal != "kameleon" or self._family is None:
+        if self.proposal != "kameleon" or self._moves is None:
             super()._adapt(y_new, adapt_value)
             if self.proposal == "kameleon" and self.tune and self._tune_steps % self.adapt_interval == 0:
                 self._refresh_subsample()
@@ -916,8 +903,7 @@ class GPDelayedAcceptanceMH(_GPDelayedAcceptanceBase):
         self._tune_steps += 1
         self._history.append(y_new)
         self._rm_update(self._nu2, adapt_value)
-        self._family.nu2 = self._nu2.value
-        self._kameleon_version += 1
+        self._moves.set_nu2(self._nu2.value)
         if self._tune_steps % self.adapt_interval == 0:
             self._refresh_subsample()
 
@@ -934,11 +920,8 @@ class GPDelayedAcceptanceMH(_GPDelayedAcceptanceBase):
         elif fit.probe_variance > 0 and self._probe_variance > 0:
             self._nu2.rescale(self._probe_variance / fit.probe_variance)
         self._probe_variance = fit.probe_variance
-        family = fit.family
-        family.nu2 = self._nu2.value
-        self._family = family
-        self._kameleon_version += 1
-        self._cur_kameleon = None
+        fit.family.nu2 = self._nu2.value
+        self._moves = KameleonMoves(fit.family)
         return True
 
     def astep(self, q0):
@@ -1073,7 +1056,7 @@ class GPDelayedAcceptanceMALA(_GPDelayedAcceptanceBase):
 
         Here :math:`\Sigma = L L^\top`. (A separate method so that tests can record the proposals.)
         """
-        return x + 0.5 * (L @ (L.T @ drift)) + L @ self.rng.standard_normal(self.dim)
+        return LangevinProposal(L).draw(x, drift, self.rng)
 
     def _drift_exact(self, evaluation):
         g = evaluation.grad_log_prior

@@ -16,10 +16,11 @@ from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence
 
 from pymc_kameleon.core.adaptation import HistoryBuffer, RobbinsMonro, VanishingProbability
-from pymc_kameleon.core.kameleon import KameleonProposal, ProposalAtPoint, fit_proposal, matched_nu2
+from pymc_kameleon.core.kameleon import KameleonProposal, fit_proposal, matched_nu2
 from pymc_kameleon.core.kernels import make_kernel
 from pymc_kameleon.core.linalg import SingularCovarianceError
 from pymc_kameleon.core.mh import metropolis_accept, mh_log_ratio
+from pymc_kameleon.core.proposals import KameleonMoves, RandomWalkProposal
 from pymc_kameleon.steps._common import (
     PerChainReset,
     TargetDensity,
@@ -28,7 +29,6 @@ from pymc_kameleon.steps._common import (
     check_probability,
     continuous_value_vars,
     declare_pseudo_marginal_stats,
-    same_array,
 )
 
 __all__ = ["KameleonMetropolis"]
@@ -233,24 +233,20 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
         self._history = HistoryBuffer(self.dim, self.history_size)
         self._rw_scale = RobbinsMonro(1.0, self.target_accept, self.learning_rate)
         self._nu2 = None  # RobbinsMonro over nu2 once Kameleon proposals start
-        self._family: KameleonProposal | None = None
+        self._moves: KameleonMoves | None = None  # None during the random-walk warm-up
         self._bandwidth = math.nan
         self._gamma = math.nan
         self._probe_variance = math.nan
-        self._version = 0  # bumped whenever Z, bandwidth, nu2 or gamma change
-        self._z_version = 0  # bumped whenever Z, bandwidth or the kernel change
         self._tune_steps = 0
         self._post_tune_steps = 0
         self._accept_since_adapt = []
         self._target.reset()
-        self._cur_rkhs_cov = None  # (Z version, M H M^T at the current state)
-        self._cur_proposal = None  # (version, ProposalAtPoint at the current state)
         self._warned_jitter = False
 
     def stop_tuning(self):
         super().stop_tuning()
         self._accept_since_adapt = []
-        if self._family is None and self._tune_steps > 0:
+        if self._moves is None and self._tune_steps > 0:
             warnings.warn(
                 f"KameleonMetropolis: tuning ended after {self._tune_steps} steps without building a "
                 f"Kameleon proposal (the first one is built after adapt_interval={self.adapt_interval} "
@@ -270,12 +266,12 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
     @property
     def subsample(self) -> np.ndarray | None:
         """The current history subsample :math:`Z` (None during the random-walk warm-up)."""
-        return None if self._family is None else self._family.Z
+        return None if self._moves is None else self._moves.family.Z
 
     @property
     def proposal(self) -> KameleonProposal | None:
         """The current proposal family (None during the random-walk warm-up)."""
-        return self._family
+        return None if self._moves is None else self._moves.family
 
     # ------------------------------------------------------------ the step
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list]:
@@ -284,35 +280,27 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
         estimates_before = self._target.n_estimates
         logp_y = self._target.current(y, q0.point_map_info, self.rng).logp
 
-        jitter = 0.0
-        use_kameleon = self._family is not None
-        at_x = rkhs_x = None
+        use_kameleon = self._moves is not None
         if use_kameleon:
-            at_y = self._proposal_at_current(y)
-            x, log_q_forward = at_y.sample_with_log_density(self.rng)
-            jitter = at_y.jitter
-            at_x, rkhs_x = self._proposal_at(x)
+            try:
+                move = self._moves.propose(y, self.rng)
+            except SingularCovarianceError as err:
+                raise SingularCovarianceError(f"KameleonMetropolis: {err}") from None
         else:
-            x = y + self._rw_scale.value * self.rng.standard_normal(self.dim)
+            move = RandomWalkProposal(self._rw_scale.value, dim=self.dim).propose(y, self.rng)
 
-        if use_kameleon and at_x is None:
-            # The covariance at the proposal cannot be factorised: reject the proposal.
+        if move.feasible:
+            evaluation = self._target.evaluate(move.x)
+            log_ratio = mh_log_ratio(evaluation.logp, logp_y, move.log_q_reverse, move.log_q_forward)
+        else:  # the covariance at the proposal cannot be factorised: reject the proposal
             log_ratio = -math.inf
-        else:
-            evaluation = self._target.evaluate(x)
-            logp_x = evaluation.logp
-            if use_kameleon:
-                log_ratio = mh_log_ratio(logp_x, logp_y, at_x.log_density(y), log_q_forward)
-            else:
-                log_ratio = mh_log_ratio(logp_x, logp_y)
         accepted, accept_prob = metropolis_accept(log_ratio, self.rng)
 
         if accepted:
-            y_new = x
-            self._target.accept(x, evaluation)
+            y_new = move.x
+            self._target.accept(move.x, evaluation)
             if use_kameleon:
-                self._cur_proposal = (self._version, at_x)
-                self._cur_rkhs_cov = (self._z_version, np.array(x, copy=True), rkhs_x)
+                self._moves.accept(move)
         else:
             y_new = y
 
@@ -327,45 +315,14 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
             "tune": self.tune,
             "kameleon": use_kameleon,
             "adapted": adapted,
-            "subsample_size": 0 if self._family is None else self._family.Z.shape[0],
+            "subsample_size": 0 if self._moves is None else self._moves.family.Z.shape[0],
             "logp_evals": self._target.n_evals - evals_before,
-            "jitter": jitter,
+            "jitter": move.jitter,
         }
         stats.update(self._target.estimate_stats(estimates_before))
         return RaveledVars(y_new, q0.point_map_info), [stats]
 
     # ------------------------------------------------------------ helpers
-    def _proposal_at(self, x):
-        """Factorised proposal at ``x`` and its :math:`M H M^T` (None, None if singular even with jitter)."""
-        rkhs_cov = self._family.rkhs_covariance(x)
-        try:
-            at = ProposalAtPoint.from_covariance(x, self._family.scaled(rkhs_cov))
-        except SingularCovarianceError:
-            self._warn_singular()
-            return None, None
-        if at.jitter > 0:
-            self._warn_singular()
-        return at, rkhs_cov
-
-    def _proposal_at_current(self, y) -> ProposalAtPoint:
-        cached = self._cur_proposal
-        if cached is not None and cached[0] == self._version and same_array(cached[1].center, y):
-            return cached[1]
-        # Reuse M H M^T when only nu2 or gamma changed since it was computed.
-        rk = self._cur_rkhs_cov
-        if rk is None or rk[0] != self._z_version or not same_array(rk[1], y):
-            rk = (self._z_version, np.array(y, copy=True), self._family.rkhs_covariance(y))
-            self._cur_rkhs_cov = rk
-        try:
-            at = ProposalAtPoint.from_covariance(y, self._family.scaled(rk[2]))
-        except SingularCovarianceError as err:
-            raise SingularCovarianceError(
-                f"KameleonMetropolis: the proposal covariance at the current state is singular even "
-                f"with jitter ({err}). Use a positive gamma (now {self._gamma!r})."
-            ) from None
-        self._cur_proposal = (self._version, at)
-        return at
-
     def _warn_singular(self):
         if not self._warned_jitter:
             self._warned_jitter = True
@@ -373,7 +330,7 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
                 "KameleonMetropolis: a proposal covariance needed diagonal jitter to be factorised; "
                 "consider a larger gamma. Proposals whose covariance cannot be factorised are rejected.",
                 RuntimeWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
 
     # ------------------------------------------------------------ adaptation
@@ -384,9 +341,7 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
             if self._nu2 is None:
                 self._rw_scale.update(accept_prob)
             else:
-                self._nu2.update(accept_prob)
-                self._family.nu2 = self._nu2.value
-                self._version += 1
+                self._moves.set_nu2(self._nu2.update(accept_prob))
             if self._tune_steps % self.adapt_interval == 0:
                 return self._refresh_subsample()
             return False
@@ -399,9 +354,7 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
         if self.rng.random() >= self._vanishing(self._post_tune_steps):
             return False
         if self._nu2 is not None:
-            self._nu2.update(float(np.mean(self._accept_since_adapt)))
-            self._family.nu2 = self._nu2.value
-            self._version += 1
+            self._moves.set_nu2(self._nu2.update(float(np.mean(self._accept_since_adapt))))
         self._accept_since_adapt = []
         return self._refresh_subsample()
 
@@ -426,11 +379,6 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
             # Keep the average proposal variance continuous across refreshes.
             self._nu2.rescale(self._probe_variance / fit.probe_variance)
         self._probe_variance = fit.probe_variance
-        family = fit.family
-        family.nu2 = self._nu2.value
-        self._family = family
-        self._version += 1
-        self._z_version += 1
-        self._cur_proposal = None
-        self._cur_rkhs_cov = None
+        fit.family.nu2 = self._nu2.value
+        self._moves = KameleonMoves(fit.family, on_jitter=self._warn_singular)
         return True

@@ -118,14 +118,14 @@ def test_evaluations_are_saved_on_an_easy_target():
 def _record_mh_proposals(step):
     """Record every proposal (and its log Q terms) the step draws, one per step."""
     record = []
-    original = step._draw_proposal
+    original = step._propose
 
     def draw(x):
-        out = original(x)
-        record.append((np.array(out[0], copy=True), out[1], out[2]))
-        return out
+        move = original(x)
+        record.append((np.array(move.x, copy=True), move.log_q_forward, move.log_q_reverse))
+        return move
 
-    step._draw_proposal = draw
+    step._propose = draw
     return record
 
 
@@ -144,7 +144,7 @@ def test_exact_stage_ratios_mh(kwargs):
     snapshots = []  # the GP and the Kameleon family before each step
 
     def before(s):
-        snapshots.append((copy.deepcopy(s.gp), copy.deepcopy(s._family)))
+        snapshots.append((copy.deepcopy(s.gp), copy.deepcopy(s.kameleon_family)))
 
     rows = drive(model, step, 250, stop_tuning_at=150, before=before)
     assert len(record) == len(rows) == len(snapshots)

@@ -1,0 +1,262 @@
+r"""One proposal interface for every Metropolis-Hastings move in the package.
+
+A proposal is a conditional density :math:`q(\cdot \mid y)` that can be sampled and evaluated.
+:meth:`Proposal.propose` draws :math:`x \sim q(\cdot \mid y)` and returns a :class:`Move` that
+carries both Hastings terms, :math:`\log q(x \mid y)` and :math:`\log q(y \mid x)`, so that
+:func:`pymc_kameleon.core.mh.mh_log_ratio` (or a delayed-acceptance ratio) can be formed
+without knowing what kind of proposal made the move. :meth:`Proposal.accept` tells a stateful
+proposal that the chain moved to ``move.x``, so that what it computed there (a factorised
+covariance) becomes its cache at the current state.
+
+For a **symmetric** proposal (:math:`q(x \mid y) = q(y \mid x)`) both terms are reported as 0:
+they cancel in every ratio, and skipping them keeps the random walk free of wasted work.
+
+Implementations
+---------------
+:class:`RandomWalkProposal`
+    :math:`\mathcal N(y, s^2 L L^\top)`, with an optional fixed factor :math:`L`
+    (isotropic random walk, or Adaptive Metropolis with a learned covariance).
+:class:`KameleonMoves`
+    :math:`\mathcal N(y, \gamma^2 I + \nu^2 M_y H M_y^\top)` for a fixed
+    :class:`~pymc_kameleon.core.kameleon.KameleonProposal` family, with the covariance at the
+    current state cached between steps.
+:class:`LangevinProposal`
+    :math:`\mathcal N(y + \tfrac12 \Sigma g(y), \Sigma)` for a drift gradient :math:`g`.
+
+Adding a proposal means writing one small class with :meth:`~Proposal.propose` (and
+:meth:`~Proposal.log_density`), and one line in the shared test harness
+(``tests/core/test_proposals.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pymc_kameleon.core.kameleon import KameleonProposal, ProposalAtPoint
+from pymc_kameleon.core.linalg import SingularCovarianceError, gaussian_logpdf_chol, same_array
+
+__all__ = ["KameleonMoves", "LangevinProposal", "Move", "Proposal", "RandomWalkProposal", "langevin_log_density"]
+
+
+@dataclass(frozen=True)
+class Move:
+    r"""A proposed move from the current state :math:`y` to :math:`x`.
+
+    Attributes
+    ----------
+    x : array of shape (d,)
+        The proposal :math:`x \sim q(\cdot \mid y)`.
+    log_q_forward : float
+        :math:`\log q(x \mid y)` (0 for a symmetric proposal).
+    log_q_reverse : float
+        :math:`\log q(y \mid x)` (0 for a symmetric proposal); NaN when the reverse density
+        cannot be computed (a covariance at :math:`x` that cannot be factorised), in which
+        case the move must be rejected without evaluating the target.
+    cache : object
+        What the proposal computed at :math:`x`; handed back through :meth:`Proposal.accept`.
+    jitter : float
+        Diagonal jitter needed to factorise the proposal covariance at :math:`y` (usually 0).
+    """
+
+    x: np.ndarray
+    log_q_forward: float = 0.0
+    log_q_reverse: float = 0.0
+    cache: Any = None
+    jitter: float = 0.0
+
+    @property
+    def feasible(self) -> bool:
+        """Whether the reverse density is known (otherwise reject the move outright)."""
+        return not math.isnan(self.log_q_reverse)
+
+
+class Proposal(ABC):
+    r"""Conditional density :math:`q(\cdot \mid y)`: draw a :class:`Move`, evaluate, keep a cache."""
+
+    #: True when :math:`q(x \mid y) = q(y \mid x)`; the Hastings terms are then reported as 0.
+    symmetric = False
+
+    @abstractmethod
+    def propose(self, y, rng: np.random.Generator) -> Move:
+        r"""Draw :math:`x \sim q(\cdot \mid y)` and return it with both Hastings terms."""
+
+    @abstractmethod
+    def log_density(self, x, y) -> float:
+        r""":math:`\log q(x \mid y)`, normalised (also for symmetric proposals)."""
+
+    def accept(self, move: Move) -> None:  # noqa: B027 - stateless proposals keep nothing
+        """The chain moved to ``move.x``: keep what was computed there (stateless proposals: nothing)."""
+
+
+class RandomWalkProposal(Proposal):
+    r"""Gaussian random walk :math:`x = y + s L \varepsilon`, :math:`\varepsilon \sim \mathcal N(0, I)`.
+
+    Parameters
+    ----------
+    scale : float
+        :math:`s > 0`.
+    chol : array of shape (d, d), optional
+        Lower Cholesky factor :math:`L` of a fixed covariance (Adaptive Metropolis). Without it
+        the walk is isotropic, :math:`L = I`.
+    dim : int, optional
+        Dimension; required without ``chol``.
+    """
+
+    symmetric = True
+
+    def __init__(self, scale: float, chol=None, dim: int | None = None):
+        self.scale = float(scale)
+        self.chol = None if chol is None else np.asarray(chol, dtype=float)
+        self.dim = int(dim) if self.chol is None else self.chol.shape[0]
+
+    @property
+    def scaled_chol(self) -> np.ndarray:
+        """:math:`s L`, the Cholesky factor of the proposal covariance."""
+        return self.scale * (np.eye(self.dim) if self.chol is None else self.chol)
+
+    def propose(self, y, rng) -> Move:
+        eps = rng.standard_normal(self.dim)
+        if self.chol is None:
+            return Move(y + self.scale * eps)
+        return Move(y + (self.scale * self.chol) @ eps)
+
+    def log_density(self, x, y) -> float:
+        return gaussian_logpdf_chol(x, y, self.scaled_chol)
+
+
+class KameleonMoves(Proposal):
+    r"""Kameleon moves :math:`q_Z(\cdot \mid y) = \mathcal N(y, \gamma^2 I + \nu^2 M_y H M_y^\top)`.
+
+    Wraps a :class:`~pymc_kameleon.core.kameleon.KameleonProposal` family (fixed :math:`Z`,
+    kernel and :math:`\gamma`) and keeps the factorised covariance at the current state, so a
+    step builds exactly one new covariance: the one at the proposal, which the reverse density
+    needs. :math:`M_y H M_y^\top` at the current state is kept too, so a change of
+    :math:`\nu^2` or :math:`\gamma` alone costs a Cholesky factorisation, not a covariance.
+
+    Parameters
+    ----------
+    family : KameleonProposal
+    on_jitter : callable, optional
+        Called with no argument whenever a covariance needed diagonal jitter or could not be
+        factorised at all (steps use it to warn once).
+    """
+
+    def __init__(self, family: KameleonProposal, on_jitter=None):
+        self.family = family
+        self.on_jitter = on_jitter
+        self._scales_version = 0  # bumped whenever nu2 or gamma change
+        self._cur = None  # (scales version, ProposalAtPoint at the current state)
+        self._cur_rkhs = None  # (point, M H M^T there)
+
+    def set_nu2(self, nu2: float) -> None:
+        """Change :math:`\\nu^2` (the cached factor is refreshed lazily)."""
+        self.family.nu2 = float(nu2)
+        self._scales_version += 1
+
+    def at_current(self, y) -> ProposalAtPoint:
+        """The factorised proposal at the current state ``y`` (cached).
+
+        Raises
+        ------
+        SingularCovarianceError
+            If the covariance at ``y`` cannot be factorised even with jitter.
+        """
+        cached = self._cur
+        if cached is not None and cached[0] == self._scales_version and same_array(cached[1].center, y):
+            return cached[1]
+        rk = self._cur_rkhs
+        if rk is None or not same_array(rk[0], y):
+            rk = (np.array(y, copy=True), self.family.rkhs_covariance(y))
+            self._cur_rkhs = rk
+        try:
+            at = ProposalAtPoint.from_covariance(y, self.family.scaled(rk[1]))
+        except SingularCovarianceError as err:
+            raise SingularCovarianceError(
+                f"the Kameleon proposal covariance at the current state is singular even with jitter "
+                f"({err}). Use a positive gamma (now {math.sqrt(self.family.gamma2)!r})."
+            ) from None
+        self._cur = (self._scales_version, at)
+        return at
+
+    def _at(self, x):
+        """Factorised proposal at ``x`` and its :math:`M H M^\\top` (None, None if singular even with jitter)."""
+        rkhs = self.family.rkhs_covariance(x)
+        try:
+            at = ProposalAtPoint.from_covariance(x, self.family.scaled(rkhs))
+        except SingularCovarianceError:
+            self._report_jitter()
+            return None, None
+        if at.jitter > 0:
+            self._report_jitter()
+        return at, rkhs
+
+    def _report_jitter(self):
+        if self.on_jitter is not None:
+            self.on_jitter()
+
+    def propose(self, y, rng) -> Move:
+        at_y = self.at_current(y)
+        x, log_q_forward = at_y.sample_with_log_density(rng)
+        at_x, rkhs_x = self._at(x)
+        if at_x is None:
+            return Move(x, log_q_forward, math.nan, None, at_y.jitter)
+        return Move(x, log_q_forward, at_x.log_density(y), (self._scales_version, at_x, rkhs_x), at_y.jitter)
+
+    def accept(self, move: Move) -> None:
+        version, at_x, rkhs_x = move.cache
+        self._cur = (version, at_x)
+        self._cur_rkhs = (np.array(move.x, copy=True), rkhs_x)
+
+    def log_density(self, x, y) -> float:
+        return self.family.at(y).log_density(x)
+
+
+class LangevinProposal:
+    r"""Langevin move :math:`x = y + \tfrac12 \Sigma g + L \varepsilon`, :math:`\Sigma = L L^\top`.
+
+    The drift gradient :math:`g` is supplied per call (the exact gradient, or a surrogate's), so
+    this class draws and evaluates, and the caller forms the Hastings terms with the gradients it
+    has at each end.
+
+    Parameters
+    ----------
+    chol : array of shape (d, d)
+        Lower Cholesky factor :math:`L` of the proposal covariance :math:`\Sigma`.
+    """
+
+    def __init__(self, chol):
+        self.chol = np.asarray(chol, dtype=float)
+
+    def draw(self, y, gradient, rng) -> np.ndarray:
+        """Draw :math:`x \\sim \\mathcal N(y + \\tfrac12 \\Sigma g, \\Sigma)`."""
+        L = self.chol
+        return y + 0.5 * (L @ (L.T @ gradient)) + L @ rng.standard_normal(L.shape[0])
+
+    def log_density(self, x, y, gradient) -> float:
+        """:math:`\\log \\mathcal N(x;\\ y + \\tfrac12 \\Sigma g, \\Sigma)` with :math:`g` the gradient at ``y``."""
+        return langevin_log_density(x, y, gradient, self.chol)
+
+
+def langevin_log_density(theta_to, theta_from, drift_gradient, proposal_chol) -> float:
+    r"""Log density of the Langevin proposal.
+
+    .. math::
+        \log \mathcal N(\theta_{to};\, \theta_{from} + \tfrac12\Sigma g,\, \Sigma)
+
+    The GP-DA paper's eq. (8) with :math:`\Sigma = \delta\Lambda` and
+    :math:`g = \nabla\ell + \nabla\log p` at :math:`\theta_{from}` (or the GP's version of it).
+
+    Parameters
+    ----------
+    theta_to, theta_from, drift_gradient : arrays of shape (d,)
+    proposal_chol : array of shape (d, d)
+        Lower Cholesky factor :math:`L` of :math:`\Sigma = L L^\top`.
+    """
+    L = np.asarray(proposal_chol, dtype=float)
+    mean = np.asarray(theta_from, dtype=float) + 0.5 * (L @ (L.T @ np.asarray(drift_gradient, dtype=float)))
+    return gaussian_logpdf_chol(np.asarray(theta_to, dtype=float), mean, L)
