@@ -1,6 +1,6 @@
 r"""GP-surrogate delayed acceptance against PyMC's samplers on the paper's Table-1 targets.
 
-Benavoli, Wyse & White, section 4: five posteriors (``pymc_kameleon.examples.table1``), each
+Benavoli, Wyse & White, section 4: five posteriors (``pymc_kameleon.problems.table1``), each
 sampled with 2000 draws after 500 tuning steps, one chain, several repetitions with fresh
 data. Samplers: ``GPDelayedAcceptanceMH()`` and ``GPDelayedAcceptanceMALA()`` (defaults; MALA
 only where the model has gradients), ``pm.Metropolis()``, ``pm.DEMetropolisZ()`` and
@@ -59,7 +59,7 @@ import pymc as pm  # noqa: E402
 import pytensor  # noqa: E402
 
 from pymc_kameleon import GPDelayedAcceptanceMALA, GPDelayedAcceptanceMH  # noqa: E402
-from pymc_kameleon.examples.table1 import PAPER_COLUMNS, PAPER_TABLE1, TARGETS, build  # noqa: E402
+from pymc_kameleon.problems.table1 import PAPER_COLUMNS, PAPER_TABLE1, TARGETS, build  # noqa: E402
 
 SAMPLERS = {
     "GP-DA-MH": (lambda: GPDelayedAcceptanceMH(), False),

@@ -39,7 +39,7 @@ import pymc as pm
 import pytensor
 
 from pymc_kameleon import KameleonMetropolis
-from pymc_kameleon.targets import banana, flower
+from pymc_kameleon.problems.targets import banana, flower
 
 TARGETS = {
     "banana-moderate": lambda: banana(dim=8, b=0.03, v=100.0),

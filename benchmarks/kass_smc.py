@@ -11,7 +11,7 @@ Three experiments, each printing Markdown tables (``--experiments`` picks some):
     measure), MMD² (polynomial kernel (1 + ⟨x, y⟩)³, coordinates divided by their exact sd) to
     exact draws, |log Z|, stages, likelihood evaluations, wall time.
 ``sensor``
-    Sensor-network localisation (``pymc_kameleon.examples.sensor_network``, seed 38). KASS against
+    Sensor-network localisation (``pymc_kameleon.problems.sensor_network``, seed 38). KASS against
     single-chain ``KameleonMetropolis`` (KAMH) with as many steps as KASS made likelihood
     evaluations. The reference posterior: many randomly initialised random-walk chains (the paper's
     construction), whose pooled draws are then corrected by importance sampling with a mixture
@@ -64,11 +64,11 @@ from scipy.special import logsumexp  # noqa: E402
 from scipy.stats import multivariate_normal  # noqa: E402
 
 from pymc_kameleon import ASMC, KASS, KameleonMetropolis, PseudoMarginalPotential, log_mean_exp  # noqa: E402
-from pymc_kameleon.examples import GPClassificationLikelihood, load_glass  # noqa: E402
-from pymc_kameleon.examples.sensor_network import sensor_network_data, sensor_network_model, side_of_base_line  # noqa: E402
+from pymc_kameleon.problems import GPClassificationLikelihood, load_glass  # noqa: E402
+from pymc_kameleon.problems.sensor_network import sensor_network_data, sensor_network_model, side_of_base_line  # noqa: E402
 from pymc_kameleon.metrics import mmd_squared  # noqa: E402
 from pymc_kameleon.smc import log_evidence, stage_stats  # noqa: E402
-from pymc_kameleon.targets import banana  # noqa: E402
+from pymc_kameleon.problems.targets import banana  # noqa: E402
 
 SMC_KW = dict(progressbar=False, compute_convergence_checks=False)
 EXPERIMENTS = ("banana", "sensor", "glass")

@@ -12,7 +12,7 @@ import numpy as np
 import pymc as pm
 
 from pymc_kameleon import KameleonMetropolis
-from pymc_kameleon.targets import banana
+from pymc_kameleon.problems.targets import banana
 
 CHAINS, TUNE, DRAWS, SEED = 4, 5000, 10000, 2014
 QS = np.round(np.arange(0.1, 1.0, 0.1), 1)

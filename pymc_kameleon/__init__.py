@@ -6,9 +6,11 @@ The public API::
     from pymc_kameleon import GPDelayedAcceptanceMH, GPDelayedAcceptanceMALA
     from pymc_kameleon import KASS, ASMC              # pm.sample_smc(kernel=KASS)
 
-``pymc_kameleon.core`` holds the NumPy math (no PyMC imports), ``pymc_kameleon.targets``
-the benchmark targets with exact references, ``pymc_kameleon.examples`` worked likelihood
-estimators (GP classification on UCI Glass), and ``pymc_kameleon.plots`` plotting helpers.
+``pymc_kameleon.core`` holds the NumPy math (no PyMC imports), ``pymc_kameleon.problems`` the
+benchmark targets with exact references and the papers' problems (GP classification on UCI
+Glass, Table 1 of the GP-DA paper, sensor-network localisation; ``pymc_kameleon.targets`` and
+``pymc_kameleon.examples`` are the old paths, kept as re-exports), and ``pymc_kameleon.plots``
+plotting helpers.
 """
 
 from pymc_kameleon.pseudo_marginal import (

@@ -127,7 +127,7 @@ def plot_target_density(
 
     Parameters
     ----------
-    target : pymc_kameleon.targets.Target
+    target : pymc_kameleon.problems.Target
         Anything with ``dim`` and a batched ``logp(X)``; default limits also use ``sample``.
     dims : pair of int, default (0, 1)
         Coordinates on the horizontal and vertical axes.
@@ -242,7 +242,7 @@ def plot_proposal_contours(
     proposal : KameleonProposal or KameleonMetropolis
         A core :class:`pymc_kameleon.core.kameleon.KameleonProposal`, or a step whose
         ``.proposal`` is one (i.e. a step that has been tuned).
-    target : pymc_kameleon.targets.Target, optional
+    target : pymc_kameleon.problems.Target, optional
         Target whose log density is drawn underneath.
     points : array of shape (k, d) or (d,), optional
         Points :math:`y` at which to draw proposals. Default: ``n_points`` points of

@@ -17,7 +17,7 @@ from scipy import stats  # noqa: E402
 from pymc_kameleon.core.kameleon import KameleonProposal  # noqa: E402
 from pymc_kameleon.core.kernels import GaussianKernel, median_heuristic_bandwidth  # noqa: E402
 from pymc_kameleon.plots import ellipse_parameters, plot_proposal_contours, plot_target_density  # noqa: E402
-from pymc_kameleon.targets import banana, flower  # noqa: E402
+from pymc_kameleon.problems.targets import banana, flower  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -1,15 +1,10 @@
-"""Worked examples from the papers, as NumPy/SciPy building blocks (no PyMC imports).
+"""Old import path of :mod:`pymc_kameleon.problems` (re-exported; use the new path).
 
-- :mod:`pymc_kameleon.examples.gp_classification`: the UCI Glass data and the unbiased
-  importance-sampling estimator of the GP-classification marginal likelihood used for
-  pseudo-marginal MCMC in section 5.1 of the KAMH paper.
-
-:mod:`pymc_kameleon.examples.table1` (import it explicitly; it builds PyMC models) has the five
-targets of Table 1 of the GP delayed-acceptance paper, with simulated data and counted
-likelihood evaluations.
+``pymc_kameleon.examples.gp_classification``, ``.table1`` and ``.sensor_network`` re-export the
+modules of the same names in :mod:`pymc_kameleon.problems`.
 """
 
-from pymc_kameleon.examples.gp_classification import (
+from pymc_kameleon.problems.gp_classification import (
     GLASS_FEATURES,
     GLASS_WINDOW_TYPES,
     GPClassificationLikelihood,

@@ -1,4 +1,4 @@
-"""The Table-1 targets of the GP delayed-acceptance paper (pymc_kameleon.examples.table1)."""
+"""The Table-1 targets of the GP delayed-acceptance paper (pymc_kameleon.problems.table1)."""
 
 import math
 
@@ -9,8 +9,8 @@ import pytest
 from scipy.integrate import odeint
 
 from pymc_kameleon import GPDelayedAcceptanceMH
-from pymc_kameleon.examples.gp_classification import GPClassificationLikelihood
-from pymc_kameleon.examples.table1 import (
+from pymc_kameleon.problems.gp_classification import GPClassificationLikelihood
+from pymc_kameleon.problems.table1 import (
     PAPER_TABLE1,
     TARGETS,
     _ScaledGPClassification,

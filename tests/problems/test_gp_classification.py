@@ -11,8 +11,8 @@ import pytest
 from scipy.linalg import cholesky
 from scipy.special import expit, log_expit, roots_hermitenorm
 
-import pymc_kameleon.examples.gp_classification as gpc
-from pymc_kameleon.examples import GPClassificationLikelihood, load_glass
+import pymc_kameleon.problems.gp_classification as gpc
+from pymc_kameleon.problems import GPClassificationLikelihood, load_glass
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,7 @@ def test_glass_raw_data_and_class_counts():
     import csv
     from importlib import resources
 
-    path = resources.files("pymc_kameleon.examples").joinpath("data", "glass.csv")
+    path = resources.files("pymc_kameleon.problems").joinpath("data", "glass.csv")
     with path.open("r", encoding="utf-8", newline="") as fh:
         types = [row["type"] for row in csv.DictReader(fh)]
     counts = {t: types.count(t) for t in set(types)}

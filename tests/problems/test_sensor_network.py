@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from pymc_kameleon.examples.sensor_network import (
+from pymc_kameleon.problems.sensor_network import (
     DEFAULT_SEED,
     SensorNetworkData,
     reflect_across_base_line,

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from pymc_kameleon.targets import (
+from pymc_kameleon.problems.targets import (
     DEFAULT_QUANTILES,
     FlowerTarget,
     Target,
