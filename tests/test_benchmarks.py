@@ -53,3 +53,62 @@ def test_gp_delayed_acceptance_table1_quick_mode(capsys):
         assert rows[target]["DEMetropolisZ"]["Eval%"] == 200.0
         gp = rows[target]["GP-DA-MH"]
         assert gp["count_check"] and 0 <= gp["Eval%"] <= 100 and gp["ESS"] >= 0 and gp["time"] > 0
+
+
+@pytest.mark.slow
+def test_real_posteriors_quick_mode(capsys, tmp_path):
+    bench = _load("real_posteriors")
+    output = tmp_path / "table.md"
+    result = bench.main(["--quick", "--output", str(output)])
+    out = capsys.readouterr().out
+    header = "| " + " | ".join(bench.COLUMNS) + " |"
+    assert header in out and header in output.read_text()
+    for column in ("mean err", "log sd err", "min ESS", "max R-hat", "ESS/eval", "ESS/s"):
+        assert column in bench.COLUMNS
+    # one row per posterior and sampler, in order
+    expected = [(p, s) for p in bench.QUICK_POSTERIORS for s in bench.SAMPLERS]
+    assert [tuple(row[:2]) for row in result["_table"]] == expected
+    for posterior, sampler in expected:
+        assert f"| {posterior} | {sampler} |" in out
+        runs = result[posterior][sampler]
+        if posterior == "two-normals" and sampler == "GPDelayedAcceptanceMH":
+            assert runs == [{"skipped": "skipped: no likelihood term"}]  # prior-only model
+            continue
+        (r,) = runs
+        assert "error" not in r, r
+        assert r["ess_per_eval"] >= 0 and r["ess_per_s"] >= 0 and r["mean_err"] >= 0
+    # evaluation counts: two per scalar element (Metropolis) or per iteration (DEMetropolisZ), one for KAMH
+    iters = 2 * (200 + 200)
+    assert result["two-normals"]["Metropolis"][0]["evals"] == 2 * 2 * iters
+    assert result["two-normals"]["DEMetropolisZ"][0]["evals"] == 2 * iters
+    assert iters <= result["two-normals"]["KameleonMetropolis"][0]["evals"] <= iters + 2
+    assert result["two-normals"]["NUTS"][0]["evals"] > iters
+
+
+@pytest.mark.slow
+def test_real_posteriors_metropolis_count_matches_pymc():
+    """The Metropolis count (two evaluations per scalar element) matches PyMC's delta_logp calls."""
+    import pymc as pm
+
+    bench = _load("real_posteriors")
+    with pm.Model() as model:
+        pm.Normal("a", 0, 1)
+        pm.Normal("b", 0, 1, shape=3)
+        step = pm.Metropolis()
+        calls = []
+
+        def counting(f):
+            def wrapped(*args):
+                calls.append(1)
+                return f(*args)
+
+            return wrapped
+
+        for method in step.methods:  # one Metropolis per variable; b is updated element by element
+            method.delta_logp = counting(method.delta_logp)
+        idata = pm.sample(
+            tune=20, draws=10, chains=2, cores=1, step=step, progressbar=False, random_seed=1,
+            discard_tuned_samples=False, compute_convergence_checks=False,
+        )
+    # each delta_logp call evaluates logp(proposal) and logp(current)
+    assert bench.log_density_evaluations("Metropolis", idata, model) == 2 * len(calls) == 2 * 4 * 2 * 30

@@ -1,0 +1,969 @@
+"""Gradient-free samplers against PyMC's on the posteriors real users bring.
+
+Fifteen posteriors: regressions and a GLM with unstandardised predictors (income in dollars),
+eight schools (centred and non-centred), an AR(2) series, a GARCH(1,1) volatility model, a
+two-component mixture, GP hyperparameters, a Lotka-Volterra ODE behind a black-box
+``solve_ivp`` Op (near and far start), the KAMH paper's 8-d banana B(0.1, 100) and flower,
+two independent normals with sd 1e-3 and 1e3, and a 50-d correlated Gaussian.
+
+Every sampler gets the same chains, tuning steps and draws, and the same seeds. Reported per
+posterior and sampler, as the median over seeds with the worst seed in brackets:
+
+* ``mean err``: max over scalar parameters of |posterior mean - reference mean| / reference sd;
+* ``log sd err``: max over scalar parameters of |log(posterior sd / reference sd)|;
+* ``min ESS``: the smallest bulk ESS (ArviZ) over scalar parameters, chains pooled;
+* ``max R-hat``: the largest rank-normalised split R-hat (ArviZ); NaN means a chain never moved;
+* ``ESS/eval``: min ESS per log-density evaluation, **tuning included**, counted as each
+  implementation makes them (see :func:`log_density_evaluations`);
+* ``ESS/s``: min ESS per second of sampling wall time (PyMC's ``sampling_time``: tuning and
+  draws, chains in parallel, compilation excluded);
+* ``evals/iter``: log-density evaluations per chain iteration (tuning included).
+
+Parameters are compared on the constrained scale that ``idata.posterior`` holds, over the
+model's free variables. References are exact where a closed form (or exact i.i.d. draws) exists,
+and otherwise moments of a long NUTS run, computed once and cached in
+``benchmarks/data/real_posteriors_reference.json`` (``--refresh-reference`` recomputes them;
+the run must reach R-hat < 1.01 and bulk ESS > 2000 on every scalar, or it is refused).
+
+Samplers run with their defaults, as a user would call them; all chains start at the same
+point (the model's initial point, or the posterior's own ``initvals``), without jitter.
+NUTS is skipped where the log density has no gradient (the black-box ODE) and
+``GPDelayedAcceptanceMH`` where the model has no likelihood term (no observed variable and no
+potential), which it refuses.
+
+Usage::
+
+    python benchmarks/real_posteriors.py                          # 3 seeds, 2 chains x (2000 + 2000)
+    python benchmarks/real_posteriors.py --quick                  # smoke test, well under a minute
+    python benchmarks/real_posteriors.py --posteriors two-normals gaussian-50d --seeds 5
+    python benchmarks/real_posteriors.py --output table.md --json raw.json
+    python benchmarks/real_posteriors.py --refresh-reference --posteriors ar2   # recompute a reference
+"""
+
+import argparse
+import json
+import logging
+import math
+import platform
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import arviz as az
+import numpy as np
+import pymc as pm
+import pytensor
+import pytensor.tensor as pt
+from pytensor.gradient import DisconnectedType, NullTypeGradError
+from pytensor.graph.basic import Apply
+from pytensor.graph.op import Op
+from scipy.integrate import odeint, solve_ivp
+
+import pymc_kameleon
+from pymc_kameleon import GPDelayedAcceptanceMH, KameleonMetropolis
+
+try:  # the targets module moved under pymc_kameleon.problems
+    from pymc_kameleon.problems.targets import banana, flower
+except ImportError:  # pragma: no cover - older layout
+    from pymc_kameleon.targets import banana, flower
+
+REFERENCE_FILE = Path(__file__).resolve().parent / "data" / "real_posteriors_reference.json"
+
+# Exact moments: scalar parameter name ("x[3]", "sigma") -> (mean, sd).
+ExactReference = dict[str, tuple[float, float]]
+
+
+@dataclass(frozen=True)
+class NutsReference:
+    """Reference moments from a long NUTS run, cached under ``key``.
+
+    Parameters
+    ----------
+    key : str
+        Cache key; posteriors that are the same distribution share one key (and one run).
+    build : callable
+        Returns the model NUTS samples. It must be differentiable and hold every variable of the
+        benchmarked model under the same name (free or ``pm.Deterministic``).
+    description : str
+        How the reference model relates to the benchmarked one (printed with the table).
+    target_accept : float
+        NUTS ``target_accept`` for the reference run.
+    tune, draws : int
+        Tuning steps and draws per chain (4 chains) of the first attempt.
+    """
+
+    key: str
+    build: Callable[[], pm.Model]
+    description: str = "the same model"
+    target_accept: float = 0.9
+    tune: int = 2000
+    draws: int = 5000
+
+
+# ============================================================================ posteriors
+# Each builder returns (model, reference, initvals): reference is an ExactReference, a
+# NutsReference, or None for "long NUTS on this same model"; initvals is None or a dict for
+# pm.sample(initvals=...). Data are simulated with fixed seeds, so references stay valid.
+
+
+def _income_data(n=200):
+    rng = np.random.default_rng(20250101)
+    income = np.round(rng.uniform(1e4, 1e5, n), 2)  # dollars
+    y = 1.0 + 2e-5 * income + rng.normal(0.0, 0.5, n)
+    return income, y
+
+
+def regression_income(known_sigma: bool = False):
+    """Linear regression on income in dollars (n = 200): intercept, slope and, optionally, sigma.
+
+    The slope's posterior sd is about 1e-6 and the intercept's about 0.1, strongly correlated
+    (income is not centred). With sigma known (= 0.5, issue 16's case) the posterior is Gaussian
+    and the reference is exact.
+    """
+    income, y = _income_data()
+    with pm.Model() as model:
+        b0 = pm.Normal("b0", 0.0, 10.0)
+        b1 = pm.Normal("b1", 0.0, 1.0)  # per dollar
+        sigma = 0.5 if known_sigma else pm.HalfNormal("sigma", 5.0)
+        pm.Normal("y", b0 + b1 * income, sigma, observed=y)
+    if not known_sigma:
+        return model, None, None
+    # Conjugate Gaussian posterior, computed in rescaled coordinates (X'X spans 1e0..1e12).
+    X = np.column_stack([np.ones_like(income), income])
+    precision = X.T @ X / 0.5**2 + np.diag([1 / 10.0**2, 1.0])
+    s = 1.0 / np.sqrt(np.diag(precision))
+    cov = s[:, None] * np.linalg.inv(s[:, None] * precision * s[None, :]) * s[None, :]
+    mean = cov @ (X.T @ y / 0.5**2)
+    sd = np.sqrt(np.diag(cov))
+    return model, {"b0": (mean[0], sd[0]), "b1": (mean[1], sd[1])}, None
+
+
+def logistic_glm():
+    """Logistic regression (n = 300) on age in years and income in dollars, both unstandardised."""
+    rng = np.random.default_rng(20250102)
+    n = 300
+    age = rng.uniform(20.0, 70.0, n)
+    income = np.round(rng.lognormal(np.log(50_000.0), 0.5, n), 2)
+    logit = -4.0 + 0.05 * age + 3e-5 * income
+    y = rng.binomial(1, 1.0 / (1.0 + np.exp(-logit)))
+    with pm.Model() as model:
+        b0 = pm.Normal("b0", 0.0, 10.0)
+        b_age = pm.Normal("b_age", 0.0, 1.0)
+        b_income = pm.Normal("b_income", 0.0, 1.0)
+        pm.Bernoulli("y", logit_p=b0 + b_age * age + b_income * income, observed=y)
+    return model, None, None
+
+
+_SCHOOLS_Y = np.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
+_SCHOOLS_SIGMA = np.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
+
+
+def _eight_schools_noncentred_model():
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 5.0)
+        tau = pm.HalfCauchy("tau", 5.0)
+        eta = pm.Normal("eta", 0.0, 1.0, shape=8)
+        theta = pm.Deterministic("theta", mu + tau * eta)
+        pm.Normal("y", theta, _SCHOOLS_SIGMA, observed=_SCHOOLS_Y)
+    return model
+
+
+_SCHOOLS_REFERENCE = NutsReference(
+    "eight-schools",
+    _eight_schools_noncentred_model,
+    "NUTS on the non-centred model (theta = mu + tau * eta as a Deterministic), target_accept 0.95",
+    target_accept=0.95,
+)
+
+
+def eight_schools_centred():
+    """Eight schools, centred: theta ~ N(mu, tau) (a funnel; NUTS diverges here)."""
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 5.0)
+        tau = pm.HalfCauchy("tau", 5.0)
+        theta = pm.Normal("theta", mu, tau, shape=8)
+        pm.Normal("y", theta, _SCHOOLS_SIGMA, observed=_SCHOOLS_Y)
+    return model, _SCHOOLS_REFERENCE, None
+
+
+def eight_schools_noncentred():
+    """Eight schools, non-centred: theta = mu + tau * eta, eta ~ N(0, 1)."""
+    return _eight_schools_noncentred_model(), _SCHOOLS_REFERENCE, None
+
+
+def ar2():
+    """AR(2) series (n = 200, mean level 10) with intercept, two lags and noise sd unknown."""
+    rng = np.random.default_rng(20250103)
+    n, c, phi, sigma = 200, 2.0, (1.2, -0.4), 1.0
+    y = np.empty(n + 100)
+    y[:2] = c / (1 - sum(phi))
+    for t in range(2, y.size):
+        y[t] = c + phi[0] * y[t - 1] + phi[1] * y[t - 2] + rng.normal(0.0, sigma)
+    y = y[100:]
+    with pm.Model() as model:
+        c_ = pm.Normal("c", 0.0, 10.0)
+        phi_ = pm.Normal("phi", 0.0, 1.0, shape=2)
+        sigma_ = pm.HalfNormal("sigma", 2.0)
+        pm.Normal("y", c_ + phi_[0] * y[1:-1] + phi_[1] * y[:-2], sigma_, observed=y[2:])
+    return model, None, None
+
+
+def garch11():
+    """GARCH(1,1) returns (n = 200): mu, omega, alpha, beta; the variance starts at the sample variance.
+
+    The recursion sigma2_t = omega + alpha e_{t-1}^2 + beta sigma2_{t-1} is unrolled in closed form
+    with a matrix of powers of beta (differentiable, no scan). alpha and beta are Uniform(0, 1);
+    stationarity (alpha + beta < 1) is not imposed.
+    """
+    rng = np.random.default_rng(20250104)
+    n, mu, omega, alpha, beta = 200, 0.05, 0.1, 0.15, 0.8
+    r = np.empty(n)
+    s2 = omega / (1 - alpha - beta)
+    for t in range(n):
+        r[t] = mu + np.sqrt(s2) * rng.normal()
+        s2 = omega + alpha * (r[t] - mu) ** 2 + beta * s2
+    s2_0 = float(np.var(r))
+    t_idx = np.arange(n)
+    lag = t_idx[:, None] - 1 - t_idx[None, :]  # B[t, s] = beta^(t-1-s) for s < t
+    mask = (lag >= 0).astype(float)
+    lag = np.where(lag >= 0, lag, 0).astype(float)
+    with pm.Model() as model:
+        mu_ = pm.Normal("mu", 0.0, 1.0)
+        omega_ = pm.HalfNormal("omega", 1.0)
+        alpha_ = pm.Uniform("alpha", 0.0, 1.0)
+        beta_ = pm.Uniform("beta", 0.0, 1.0)
+        e = r - mu_
+        B = beta_**lag * mask
+        sigma2 = omega_ * B.sum(axis=1) + alpha_ * (B @ e**2) + beta_**t_idx * s2_0
+        pm.Normal("r", mu_, pt.sqrt(sigma2), observed=r)
+    return model, None, None
+
+
+def mixture():
+    """Two-component Gaussian mixture (n = 200), marginalised, with ordered means."""
+    rng = np.random.default_rng(20250105)
+    n = 200
+    z = rng.random(n) < 0.35
+    y = np.where(z, rng.normal(-1.0, 0.8, n), rng.normal(2.0, 1.0, n))
+    with pm.Model() as model:
+        w = pm.Dirichlet("w", np.array([2.0, 2.0]))
+        mu = pm.Normal(
+            "mu", 0.0, 5.0, shape=2, transform=pm.distributions.transforms.ordered, initval=[-1.0, 1.0]
+        )
+        sigma = pm.HalfNormal("sigma", 2.0, shape=2)
+        pm.NormalMixture("y", w=w, mu=mu, sigma=sigma, observed=y)
+    return model, None, None
+
+
+def gp_hyperparameters():
+    """Hyperparameters of a 1-d GP regression (n = 30): length scale, amplitude, noise sd."""
+    rng = np.random.default_rng(20250106)
+    x = np.sort(rng.uniform(0.0, 10.0, 30))
+    y = np.sin(x) + 0.5 * np.sin(2.5 * x) + rng.normal(0.0, 0.3, x.size)
+    with pm.Model() as model:
+        ell = pm.Gamma("ell", alpha=2.0, beta=1.0)
+        eta = pm.HalfNormal("eta", 2.0)
+        sigma = pm.HalfNormal("sigma", 1.0)
+        gp = pm.gp.Marginal(cov_func=eta**2 * pm.gp.cov.ExpQuad(1, ls=ell))
+        gp.marginal_likelihood("y", X=x[:, None], y=y, sigma=sigma)
+    return model, None, None
+
+
+# --------------------------------------------------------------------------- Lotka-Volterra
+_LV_TIMES = np.arange(0.0, 21.0)  # 21 yearly observations, the first at t = 0
+_LV_TRUE = (0.55, 0.028, 0.80, 0.024, 33.0, 6.0)  # alpha, beta, gamma, delta, u0, v0
+_LV_TOL = {"rtol": 1e-6, "atol": 1e-8}
+_LV_FLOOR = 1e-9  # populations are floored here (the log-normal likelihood needs z > 0)
+
+
+def _lv_rhs(t, z, a, b, c, d):
+    u, v = z
+    return [(a - b * v) * u, (d * u - c) * v]
+
+
+def _lv_rhs_sensitivities(y, t, a, b, c, d):
+    """The state and its sensitivities s = dz/dp, p = (a, b, c, d, u0, v0): ds/dt = J_z s + J_p."""
+    u, v, s = y[0], y[1], y[2:]
+    j00, j01, j10, j11 = a - b * v, -b * u, d * v, d * u - c
+    top = [j00 * s[k] + j01 * s[6 + k] for k in range(6)]
+    bottom = [j10 * s[k] + j11 * s[6 + k] for k in range(6)]
+    top[0] += u
+    top[1] -= u * v
+    bottom[2] -= v
+    bottom[3] += u * v
+    return [j00 * u, j11 * v, *top, *bottom]
+
+
+def solve_lotka_volterra(params, sensitivities=False):
+    """Solve the Lotka-Volterra ODE at ``_LV_TIMES`` (LSODA, rtol 1e-6, atol 1e-8).
+
+    Parameters
+    ----------
+    params : array of shape (6,)
+        alpha, beta, gamma, delta (prey growth, predation, predator death, predator growth)
+        and the initial populations u0, v0.
+    sensitivities : bool
+        False: ``scipy.integrate.solve_ivp`` (the black box). True: ``scipy.integrate.odeint``
+        on the system augmented with the forward sensitivities dz/dparams (for the gradient of the
+        NUTS reference; 2x faster than solve_ivp on the 14-d system, same method and tolerances).
+
+    Returns
+    -------
+    z : array of shape (21, 2)
+        Prey and predator populations, floored at 1e-9; ``inf`` if the solver failed.
+    S : array of shape (21, 2, 6), only with ``sensitivities=True``
+        dz/dparams (zero where z is floored).
+    """
+    a, b, c, d, u0, v0 = (float(p) for p in params)
+    n = _LV_TIMES.size
+    S = None
+    if sensitivities:
+        y0 = np.zeros(14)
+        y0[:2], y0[2 + 4], y0[8 + 5] = (u0, v0), 1.0, 1.0
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # odeint's warnings on failure: the result is checked below
+            y, info = odeint(_lv_rhs_sensitivities, y0, _LV_TIMES, args=(a, b, c, d), full_output=True,
+                             **_LV_TOL)
+        ok = info["message"] == "Integration successful." and np.all(np.isfinite(y))
+        z, S = y[:, :2].copy(), y[:, 2:].reshape(n, 2, 6).copy()
+    else:
+        sol = solve_ivp(_lv_rhs, (0.0, _LV_TIMES[-1]), [u0, v0], t_eval=_LV_TIMES, args=(a, b, c, d),
+                        method="LSODA", **_LV_TOL)
+        ok = sol.status == 0 and sol.y.shape[1] == n and np.all(np.isfinite(sol.y))
+        z = sol.y.T.copy() if ok else None
+    if not ok:
+        z, S = np.full((n, 2), np.inf), np.zeros((n, 2, 6))
+    low = z < _LV_FLOOR
+    z[low] = _LV_FLOOR
+    if sensitivities:
+        S[low] = 0.0
+        return z, S
+    return z
+
+
+class LotkaVolterraOp(Op):
+    """Black-box PyTensor Op: parameters (6,) -> populations (21, 2), by ``solve_ivp``; no gradient."""
+
+    __props__ = ()
+
+    def make_node(self, params):
+        params = pt.as_tensor_variable(params, dtype="float64")
+        return Apply(self, [params], [pt.dmatrix()])
+
+    def perform(self, node, inputs, outputs):
+        outputs[0][0] = solve_lotka_volterra(inputs[0])
+
+
+class LotkaVolterraSensitivityOp(Op):
+    """The same solution plus its forward sensitivities, with a gradient (for the NUTS reference)."""
+
+    __props__ = ()
+
+    def make_node(self, params):
+        params = pt.as_tensor_variable(params, dtype="float64")
+        return Apply(self, [params], [pt.dmatrix(), pt.tensor3(dtype="float64")])
+
+    def perform(self, node, inputs, outputs):
+        z, S = solve_lotka_volterra(inputs[0], sensitivities=True)
+        outputs[0][0], outputs[1][0] = z, S
+
+    def L_op(self, inputs, outputs, output_grads):
+        gz, gS = output_grads
+        if not isinstance(gS.type, DisconnectedType):
+            raise NotImplementedError("The sensitivities themselves are not differentiable.")
+        return [pt.tensordot(gz, outputs[1], axes=[[0, 1], [0, 1]])]
+
+    def connection_pattern(self, node):
+        return [[True, False]]
+
+
+def _lv_data():
+    rng = np.random.default_rng(20250107)
+    z = solve_lotka_volterra(_LV_TRUE)
+    return z * np.exp(rng.normal(0.0, 0.25, z.shape))
+
+
+def _lotka_volterra_model(differentiable: bool):
+    """8 parameters: 4 rates, 2 initial populations, 2 log-normal noise sds (as Stan's case study)."""
+    data = _lv_data()
+    with pm.Model() as model:
+        # Started at the prior means (PyMC's default initial point would put every rate at 1).
+        alpha = pm.TruncatedNormal("alpha", 1.0, 0.5, lower=0.0, initval=1.0)
+        beta = pm.TruncatedNormal("beta", 0.05, 0.05, lower=0.0, initval=0.05)
+        gamma = pm.TruncatedNormal("gamma", 1.0, 0.5, lower=0.0, initval=1.0)
+        delta = pm.TruncatedNormal("delta", 0.05, 0.05, lower=0.0, initval=0.05)
+        z0 = pm.LogNormal("z0", np.log(10.0), 1.0, shape=2)
+        sigma = pm.LogNormal("sigma", -1.0, 1.0, shape=2)
+        params = pt.stack([alpha, beta, gamma, delta, z0[0], z0[1]])
+        z = LotkaVolterraSensitivityOp()(params)[0] if differentiable else LotkaVolterraOp()(params)
+        pm.LogNormal("y", pt.log(z), sigma, observed=data)
+    return model
+
+
+_LV_REFERENCE = NutsReference(
+    "lotka-volterra",
+    partial(_lotka_volterra_model, differentiable=True),
+    "a differentiable twin of the model: the same ODE, likelihood and priors, solved by scipy's odeint "
+    "(LSODA, same tolerances) together with its forward sensitivities dz/dparams, which give the "
+    "gradient (its solution agrees with the solve_ivp Op's to about 1e-6 relative)",
+    tune=1000,
+    draws=2500,
+)
+
+
+def lotka_volterra():
+    """Lotka-Volterra with a black-box ``solve_ivp`` Op (no gradient), started at the prior's moments."""
+    return _lotka_volterra_model(differentiable=False), _LV_REFERENCE, None
+
+
+def lotka_volterra_far_start():
+    """The same posterior, every rate started at 1 (the posterior has beta and delta near 0.025)."""
+    initvals = {"alpha": 1.0, "beta": 1.0, "gamma": 1.0, "delta": 1.0}
+    return _lotka_volterra_model(differentiable=False), _LV_REFERENCE, initvals
+
+
+# --------------------------------------------------------------------------- exact targets
+def _target_reference(target, n_exact=2_000_000) -> ExactReference:
+    """Exact mean; sd from the exact covariance, or from exact i.i.d. draws (seeded)."""
+    mean = np.asarray(target.exact_mean, dtype=float)
+    cov = target.exact_cov
+    if cov is not None:
+        sd = np.sqrt(np.diag(cov))
+    else:
+        sd = target.sample(n_exact, rng=20250108).std(axis=0)
+    return {f"x[{i}]": (mean[i], sd[i]) for i in range(target.dim)}
+
+
+def banana_8d():
+    """The KAMH paper's strongly twisted 8-d banana B(0.1, 100) (Flat prior plus a Potential)."""
+    target = banana(dim=8, b=0.1, v=100.0)
+    return target.model(), _target_reference(target), None
+
+
+def flower_8d():
+    """The KAMH paper's 8-d flower F(10, 6, 6, 1); sds from 2e6 exact i.i.d. draws."""
+    target = flower(dim=8, r0=10.0, A=6.0, omega=6.0, sigma=1.0)
+    return target.model(), _target_reference(target), None
+
+
+def two_normals():
+    """Two independent normals with sd 1e-3 and 1e3 (prior only, no likelihood term)."""
+    with pm.Model() as model:
+        pm.Normal("a", 0.0, 1e-3)
+        pm.Normal("b", 0.0, 1e3)
+    return model, {"a": (0.0, 1e-3), "b": (0.0, 1e3)}, None
+
+
+def gaussian_50d():
+    """50-d Gaussian, AR(1) correlation 0.9^|i-j| and sds log-spaced from 0.1 to 10 (prior only)."""
+    d = 50
+    sd = np.logspace(-1.0, 1.0, d)
+    corr = 0.9 ** np.abs(np.subtract.outer(np.arange(d), np.arange(d)))
+    with pm.Model() as model:
+        pm.MvNormal("x", mu=np.zeros(d), cov=corr * np.outer(sd, sd))
+    return model, {f"x[{i}]": (0.0, sd[i]) for i in range(d)}, None
+
+
+POSTERIORS: dict[str, Callable[[], tuple]] = {
+    "regression-income": regression_income,
+    "regression-income-sigma-known": partial(regression_income, known_sigma=True),
+    "logistic-glm": logistic_glm,
+    "eight-schools-centred": eight_schools_centred,
+    "eight-schools-noncentred": eight_schools_noncentred,
+    "ar2": ar2,
+    "garch11": garch11,
+    "mixture-2": mixture,
+    "gp-hyperparameters": gp_hyperparameters,
+    "lotka-volterra": lotka_volterra,
+    "lotka-volterra-far-start": lotka_volterra_far_start,
+    "banana-8d": banana_8d,
+    "flower-8d": flower_8d,
+    "two-normals": two_normals,
+    "gaussian-50d": gaussian_50d,
+}
+QUICK_POSTERIORS = ("regression-income-sigma-known", "two-normals")
+
+
+# ============================================================================ samplers
+@dataclass(frozen=True)
+class Sampler:
+    """A step method to benchmark: ``make()`` is called inside the model context."""
+
+    make: Callable[[], object]
+    needs_gradient: bool = False
+    needs_likelihood: bool = False
+
+
+SAMPLERS = {
+    "KameleonMetropolis": Sampler(KameleonMetropolis),
+    "GPDelayedAcceptanceMH": Sampler(GPDelayedAcceptanceMH, needs_likelihood=True),
+    "Metropolis": Sampler(pm.Metropolis),
+    "DEMetropolisZ": Sampler(pm.DEMetropolisZ),
+    "NUTS": Sampler(pm.NUTS, needs_gradient=True),
+}
+# Not run by default; choose with --samplers.
+EXTRA_SAMPLERS = {
+    "KameleonMetropolis-linear": Sampler(partial(KameleonMetropolis, kernel="linear")),
+    "GPDelayedAcceptanceMH-kameleon": Sampler(
+        partial(GPDelayedAcceptanceMH, proposal="kameleon"), needs_likelihood=True
+    ),
+}
+ALL_SAMPLERS = {**SAMPLERS, **EXTRA_SAMPLERS}
+
+
+def has_gradient(model) -> bool:
+    """Whether PyTensor can differentiate the model's log density."""
+    try:
+        pytensor.grad(model.logp(), model.value_vars)
+    except (NotImplementedError, NullTypeGradError, TypeError):  # e.g. an Op without grad
+        return False
+    return True
+
+
+def has_likelihood(model) -> bool:
+    """Whether the model has a likelihood term (an observed variable or a potential)."""
+    return bool(model.observed_RVs or model.potentials)
+
+
+def skip_reason(sampler: Sampler, model) -> str | None:
+    """Why ``sampler`` does not run on ``model``, or None."""
+    if sampler.needs_gradient and not has_gradient(model):
+        return "skipped: no gradient"
+    if sampler.needs_likelihood and not has_likelihood(model):
+        return "skipped: no likelihood term"
+    return None
+
+
+def _stat(idata, name) -> np.ndarray:
+    """A sample statistic over tuning and draws, shape (chain, tune + draw, ...)."""
+    parts = [idata[group][name].values for group in ("warmup_sample_stats", "sample_stats") if group in idata]
+    return np.concatenate(parts, axis=1)
+
+
+def log_density_evaluations(sampler_name: str, idata, model) -> float:
+    """Log-density evaluations over tuning and draws, all chains, as the implementation makes them.
+
+    * ``Metropolis``: PyMC 5 makes one ``Metropolis`` per free variable (``default_blocked = False``);
+      each proposes a vector variable element by element (``elemwise_update``), and every proposal
+      calls ``delta_logp``, one compiled function computing logp(proposal) - logp(current): two
+      evaluations per scalar element per iteration.
+    * ``DEMetropolisZ``: one blocked ``delta_logp`` per iteration, so two evaluations.
+    * ``KameleonMetropolis``: its ``logp_evals`` stat (one per iteration; the current value is cached).
+    * ``GPDelayedAcceptanceMH``: exact likelihood evaluations, from the running ``n_exact_evals``
+      stat at each chain's last draw (the chain's start included). Its prior, evaluated at every
+      proposal, is not counted.
+    * ``NUTS``: gradient evaluations, the ``n_steps`` stat (leapfrog steps).
+
+    Parameters
+    ----------
+    sampler_name : str
+        A key of ``ALL_SAMPLERS``.
+    idata : arviz.InferenceData
+        Sampled with ``discard_tuned_samples=False``, so the tuning stats are present.
+    model : pymc.Model
+
+    Returns
+    -------
+    float
+    """
+    base = sampler_name.split("-")[0]
+    n_chain, n_iter = _stat(idata, "accept" if base != "NUTS" else "n_steps").shape[:2]
+    if base == "KameleonMetropolis":
+        return float(_stat(idata, "logp_evals").sum())
+    if base == "GPDelayedAcceptanceMH":
+        return float(idata.sample_stats["n_exact_evals"].values[:, -1].sum())
+    if base == "NUTS":
+        return float(_stat(idata, "n_steps").sum())
+    if base == "DEMetropolisZ":
+        return 2.0 * n_chain * n_iter
+    if base == "Metropolis":
+        d = sum(int(np.size(v)) for v in model.initial_point().values())
+        return 2.0 * d * n_chain * n_iter
+    raise ValueError(f"no evaluation count for sampler {sampler_name!r}")
+
+
+# ============================================================================ moments and metrics
+def scalar_draws(posterior, names) -> dict[str, np.ndarray]:
+    """Draws of every scalar component of the variables ``names``, as ``{"x[3]": (chain, draw)}``."""
+    out = {}
+    for name in names:
+        values = posterior[name].values
+        shape = values.shape[2:]
+        if not shape:
+            out[name] = values
+            continue
+        flat = values.reshape(values.shape[:2] + (-1,))
+        for i, index in enumerate(np.ndindex(shape)):
+            out[f"{name}[{','.join(map(str, index))}]"] = flat[..., i]
+    return out
+
+
+def free_variable_names(model) -> list[str]:
+    """Names of the model's free random variables (the parameters compared)."""
+    return [rv.name for rv in model.free_RVs]
+
+
+def compare(draws: dict[str, np.ndarray], reference: ExactReference) -> dict:
+    """Errors against the reference moments and convergence diagnostics, over scalar parameters.
+
+    Parameters
+    ----------
+    draws : dict
+        Scalar name -> draws of shape (chain, draw), from :func:`scalar_draws`.
+    reference : dict
+        Scalar name -> (mean, sd).
+
+    Returns
+    -------
+    dict with ``mean_err``, ``log_sd_err``, ``min_ess``, ``max_rhat`` and the parameters that
+    attain them (``worst_mean``, ``worst_sd``). A scalar on which some chain never moved during the
+    draws has ESS 0 (ArviZ would report the number of draws).
+    """
+    missing = sorted(set(draws) - set(reference))
+    if missing:
+        raise KeyError(f"the reference has no moments for {missing}")
+    mean_err, sd_err, ess, rhat = {}, {}, [], []
+    for name, x in draws.items():
+        ref_mean, ref_sd = reference[name]
+        mean_err[name] = abs(float(x.mean()) - ref_mean) / ref_sd
+        sd = float(x.std())
+        sd_err[name] = abs(math.log(sd / ref_sd)) if sd > 0 else math.inf
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # R-hat of a chain that never moved: NaN
+            rhat.append(float(az.rhat(x)))
+            # ArviZ gives a constant chain the full ESS; a chain that never moved has none.
+            stuck = np.any(np.ptp(x, axis=1) == 0)
+            ess.append(0.0 if stuck else float(az.ess(x, method="bulk")))
+    rhat = np.array(rhat)
+    return {
+        "mean_err": max(mean_err.values()),
+        "worst_mean": max(mean_err, key=mean_err.get),
+        "log_sd_err": max(sd_err.values()),
+        "worst_sd": max(sd_err, key=sd_err.get),
+        "min_ess": float(np.nan_to_num(np.min(ess), nan=0.0)),
+        "max_rhat": float(np.nan if np.isnan(rhat).any() else rhat.max()),
+    }
+
+
+# ============================================================================ references
+def _fingerprint(model) -> float:
+    """The model's log density at its initial point: changes whenever its data or priors change."""
+    return float(model.compile_logp()(model.initial_point()))
+
+
+def compute_nuts_reference(spec: NutsReference, chains=4, cores=2, seed=2025) -> dict:
+    """Moments of every variable from a long NUTS run; refuses unless R-hat < 1.01 and ESS > 2000.
+
+    The run is doubled in length (twice at most) until every scalar passes.
+
+    Parameters
+    ----------
+    spec : NutsReference
+        What to sample, and the tuning steps and draws per chain of the first attempt.
+    chains, cores, seed
+        Chains, processes and the seed of the first attempt.
+
+    Returns
+    -------
+    dict
+        ``params`` (scalar name -> [mean, sd]) plus the diagnostics and how it was computed.
+    """
+    tune, draws = spec.tune, spec.draws
+    for attempt in range(3):
+        model = spec.build()
+        start = time.perf_counter()
+        with model, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            idata = pm.sample(
+                draws=draws, tune=tune, chains=chains, cores=cores, random_seed=seed + attempt,
+                target_accept=spec.target_accept, progressbar=False, compute_convergence_checks=False,
+            )
+        names = [v for v in idata.posterior.data_vars]
+        draws_ = scalar_draws(idata.posterior, names)
+        rhat = {k: float(az.rhat(x)) for k, x in draws_.items()}
+        ess = {k: float(az.ess(x, method="bulk")) for k, x in draws_.items()}
+        ok = max(rhat.values()) < 1.01 and min(ess.values()) > 2000
+        divergences = int(idata.sample_stats["diverging"].values.sum())
+        print(f"  reference {spec.key}: NUTS {chains} x ({tune} + {draws}), max R-hat "
+              f"{max(rhat.values()):.4f}, min ESS {min(ess.values()):.0f}, {divergences} divergences, "
+              f"{time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+        if ok:
+            return {
+                "params": {k: [float(x.mean()), float(x.std())] for k, x in draws_.items()},
+                "method": (f"NUTS {chains} x ({tune} tune + {draws} draws), "
+                           f"target_accept {spec.target_accept}, seed {seed + attempt}"),
+                "description": spec.description,
+                "max_rhat": max(rhat.values()),
+                "min_ess": min(ess.values()),
+                "divergences": divergences,
+                "fingerprint": _fingerprint(model),
+                "versions": f"pymc {pm.__version__}, arviz {az.__version__}",
+            }
+        draws *= 2
+    raise RuntimeError(f"NUTS reference for {spec.key!r} did not converge (R-hat >= 1.01 or ESS <= 2000).")
+
+
+class ReferenceStore:
+    """The cached NUTS references (a JSON file), recomputed only on request.
+
+    Parameters
+    ----------
+    path : Path
+        The JSON cache.
+    refresh : bool
+        Recompute every NUTS reference that is used, even if cached.
+    cores : int
+        Processes for the reference runs.
+    """
+
+    def __init__(self, path: Path, refresh: bool = False, cores: int = 2):
+        self.path = Path(path)
+        self.refresh = refresh
+        self.cores = cores
+        self.entries = json.loads(self.path.read_text()) if self.path.exists() else {}
+        self._refreshed = set()
+
+    def get(self, name: str, model, reference) -> tuple[ExactReference, str]:
+        """Reference moments for posterior ``name`` and a one-line description of their source."""
+        if isinstance(reference, dict):
+            return reference, "exact"
+        spec = reference if reference is not None else NutsReference(name, lambda: model)
+        entry = self.entries.get(spec.key)
+        stale = entry is not None and not math.isclose(
+            entry["fingerprint"], _fingerprint(spec.build()), rel_tol=1e-9, abs_tol=1e-9
+        )
+        if entry is None or (self.refresh and spec.key not in self._refreshed):
+            entry = compute_nuts_reference(spec, cores=self.cores)
+            self.entries[spec.key] = entry
+            self._refreshed.add(spec.key)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text(json.dumps(self.entries, indent=1, sort_keys=True) + "\n")
+        elif stale:
+            raise RuntimeError(
+                f"the cached reference {spec.key!r} was computed for a different model (its log density "
+                f"at the initial point changed); rerun with --refresh-reference --posteriors {name}"
+            )
+        params = {k: (float(m), float(s)) for k, (m, s) in entry["params"].items()}
+        source = (f"{entry['method']} on {entry['description']}: max R-hat {entry['max_rhat']:.4f}, "
+                  f"min bulk ESS {entry['min_ess']:.0f}, {entry['divergences']} divergences")
+        return params, source
+
+
+# ============================================================================ running
+def run_one(name: str, sampler_name: str, seed: int, *, chains: int, tune: int, draws: int, cores: int,
+            reference: ExactReference) -> dict:
+    """Sample posterior ``name`` with one sampler and seed; return the metrics (or the skip reason).
+
+    Parameters
+    ----------
+    name : str
+        A key of ``POSTERIORS``.
+    sampler_name : str
+        A key of ``ALL_SAMPLERS``.
+    seed : int
+        ``random_seed`` of ``pm.sample``.
+    chains, tune, draws, cores
+        The budget, the same for every sampler.
+    reference : dict
+        Scalar name -> (mean, sd).
+
+    Returns
+    -------
+    dict
+        The metrics of :func:`compare` plus ``evals``, ``evals_per_iter``, ``ess_per_eval``,
+        ``ess_per_s``, ``seconds`` and ``divergences`` (NUTS); or ``{"skipped": reason}``, or
+        ``{"error": message}`` if sampling raised.
+    """
+    model, _, initvals = POSTERIORS[name]()
+    sampler = ALL_SAMPLERS[sampler_name]
+    reason = skip_reason(sampler, model)
+    if reason:
+        return {"skipped": reason}
+    try:
+        with model, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            idata = pm.sample(
+                draws=draws, tune=tune, chains=chains, cores=cores, step=sampler.make(), initvals=initvals,
+                random_seed=seed, progressbar=False, compute_convergence_checks=False,
+                discard_tuned_samples=False,
+            )
+    except Exception as err:  # noqa: BLE001 - any failure is a benchmark row, not the end of the run
+        return {"error": f"{type(err).__name__}: {err}"[:200]}
+    result = compare(scalar_draws(idata.posterior, free_variable_names(model)), reference)
+    evals = log_density_evaluations(sampler_name, idata, model)
+    seconds = float(idata.sample_stats.attrs["sampling_time"])
+    result.update(
+        evals=evals,
+        evals_per_iter=evals / (chains * (tune + draws)),
+        ess_per_eval=result["min_ess"] / evals,
+        ess_per_s=result["min_ess"] / seconds,
+        seconds=seconds,
+    )
+    if "diverging" in idata.sample_stats:
+        result["divergences"] = int(idata.sample_stats["diverging"].values.sum())
+    return result
+
+
+# ============================================================================ table
+COLUMNS = ["posterior", "sampler", "mean err", "log sd err", "min ESS", "max R-hat", "ESS/eval", "ESS/s",
+           "evals/iter", "notes"]
+# metric -> (worst is the max, format)
+_METRICS = {
+    "mean err": ("mean_err", True, "{:.2f}"),
+    "log sd err": ("log_sd_err", True, "{:.2f}"),
+    "min ESS": ("min_ess", False, "{:.0f}"),
+    "max R-hat": ("max_rhat", True, "{:.3f}"),
+    "ESS/eval": ("ess_per_eval", False, "{:.2e}"),
+    "ESS/s": ("ess_per_s", False, "{:.1f}"),
+}
+
+
+def _median_worst(values, worst_is_max, fmt) -> str:
+    values = np.asarray(values, dtype=float)
+    if np.isnan(values).any():  # a NaN R-hat: some chain never moved, the worst case
+        worst = math.nan
+        median = float(np.median(values)) if np.isnan(values).all() else float(np.nanmedian(values))
+    else:
+        median = float(np.median(values))
+        worst = float(values.max() if worst_is_max else values.min())
+    if len(values) == 1:
+        return fmt.format(median)
+    return f"{fmt.format(median)} ({fmt.format(worst)})"
+
+
+def table_row(name: str, sampler_name: str, results: list[dict]) -> list[str]:
+    """One markdown row: medians over seeds with the worst seed in brackets."""
+    done = [r for r in results if "skipped" not in r and "error" not in r]
+    notes = []
+    if not done:
+        reason = results[0].get("skipped") or f"failed: {results[0]['error']}"
+        return [name, sampler_name] + ["-"] * (len(COLUMNS) - 3) + [reason.replace("|", "/")]
+    cells = [_median_worst([r[key] for r in done], worst_is_max, fmt)
+             for key, worst_is_max, fmt in _METRICS.values()]
+    cells.append(f"{np.median([r['evals_per_iter'] for r in done]):.2f}")
+    if len(done) < len(results):
+        notes.append(f"{len(results) - len(done)} seed(s) failed")
+    if any(r.get("divergences", 0) > 0 for r in done):
+        notes.append(f"divergences {'/'.join(str(r['divergences']) for r in done)}")
+    worst = max(done, key=lambda r: r["mean_err"])
+    if worst["mean_err"] >= 0.1:
+        notes.append(f"worst mean: {worst['worst_mean']}")
+    return [name, sampler_name, *cells, "; ".join(notes)]
+
+
+def markdown_table(rows: list[list[str]]) -> str:
+    """A markdown table with :data:`COLUMNS` as header."""
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _git_describe() -> str:
+    root = Path(pymc_kameleon.__file__).resolve().parents[1]
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "pymc_kameleon"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return f"pymc_kameleon from {root} (not a git checkout)"
+    return f"pymc_kameleon from {root}, commit {commit}{' + uncommitted changes' if dirty else ''}"
+
+
+def main(argv=None) -> dict:
+    """Run the benchmark; print (and optionally write) the markdown table.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        Command-line arguments (default: ``sys.argv[1:]``); see ``--help``.
+
+    Returns
+    -------
+    dict
+        ``{posterior: {sampler: [result per seed]}}`` as returned by :func:`run_one`, plus the
+        table under the key ``"_table"`` and the reference sources under ``"_references"``.
+    """
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--posteriors", nargs="+", choices=list(POSTERIORS), default=None)
+    parser.add_argument("--samplers", nargs="+", choices=list(ALL_SAMPLERS), default=None)
+    parser.add_argument("--chains", type=int, default=2)
+    parser.add_argument("--tune", type=int, default=2000)
+    parser.add_argument("--draws", type=int, default=2000)
+    parser.add_argument("--cores", type=int, default=None, help="default: min(chains, 2)")
+    parser.add_argument("--seeds", type=int, default=3, help="number of seeds (seed-base, seed-base + 1, ...)")
+    parser.add_argument("--seed-base", type=int, default=2025)
+    parser.add_argument("--quick", action="store_true",
+                        help=f"smoke test: {', '.join(QUICK_POSTERIORS)}; 2 x (200 + 200), 1 seed, 1 core")
+    parser.add_argument("--refresh-reference", action="store_true",
+                        help="recompute the cached NUTS references of the chosen posteriors")
+    parser.add_argument("--reference-file", type=Path, default=REFERENCE_FILE)
+    parser.add_argument("--output", type=Path, default=None, help="also write the table (markdown) here")
+    parser.add_argument("--json", type=Path, default=None, help="write the per-seed results here")
+    parser.add_argument("--note", default=None, help="a line printed in the header")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.tune, args.draws, args.seeds, args.cores = 200, 200, 1, 1
+        args.posteriors = args.posteriors or list(QUICK_POSTERIORS)
+    posteriors = args.posteriors or list(POSTERIORS)
+    samplers = args.samplers or list(SAMPLERS)
+    cores = args.cores or min(args.chains, 2)
+    seeds = [args.seed_base + i for i in range(args.seeds)]
+
+    header = [
+        (f"# pymc {pm.__version__}, pytensor {pytensor.__version__}, arviz {az.__version__}, "
+         f"python {platform.python_version()}, {platform.machine()}"),
+        f"# {_git_describe()}",
+        (f"# budget per sampler: {args.chains} chains x ({args.tune} tune + {args.draws} draws), "
+         f"cores={cores}, seeds {seeds}"),
+    ]
+    if args.note:
+        header.append(f"# {args.note}")
+    print("\n".join(header), flush=True)
+
+    logging.getLogger("pymc").setLevel(logging.WARNING)  # no "Sequential sampling ..." per run
+    store = ReferenceStore(args.reference_file, refresh=args.refresh_reference, cores=cores)
+    results, rows, sources = {}, [], {}
+    start = time.perf_counter()
+    for name in posteriors:
+        model, reference, _ = POSTERIORS[name]()
+        ref, sources[name] = store.get(name, model, reference)
+        results[name] = {}
+        for sampler_name in samplers:
+            per_seed = []
+            for seed in seeds:
+                t0 = time.perf_counter()
+                r = run_one(name, sampler_name, seed, chains=args.chains, tune=args.tune, draws=args.draws,
+                            cores=cores, reference=ref)
+                per_seed.append(r)
+                status = r.get("skipped") or r.get("error") or (
+                    f"mean err {r['mean_err']:.2f}, log sd err {r['log_sd_err']:.2f}, "
+                    f"min ESS {r['min_ess']:.0f}, R-hat {r['max_rhat']:.3f}")
+                print(f"  {name} / {sampler_name} / seed {seed}: {status} "
+                      f"[{time.perf_counter() - t0:.0f} s]", file=sys.stderr, flush=True)
+                if "skipped" in r:
+                    break
+            results[name][sampler_name] = per_seed
+            rows.append(table_row(name, sampler_name, per_seed))
+    elapsed = time.perf_counter() - start
+
+    table = markdown_table(rows)
+    lines = [table, "", "Cells: median over seeds (worst seed). References:"]
+    lines += [f"- {name}: {source}" for name, source in sources.items()]
+    lines.append(f"\nTotal benchmark time {elapsed / 60:.1f} min.")
+    text = "\n".join(lines)
+    print("\n" + text, flush=True)
+    if args.output:
+        args.output.write_text("\n".join(header) + "\n\n" + text + "\n")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1, default=float) + "\n")
+    return {**results, "_table": rows, "_references": sources}
+
+
+if __name__ == "__main__":
+    main()
