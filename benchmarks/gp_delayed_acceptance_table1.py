@@ -43,23 +43,24 @@ Usage::
 from __future__ import annotations
 
 import os
+import sys
 
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")  # small dense linear algebra: one BLAS thread (see design.md)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/, also when loaded by path
+from _common import environment_line, one_blas_thread
 
-import argparse  # noqa: E402
-import logging  # noqa: E402
-import platform  # noqa: E402
-import time  # noqa: E402
-import warnings  # noqa: E402
+one_blas_thread()  # before NumPy is imported (see _common.py)
 
-import arviz as az  # noqa: E402
-import numpy as np  # noqa: E402
-import pymc as pm  # noqa: E402
-import pytensor  # noqa: E402
+import argparse
+import logging
+import time
+import warnings
 
-from pymc_kameleon import GPDelayedAcceptanceMALA, GPDelayedAcceptanceMH  # noqa: E402
-from pymc_kameleon.problems.table1 import PAPER_COLUMNS, PAPER_TABLE1, TARGETS, build  # noqa: E402
+import arviz as az
+import numpy as np
+import pymc as pm
+
+from pymc_kameleon import GPDelayedAcceptanceMALA, GPDelayedAcceptanceMH
+from pymc_kameleon.problems.table1 import PAPER_COLUMNS, PAPER_TABLE1, TARGETS, build
 
 SAMPLERS = {
     "GP-DA-MH": (lambda: GPDelayedAcceptanceMH(), False),
@@ -252,8 +253,7 @@ def main(argv=None):
         args.reps, args.tune, args.draws = 1, 100, 100
     logging.getLogger("pymc").setLevel(logging.ERROR)
 
-    print(f"# pymc {pm.__version__}, pytensor {pytensor.__version__}, arviz {az.__version__}, "
-          f"python {platform.python_version()}, {platform.machine()}")
+    print(f"# {environment_line()}")
     print(f"# budget: 1 chain x ({args.tune} tune + {args.draws} draws), {args.reps} reps, "
           f"seed {args.seed}, cores=1")
     results = {}

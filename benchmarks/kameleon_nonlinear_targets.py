@@ -28,15 +28,21 @@ Usage::
 
 from __future__ import annotations
 
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/, also when loaded by path
+from _common import environment_line, one_blas_thread
+
+one_blas_thread()  # before NumPy is imported (see _common.py)
+
 import argparse
-import platform
 import time
 import warnings
 
 import arviz as az
 import numpy as np
 import pymc as pm
-import pytensor
 
 from pymc_kameleon import KameleonMetropolis
 from pymc_kameleon.problems.targets import banana, flower
@@ -134,8 +140,7 @@ def main(argv=None):
     if args.quick:
         args.chains, args.tune, args.draws = 2, 300, 300
 
-    print(f"# pymc {pm.__version__}, pytensor {pytensor.__version__}, arviz {az.__version__}, "
-          f"python {platform.python_version()}, {platform.machine()}")
+    print(f"# {environment_line()}")
     print(f"# budget: {args.chains} chains x ({args.tune} tune + {args.draws} draws), seed {args.seed}")
     all_rows = {}
     if args.overhead_only:

@@ -39,36 +39,34 @@ Usage::
 from __future__ import annotations
 
 import os
+import sys
 
-# One BLAS thread: the Glass estimator's 214 x 214 algebra is many times slower multi-threaded
-# on a loaded 2-core machine. Set before NumPy is imported.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("MKL_NUM_THREADS", "1")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/, also when loaded by path
+from _common import CountedCall, environment_line, one_blas_thread
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import logging  # noqa: E402
-import math  # noqa: E402
-import platform  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-import warnings  # noqa: E402
-from pathlib import Path  # noqa: E402
+one_blas_thread()  # before NumPy is imported (see _common.py)
 
-import numpy as np  # noqa: E402
-import pymc as pm  # noqa: E402
-from pymc.smc.kernels import IMH, MH  # noqa: E402
-from scipy.cluster.vq import kmeans2  # noqa: E402
-from scipy.special import logsumexp  # noqa: E402
-from scipy.stats import multivariate_normal  # noqa: E402
+import argparse
+import json
+import logging
+import math
+import time
+import warnings
+from pathlib import Path
 
-from pymc_kameleon import ASMC, KASS, KameleonMetropolis, PseudoMarginalPotential, log_mean_exp  # noqa: E402
-from pymc_kameleon.problems import GPClassificationLikelihood, load_glass  # noqa: E402
-from pymc_kameleon.problems.sensor_network import sensor_network_data, sensor_network_model, side_of_base_line  # noqa: E402
-from pymc_kameleon.metrics import mmd_squared  # noqa: E402
-from pymc_kameleon.smc import log_evidence, stage_stats  # noqa: E402
-from pymc_kameleon.problems.targets import banana  # noqa: E402
+import numpy as np
+import pymc as pm
+from pymc.smc.kernels import IMH, MH
+from scipy.cluster.vq import kmeans2
+from scipy.special import logsumexp
+from scipy.stats import multivariate_normal
+
+from pymc_kameleon import ASMC, KASS, KameleonMetropolis, PseudoMarginalPotential, log_mean_exp
+from pymc_kameleon.metrics import mmd_squared
+from pymc_kameleon.problems import GPClassificationLikelihood, load_glass
+from pymc_kameleon.problems.sensor_network import sensor_network_data, sensor_network_model, side_of_base_line
+from pymc_kameleon.problems.targets import banana
+from pymc_kameleon.smc import log_evidence, stage_stats
 
 SMC_KW = dict(progressbar=False, compute_convergence_checks=False)
 EXPERIMENTS = ("banana", "sensor", "glass")
@@ -80,19 +78,13 @@ class _CountEvaluations:
 
     def mutate(self):
         compiled = self.likelihood_logp_func
-        calls = 0
-
-        def counted(x):
-            nonlocal calls
-            calls += 1
-            return compiled(x)
-
+        counted = CountedCall(compiled)
         self.likelihood_logp_func = counted
         try:
             super().mutate()
         finally:
             self.likelihood_logp_func = compiled
-        self._stage_evals = calls
+        self._stage_evals = counted.calls
 
     def sample_stats(self):
         return {**super().sample_stats(), "likelihood_evals": self._stage_evals}
@@ -168,8 +160,7 @@ def summarise(values) -> str:
 
 
 def header(args):
-    print(f"# pymc {pm.__version__}, python {platform.python_version()}, "
-          f"OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}, seed {args.seed}, reps {args.reps}"
+    print(f"# {environment_line()}, seed {args.seed}, reps {args.reps}"
           f"{', QUICK' if args.quick else ''}")
 
 

@@ -33,46 +33,28 @@ Usage::
 from __future__ import annotations
 
 import os
+import sys
 
-# The estimator does small dense linear algebra (214 x 214): multi-threaded BLAS is many times
-# slower than one thread on a loaded 2-core machine. Set before NumPy is imported.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("MKL_NUM_THREADS", "1")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/, also when loaded by path
+from _common import CountedCall, environment_line, one_blas_thread
 
-import argparse  # noqa: E402
-import platform  # noqa: E402
-import time  # noqa: E402
-import warnings  # noqa: E402
-from pathlib import Path  # noqa: E402
+one_blas_thread()  # before NumPy is imported (see _common.py)
 
-import arviz as az  # noqa: E402
-import numpy as np  # noqa: E402
-import pymc as pm  # noqa: E402
+import argparse
+import time
+import warnings
+from pathlib import Path
 
-from pymc_kameleon import KameleonMetropolis, PseudoMarginalPotential  # noqa: E402
-from pymc_kameleon.problems import GPClassificationLikelihood, load_glass  # noqa: E402
-from pymc_kameleon.metrics import mmd_squared  # noqa: E402
+import arviz as az
+import numpy as np
+import pymc as pm
+
+from pymc_kameleon import KameleonMetropolis, PseudoMarginalPotential
+from pymc_kameleon.metrics import mmd_squared
+from pymc_kameleon.problems import GPClassificationLikelihood, load_glass
 
 SAMPLERS = {"KAMH": "gaussian", "AM": "linear"}
 REFERENCE_FILE = Path(__file__).resolve().parent / "data" / "glass_reference.npz"
-
-
-class TimedEstimator:
-    """Wraps the estimator to count calls and accumulate their wall time (per process)."""
-
-    def __init__(self, estimator):
-        self.estimator = estimator
-        self.calls = 0
-        self.seconds = 0.0
-
-    def __call__(self, theta, rng):
-        start = time.perf_counter()
-        try:
-            return self.estimator(theta, rng)
-        finally:
-            self.seconds += time.perf_counter() - start
-            self.calls += 1
 
 
 def glass_model(n_importance=100, estimator=None):
@@ -121,7 +103,7 @@ def evaluate(idata, reference):
 def timing(kernel, n_tune, n_steps, seed, n_importance):
     """Seconds per iteration after tuning, split into the estimator and the rest (one process)."""
     X, y = load_glass()
-    timed = TimedEstimator(GPClassificationLikelihood(X, y, n_importance=n_importance))
+    timed = CountedCall(GPClassificationLikelihood(X, y, n_importance=n_importance))
     model = glass_model(estimator=timed)
     with model:
         step = KameleonMetropolis(kernel=kernel)
@@ -133,7 +115,7 @@ def timing(kernel, n_tune, n_steps, seed, n_importance):
         for _ in range(n_tune):
             point, _ = step.step(point)
         step.stop_tuning()
-    timed.calls, timed.seconds = 0, 0.0
+    timed.reset()
     start = time.perf_counter()
     for _ in range(n_steps):
         point, _ = step.step(point)
@@ -167,8 +149,7 @@ def main(argv=None):
     if args.quick:
         args.chains, args.tune, args.draws = 2, 200, 200
         args.reference_tune, args.reference_draws = 200, 300
-    print(f"# pymc {pm.__version__}, arviz {az.__version__}, python {platform.python_version()}, "
-          f"OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}")
+    print(f"# {environment_line()}")
     print(f"# budget per sampler: {args.chains} chains x ({args.tune} tune + {args.draws} draws), "
           f"n_imp={args.n_importance}, seed {args.seed}")
 

@@ -1,0 +1,72 @@
+"""What every benchmark script shares: the BLAS set-up, the call counter and the version header.
+
+Each script starts with::
+
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/, also when loaded by path
+    from _common import CountedCall, environment_line, one_blas_thread
+
+    one_blas_thread()  # before NumPy is imported
+
+This module imports neither NumPy nor PyMC at import time, so :func:`one_blas_thread` still takes
+effect. Likelihood evaluations inside compiled PyTensor graphs are counted by the package's
+:class:`pymc_kameleon.problems.table1.CountingIdentity` / ``CallCounter`` (Table 1);
+:class:`CountedCall` counts calls of a Python callable (an estimator, a compiled function).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+
+__all__ = ["BLAS_THREAD_VARIABLES", "CountedCall", "environment_line", "one_blas_thread"]
+
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def one_blas_thread() -> None:
+    """Default every BLAS to one thread (a value already in the environment wins).
+
+    The samplers' linear algebra is small and dense (GP surrogates, the 214 x 214 Glass
+    estimator, proposal factors): multi-threaded BLAS is many times slower than one thread on a
+    loaded 2-core machine, and chains run in separate processes anyway. It only takes effect
+    before NumPy is imported.
+    """
+    for name in BLAS_THREAD_VARIABLES:
+        os.environ.setdefault(name, "1")
+
+
+def environment_line() -> str:
+    """Versions, machine and BLAS threads, for the header of a benchmark's output."""
+    import arviz as az
+    import pymc as pm
+    import pytensor
+
+    return (
+        f"pymc {pm.__version__}, pytensor {pytensor.__version__}, arviz {az.__version__}, "
+        f"python {platform.python_version()}, {platform.machine()}, "
+        f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}"
+    )
+
+
+class CountedCall:
+    """Wraps a callable: counts its calls and adds up their wall time (per process)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.calls = 0
+        self.seconds = 0.0
+
+    def reset(self) -> None:
+        self.calls, self.seconds = 0, 0.0
+
+    def __call__(self, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return self.fn(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - start
+            self.calls += 1
