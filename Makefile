@@ -16,7 +16,7 @@ export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 PYTEST6_ARGS ?= -m "not slow"
 
-.PHONY: demo test test-pymc5 test-pymc6 benchmark notebooks clean
+.PHONY: demo lint test test-pymc5 test-pymc6 benchmark benchmark-quick benchmark-kameleon notebooks clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,18 +35,32 @@ $(VENV312)/.installed: pyproject.toml
 demo: $(VENV)/.installed
 	$(PY) examples/demo.py
 
-## test: the whole suite (slow statistical tests included) on PyMC 5 / Python 3.11,
+## test: ruff check, then the whole suite (slow statistical tests included) on PyMC 5 / Python 3.11,
 ##       then the fast suite on PyMC 6 / ArviZ 1 / Python 3.12 (PYTEST6_ARGS='' runs all there too)
-test: test-pymc5 test-pymc6
+test: lint test-pymc5 test-pymc6
 
-test-pymc5: $(VENV)/.installed
+## lint: ruff check (rules in pyproject.toml); `make test` runs it first
+lint: $(VENV)/.installed
+	$(PY) -m ruff check .
+
+test-pymc5: $(VENV)/.installed lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-test-pymc6: $(VENV312)/.installed
+test-pymc6: $(VENV312)/.installed lint
 	$(PY312) -m pytest -q $(PYTEST6_ARGS) $(PYTEST_ARGS)
 
-## benchmark: the KAMH comparison with PyMC's samplers (long; writes its table to stdout)
+BENCHMARKS := kameleon_nonlinear_targets pseudo_marginal_gp_glass gp_delayed_acceptance_table1 kass_smc
+
+## benchmark: every benchmark, full budget (about 2 h 10 min; tables to stdout; see benchmarks/README.md)
 benchmark: $(VENV)/.installed
+	for b in $(BENCHMARKS); do $(PY) benchmarks/$$b.py || exit 1; done
+
+## benchmark-quick: every benchmark's --quick smoke test (a few minutes)
+benchmark-quick: $(VENV)/.installed
+	for b in $(BENCHMARKS); do $(PY) benchmarks/$$b.py --quick || exit 1; done
+
+## benchmark-kameleon: the KAMH comparison with PyMC's samplers (about 35 min)
+benchmark-kameleon: $(VENV)/.installed
 	$(PY) benchmarks/kameleon_nonlinear_targets.py
 
 ## notebooks: execute the notebooks in place, saving outputs and plots

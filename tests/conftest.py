@@ -7,9 +7,9 @@ import os
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-import arviz as az
-import numpy as np
-import pytest
+import arviz as az  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
 INVARIANCE_QS = (0.25, 0.5, 0.75, 0.9)
 

@@ -54,7 +54,11 @@ def test_kass_benchmark_quick_mode(bench, capsys):
     assert "Goal, quantile error" in text and "Goal, abs(log Z)" in text
     banana = out["banana"]["means"]
     for name in ("KASS", "ASMC", "PyMC MH", "PyMC IMH"):
-        assert 0 <= banana[name]["qerr"] <= 1 and np.isfinite(banana[name]["log_z"]) and banana[name]["evals"] > 0
+        assert (
+            0 <= banana[name]["qerr"] <= 1
+            and np.isfinite(banana[name]["log_z"])
+            and banana[name]["evals"] > 0
+        )
     sensor = out["sensor"]
     assert sensor["significant"] and 0 < sensor["reference"]["ess"]
     assert sensor["results"]["KAMH (1 chain)"][0]["evals"] == sensor["results"]["KASS"][0]["evals"]

@@ -63,7 +63,9 @@ def test_notebook_executes(path, monkeypatch):
     # The kernel inherits the environment when it starts, so set it before creating the client.
     monkeypatch.setenv("KAMELEON_NOTEBOOK_FAST", "1")
     nb = nbformat.read(path, as_version=4)
-    km = AsyncKernelManager(kernel_name=NATIVE_KERNEL_NAME, kernel_spec_manager=_RunningInterpreterKernelSpecs())
+    km = AsyncKernelManager(
+        kernel_name=NATIVE_KERNEL_NAME, kernel_spec_manager=_RunningInterpreterKernelSpecs()
+    )
     client = nbclient.NotebookClient(
         nb,
         km=km,

@@ -138,7 +138,9 @@ def test_automatic_step_assignment_and_nuts_name_kameleon():
 def test_stock_steps_that_would_re_estimate_are_refused(step_cls):
     model = simple_model(noisy_gaussian_estimator())
     with model:
-        with pytest.raises(PseudoMarginalMisuseError, match=rf"{step_cls.__name__} evaluated .*KameleonMetropolis"):
+        with pytest.raises(
+            PseudoMarginalMisuseError, match=rf"{step_cls.__name__} evaluated .*KameleonMetropolis"
+        ):
             pm.sample(step=step_cls(), draws=10, tune=10, chains=1, **SAMPLE_KW)
 
 
@@ -167,7 +169,10 @@ def test_estimator_that_raises_names_the_parameter_values():
             raise FloatingPointError("solver diverged")
         return float(norm.logpdf(0.3, theta, 1.0))
 
-    with pytest.raises(PseudoMarginalEstimatorError, match=r"raised FloatingPointError: solver diverged \(at theta=\d+\.\d+\)"):
+    with pytest.raises(
+        PseudoMarginalEstimatorError,
+        match=r"raised FloatingPointError: solver diverged \(at theta=\d+\.\d+\)",
+    ):
         _sample(simple_model(fails_above_half), draws=2000, tune=200)
 
 

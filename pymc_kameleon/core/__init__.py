@@ -4,18 +4,18 @@ Nothing in this sub-package imports PyMC or PyTensor, so every formula can be
 tested on plain arrays.
 """
 
+from pymc_kameleon.core.kameleon import KameleonProposal, ProposalAtPoint
 from pymc_kameleon.core.kernels import (
     GaussianKernel,
     Kernel,
     LinearKernel,
     Matern32Kernel,
     Matern52Kernel,
-    median_heuristic_bandwidth,
     make_kernel,
+    median_heuristic_bandwidth,
 )
-from pymc_kameleon.core.kameleon import KameleonProposal, ProposalAtPoint
 from pymc_kameleon.core.linalg import SingularCovarianceError, jittered_cholesky
-from pymc_kameleon.core.mh import accept_probability, mh_log_ratio, metropolis_accept
+from pymc_kameleon.core.mh import accept_probability, metropolis_accept, mh_log_ratio
 
 __all__ = [
     "GaussianKernel",

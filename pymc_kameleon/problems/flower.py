@@ -7,7 +7,15 @@ import math
 import numpy as np
 from scipy import stats
 
-from pymc_kameleon.problems.hdr import _LOG_2PI, Target, _as_rng, _check_dim, _check_int, _check_real, _gauss_legendre
+from pymc_kameleon.problems.hdr import (
+    _LOG_2PI,
+    Target,
+    _as_rng,
+    _check_dim,
+    _check_int,
+    _check_real,
+    _gauss_legendre,
+)
 
 __all__ = ["FlowerTarget", "flower", "ring"]
 
@@ -232,8 +240,9 @@ class FlowerTarget(Target):
 
         It is zero whenever the density has a rotational symmetry (:math:`A = 0`,
         :math:`\omega = 0` or integer :math:`\omega \ge 2`). Otherwise
-        :math:`\mathbb E X_1 = Z^{-1}\int \cos\theta\,[(\sigma^2 + c^2)\Phi(a) + \sigma c\,\varphi(a)]\,d\theta`
-        by quadrature, and :math:`\mathbb E X_2 = 0` by the reflection symmetry :math:`\theta \to -\theta`.
+        :math:`\mathbb E X_1 = Z^{-1}\int \cos\theta\,[(\sigma^2 + c^2)\Phi(a)
+        + \sigma c\,\varphi(a)]\,d\theta` by quadrature, and :math:`\mathbb E X_2 = 0` by the
+        reflection symmetry :math:`\theta \to -\theta`.
         """
         mean = np.zeros(self.dim)
         integer_omega = self.omega >= 2 and self.omega == round(self.omega)

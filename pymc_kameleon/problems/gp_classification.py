@@ -420,7 +420,7 @@ class GPClassificationLikelihood:
         psi = self._psi(a, f)
         converged = False
         it = 0
-        for it in range(1, self.max_newton_iter + 1):
+        for it in range(1, self.max_newton_iter + 1):  # noqa: B007 (it is read after the loop)
             W = expit(f) * expit(-f)  # -d2/df2 log sigma(t f); accurate for large |f|
             grad = y - expit(f)  # d/df log sigma(t f)
             sW = np.sqrt(W)

@@ -6,12 +6,14 @@ at least one unknown sensor (base sensors do not observe each other) observes it
 probability decaying in the squared distance,
 
 .. math::
-    Z_{ij} \sim \operatorname{Bernoulli}\!\left(\exp\!\left(-\frac{\lVert x_i - x_j \rVert^2}{2R^2}\right)\right),
+    Z_{ij} \sim \operatorname{Bernoulli}\!\left(
+        \exp\!\left(-\frac{\lVert x_i - x_j \rVert^2}{2R^2}\right)\right),
     \qquad
     Y_{ij} \mid Z_{ij} = 1 \sim \mathcal N(\lVert x_i - x_j \rVert, \sigma^2),
 
 and the prior is :math:`x_{i,k} \sim \mathcal N(0.5, 1)` independently. The log likelihood sums, over
-the pairs, :math:`-\lVert x_i - x_j\rVert^2 / (2R^2) + \log \mathcal N(Y_{ij}; \lVert x_i - x_j\rVert, \sigma^2)`
+the pairs,
+:math:`-\lVert x_i - x_j\rVert^2 / (2R^2) + \log \mathcal N(Y_{ij}; \lVert x_i - x_j\rVert, \sigma^2)`
 for observed pairs and :math:`\log(1 - \exp(-\lVert x_i - x_j\rVert^2 / (2R^2)))` for unobserved ones
 (both the indicator and the distance terms).
 
@@ -118,7 +120,10 @@ class SensorNetworkData(Problem):
         """Stack unknown (..., S, 2) and base locations into (..., S + B, 2)."""
         x = np.asarray(x, dtype=float).reshape(*np.shape(x)[:-1], -1)
         if x.shape[-1] != self.dim:
-            raise ValueError(f"x must have {self.dim} coordinates per point (S = {self.n_sensors} sensors), got shape {np.shape(x)}.")
+            raise ValueError(
+                f"x must have {self.dim} coordinates per point (S = {self.n_sensors} sensors), "
+                f"got shape {np.shape(x)}."
+            )
         unknown = x.reshape(*x.shape[:-1], self.n_sensors, 2)
         base = np.broadcast_to(self.base_locations, (*x.shape[:-1], *self.base_locations.shape))
         return np.concatenate([unknown, base], axis=-2)
@@ -136,7 +141,11 @@ class SensorNetworkData(Problem):
         sq = np.sum(diff**2, axis=-1)
         log_p = -sq / (2.0 * self.R**2)
         dist = np.sqrt(sq)
-        seen = log_p - (self.distances - dist) ** 2 / (2.0 * self.sigma2) - 0.5 * (_LOG_2PI + math.log(self.sigma2))
+        seen = (
+            log_p
+            - (self.distances - dist) ** 2 / (2.0 * self.sigma2)
+            - 0.5 * (_LOG_2PI + math.log(self.sigma2))
+        )
         with np.errstate(divide="ignore"):
             unseen = np.log(-np.expm1(log_p))  # log(1 - p), accurate for p near 0 and near 1
         return np.sum(np.where(self.observed, seen, unseen), axis=-1)
@@ -188,12 +197,16 @@ def simulate_sensor_network(
         raise ValueError(f"R and sigma2 must be positive, got {R} and {sigma2}.")
     rng = np.random.default_rng(seed)
     locations = rng.uniform(low, high, size=(n_sensors + n_base, 2))
-    pairs = np.array([(i, j) for i in range(n_sensors) for j in range(i + 1, n_sensors + n_base)], dtype=int).reshape(-1, 2)
+    pairs = np.array(
+        [(i, j) for i in range(n_sensors) for j in range(i + 1, n_sensors + n_base)], dtype=int
+    ).reshape(-1, 2)
     dist = np.linalg.norm(locations[pairs[:, 0]] - locations[pairs[:, 1]], axis=1)
     observed = rng.random(len(pairs)) < np.exp(-(dist**2) / (2.0 * R**2))
     noise = rng.standard_normal(len(pairs))
     distances = np.where(observed, dist + math.sqrt(sigma2) * noise, 0.0)
-    return SensorNetworkData(locations[:n_sensors], locations[n_sensors:], pairs, observed, distances, float(R), float(sigma2))
+    return SensorNetworkData(
+        locations[:n_sensors], locations[n_sensors:], pairs, observed, distances, float(R), float(sigma2)
+    )
 
 
 def sensor_network_data() -> SensorNetworkData:
@@ -238,7 +251,11 @@ def sensor_network_model(data: SensorNetworkData | None = None):
         diff = locations[data.pairs[:, 0]] - locations[data.pairs[:, 1]]
         sq = pt.sum(diff**2, axis=-1)
         log_p = -sq / (2.0 * data.R**2)
-        seen = log_p - (data.distances - pt.sqrt(sq)) ** 2 / (2.0 * data.sigma2) - 0.5 * (_LOG_2PI + math.log(data.sigma2))
+        seen = (
+            log_p
+            - (data.distances - pt.sqrt(sq)) ** 2 / (2.0 * data.sigma2)
+            - 0.5 * (_LOG_2PI + math.log(data.sigma2))
+        )
         unseen = pt.log1mexp(log_p)
         pm.Potential("likelihood", pt.sum(pt.switch(data.observed, seen, unseen)))
     return model

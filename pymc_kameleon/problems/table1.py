@@ -161,7 +161,7 @@ class Table1Target(Problem):
     paper: dict = field(default_factory=dict)
 
     def pymc_model(self) -> pm.Model:
-        """:attr:`model`, the one built with this target's data and counter (the :class:`~.base.Problem` interface)."""
+        """:attr:`model`, built with this target's data and counter (:class:`~.base.Problem` interface)."""
         return self.model
 
     @property

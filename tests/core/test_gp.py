@@ -73,8 +73,8 @@ def test_derivative_covariances_are_derivatives_of_the_kernel():
     d2 = np.empty((3, 3))
     for i in range(3):
         e = np.eye(3)[i] * h
-        up = approx_fprime(b, lambda z: k(a + e, z), 1e-7)
-        down = approx_fprime(b, lambda z: k(a - e, z), 1e-7)
+        up = approx_fprime(b, lambda z, e=e: k(a + e, z), 1e-7)
+        down = approx_fprime(b, lambda z, e=e: k(a - e, z), 1e-7)
         d2[i] = (up - down) / (2 * h)
     np.testing.assert_allclose(C[1:, 1:], d2, rtol=1e-3, atol=1e-6)
 

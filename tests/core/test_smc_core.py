@@ -46,7 +46,9 @@ def test_population_move_exact_log_ratios():
     X = np.array([[0.0], [1.0], [2.0], [3.0]])
     log_target = np.array([-1.0, -2.0, -3.0, -3.0])
     proposals = X + 0.5
-    family = ScriptedFamily(proposals, log_q_forward=[-0.5, -0.7, -0.1, -0.1], log_q_reverse=[-0.6, -0.2, -0.3, -0.3])
+    family = ScriptedFamily(
+        proposals, log_q_forward=[-0.5, -0.7, -0.1, -0.1], log_q_reverse=[-0.6, -0.2, -0.3, -0.3]
+    )
     prior = np.array([-1.5, -np.inf, -2.0, -2.0])
     loglik = np.array([2.0, 5.0, np.nan, -4.0])
     move = population_mh_move(
@@ -72,7 +74,9 @@ def test_population_move_with_a_real_family_matches_single_point_densities():
     def log_pi(P):
         return -0.5 * np.sum(P**2, axis=1)
 
-    move = population_mh_move(X, log_pi(X), family, lambda P: (log_pi(P), np.zeros(len(P))), 1.0, np.random.default_rng(9))
+    move = population_mh_move(
+        X, log_pi(X), family, lambda P: (log_pi(P), np.zeros(len(P))), 1.0, np.random.default_rng(9)
+    )
     for i in range(len(X)):
         expected = (
             log_pi(move.proposals[i : i + 1])[0]
@@ -88,14 +92,18 @@ def test_population_move_stream_does_not_depend_on_outcomes():
     family = ScriptedFamily([[1.0], [2.0]], [0.0, 0.0], [0.0, 0.0])
     for loglik in ([0.0, 0.0], [-np.inf, -np.inf]):
         rng = np.random.default_rng(1)
-        population_mh_move(np.zeros((2, 1)), np.zeros(2), family, lambda P, l=loglik: (np.zeros(2), np.array(l)), 1.0, rng)
+        population_mh_move(
+            np.zeros((2, 1)), np.zeros(2), family, lambda P, ll=loglik: (np.zeros(2), np.array(ll)), 1.0, rng
+        )
         assert rng.random() == pytest.approx(np.random.default_rng(1).random(3)[2])
 
 
 def test_tempered_log_density_edge_cases():
     prior = np.array([-1.0, -np.inf, -1.0, -1.0, -1.0])
     loglik = np.array([-2.0, 3.0, np.nan, np.inf, -np.inf])
-    np.testing.assert_array_equal(tempered_log_density(prior, loglik, 0.5), [-2.0, -np.inf, -np.inf, -np.inf, -np.inf])
+    np.testing.assert_array_equal(
+        tempered_log_density(prior, loglik, 0.5), [-2.0, -np.inf, -np.inf, -np.inf, -np.inf]
+    )
     # beta = 0: the likelihood is ignored, but the prior's support still counts.
     np.testing.assert_array_equal(tempered_log_density(prior, loglik, 0.0), [-1.0, -np.inf, -1.0, -1.0, -1.0])
 
@@ -125,7 +133,9 @@ def test_cached_factors_give_the_same_sweep():
     def evaluate(P):
         return -0.5 * np.sum(P**2, axis=1), np.zeros(len(P))
 
-    plain = population_mh_move(X, evaluate(X)[0], family, evaluate, 1.0, np.random.default_rng(1), chunk_size=7)
+    plain = population_mh_move(
+        X, evaluate(X)[0], family, evaluate, 1.0, np.random.default_rng(1), chunk_size=7
+    )
     factors = family.factor_batch(X, chunk_size=7)
     cached = population_mh_move(
         X, evaluate(X)[0], family, evaluate, 1.0, np.random.default_rng(1), chunk_size=7,

@@ -28,7 +28,9 @@ def test_sensor_network_is_a_problem():
     np.testing.assert_array_equal(data.true_values, data.true_locations.ravel())
     x = data.true_values[None, :] + 0.01 * np.arange(data.dim)
     logp = data.pymc_model().compile_logp()
-    assert logp({"x": x[0].reshape(data.n_sensors, 2)}) == pytest.approx(float(data.log_density(x)[0]), rel=1e-10)
+    assert logp({"x": x[0].reshape(data.n_sensors, 2)}) == pytest.approx(
+        float(data.log_density(x)[0]), rel=1e-10
+    )
     assert data.exact_mean is None and data.exact_cov is None
 
 
