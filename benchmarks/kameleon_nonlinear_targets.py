@@ -111,12 +111,16 @@ def run_one(target, name, chains, tune, draws, seed):
     x = idata.posterior["x"].values  # (chain, draw, dim)
     per_chain_q = [target.quantile_error(x[c], QS) for c in range(x.shape[0])]
     pooled_q = target.quantile_error(x.reshape(-1, target.dim), QS)
-    mean_norm = float(np.mean([np.linalg.norm(x[c].mean(axis=0) - target.exact_mean) for c in range(x.shape[0])]))
+    mean_norm = float(
+        np.mean([np.linalg.norm(x[c].mean(axis=0) - target.exact_mean) for c in range(x.shape[0])])
+    )
     ess = float(az.ess(idata, var_names=["x"], method="bulk")["x"].values.min())
     evals = float(evals_per_draw(name, idata).sum())
     seconds = float(idata.sample_stats.attrs.get("sampling_time", np.nan))
-    accept = float(np.mean(idata.sample_stats["accepted"].values)) if "accepted" in idata.sample_stats else float(
-        np.mean(idata.sample_stats["acceptance_rate"].values)
+    accept = (
+        float(np.mean(idata.sample_stats["accepted"].values))
+        if "accepted" in idata.sample_stats
+        else float(np.mean(idata.sample_stats["acceptance_rate"].values))
     )
     return dict(
         qerr=float(np.mean(per_chain_q)), qerr_sd=float(np.std(per_chain_q)), qerr_pooled=pooled_q,
@@ -151,12 +155,16 @@ def main(argv=None):
             for s, (over, step_us) in res.items():
                 print(f"| {s} | {over:.1f} | {step_us:.1f} |")
             if "KameleonMetropolis" in res and "DEMetropolisZ" in res:
-                print(f"overhead vs DEMetropolisZ: {res['KameleonMetropolis'][0] / res['DEMetropolisZ'][0]:.2f}x")
+                print(
+                    f"overhead vs DEMetropolisZ: {res['KameleonMetropolis'][0] / res['DEMetropolisZ'][0]:.2f}x"
+                )
         return all_rows
     for tname in args.targets:
         target = TARGETS[tname]()
         print(f"\n## {tname}: {target!r}\n")
-        print("| sampler | qerr (pooled) | abs(mean) | accept | min ESS | ESS/eval | ESS/s | overhead us/step (step) |")
+        print(
+            "| sampler | qerr (pooled) | abs(mean) | accept | min ESS | ESS/eval | ESS/s | overhead us/step (step) |"
+        )
         print("|---|---|---|---|---|---|---|---|")
         rows = {}
         for sname in args.samplers:

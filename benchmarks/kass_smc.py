@@ -142,7 +142,9 @@ def run_smc(model, kernel, draws: int, seed: int, var: str, **kernel_kwargs) -> 
     start = time.perf_counter()
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        idata = pm.sample_smc(draws=draws, kernel=kernel, chains=1, cores=1, random_seed=seed, **SMC_KW, **kernel_kwargs)
+        idata = pm.sample_smc(
+            draws=draws, kernel=kernel, chains=1, cores=1, random_seed=seed, **SMC_KW, **kernel_kwargs
+        )
     seconds = time.perf_counter() - start
     beta = stage_stats(idata, "beta")[0]
     stage_evals = stage_stats(idata, "likelihood_evals")[0]
@@ -198,7 +200,9 @@ def banana_experiment(args) -> dict:
         "PyMC MH": (CountedMH, {}),
         "PyMC IMH": (CountedIMH, {}),
     }
-    print(f"\n## banana: B(b=0.1, v=100), d=8, from N(0, {BANANA_PRIOR_SD:g}² I); N = {draws} particles; exact log Z = 0\n")
+    print(
+        f"\n## banana: B(b=0.1, v=100), d=8, from N(0, {BANANA_PRIOR_SD:g}² I); N = {draws} particles; exact log Z = 0\n"
+    )
     runs = {name: [] for name in samplers}
 
     def record(name, kernel, kwargs, rep):
@@ -206,8 +210,11 @@ def banana_experiment(args) -> dict:
         r.update(banana_metrics(target, r["samples"], exact, args.seed + rep))
         del r["idata"], r["samples"]
         runs.setdefault(name, []).append(r)
-        print(f"#   {name}, run {rep}: qerr {r['qerr']:.4f}, log Z {r['log_z']:+.3f}, {r['evals']} evals, {r['seconds']:.0f} s",
-              file=sys.stderr, flush=True)
+        print(
+            f"#   {name}, run {rep}: qerr {r['qerr']:.4f}, log Z {r['log_z']:+.3f}, {r['evals']} evals, {r['seconds']:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
 
     for rep in range(args.reps):
         for name, (kernel, kwargs) in samplers.items():
@@ -226,7 +233,9 @@ def banana_experiment(args) -> dict:
                    {"n_steps": "correlation", "learning_rate": 1.0}, rep)
 
     print("mean ± sd over", args.reps, "runs (seeds", f"{args.seed}..{args.seed + args.reps - 1})\n")
-    print("| sampler | quantile error | MMD² (sd-scaled) | abs(log Z) | log Z | stages | likelihood evals | wall s |")
+    print(
+        "| sampler | quantile error | MMD² (sd-scaled) | abs(log Z) | log Z | stages | likelihood evals | wall s |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for name, rs in runs.items():
         col = lambda key: [r[key] for r in rs]  # noqa: E731
@@ -237,14 +246,18 @@ def banana_experiment(args) -> dict:
              for name, rs in runs.items()}
     # The goal is checked against PyMC's kernels with their own sweep rule (equal particles) and
     # against the fixed-sweep versions that spend KASS's likelihood budget (equal evaluations).
-    groups = {"equal particles, PyMC's default sweep rule": [n for n in runs if n in ("PyMC MH", "PyMC IMH")],
-              "equal likelihood evaluations": [n for n in runs if n.startswith("PyMC") and "KASS budget" in n]}
+    groups = {
+        "equal particles, PyMC's default sweep rule": [n for n in runs if n in ("PyMC MH", "PyMC IMH")],
+        "equal likelihood evaluations": [n for n in runs if n.startswith("PyMC") and "KASS budget" in n],
+    }
     for key, label in (("qerr", "quantile error"), ("log_z", "abs(log Z)")):
         for group, names in groups.items():
             best = min(names, key=lambda n: means[n][key])
             ratio = means["KASS"][key] / means[best][key]
-            print(f"\nGoal, {label}, {group}: KASS / best PyMC kernel ({best}) = {means['KASS'][key]:.3g} / "
-                  f"{means[best][key]:.3g} = {ratio:.2f}x (goal <= 0.5x): {'MET' if ratio <= 0.5 else 'NOT MET'}")
+            print(
+                f"\nGoal, {label}, {group}: KASS / best PyMC kernel ({best}) = {means['KASS'][key]:.3g} / "
+                f"{means[best][key]:.3g} = {ratio:.2f}x (goal <= 0.5x): {'MET' if ratio <= 0.5 else 'NOT MET'}"
+            )
     return {"runs": runs, "means": means, "sweeps": sweeps}
 
 
@@ -274,7 +287,9 @@ def random_walk_chains(log_density, x0, n_steps: int, rng, burn_in: float = 0.5)
     return np.stack(kept, axis=1)
 
 
-def sensor_reference(data, seed: int, n_chains: int, n_steps: int, n_importance: int, n_components: int = 40) -> dict:
+def sensor_reference(
+    data, seed: int, n_chains: int, n_steps: int, n_importance: int, n_components: int = 40
+) -> dict:
     """Reference posterior: pooled random-walk chains, reweighted by importance sampling.
 
     A mixture of Gaussians (k-means clusters of the pooled draws, covariances inflated by 1.5², and
@@ -291,7 +306,9 @@ def sensor_reference(data, seed: int, n_chains: int, n_steps: int, n_importance:
     for k in range(n_components):
         pts = thin[labels == k]
         if pts.shape[0] > data.dim + 1:
-            comps.append(multivariate_normal(pts.mean(axis=0), 1.5**2 * np.cov(pts.T) + 1e-8 * np.eye(data.dim)))
+            comps.append(
+                multivariate_normal(pts.mean(axis=0), 1.5**2 * np.cov(pts.T) + 1e-8 * np.eye(data.dim))
+            )
             weights.append(pts.shape[0])
     weights = 0.95 * np.array(weights) / np.sum(weights)
     prior = multivariate_normal(np.full(data.dim, data.prior_mean), data.prior_sd**2 * np.eye(data.dim))
@@ -304,8 +321,17 @@ def sensor_reference(data, seed: int, n_chains: int, n_steps: int, n_importance:
     log_w = data.log_posterior(draws) - log_q
     w = np.exp(log_w - logsumexp(log_w))
     sample = draws[rng.choice(draws.shape[0], size=5000, p=w)]
-    return dict(sample=sample, draws=draws, weights=w, log_z=float(log_mean_exp(log_w)), ess=float(1.0 / np.sum(w**2)),
-                pooled=pooled, n_chains=n_chains, n_steps=n_steps, n_components=len(comps))
+    return dict(
+        sample=sample,
+        draws=draws,
+        weights=w,
+        log_z=float(log_mean_exp(log_w)),
+        ess=float(1.0 / np.sum(w**2)),
+        pooled=pooled,
+        n_chains=n_chains,
+        n_steps=n_steps,
+        n_components=len(comps),
+    )
 
 
 def mode_masses(data, samples, weights=None) -> dict:
@@ -331,10 +357,14 @@ def sensor_experiment(args) -> dict:
     ref = sensor_reference(data, args.seed + 1, n_chains, n_steps, n_is)
     ref_masses = mode_masses(data, ref["draws"], ref["weights"])
     pool_masses = mode_masses(data, ref["pooled"])
-    print(f"\n## sensor network: S=3 unknown, 2 base sensors, R=0.3, sigma²=0.02, data seed 38; KASS N = {draws}\n")
-    print(f"reference: {n_chains} random-walk chains x {n_steps} steps from prior draws (half burn-in), pooled, then "
-          f"importance-reweighted ({n_is} draws from a {ref['n_components']}-component mixture, ESS {ref['ess']:.0f}); "
-          f"log Z_ref = {ref['log_z']:.3f}; {time.perf_counter() - start:.0f} s\n")
+    print(
+        f"\n## sensor network: S=3 unknown, 2 base sensors, R=0.3, sigma²=0.02, data seed 38; KASS N = {draws}\n"
+    )
+    print(
+        f"reference: {n_chains} random-walk chains x {n_steps} steps from prior draws (half burn-in), pooled, then "
+        f"importance-reweighted ({n_is} draws from a {ref['n_components']}-component mixture, ESS {ref['ess']:.0f}); "
+        f"log Z_ref = {ref['log_z']:.3f}; {time.perf_counter() - start:.0f} s\n"
+    )
 
     results = {}
     for rep in range(args.sensor_reps):
@@ -345,36 +375,71 @@ def sensor_experiment(args) -> dict:
     # KAMH: one chain from a prior draw, as many steps as KASS made likelihood evaluations; half burn-in.
     for rep in range(args.sensor_reps):
         budget = results["KASS"][rep]["evals"]
-        init = data.prior_mean + data.prior_sd * np.random.default_rng(args.seed + 100 + rep).standard_normal((data.n_sensors, 2))
+        init = data.prior_mean + data.prior_sd * np.random.default_rng(args.seed + 100 + rep).standard_normal(
+            (data.n_sensors, 2)
+        )
         start = time.perf_counter()
         with model, warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            idata = pm.sample(step=KameleonMetropolis(), chains=1, cores=1, tune=budget // 2, draws=budget - budget // 2,
-                              initvals={"x": init}, random_seed=args.seed + rep, **SMC_KW)
+            idata = pm.sample(
+                step=KameleonMetropolis(),
+                chains=1,
+                cores=1,
+                tune=budget // 2,
+                draws=budget - budget // 2,
+                initvals={"x": init},
+                random_seed=args.seed + rep,
+                **SMC_KW,
+            )
         samples = idata.posterior["x"].values.reshape(-1, data.dim)
         results.setdefault("KAMH (1 chain)", []).append(
-            dict(samples=samples, masses=mode_masses(data, samples), evals=budget, seconds=time.perf_counter() - start,
-                 log_z=float("nan"), stages=0, switches=pattern_switches(data, samples)))
+            dict(
+                samples=samples,
+                masses=mode_masses(data, samples),
+                evals=budget,
+                seconds=time.perf_counter() - start,
+                log_z=float("nan"),
+                stages=0,
+                switches=pattern_switches(data, samples),
+            )
+        )
 
     significant = [p for p, m in ref_masses.items() if m >= 0.02]
     rng = np.random.default_rng(args.seed)
     ref_sub = ref["sample"][:2000]
-    print("reference mass per reflection pattern (side of the base line for sensors 0, 1, 2):",
-          ", ".join(f"{p}: {m:.3f}" for p, m in ref_masses.items()), f"(modes with mass >= 0.02: {len(significant)});",
-          "raw pooled chains:", ", ".join(f"{p}: {m:.3f}" for p, m in pool_masses.items()), "\n")
+    print(
+        "reference mass per reflection pattern (side of the base line for sensors 0, 1, 2):",
+        ", ".join(f"{p}: {m:.3f}" for p, m in ref_masses.items()),
+        f"(modes with mass >= 0.02: {len(significant)});",
+        "raw pooled chains:",
+        ", ".join(f"{p}: {m:.3f}" for p, m in pool_masses.items()),
+        "\n",
+    )
     print(f"| sampler | run | modes found (of {len(significant)}) | total variation to ref | MMD² to ref | "
           "log Z - log Z_ref | likelihood evals | pattern switches (kept draws) | wall s |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name, rs in results.items():
         for rep, r in enumerate(rs):
             found = sum(r["masses"].get(p, 0.0) >= 0.01 for p in significant)
-            tv = 0.5 * sum(abs(r["masses"].get(p, 0.0) - ref_masses.get(p, 0.0)) for p in set(ref_masses) | set(r["masses"]))
-            sub = r["samples"][rng.choice(r["samples"].shape[0], size=min(2000, r["samples"].shape[0]), replace=False)]
+            tv = 0.5 * sum(
+                abs(r["masses"].get(p, 0.0) - ref_masses.get(p, 0.0))
+                for p in set(ref_masses) | set(r["masses"])
+            )
+            sub = r["samples"][
+                rng.choice(r["samples"].shape[0], size=min(2000, r["samples"].shape[0]), replace=False)
+            ]
             r.update(found=found, tv=tv, mmd=mmd_squared(sub, ref_sub))
-            print(f"| {name} | {rep} | {found} | {tv:.3f} | {r['mmd']:.2e} | {r['log_z'] - ref['log_z']:+.3f} | "
-                  f"{r['evals']} | {r.get('switches', '')} | {r['seconds']:.0f} |")
-    print("\nmass per pattern, run 0:", "; ".join(f"{name}: " + ", ".join(f"{p} {rs[0]['masses'].get(p, 0.0):.2f}" for p in significant)
-                                           for name, rs in results.items()))
+            print(
+                f"| {name} | {rep} | {found} | {tv:.3f} | {r['mmd']:.2e} | {r['log_z'] - ref['log_z']:+.3f} | "
+                f"{r['evals']} | {r.get('switches', '')} | {r['seconds']:.0f} |"
+            )
+    print(
+        "\nmass per pattern, run 0:",
+        "; ".join(
+            f"{name}: " + ", ".join(f"{p} {rs[0]['masses'].get(p, 0.0):.2f}" for p in significant)
+            for name, rs in results.items()
+        ),
+    )
     return {"reference": ref, "ref_masses": ref_masses, "significant": significant, "results": results}
 
 
@@ -396,15 +461,20 @@ def glass_experiment(args) -> dict:
     n_imp = 20 if args.quick else 100
     model = glass_evidence_model(GPClassificationLikelihood(X, y, n_importance=n_imp))
     draws = 20 if args.quick else 100
-    print(f"\n## GP classification evidence on UCI Glass: pseudo-marginal (n_imp = {n_imp}), prior N(0, {GLASS_PRIOR_SD:g}²); N = {draws}\n")
+    print(
+        f"\n## GP classification evidence on UCI Glass: pseudo-marginal (n_imp = {n_imp}), prior N(0, {GLASS_PRIOR_SD:g}²); N = {draws}\n"
+    )
     runs = {}
     for rep in range(args.glass_reps):
         for name, kernel in (("KASS", KASS), ("ASMC", ASMC)):
             r = run_smc(model, kernel, draws, args.seed + rep, "theta")
             del r["idata"], r["samples"]
             runs.setdefault(name, []).append(r)
-            print(f"#   {name}, run {rep}: log Z {r['log_z']:.3f}, {r['stages']} stages, {r['evals']} evals, {r['seconds']:.0f} s",
-                  file=sys.stderr, flush=True)
+            print(
+                f"#   {name}, run {rep}: log Z {r['log_z']:.3f}, {r['stages']} stages, {r['evals']} evals, {r['seconds']:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
     ref_runs = []
     for rep in range(args.glass_ref_runs):
         r = run_smc(model, KASS, args.glass_ref_particles, args.seed + 1000 + rep, "theta")
@@ -412,25 +482,42 @@ def glass_experiment(args) -> dict:
         print(f"reference run {rep}: KASS N = {args.glass_ref_particles}: log Z = {r['log_z']:.3f} "
               f"({r['evals']} evals, {r['seconds']:.0f} s)", flush=True)
     if ref_runs:
-        ref, ref_note = float(np.mean(ref_runs)), f"mean of {len(ref_runs)} KASS runs, N = {args.glass_ref_particles}"
+        ref, ref_note = (
+            float(np.mean(ref_runs)),
+            f"mean of {len(ref_runs)} KASS runs, N = {args.glass_ref_particles}",
+        )
     else:
         ref, ref_note = float("nan"), "none"
     print(f"\nreference log Z ({ref_note}): {ref:.3f}\n")
-    print("| sampler | runs | mean log Z | sd | IQR | median - ref | RMSE to ref | stages | likelihood evals | wall s per run |")
+    print(
+        "| sampler | runs | mean log Z | sd | IQR | median - ref | RMSE to ref | stages | likelihood evals | wall s per run |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name, rs in runs.items():
         lz = np.array([r["log_z"] for r in rs])
         q1, q3 = np.percentile(lz, [25, 75])
         sd = lz.std(ddof=1) if lz.size > 1 else float("nan")
-        print(f"| {name} | {lz.size} | {lz.mean():.3f} | {sd:.3f} | {q3 - q1:.3f} | {np.median(lz) - ref:+.3f} | "
-              f"{np.sqrt(np.mean((lz - ref) ** 2)):.3f} | {summarise([r['stages'] for r in rs])} | "
-              f"{summarise([r['evals'] for r in rs])} | {summarise([r['seconds'] for r in rs])} |")
+        print(
+            f"| {name} | {lz.size} | {lz.mean():.3f} | {sd:.3f} | {q3 - q1:.3f} | {np.median(lz) - ref:+.3f} | "
+            f"{np.sqrt(np.mean((lz - ref) ** 2)):.3f} | {summarise([r['stages'] for r in rs])} | "
+            f"{summarise([r['evals'] for r in rs])} | {summarise([r['seconds'] for r in rs])} |"
+        )
     if args.save_glass:
         GLASS_RESULTS.parent.mkdir(exist_ok=True)
-        GLASS_RESULTS.write_text(json.dumps({
-            "particles": draws, "n_importance": n_imp, "seed": args.seed, "reference": ref, "reference_note": ref_note,
-            "reference_runs": ref_runs, "runs": {name: [r["log_z"] for r in rs] for name, rs in runs.items()},
-        }, indent=1))
+        GLASS_RESULTS.write_text(
+            json.dumps(
+                {
+                    "particles": draws,
+                    "n_importance": n_imp,
+                    "seed": args.seed,
+                    "reference": ref,
+                    "reference_note": ref_note,
+                    "reference_runs": ref_runs,
+                    "runs": {name: [r["log_z"] for r in rs] for name, rs in runs.items()},
+                },
+                indent=1,
+            )
+        )
         print(f"\n# saved {GLASS_RESULTS}")
     return {"runs": runs, "reference": ref, "reference_runs": ref_runs}
 
@@ -440,13 +527,21 @@ def main(argv=None):
     parser.add_argument("--experiments", nargs="+", choices=EXPERIMENTS, default=list(EXPERIMENTS))
     parser.add_argument("--reps", type=int, default=10, help="repetitions of the banana runs")
     parser.add_argument("--seed", type=int, default=2015)
-    parser.add_argument("--tuned", action="store_true", help="banana: an extra, labelled KASS row with PyMC's correlation rule and learning_rate=1")
+    parser.add_argument(
+        "--tuned",
+        action="store_true",
+        help="banana: an extra, labelled KASS row with PyMC's correlation rule and learning_rate=1",
+    )
     parser.add_argument("--sensor-particles", type=int, default=10_000)
     parser.add_argument("--sensor-reps", type=int, default=2)
     parser.add_argument("--glass-reps", type=int, default=10)
     parser.add_argument("--glass-ref-runs", type=int, default=0)
     parser.add_argument("--glass-ref-particles", type=int, default=500)
-    parser.add_argument("--save-glass", action="store_true", help=f"write the Glass log Z values to {GLASS_RESULTS.name} (notebook 04)")
+    parser.add_argument(
+        "--save-glass",
+        action="store_true",
+        help=f"write the Glass log Z values to {GLASS_RESULTS.name} (notebook 04)",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny budget, for smoke tests")
     args = parser.parse_args(argv)
     if args.quick:
@@ -456,7 +551,9 @@ def main(argv=None):
     header(args)
     out = {}
     for name in args.experiments:
-        out[name] = {"banana": banana_experiment, "sensor": sensor_experiment, "glass": glass_experiment}[name](args)
+        out[name] = {"banana": banana_experiment, "sensor": sensor_experiment, "glass": glass_experiment}[
+            name
+        ](args)
     return out
 
 

@@ -172,10 +172,14 @@ def main(argv=None):
             print(f"# saved {REFERENCE_FILE}")
 
     rows = {}
-    print("\n| sampler | accept | min ESS | median ESS | min ESS/call | median ESS/call | ‖mean − ref‖ | MMD² | sd(log p̂) | wall s |")
+    print(
+        "\n| sampler | accept | min ESS | median ESS | min ESS/call | median ESS/call | ‖mean − ref‖ | MMD² | sd(log p̂) | wall s |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name, kernel in SAMPLERS.items():
-        r = evaluate(sample(kernel, args.chains, args.tune, args.draws, args.seed, args.n_importance), reference)
+        r = evaluate(
+            sample(kernel, args.chains, args.tune, args.draws, args.seed, args.n_importance), reference
+        )
         rows[name] = r
         print(f"| {name} | {r['accept']:.2f} | {r['min_ess']:.0f} | {r['median_ess']:.0f} | "
               f"{r['min_ess_per_call']:.2e} | {r['median_ess_per_call']:.2e} | {r['dist']:.3f} | "
@@ -193,9 +197,11 @@ def main(argv=None):
     for name, kernel in SAMPLERS.items():
         t = timing(kernel, n_tune, n_steps, args.seed, args.n_importance)
         rows[name]["timing"] = t
-        print(f"| {name} | {t['subsample']} | {1e3 * t['total']:.2f} | {1e3 * t['estimator']:.2f} | "
-              f"{1e3 * t['rest']:.3f} | {1e3 * t['proposal']:.3f} | {100 * t['proposal'] / t['estimator']:.1f}% |",
-              flush=True)
+        print(
+            f"| {name} | {t['subsample']} | {1e3 * t['total']:.2f} | {1e3 * t['estimator']:.2f} | "
+            f"{1e3 * t['rest']:.3f} | {1e3 * t['proposal']:.3f} | {100 * t['proposal'] / t['estimator']:.1f}% |",
+            flush=True,
+        )
     return rows
 
 
