@@ -65,6 +65,10 @@ class RobbinsMonro:
         self.t += 1
         return self.value
 
+    def restart(self) -> None:
+        """Restart the gain sequence at :math:`\\rho_0` (keeping the value), e.g. after the geometry changed."""
+        self.t = 0
+
     def rescale(self, factor: float) -> None:
         """Multiply the current value by ``factor`` without touching the gain sequence."""
         if factor > 0 and np.isfinite(factor):

@@ -153,9 +153,11 @@ class KameleonMoves(Proposal):
         self._cur = None  # (scales version, ProposalAtPoint at the current state)
         self._cur_rkhs = None  # (point, M H M^T there)
 
-    def set_nu2(self, nu2: float) -> None:
-        """Change :math:`\\nu^2` (the cached factor is refreshed lazily)."""
+    def set_nu2(self, nu2: float, gamma2: float | None = None) -> None:
+        """Change :math:`\\nu^2` (and :math:`\\gamma^2`, if given); the cached factor is refreshed lazily."""
         self.family.nu2 = float(nu2)
+        if gamma2 is not None:
+            self.family.gamma2 = float(gamma2)
         self._scales_version += 1
 
     def at_current(self, y) -> ProposalAtPoint:
@@ -183,7 +185,7 @@ class KameleonMoves(Proposal):
         self._cur = (self._scales_version, at)
         return at
 
-    def _at(self, x):
+    def factor_at(self, x):
         """Factorised proposal at ``x`` and its :math:`M H M^\\top` (None, None if singular even with jitter)."""
         rkhs = self.family.rkhs_covariance(x)
         try:
@@ -202,15 +204,19 @@ class KameleonMoves(Proposal):
     def propose(self, y, rng) -> Move:
         at_y = self.at_current(y)
         x, log_q_forward = at_y.sample_with_log_density(rng)
-        at_x, rkhs_x = self._at(x)
+        at_x, rkhs_x = self.factor_at(x)
         if at_x is None:
             return Move(x, log_q_forward, math.nan, None, at_y.jitter)
-        return Move(x, log_q_forward, at_x.log_density(y), (self._scales_version, at_x, rkhs_x), at_y.jitter)
+        return Move(x, log_q_forward, at_x.log_density(y), self.cache_entry(x, at_x, rkhs_x), at_y.jitter)
+
+    def cache_entry(self, x, at_x, rkhs_x):
+        """What :meth:`accept` needs to make ``x`` the current state."""
+        return (self._scales_version, at_x, np.array(x, copy=True), rkhs_x)
 
     def accept(self, move: Move) -> None:
-        version, at_x, rkhs_x = move.cache
+        version, at_x, x, rkhs_x = move.cache
         self._cur = (version, at_x)
-        self._cur_rkhs = (np.array(move.x, copy=True), rkhs_x)
+        self._cur_rkhs = (x, rkhs_x)
 
     def log_density(self, x, y) -> float:
         return self.family.at(y).log_density(x)

@@ -52,11 +52,12 @@ from pymc_kameleon.core.delayed_acceptance import (
     surrogate_point,
 )
 from pymc_kameleon.core.gp import GPSurrogate
-from pymc_kameleon.core.kameleon import fit_proposal, matched_nu2
 from pymc_kameleon.core.kernels import make_kernel
 from pymc_kameleon.core.linalg import SingularCovarianceError, jittered_cholesky, same_array
 from pymc_kameleon.core.mh import accept_probability, metropolis_accept, mh_log_ratio
-from pymc_kameleon.core.proposals import KameleonMoves, LangevinProposal, Move, RandomWalkProposal
+from pymc_kameleon.core.proposals import LangevinProposal, Move
+from pymc_kameleon.core.scale_free import ScaleFreeKameleon
+from pymc_kameleon.steps._reporting import progressbar_config, progressbar_update_functions, warn_after_tuning
 from pymc_kameleon.steps._common import (
     GradientUnavailableError,
     PerChainReset,
@@ -325,6 +326,9 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
             return Competence.INCOMPATIBLE
         return Competence.COMPATIBLE
 
+    _progressbar_config = staticmethod(progressbar_config)
+    _make_progressbar_update_functions = staticmethod(progressbar_update_functions)
+
     # ------------------------------------------------------------ properties
     @property
     def gp(self) -> GPSurrogate:
@@ -386,7 +390,7 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
         fixed = self._fixed_hyper or {}
         X, y = self._gp.X, self._gp.values
         ell = np.std(X, axis=0) if X.shape[0] > 1 else np.ones(self.dim)
-        fallback = self._scale.value * np.sqrt(self._precond_trace / self.dim)
+        fallback = self._typical_step()
         ell = np.where(ell > 0, ell, fallback)
         vy = float(np.var(y)) if y.size > 1 else 1.0
         vy = vy if vy > 0 else 1.0
@@ -511,6 +515,10 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
 
     def _proposal_chol(self):
         return self._scale.value * self._precond_chol
+
+    def _typical_step(self) -> float:
+        """Root mean proposal variance per coordinate (a default GP length scale)."""
+        return self._scale.value * math.sqrt(self._precond_trace / self.dim)
 
     # ------------------------------------------------------------ the step
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list]:
@@ -741,6 +749,11 @@ class GPDelayedAcceptanceMH(_GPDelayedAcceptanceBase):
     """
 
     name = "gp_da_mh"
+    stats_dtypes_shapes = {
+        **_GPDelayedAcceptanceBase.stats_dtypes_shapes,
+        # nu2 of the Kameleon component (NaN for the random walk and before the first subsample).
+        "nu2": (np.float64, []),
+    }
 
     def __init__(
         self,
@@ -765,6 +778,7 @@ class GPDelayedAcceptanceMH(_GPDelayedAcceptanceBase):
         bandwidth="median",
         n_subsample=1000,
         gamma="auto",
+        am_weight=0.1,
         model=None,
         initial_point=None,
         compile_kwargs=None,
@@ -774,9 +788,12 @@ class GPDelayedAcceptanceMH(_GPDelayedAcceptanceBase):
         if proposal not in _PROPOSALS:
             raise ValueError(f"proposal must be one of {_PROPOSALS}, got {proposal!r}.")
         self.proposal = proposal
-        if proposal == "kameleon":
-            self._kernel_template = make_kernel(kernel)
-            check_kameleon_options(bandwidth, gamma, n_subsample)
+        self._kernel_template = make_kernel(kernel)
+        check_kameleon_options(bandwidth, gamma, n_subsample)
+        check_number("am_weight", am_weight, minimum=0, strict=False)
+        if am_weight > 1:
+            raise ValueError(f"am_weight must be in [0, 1], got {am_weight!r}.")
+        self.am_weight = float(am_weight)
         self.kernel_spec = kernel
         self.bandwidth_spec = bandwidth
         self.n_subsample = int(n_subsample) if isinstance(n_subsample, (int, np.integer)) else n_subsample
@@ -807,25 +824,47 @@ class GPDelayedAcceptanceMH(_GPDelayedAcceptanceBase):
 
     def _reset_chain_state(self):
         super()._reset_chain_state()
-        self._moves = None  # KameleonMoves once the first subsample is drawn
-        self._nu2 = None
-        self._probe_variance = math.nan
+        self._proposal = ScaleFreeKameleon(
+            self.dim,
+            self._kernel_template,
+            bandwidth=self.bandwidth_spec,
+            gamma=self.gamma_spec,
+            n_subsample=self.n_subsample,
+            target_accept=self.target_accept,
+            learning_rate=self.learning_rate,
+            first_window=self.adapt_interval,
+            am_weight=self.am_weight if self.proposal == "kameleon" else 1.0,
+            history_size=self.history_size,
+            initial_scan_scale=self.initial_scale,
+        )
+        self.default_tune_steps = self._proposal.required_tune_steps()
+
+    def stop_tuning(self):
+        tuned = self.tune and self._tune_steps > 0
+        super().stop_tuning()
+        if tuned:
+            warn_after_tuning(type(self).__name__, self._proposal, self.target_accept)
 
     @property
     def kameleon_family(self):
-        """The current :class:`~pymc_kameleon.core.kameleon.KameleonProposal` (None before the first subsample)."""
-        return None if self._moves is None else self._moves.family
+        """The Kameleon family on the whitened subsample (None before the first one)."""
+        return self._proposal.family
+
+    @property
+    def scale_free_proposal(self) -> ScaleFreeKameleon:
+        """The base proposal: learned mean and covariance, Kameleon and AM components."""
+        return self._proposal
 
     # ------------------------------------------------------------ proposals
     def _propose(self, x) -> Move:
         """Draw :math:`y \\sim Q(\\cdot \\mid x)` (``move.feasible`` is False if the proposal is invalid)."""
-        if self._moves is None:
-            return RandomWalkProposal(self._scale.value, chol=self._precond_chol).propose(x, self.rng)
-        return self._moves.propose(x, self.rng)
+        return self._proposal.propose(x, self.rng)
 
     def _accepted_proposal(self, move):
-        if self._moves is not None:
-            self._moves.accept(move)
+        self._proposal.accept(move)
+
+    def _typical_step(self) -> float:
+        return self._proposal.typical_scale
 
     # ------------------------------------------------------------ steps
     def _exact_step(self, x, cur, info):
@@ -893,41 +932,14 @@ class GPDelayedAcceptanceMH(_GPDelayedAcceptanceBase):
 
     # ------------------------------------------------------------ adaptation
     def _adapt(self, y_new, adapt_value):
-        if self.proposal != "kameleon" or self._moves is None:
-            super()._adapt(y_new, adapt_value)
-            if self.proposal == "kameleon" and self.tune and self._tune_steps % self.adapt_interval == 0:
-                self._refresh_subsample()
-            return
-        if not self.tune:
-            return
-        self._tune_steps += 1
-        self._history.append(y_new)
-        self._rm_update(self._nu2, adapt_value)
-        self._moves.set_nu2(self._nu2.value)
-        if self._tune_steps % self.adapt_interval == 0:
-            self._refresh_subsample()
-
-    def _refresh_subsample(self) -> bool:
-        """Redraw the Kameleon subsample Z, bandwidth and gamma (as KameleonMetropolis does)."""
-        Z = self._history.subsample(self.n_subsample, self.rng, discard_fraction=0.5)
-        probe_nu2 = 1.0 if self._nu2 is None else self._nu2.value
-        fit = fit_proposal(Z, self._kernel_template, self.bandwidth_spec, self.gamma_spec, probe_nu2, self.rng)
-        if fit is None:
-            return False
-        if self._nu2 is None:
-            rw_var = self._scale.value**2 * self._precond_trace / self.dim
-            self._nu2 = RobbinsMonro(matched_nu2(rw_var, fit.gamma, fit.probe_variance), self.target_accept, self.learning_rate)
-        elif fit.probe_variance > 0 and self._probe_variance > 0:
-            self._nu2.rescale(self._probe_variance / fit.probe_variance)
-        self._probe_variance = fit.probe_variance
-        fit.family.nu2 = self._nu2.value
-        self._moves = KameleonMoves(fit.family)
-        return True
+        if self.tune:
+            self._tune_steps += 1
+            self._proposal.adapt(y_new, adapt_value, self.rng)
 
     def astep(self, q0):
         y_new, stats = super().astep(q0)
-        if self._nu2 is not None:
-            stats[0]["scaling"] = self._nu2.value
+        stats[0]["scaling"] = self._proposal.am_scale.value
+        stats[0]["nu2"] = math.nan if self._proposal.nu2 is None else self._proposal.nu2.value
         return y_new, stats
 
 

@@ -15,12 +15,12 @@ from pymc.blocking import RaveledVars
 from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence
 
-from pymc_kameleon.core.adaptation import HistoryBuffer, RobbinsMonro, VanishingProbability
-from pymc_kameleon.core.kameleon import KameleonProposal, fit_proposal, matched_nu2
+from pymc_kameleon.core.adaptation import VanishingProbability
 from pymc_kameleon.core.kernels import make_kernel
 from pymc_kameleon.core.linalg import SingularCovarianceError
 from pymc_kameleon.core.mh import metropolis_accept, mh_log_ratio
-from pymc_kameleon.core.proposals import KameleonMoves, RandomWalkProposal
+from pymc_kameleon.core.scale_free import ScaleFreeKameleon, WhitenedFamily
+from pymc_kameleon.steps._reporting import progressbar_config, progressbar_update_functions, warn_after_tuning
 from pymc_kameleon.steps._common import (
     PerChainReset,
     TargetDensity,
@@ -158,6 +158,7 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
         # stats of one name must share a dtype across the steps of a CompoundStep.
         "accepted": (np.float64, []),
         "scaling": (np.float64, []),
+        "nu2": (np.float64, []),
         "bandwidth": (np.float64, []),
         "gamma": (np.float64, []),
         "tune": (bool, []),
@@ -178,6 +179,7 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
         gamma="auto",
         nu2: float | None = None,
         target_accept: float = 0.234,
+        am_weight: float = 0.1,
         adaptation: str = "freeze",
         vanishing_decay: float = 1.0,
         adapt_interval: int = 100,
@@ -194,9 +196,12 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
         check_kameleon_options(bandwidth, gamma, n_subsample)
         if nu2 is not None:
             check_number("nu2", nu2, minimum=0)
-        check_number("adapt_interval", adapt_interval, integer=True, minimum=0)
+        check_number("adapt_interval", adapt_interval, integer=True, minimum=1, strict=False)
         check_number("learning_rate", learning_rate, minimum=0)
         check_probability("target_accept", target_accept)
+        check_number("am_weight", am_weight, minimum=0, strict=False)
+        if am_weight > 1:
+            raise ValueError(f"am_weight must be in [0, 1], got {am_weight!r}.")
         if adaptation not in _ADAPTATIONS:
             raise ValueError(f"adaptation must be one of {_ADAPTATIONS}, got {adaptation!r}.")
         self._vanishing = VanishingProbability(vanishing_decay)  # validates the decay
@@ -212,6 +217,7 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
         self.gamma_spec = gamma
         self.nu2_initial = None if nu2 is None else float(nu2)
         self.target_accept = float(target_accept)
+        self.am_weight = float(am_weight)
         self.adaptation = adaptation
         self.adapt_interval = int(adapt_interval)
         self.learning_rate = float(learning_rate)
@@ -226,35 +232,38 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
         self.tune = True
         super().__init__(vars, self._target.shared, blocked=blocked, rng=rng)
         self._reset_chain_state()
+        # PyMC 6 asks each step how long it needs to tune (pm.sample(tune=None)).
+        self.default_tune_steps = self._proposal.required_tune_steps()
 
     # ------------------------------------------------------------------ state
+    def _new_proposal(self) -> ScaleFreeKameleon:
+        return ScaleFreeKameleon(
+            self.dim,
+            self._kernel_template,
+            bandwidth=self.bandwidth_spec,
+            gamma=self.gamma_spec,
+            n_subsample=self.n_subsample,
+            nu2=self.nu2_initial,
+            target_accept=self.target_accept,
+            learning_rate=self.learning_rate,
+            first_window=self.adapt_interval,
+            am_weight=self.am_weight,
+            history_size=self.history_size,
+            on_jitter=self._warn_singular,
+        )
+
     def _reset_chain_state(self):
         """Forget everything learned in a previous chain."""
-        self._history = HistoryBuffer(self.dim, self.history_size)
-        self._rw_scale = RobbinsMonro(1.0, self.target_accept, self.learning_rate)
-        self._nu2 = None  # RobbinsMonro over nu2 once Kameleon proposals start
-        self._moves: KameleonMoves | None = None  # None during the random-walk warm-up
-        self._bandwidth = math.nan
-        self._gamma = math.nan
-        self._probe_variance = math.nan
-        self._tune_steps = 0
+        self._proposal = self._new_proposal()
         self._post_tune_steps = 0
-        self._accept_since_adapt = []
         self._target.reset()
         self._warned_jitter = False
+        self._warned_untuned = False
 
     def stop_tuning(self):
         super().stop_tuning()
-        self._accept_since_adapt = []
-        if self._moves is None and self._tune_steps > 0:
-            warnings.warn(
-                f"KameleonMetropolis: tuning ended after {self._tune_steps} steps without building a "
-                f"Kameleon proposal (the first one is built after adapt_interval={self.adapt_interval} "
-                "steps, once the chain has moved). The chain continues as a random walk; increase "
-                "`tune` or lower `adapt_interval`.",
-                UserWarning,
-                stacklevel=2,
-            )
+        if self._proposal.tune_steps > 0:
+            warn_after_tuning(type(self).__name__, self._proposal, self.target_accept)
 
     @staticmethod
     def competence(var, has_grad):
@@ -262,16 +271,28 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
             return Competence.INCOMPATIBLE
         return Competence.COMPATIBLE
 
+    # ------------------------------------------------------------ progress bar
+    _progressbar_config = staticmethod(progressbar_config)
+    _make_progressbar_update_functions = staticmethod(progressbar_update_functions)
+
     # ------------------------------------------------------------ properties
     @property
     def subsample(self) -> np.ndarray | None:
-        """The current history subsample :math:`Z` (None during the random-walk warm-up)."""
-        return None if self._moves is None else self._moves.family.Z
+        """The subsample :math:`Z` in the model's coordinates (None before the first Kameleon proposal)."""
+        return self._proposal.subsample
 
     @property
-    def proposal(self) -> KameleonProposal | None:
-        """The current proposal family (None during the random-walk warm-up)."""
-        return None if self._moves is None else self._moves.family
+    def proposal(self) -> WhitenedFamily | None:
+        """The Kameleon component in the model's coordinates (None before the first Kameleon proposal).
+
+        It has ``Z`` and ``covariance(y)``, for :func:`pymc_kameleon.plots.plot_proposal_contours`.
+        """
+        return self._proposal.model_family
+
+    @property
+    def scale_free_proposal(self) -> ScaleFreeKameleon:
+        """The whole proposal: learned mean and covariance, the Kameleon and AM components."""
+        return self._proposal
 
     # ------------------------------------------------------------ the step
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list]:
@@ -279,16 +300,14 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
         evals_before = self._target.n_evals
         estimates_before = self._target.n_estimates
         logp_y = self._target.current(y, q0.point_map_info, self.rng).logp
+        if not self.tune and self._proposal.tune_steps == 0:
+            self._warn_untuned()
 
-        use_kameleon = self._moves is not None
-        if use_kameleon:
-            try:
-                move = self._moves.propose(y, self.rng)
-            except SingularCovarianceError as err:
-                raise SingularCovarianceError(f"KameleonMetropolis: {err}") from None
-        else:
-            move = RandomWalkProposal(self._rw_scale.value, dim=self.dim).propose(y, self.rng)
-
+        proposal = self._proposal
+        try:
+            move = proposal.propose(y, self.rng)
+        except SingularCovarianceError as err:
+            raise SingularCovarianceError(f"KameleonMetropolis: {err}") from None
         if move.feasible:
             evaluation = self._target.evaluate(move.x)
             log_ratio = mh_log_ratio(evaluation.logp, logp_y, move.log_q_reverse, move.log_q_forward)
@@ -299,30 +318,42 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
         if accepted:
             y_new = move.x
             self._target.accept(move.x, evaluation)
-            if use_kameleon:
-                self._moves.accept(move)
+            proposal.accept(move)
         else:
             y_new = y
-
+        component = proposal.last_component
         adapted = self._adapt(y_new, accept_prob)
 
         stats = {
             "accept": accept_prob,
             "accepted": float(accepted),
-            "scaling": math.nan if self._nu2 is None else self._nu2.value,
-            "bandwidth": self._bandwidth,
-            "gamma": self._gamma,
+            "scaling": proposal.am_scale.value,
+            "nu2": math.nan if proposal.nu2 is None else proposal.nu2.value,
+            "bandwidth": proposal.bandwidth,
+            "gamma": proposal.gamma,
             "tune": self.tune,
-            "kameleon": use_kameleon,
+            "kameleon": component == "kameleon",
             "adapted": adapted,
-            "subsample_size": 0 if self._moves is None else self._moves.family.Z.shape[0],
+            "subsample_size": 0 if proposal.family is None else proposal.family.Z.shape[0],
             "logp_evals": self._target.n_evals - evals_before,
             "jitter": move.jitter,
         }
         stats.update(self._target.estimate_stats(estimates_before))
         return RaveledVars(y_new, q0.point_map_info), [stats]
 
-    # ------------------------------------------------------------ helpers
+    # ------------------------------------------------------------ adaptation
+    def _adapt(self, y_new, accept_prob) -> bool:
+        if self.tune:
+            return self._proposal.adapt(y_new, accept_prob, self.rng)
+        if self.adaptation != "vanishing":
+            return False
+        # Vanishing adaptation after tuning: adapt with probability p_t.
+        self._post_tune_steps += 1
+        if self.rng.random() >= self._vanishing(self._post_tune_steps):
+            return False
+        return self._proposal.adapt(y_new, accept_prob, self.rng)
+
+    # ------------------------------------------------------------ warnings
     def _warn_singular(self):
         if not self._warned_jitter:
             self._warned_jitter = True
@@ -333,52 +364,13 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
                 stacklevel=4,
             )
 
-    # ------------------------------------------------------------ adaptation
-    def _adapt(self, y_new, accept_prob) -> bool:
-        if self.tune:
-            self._tune_steps += 1
-            self._history.append(y_new)
-            if self._nu2 is None:
-                self._rw_scale.update(accept_prob)
-            else:
-                self._moves.set_nu2(self._nu2.update(accept_prob))
-            if self._tune_steps % self.adapt_interval == 0:
-                return self._refresh_subsample()
-            return False
-        if self.adaptation != "vanishing":
-            return False
-        # Vanishing adaptation after tuning: adapt with probability p_t.
-        self._post_tune_steps += 1
-        self._history.append(y_new)
-        self._accept_since_adapt.append(accept_prob)
-        if self.rng.random() >= self._vanishing(self._post_tune_steps):
-            return False
-        if self._nu2 is not None:
-            self._moves.set_nu2(self._nu2.update(float(np.mean(self._accept_since_adapt))))
-        self._accept_since_adapt = []
-        return self._refresh_subsample()
-
-    def _refresh_subsample(self) -> bool:
-        """Redraw Z from the history and reset bandwidth and gamma. Returns whether Z changed."""
-        Z = self._history.subsample(self.n_subsample, self.rng, discard_fraction=0.5)
-        probe_nu2 = 1.0 if self._nu2 is None else self._nu2.value
-        fit = fit_proposal(Z, self._kernel_template, self.bandwidth_spec, self.gamma_spec, probe_nu2, self.rng)
-        if fit is None:
-            return False  # the chain has not moved yet: stay with what we have
-        if not math.isnan(fit.bandwidth):
-            self._bandwidth = fit.bandwidth
-        self._gamma = fit.gamma
-        if self._nu2 is None:
-            # First Kameleon proposal: match the tuned random-walk variance on average.
-            if self.nu2_initial is not None:
-                nu2 = self.nu2_initial
-            else:
-                nu2 = matched_nu2(self._rw_scale.value**2, fit.gamma, fit.probe_variance)
-            self._nu2 = RobbinsMonro(nu2, self.target_accept, self.learning_rate)
-        elif fit.probe_variance > 0 and self._probe_variance > 0:
-            # Keep the average proposal variance continuous across refreshes.
-            self._nu2.rescale(self._probe_variance / fit.probe_variance)
-        self._probe_variance = fit.probe_variance
-        fit.family.nu2 = self._nu2.value
-        self._moves = KameleonMoves(fit.family, on_jitter=self._warn_singular)
-        return True
+    def _warn_untuned(self):
+        if not self._warned_untuned:
+            self._warned_untuned = True
+            warnings.warn(
+                f"KameleonMetropolis: sampling without tuning (tune=0). The proposal is an untuned "
+                f"one-coordinate-at-a-time random walk with unit steps, whatever the scale of the "
+                f"posterior; pass tune >= {self.default_tune_steps} to pm.sample.",
+                UserWarning,
+                stacklevel=4,
+            )

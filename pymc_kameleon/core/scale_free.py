@@ -1,0 +1,553 @@
+r"""Scale-free Kameleon: the Kameleon proposal in coordinates whitened by a learned covariance.
+
+Everything a user's choice of units could change is defined relative to a covariance
+:math:`C = L L^\top` and mean :math:`m` learned from the chain: with whitened coordinates
+:math:`w = L^{-1}(x - m)` the proposal is
+
+.. math::
+    q(x \mid y) = |L|^{-1}\Big[(1 - \rho)\, \mathcal N\big(w_x;\ w_y,\ \gamma^2 I + \nu^2 M_{w_y} H M_{w_y}^\top\big)
+                  + \rho\, \mathcal N\big(w_x;\ w_y,\ \lambda^2 I\big)\Big],
+
+a mixture of the Kameleon proposal built on the whitened subsample :math:`Z_w = L^{-1}(Z - m)`
+(bandwidth and :math:`\gamma` in whitened units) and the Adaptive Metropolis (AM) random walk
+:math:`\mathcal N(y, \lambda^2 C)`. The AM component is the fallback where the kernel carries no
+information (far from :math:`Z`, or where the RKHS term degenerates in high dimension); both
+Hastings terms are the full mixture density, so the chain is exact. Sampling :math:`x` and
+:math:`A x + b` gives the same chain after mapping back (affine equivariance), up to the
+floating-point rounding of the whitening.
+
+Tuning (:meth:`ScaleFreeKameleon.adapt`), in the spirit of Stan's windowed warm-up:
+
+1. **Coordinate scan** (``scan_steps`` steps): one coordinate moves per step, each with its own
+   step size learned toward acceptance 0.44 (the one-dimensional optimum). It finds every
+   coordinate's scale, from 1e-4 to 1e4, in a few dozen moves each.
+2. **Windows** of doubling length (``first_window``, then twice that, ...). At the end of each
+   window, :math:`m` and :math:`C` are re-estimated from *that window's draws only* (the walk in
+   from a far start is forgotten), shrunk toward their diagonal, and :math:`Z` is redrawn from
+   the same draws. The first window runs AM alone; the Kameleon component starts after it.
+3. At every step, :math:`\log\lambda` (on AM moves) and :math:`\log\nu^2` (on Kameleon moves)
+   follow Robbins-Monro toward the target acceptance rate.
+
+After tuning everything is frozen, so the chain is an exact Metropolis-Hastings chain.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.linalg import solve_triangular
+
+from pymc_kameleon.core.adaptation import HistoryBuffer, RobbinsMonro
+from pymc_kameleon.core.kameleon import fit_proposal, matched_nu2
+from pymc_kameleon.core.linalg import SingularCovarianceError, jittered_cholesky
+from pymc_kameleon.core.proposals import KameleonMoves, Move, Proposal
+
+__all__ = [
+    "SCAN_TARGET",
+    "ScaleFreeKameleon",
+    "TuningReport",
+    "WhitenedFamily",
+    "Whitening",
+    "scan_steps_for",
+    "shrunk_covariance",
+]
+
+#: Acceptance rate the per-coordinate scan steps aim at (optimal for one-dimensional moves).
+SCAN_TARGET = 0.44
+# Robbins-Monro gain of the scan's log step sizes: 3 at a coordinate's first move (a step size
+# grows about 5x per accepted move, so 1e-4..1e4 is covered in a few moves), settling to 0.7.
+_SCAN_GAIN, _SCAN_GAIN_START, _SCAN_GAIN_MOVES = 0.7, 3.0, 8.0
+# Effective draws per window draw, for the covariance shrinkage (random-walk draws are correlated).
+_EFFECTIVE_FRACTION = 0.1
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+def scan_steps_for(dim: int) -> int:
+    """Default length of the coordinate scan: 25 moves per coordinate, plus 50."""
+    return 25 * int(dim) + 50
+
+
+def shrunk_covariance(points):
+    r"""Mean and covariance of a window's draws, shrunk toward the diagonal.
+
+    .. math::
+        C = \frac{n_e}{n_e + d}\,\hat C + \frac{d}{n_e + d}\,\operatorname{diag}(\hat C),
+        \qquad n_e = n / 10,
+
+    where :math:`n_e` is a rough effective sample size of correlated random-walk draws. The
+    diagonal target keeps :math:`C` full rank and in the units of each coordinate.
+
+    Returns ``(mean, cov)``, or None if there are fewer than two draws or some coordinate never moved.
+    """
+    points = np.asarray(points, dtype=float)
+    n, d = points.shape
+    if n < 2:
+        return None
+    mean = points.mean(axis=0)
+    cov = np.atleast_2d(np.cov(points, rowvar=False))
+    diag = np.diag(cov).copy()
+    if not (np.all(np.isfinite(cov)) and np.all(diag > 0)):
+        return None
+    n_eff = _EFFECTIVE_FRACTION * n
+    w = n_eff / (n_eff + d)
+    cov *= w
+    cov[np.diag_indices(d)] += (1.0 - w) * diag
+    return mean, cov
+
+
+@dataclass(frozen=True)
+class Whitening:
+    r"""The affine map :math:`w = L^{-1}(x - m)` to coordinates in which the learned covariance is :math:`I`.
+
+    Attributes
+    ----------
+    mean : array of shape (d,)
+        :math:`m`.
+    chol : array of shape (d, d)
+        Lower Cholesky factor :math:`L` of the covariance :math:`C = L L^\top`.
+    log_det : float
+        :math:`\log|L|`; a density in :math:`w` is one in :math:`x` minus this.
+    """
+
+    mean: np.ndarray
+    chol: np.ndarray
+    log_det: float
+
+    @classmethod
+    def identity(cls, dim: int) -> Whitening:
+        return cls(np.zeros(dim), np.eye(dim), 0.0)
+
+    @classmethod
+    def from_moments(cls, mean, cov, what: str = "learned posterior covariance") -> Whitening:
+        """From a mean and covariance (jitter if needed; :class:`SingularCovarianceError` if even that fails)."""
+        chol, _ = jittered_cholesky(np.asarray(cov, dtype=float), what=what)
+        return cls(np.asarray(mean, dtype=float), chol, float(np.log(np.diagonal(chol)).sum()))
+
+    def whiten(self, x) -> np.ndarray:
+        """:math:`w = L^{-1}(x - m)` for a point (d,) or rows (n, d)."""
+        x = np.asarray(x, dtype=float)
+        if x.ndim == 1:
+            return solve_triangular(self.chol, x - self.mean, lower=True, check_finite=False)
+        return solve_triangular(self.chol, (x - self.mean).T, lower=True, check_finite=False).T
+
+    def to_model(self, w) -> np.ndarray:
+        """:math:`x = m + L w` for a point (d,) or rows (n, d)."""
+        w = np.asarray(w, dtype=float)
+        return self.mean + (w @ self.chol.T if w.ndim == 2 else self.chol @ w)
+
+
+class WhitenedFamily:
+    r"""A Kameleon family fitted in whitened coordinates, used in the model's (batched, for SMC).
+
+    :math:`q(x \mid y) = |L|^{-1} q_w(L^{-1}(x - m) \mid L^{-1}(y - m))`. It has the batch methods of
+    :class:`~pymc_kameleon.core.kameleon.KameleonProposal` (``factor_batch``, ``sample_batch``,
+    ``log_density_batch``), so :func:`pymc_kameleon.core.smc.population_mh_move` uses it unchanged.
+
+    Parameters
+    ----------
+    family : KameleonProposal
+        Fitted on whitened points.
+    whitening : Whitening
+    """
+
+    def __init__(self, family, whitening: Whitening):
+        self.family = family
+        self.whitening = whitening
+        self.dim = family.dim
+
+    @property
+    def Z(self) -> np.ndarray:
+        """The subsample in the model's coordinates."""
+        return self.whitening.to_model(self.family.Z)
+
+    @property
+    def nu2(self) -> float:
+        return self.family.nu2
+
+    @property
+    def gamma2(self) -> float:
+        """:math:`\\gamma^2`, in whitened units."""
+        return self.family.gamma2
+
+    @property
+    def kernel(self):
+        return self.family.kernel
+
+    def covariance(self, y) -> np.ndarray:
+        """Proposal covariance at ``y`` in the model's coordinates, :math:`L \Sigma_w L^\top`."""
+        L = self.whitening.chol
+        return L @ self.family.covariance(self.whitening.whiten(y)) @ L.T
+
+    def factor_batch(self, Y, chunk_size=None):
+        return self.family.factor_batch(self.whitening.whiten(Y), chunk_size=chunk_size)
+
+    def sample_batch(self, Y, rng, chunk_size=None, factors=None):
+        W, log_q = self.family.sample_batch(self.whitening.whiten(Y), rng, chunk_size=chunk_size, factors=factors)
+        return self.whitening.to_model(W), log_q - self.whitening.log_det
+
+    def log_density_batch(self, X, Y, chunk_size=None, factors=None):
+        w = self.whitening
+        out = self.family.log_density_batch(w.whiten(X), w.whiten(Y), chunk_size=chunk_size, factors=factors)
+        return out - w.log_det
+
+
+@dataclass(frozen=True)
+class TuningReport:
+    """What tuning achieved, for the step's end-of-tuning warnings.
+
+    Attributes
+    ----------
+    tune_steps : int
+        Tuning steps taken.
+    phase : str
+        ``"scan"``, ``"adaptive_metropolis"`` or ``"kameleon"`` at the end of tuning.
+    accept_rate : float
+        Mean acceptance probability over the last window of tuning (NaN if none).
+    wants_kameleon : bool
+        Whether the proposal would use Kameleon moves once tuned.
+    uncovered : float
+        Fraction of the last window's states farther than 3 bandwidths (whitened) from every
+        point of :math:`Z`, where the Kameleon term vanishes (NaN before the first :math:`Z`).
+    """
+
+    tune_steps: int
+    phase: str
+    accept_rate: float
+    wants_kameleon: bool
+    uncovered: float
+
+
+class ScaleFreeKameleon(Proposal):
+    r"""The scale-free, windowed Kameleon proposal with an Adaptive Metropolis fallback.
+
+    Parameters
+    ----------
+    dim : int
+        Dimension :math:`d`.
+    kernel : kernel object
+        Template kernel (:func:`pymc_kameleon.core.kernels.make_kernel`); the linear kernel gives
+        a pure Adaptive Metropolis chain.
+    bandwidth : "median" or float
+        Kernel bandwidth in whitened units; ``"median"``: the median heuristic over :math:`Z_w`.
+    gamma : "auto" or float
+        :math:`\gamma` in whitened units; ``"auto"``: 0.2 times the median marginal sd of
+        :math:`Z_w` (about 0.2).
+    n_subsample : int
+        Most points in :math:`Z`.
+    nu2 : float, optional
+        Starting :math:`\nu^2` (whitened units). By default the Kameleon component's average
+        proposal variance is matched to the AM component's :math:`\lambda^2` at the first
+        :math:`Z`.
+    target_accept : float
+        Robbins-Monro target for :math:`\lambda` and :math:`\nu^2`.
+    learning_rate : float
+        Robbins-Monro gain :math:`\rho_0` (gain :math:`\rho_0 (t+1)^{-0.6}`).
+    first_window : int
+        Length of the first adaptation window; later windows double.
+    am_weight : float
+        Mixture weight :math:`\rho \in [0, 1]` of the AM component once Kameleon moves start.
+    scan_steps : int, optional
+        Length of the coordinate scan (default :func:`scan_steps_for`).
+    history_size : int
+        Most window draws kept (evenly thinned beyond that).
+    on_jitter : callable, optional
+        Called when a Kameleon covariance needed jitter or could not be factorised.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        kernel,
+        *,
+        bandwidth="median",
+        gamma="auto",
+        n_subsample: int = 1000,
+        nu2: float | None = None,
+        target_accept: float = 0.234,
+        learning_rate: float = 1.0,
+        first_window: int = 100,
+        am_weight: float = 0.1,
+        scan_steps: int | None = None,
+        history_size: int = 10_000,
+        initial_scan_scale: float = 1.0,
+        on_jitter=None,
+    ):
+
+        self.dim = d = int(dim)
+        self.kernel = kernel
+        self.bandwidth_spec = bandwidth
+        self.gamma_spec = gamma
+        self.n_subsample = int(n_subsample)
+        self.nu2_initial = None if nu2 is None else float(nu2)
+        self.target_accept = float(target_accept)
+        self.learning_rate = float(learning_rate)
+        self.first_window = max(int(first_window), 2)
+        self.am_weight = float(am_weight)
+        self.scan_steps = scan_steps_for(d) if scan_steps is None else int(scan_steps)
+        self.on_jitter = on_jitter
+        self.whitening = Whitening.identity(d)
+        self._scan_log_scale = np.full(d, math.log(initial_scan_scale))
+        self._scan_counts = np.zeros(d, dtype=int)
+        self._coordinate = 0
+        self.am_scale = RobbinsMonro(2.38 / math.sqrt(d), self.target_accept, self.learning_rate)
+        self.nu2 = None  # RobbinsMonro once the Kameleon component exists
+        self.moves: KameleonMoves | None = None  # in whitened coordinates
+        self.bandwidth = math.nan
+        self.gamma = math.nan
+        self._probe_variance = math.nan
+        self._gamma_ratio = None  # gamma^2 / nu^2 when gamma="auto"
+        self._history = HistoryBuffer(d, max(int(history_size), 2))
+        self.tune_steps = 0
+        self._window = 0
+        self._window_end = self.scan_steps
+        self._window_accept = []
+        self.last_component = "scan" if self.scan_steps > 0 else "adaptive_metropolis"
+        if self.scan_steps == 0:
+            self._window_end = self.first_window
+
+    # ------------------------------------------------------------------ state
+    @property
+    def phase(self) -> str:
+        """``"scan"``, ``"adaptive_metropolis"`` (AM only) or ``"kameleon"`` (the mixture)."""
+        if self.tune_steps < self.scan_steps:
+            return "scan"
+        return "adaptive_metropolis" if self.moves is None else "kameleon"
+
+    @property
+    def scan_scales(self) -> np.ndarray:
+        """Per-coordinate step sizes of the coordinate scan."""
+        return np.exp(self._scan_log_scale)
+
+    @property
+    def wants_kameleon(self) -> bool:
+        """Whether Kameleon moves are part of the mixture (``am_weight < 1``)."""
+        return self.am_weight < 1.0
+
+    @property
+    def typical_scale(self) -> float:
+        """Root mean proposal variance per coordinate, in the model's units (for GP length-scale defaults)."""
+        if self.phase == "scan":
+            return float(np.exp(self._scan_log_scale).mean())
+        return self.am_scale.value * math.sqrt(float(np.sum(self.chol**2)) / self.dim)
+
+    @property
+    def family(self):
+        """The Kameleon family on whitened :math:`Z_w` (None before the first window ends)."""
+        return None if self.moves is None else self.moves.family
+
+    @property
+    def subsample(self) -> np.ndarray | None:
+        """:math:`Z` in the model's coordinates (None before the first window ends)."""
+        return None if self.moves is None else self.to_model(self.moves.family.Z)
+
+    @property
+    def model_family(self) -> WhitenedFamily | None:
+        """The Kameleon component in the model's coordinates (None before the first window ends)."""
+        return None if self.moves is None else WhitenedFamily(self.moves.family, self.whitening)
+
+    @property
+    def mean(self) -> np.ndarray:
+        """The learned mean :math:`m`."""
+        return self.whitening.mean
+
+    @property
+    def chol(self) -> np.ndarray:
+        """Lower Cholesky factor :math:`L` of the learned covariance."""
+        return self.whitening.chol
+
+    @property
+    def covariance(self) -> np.ndarray:
+        """The learned covariance :math:`C = L L^\\top`."""
+        return self.chol @ self.chol.T
+
+    def whiten(self, x) -> np.ndarray:
+        """:math:`w = L^{-1}(x - m)` for a point (d,) or rows (n, d)."""
+        return self.whitening.whiten(x)
+
+    def to_model(self, w) -> np.ndarray:
+        """:math:`x = m + L w` for a point (d,) or rows (n, d)."""
+        return self.whitening.to_model(w)
+
+    # ------------------------------------------------------------------ moves
+    def _am_log_density(self, w_to, w_from) -> float:
+        r = (w_to - w_from) / self.am_scale.value
+        return -0.5 * self.dim * _LOG_2PI - self.dim * math.log(self.am_scale.value) - 0.5 * float(r @ r)
+
+    def propose(self, y, rng) -> Move:
+        if self.phase == "scan":
+            self.last_component = "scan"
+            j = self._coordinate
+            x = np.array(y, dtype=float, copy=True)
+            x[j] += math.exp(self._scan_log_scale[j]) * rng.standard_normal()
+            return Move(x)
+        w_y = self.whiten(y)
+        if self.moves is None:
+            self.last_component = "adaptive_metropolis"
+            return Move(self.to_model(w_y + self.am_scale.value * rng.standard_normal(self.dim)))
+        at_y = self.moves.at_current(w_y)
+        if rng.random() < self.am_weight:
+            self.last_component = "adaptive_metropolis"
+            w_x = w_y + self.am_scale.value * rng.standard_normal(self.dim)
+        else:
+            self.last_component = "kameleon"
+            w_x = at_y.sample(rng)
+        at_x, rkhs_x = self.moves.factor_at(w_x)
+        x = self.to_model(w_x)
+        log_q_forward = self._mixture(at_y.log_density(w_x), w_x, w_y)
+        if at_x is None:
+            return Move(x, log_q_forward, math.nan, None, at_y.jitter)
+        log_q_reverse = self._mixture(at_x.log_density(w_y), w_y, w_x)
+        return Move(x, log_q_forward, log_q_reverse, self.moves.cache_entry(w_x, at_x, rkhs_x), at_y.jitter)
+
+    def _mixture(self, log_kameleon, w_to, w_from) -> float:
+        """Log mixture density in model coordinates (the Jacobian :math:`-\\log|L|` included)."""
+        rho = self.am_weight
+        if rho <= 0.0:
+            return log_kameleon - self.whitening.log_det
+        log_am = self._am_log_density(w_to, w_from)
+        if rho >= 1.0:
+            return log_am - self.whitening.log_det
+        return float(np.logaddexp(math.log1p(-rho) + log_kameleon, math.log(rho) + log_am)) - self.whitening.log_det
+
+    def accept(self, move: Move) -> None:
+        if move.cache is not None and self.moves is not None:
+            self.moves.accept(move)
+
+    def log_density(self, x, y) -> float:
+        r""":math:`\log q(x \mid y)` of the proposal in its current phase."""
+        x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+        if self.phase == "scan":
+            j = self._coordinate
+            others = np.delete(x - y, j)
+            if np.any(others != 0.0):
+                return -math.inf
+            s = math.exp(self._scan_log_scale[j])
+            return -0.5 * _LOG_2PI - math.log(s) - 0.5 * ((x[j] - y[j]) / s) ** 2
+        w_x, w_y = self.whiten(x), self.whiten(y)
+        if self.moves is None:
+            return self._am_log_density(w_x, w_y) - self.whitening.log_det
+        return self._mixture(self.moves.family.at(w_y).log_density(w_x), w_x, w_y)
+
+    # ------------------------------------------------------------------ adaptation
+    def adapt(self, y_new, accept_prob: float, rng) -> bool:
+        """One tuning step after the decision; returns whether :math:`m`, :math:`C` and :math:`Z` changed.
+
+        ``accept_prob`` is the acceptance probability of the step's move, or an unbiased estimate
+        of it (delayed acceptance); values above 2 are clipped, so one step moves a log-scale by
+        a bounded amount.
+        """
+        accept_prob = min(float(accept_prob), 2.0)
+        self.tune_steps += 1
+        self._history.append(y_new)
+        self._window_accept.append(float(accept_prob))
+        component = self.last_component
+        if component == "scan":
+            j = self._coordinate
+            gain = _SCAN_GAIN + (_SCAN_GAIN_START - _SCAN_GAIN) * math.exp(-self._scan_counts[j] / _SCAN_GAIN_MOVES)
+            self._scan_log_scale[j] += gain * self.learning_rate * (accept_prob - SCAN_TARGET)
+            self._scan_log_scale[j] = min(max(self._scan_log_scale[j], -700.0), 700.0)
+            self._scan_counts[j] += 1
+            self._coordinate = (j + 1) % self.dim
+        elif component == "kameleon":
+            self.nu2.update(accept_prob)
+            self._set_kameleon_scales()
+        else:
+            self.am_scale.update(accept_prob)
+        if self.tune_steps < self._window_end:
+            return False
+        return self._end_window(rng)
+
+    def _end_window(self, rng) -> bool:
+        """Re-estimate :math:`m, C` and :math:`Z` from this window's draws, then start a longer window.
+
+        Each window starts afresh (Stan's windowed warm-up): a transient from a far start is
+        forgotten after the window it falls in. Only the first window after the scan starts from
+        the scan, whose step sizes bound each coordinate's variance from below.
+        """
+        points = self._history.points
+        after_scan = self._window == 0 and self.scan_steps > 0
+        if after_scan:
+            points = points[points.shape[0] // 2 :]
+        estimate = shrunk_covariance(points)
+        if after_scan:
+            # The scan's step sizes are about 2.4 conditional sds: a floor for coordinates it barely moved.
+            floor = (np.exp(self._scan_log_scale) / 2.4) ** 2
+            var = floor if estimate is None else np.maximum(np.diag(estimate[1]), floor)
+            # Diagonal: one-coordinate moves say little about correlations.
+            estimate = (points.mean(axis=0), np.diag(var))
+        changed = estimate is not None and self._set_whitening(*estimate)
+        if changed:
+            if not after_scan:
+                self._refresh_kameleon(points, rng)
+            # New geometry: the scales learn afresh from their current values (as Stan's warm-up does).
+            self.am_scale.restart()
+            if self.nu2 is not None:
+                self.nu2.restart()
+        length = self.first_window * 2 ** (self._window - (1 if self.scan_steps > 0 else 0))
+        self._window += 1
+        self._window_end = self.tune_steps + (self.first_window if after_scan else 2 * length)
+        self._history.clear()
+        self._window_accept = []
+        return changed
+
+    def _set_kameleon_scales(self) -> None:
+        """:math:`\\gamma^2` is a fixed fraction of the kernel term's average variance :math:`\\nu^2 \\bar v` at Z."""
+        gamma2 = None if self._gamma_ratio is None else self._gamma_ratio * self.nu2.value * self._probe_variance
+        self.moves.set_nu2(self.nu2.value, gamma2)
+        self.gamma = math.sqrt(self.moves.family.gamma2)
+
+    def _set_whitening(self, mean, cov) -> bool:
+        try:
+            self.whitening = Whitening.from_moments(mean, cov)
+        except SingularCovarianceError:
+            return False
+        if self.moves is not None:
+            self.moves = None  # rebuilt on the new whitened subsample by _refresh_kameleon
+        return True
+
+    def _refresh_kameleon(self, points, rng) -> None:
+        if self.am_weight >= 1.0:
+            return
+        Z = points
+        if Z.shape[0] > self.n_subsample:
+            idx = np.sort(rng.choice(Z.shape[0], size=self.n_subsample, replace=False))
+            Z = Z[idx]
+        probe_nu2 = 1.0 if self.nu2 is None else self.nu2.value
+        fit = fit_proposal(self.whiten(Z), self.kernel, self.bandwidth_spec, self.gamma_spec, probe_nu2, rng)
+        if fit is None:
+            return
+        if self.nu2 is None:
+            nu2 = self.nu2_initial
+            if nu2 is None:
+                nu2 = matched_nu2(self.am_scale.value**2, fit.gamma, fit.probe_variance)
+            self.nu2 = RobbinsMonro(nu2, self.target_accept, self.learning_rate)
+        elif fit.probe_variance > 0 and self._probe_variance > 0:
+            self.nu2.rescale(self._probe_variance / fit.probe_variance)
+        self._probe_variance = fit.probe_variance
+        self.bandwidth = fit.bandwidth
+        # With gamma="auto", gamma^2 is tied to nu^2: where the kernel term vanishes (far from Z, or
+        # nearly constant weights in high dimension) the component is still a tuned random walk.
+        if self.gamma_spec == "auto" and self._gamma_ratio is None:
+            self._gamma_ratio = fit.gamma**2 / (self.nu2.value * fit.probe_variance)
+        self.moves = KameleonMoves(fit.family, on_jitter=self.on_jitter)
+        self._set_kameleon_scales()
+
+    # ------------------------------------------------------------------ diagnostics
+    def report(self) -> TuningReport:
+        """Diagnostics at the end of tuning (see :class:`TuningReport`)."""
+        accept = float(np.mean(self._window_accept)) if self._window_accept else math.nan
+        uncovered = math.nan
+        if self.moves is not None and math.isfinite(self.bandwidth) and len(self._history) > 0:
+            W = self.whiten(self._history.points[-500:])
+            Zw = self.moves.family.Z
+            sq = (W * W).sum(1)[:, None] - 2.0 * W @ Zw.T + (Zw * Zw).sum(1)[None, :]
+            nearest = np.sqrt(np.maximum(sq.min(axis=1), 0.0))
+            uncovered = float(np.mean(nearest > 3.0 * self.bandwidth))
+        return TuningReport(self.tune_steps, self.phase, accept, self.wants_kameleon, uncovered)
+
+    def required_tune_steps(self) -> int:
+        """Tuning steps for the scan and three windows (AM, then two Kameleon refreshes)."""
+        return self.scan_steps + 7 * self.first_window
+
