@@ -34,6 +34,8 @@ from pymc.vartypes import discrete_types
 
 from pymc_kameleon.core.kameleon import fit_proposal, matched_nu2
 from pymc_kameleon.core.kernels import make_kernel
+from pymc_kameleon.core.linalg import SingularCovarianceError
+from pymc_kameleon.core.scale_free import WhitenedFamily, Whitening
 from pymc_kameleon.core.smc import adapt_log_scale, population_mh_move, steps_for_acceptance
 from pymc_kameleon.pseudo_marginal import PseudoMarginalOp
 from pymc_kameleon.steps._common import check_kameleon_options, check_number, check_probability
@@ -284,21 +286,42 @@ class KASS(SMC_KERNEL):
 
     # ---------------------------------------------------------------- one stage
     def tune(self):
-        """Fit the Kameleon proposal family to the resampled particles (stage start)."""
+        """Fit the Kameleon proposal family to the resampled particles (stage start), in whitened coordinates.
+
+        The particles' mean :math:`m` and covariance :math:`C = L L^\\top` define :math:`w = L^{-1}(x - m)`;
+        :math:`Z`, the bandwidth and :math:`\\gamma` live there, so the proposal does not depend on the
+        model's units (a coordinate in dollars and one in millimetres are treated alike).
+        """
         X = np.asarray(self.tempered_posterior, dtype=float)
         N, d = X.shape
+        try:
+            whitening = Whitening.from_moments(X.mean(axis=0), np.atleast_2d(np.cov(X, rowvar=False)))
+        except SingularCovarianceError:
+            whitening = None
+        if whitening is None or not np.all(np.diag(np.atleast_2d(np.cov(X, rowvar=False))) > 0):
+            raise ValueError(
+                f"The {N} particles do not vary in every coordinate after resampling at beta={self.beta:.4g}, "
+                "so no proposal can be fitted. Use more draws, or a higher threshold (more, gentler stages)."
+            )
         Z = X if N <= self.n_subsample else X[self.rng.choice(N, size=self.n_subsample, replace=False)]
-        fit = fit_proposal(Z, self._kernel_template, self.bandwidth_spec, self.gamma_spec, 1.0, self.rng)
+        W = whitening.whiten(Z)
+        fit = fit_proposal(W, self._kernel_template, self.bandwidth_spec, self.gamma_spec, 1.0, self.rng)
         if fit is None:
             raise ValueError(
                 f"All {N} particles are identical after resampling at beta={self.beta:.4g}, so no "
                 "proposal can be fitted. Use more draws, or a higher threshold (more, gentler stages)."
             )
-        mean_variance = float(np.mean(np.var(Z, axis=0)))
+        mean_variance = float(np.mean(np.var(W, axis=0)))
         rw_variance = math.exp(self._log_scale) * 2.38**2 / d * mean_variance
         fit.family.nu2 = matched_nu2(rw_variance, fit.gamma, fit.probe_variance)
-        self._family = fit.family
-        self._stage = {"bandwidth": fit.bandwidth, "gamma": fit.gamma, "nu2": fit.family.nu2, "scale": math.exp(self._log_scale), "subsample_size": Z.shape[0]}
+        self._family = WhitenedFamily(fit.family, whitening)
+        self._stage = {
+            "bandwidth": fit.bandwidth,
+            "gamma": fit.gamma,
+            "nu2": fit.family.nu2,
+            "scale": math.exp(self._log_scale),
+            "subsample_size": Z.shape[0],
+        }
 
     def mutate(self):
         """Kameleon MH sweeps over all particles against :math:`p(x) L(x)^{\\beta_t}`, then adapt the scale."""

@@ -15,6 +15,7 @@ from scipy.stats import multivariate_normal, norm
 
 from pymc_kameleon import ASMC, KASS, PseudoMarginalPotential, log_mean_exp
 from pymc_kameleon.core.kameleon import KameleonProposal
+from pymc_kameleon.core.scale_free import WhitenedFamily
 from pymc_kameleon.smc import log_evidence, stage_stats
 
 SMC_KW = dict(progressbar=False, compute_convergence_checks=False)
@@ -102,7 +103,9 @@ class PosteriorMovesKASS(KASS):
 @pytest.mark.slow
 @pytest.mark.parametrize("kernel, kwargs", [(KASS, {}), (ASMC, {}), (KASS, {"n_steps": 5, "proposal_kernel": "matern32"})])
 def test_posterior_moments_and_quantiles_on_a_conjugate_model(kernel, kwargs):
-    particles, _, _ = run_smc(linear_model(), kernel, chains=12, **kwargs)
+    # 16 runs: the run-to-run sd is a t statistic's denominator; with 12 runs the max over the 15
+    # statistics reached 4.06 once (KASS, seed 1, whitened proposal), 3.57 with 16.
+    particles, _, _ = run_smc(linear_model(), kernel, chains=16, **kwargs)
     z = posterior_z_scores(particles, POST_MEAN, POST_COV)
     assert max(z.values()) < Z_MAX, z
 
@@ -269,25 +272,25 @@ def first_stage_family(kernel_class, draws):
 
 
 def test_proposals_are_the_single_point_kameleon_proposals():
-    """The stage's family gives each particle the same covariance as KameleonProposal.at()."""
+    """The stage's family (Kameleon in the particles' whitened coordinates) gives each particle the
+    Gaussian density N(x_i, L Sigma_w(w_i) L^T) of the single-point proposal."""
     kernel, family = first_stage_family(KASS, 100)
-    assert isinstance(family, KameleonProposal)
+    assert isinstance(family, WhitenedFamily) and isinstance(family.family, KameleonProposal)
     X = kernel.tempered_posterior[:5]
     P = X + np.random.default_rng(4).normal(size=X.shape)
-    batch_cov = family.covariance_batch(X)
     batch_logq = family.log_density_batch(P, X)
     for i in range(5):
-        np.testing.assert_allclose(batch_cov[i], family.covariance(X[i]), rtol=1e-12)
-        assert batch_logq[i] == pytest.approx(family.at(X[i]).log_density(P[i]), rel=1e-12)
+        expected = multivariate_normal(X[i], family.covariance(X[i])).logpdf(P[i])
+        assert batch_logq[i] == pytest.approx(expected, rel=1e-10)
 
 
 def test_linear_kernel_is_a_global_covariance():
+    """ASMC: gamma^2 C + 4 n nu^2 Cov(Z), with C the particles' covariance (gamma in whitened units)."""
     kernel, family = first_stage_family(ASMC, 200)
     X = kernel.tempered_posterior
-    expected = family.gamma2 * np.eye(DIM) + family.nu2 * 4 * len(X) * np.cov(X, rowvar=False, ddof=0)
-    covs = family.covariance_batch(X[:3])
-    for c in covs:
-        np.testing.assert_allclose(c, expected, rtol=1e-10)
+    expected = family.gamma2 * np.cov(X, rowvar=False) + family.nu2 * 4 * len(X) * np.cov(X, rowvar=False, ddof=0)
+    for x in X[:3]:
+        np.testing.assert_allclose(family.covariance(x), expected, rtol=1e-8)
 
 
 def test_non_vectorisable_model_falls_back_and_runs():
