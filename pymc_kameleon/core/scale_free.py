@@ -61,7 +61,20 @@ SCAN_TARGET = 0.44
 _SCAN_GAIN, _SCAN_GAIN_START, _SCAN_GAIN_MOVES = 0.7, 3.0, 8.0
 # Effective draws per window draw, for the covariance shrinkage (random-walk draws are correlated).
 _EFFECTIVE_FRACTION = 0.1
+# A window whose chain moved less often than this (acceptance rate) says nothing about the
+# posterior's covariance: it keeps the previous whitening (a stuck chain must not shrink C to zero).
+_MIN_WINDOW_ACCEPT = 0.02
 _LOG_2PI = math.log(2.0 * math.pi)
+
+
+# Largest move of a Robbins-Monro log-scale in one step.
+_MAX_LOG_STEP = 0.5
+
+
+def _bounded_update(rm: RobbinsMonro, signal: float) -> None:
+    """Robbins-Monro step with the signal capped so that the log-scale moves by at most 0.5."""
+    gain = rm.learning_rate * (rm.t + 1) ** (-rm.decay)
+    rm.update(min(signal, rm.target + _MAX_LOG_STEP / gain))
 
 
 def scan_steps_for(dim: int) -> int:
@@ -435,10 +448,10 @@ class ScaleFreeKameleon(Proposal):
         """One tuning step after the decision; returns whether :math:`m`, :math:`C` and :math:`Z` changed.
 
         ``accept_prob`` is the acceptance probability of the step's move, or an unbiased estimate
-        of it (delayed acceptance); values above 2 are clipped, so one step moves a log-scale by
-        a bounded amount.
+        of it (delayed acceptance, where it can exceed 1); one step moves a log-scale by at most
+        0.5, so a rare large value cannot throw the scale (and is not clipped to bias it down).
         """
-        accept_prob = min(float(accept_prob), 2.0)
+        accept_prob = float(accept_prob)
         self.tune_steps += 1
         self._history.append(y_new)
         self._window_accept.append(float(accept_prob))
@@ -446,15 +459,16 @@ class ScaleFreeKameleon(Proposal):
         if component == "scan":
             j = self._coordinate
             gain = _SCAN_GAIN + (_SCAN_GAIN_START - _SCAN_GAIN) * math.exp(-self._scan_counts[j] / _SCAN_GAIN_MOVES)
-            self._scan_log_scale[j] += gain * self.learning_rate * (accept_prob - SCAN_TARGET)
+            gain *= self.learning_rate
+            self._scan_log_scale[j] += gain * (min(accept_prob, SCAN_TARGET + _MAX_LOG_STEP / gain) - SCAN_TARGET)
             self._scan_log_scale[j] = min(max(self._scan_log_scale[j], -700.0), 700.0)
             self._scan_counts[j] += 1
             self._coordinate = (j + 1) % self.dim
         elif component == "kameleon":
-            self.nu2.update(accept_prob)
+            _bounded_update(self.nu2, accept_prob)
             self._set_kameleon_scales()
         else:
-            self.am_scale.update(accept_prob)
+            _bounded_update(self.am_scale, accept_prob)
         if self.tune_steps < self._window_end:
             return False
         return self._end_window(rng)
@@ -470,7 +484,8 @@ class ScaleFreeKameleon(Proposal):
         after_scan = self._window == 0 and self.scan_steps > 0
         if after_scan:
             points = points[points.shape[0] // 2 :]
-        estimate = shrunk_covariance(points)
+        stuck = not after_scan and np.mean(self._window_accept) < _MIN_WINDOW_ACCEPT
+        estimate = None if stuck else shrunk_covariance(points)
         if after_scan:
             # The scan's step sizes are about 2.4 conditional sds: a floor for coordinates it barely moved.
             floor = (np.exp(self._scan_log_scale) / 2.4) ** 2
