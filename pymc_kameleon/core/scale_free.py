@@ -5,7 +5,8 @@ Everything a user's choice of units could change is defined relative to a covari
 :math:`w = L^{-1}(x - m)` the proposal is
 
 .. math::
-    q(x \mid y) = |L|^{-1}\Big[(1 - \rho)\, \mathcal N\big(w_x;\ w_y,\ \gamma^2 I + \nu^2 M_{w_y} H M_{w_y}^\top\big)
+    q(x \mid y) = |L|^{-1}\Big[(1 - \rho)\,
+                  \mathcal N\big(w_x;\ w_y,\ \gamma^2 I + \nu^2 M_{w_y} H M_{w_y}^\top\big)
                   + \rho\, \mathcal N\big(w_x;\ w_y,\ \lambda^2 I\big)\Big],
 
 a mixture of the Kameleon proposal built on the whitened subsample :math:`Z_w = L^{-1}(Z - m)`
@@ -41,7 +42,7 @@ from scipy.linalg import solve_triangular
 
 from pymc_kameleon.core.adaptation import HistoryBuffer, RobbinsMonro
 from pymc_kameleon.core.kameleon import fit_proposal, matched_nu2
-from pymc_kameleon.core.linalg import SingularCovarianceError, jittered_cholesky
+from pymc_kameleon.core.linalg import SingularCovarianceError, jittered_cholesky, same_array
 from pymc_kameleon.core.proposals import KameleonMoves, Move, Proposal
 
 __all__ = [
@@ -134,7 +135,8 @@ class Whitening:
 
     @classmethod
     def from_moments(cls, mean, cov, what: str = "learned posterior covariance") -> Whitening:
-        """From a mean and covariance (jitter if needed; :class:`SingularCovarianceError` if even that fails)."""
+        """From a mean and covariance (jitter if needed; :class:`SingularCovarianceError` if even that
+        fails)."""
         chol, _ = jittered_cholesky(np.asarray(cov, dtype=float), what=what)
         return cls(np.asarray(mean, dtype=float), chol, float(np.log(np.diagonal(chol)).sum()))
 
@@ -197,7 +199,9 @@ class WhitenedFamily:
         return self.family.factor_batch(self.whitening.whiten(Y), chunk_size=chunk_size)
 
     def sample_batch(self, Y, rng, chunk_size=None, factors=None):
-        W, log_q = self.family.sample_batch(self.whitening.whiten(Y), rng, chunk_size=chunk_size, factors=factors)
+        W, log_q = self.family.sample_batch(
+            self.whitening.whiten(Y), rng, chunk_size=chunk_size, factors=factors
+        )
         return self.whitening.to_model(W), log_q - self.whitening.log_det
 
     def log_density_batch(self, X, Y, chunk_size=None, factors=None):
@@ -311,6 +315,7 @@ class ScaleFreeKameleon(Proposal):
         self.gamma = math.nan
         self._probe_variance = math.nan
         self._gamma_ratio = None  # gamma^2 / nu^2 when gamma="auto"
+        self._current_white = None  # (model point, its whitened coordinates) of the last accepted move
         self._history = HistoryBuffer(d, max(int(history_size), 2))
         self.tune_steps = 0
         self._window = 0
@@ -395,7 +400,10 @@ class ScaleFreeKameleon(Proposal):
             x = np.array(y, dtype=float, copy=True)
             x[j] += math.exp(self._scan_log_scale[j]) * rng.standard_normal()
             return Move(x)
-        w_y = self.whiten(y)
+        cur = self._current_white
+        # The accepted proposal's own whitened coordinates (whitening the model point again would
+        # differ in the last bits and miss the Kameleon cache at the current state).
+        w_y = cur[1] if cur is not None and same_array(cur[0], y) else self.whiten(y)
         if self.moves is None:
             self.last_component = "adaptive_metropolis"
             return Move(self.to_model(w_y + self.am_scale.value * rng.standard_normal(self.dim)))
@@ -422,11 +430,15 @@ class ScaleFreeKameleon(Proposal):
         log_am = self._am_log_density(w_to, w_from)
         if rho >= 1.0:
             return log_am - self.whitening.log_det
-        return float(np.logaddexp(math.log1p(-rho) + log_kameleon, math.log(rho) + log_am)) - self.whitening.log_det
+        return (
+            float(np.logaddexp(math.log1p(-rho) + log_kameleon, math.log(rho) + log_am))
+            - self.whitening.log_det
+        )
 
     def accept(self, move: Move) -> None:
         if move.cache is not None and self.moves is not None:
             self.moves.accept(move)
+            self._current_white = (np.array(move.x, copy=True), move.cache[2])
 
     def log_density(self, x, y) -> float:
         r""":math:`\log q(x \mid y)` of the proposal in its current phase."""
@@ -458,9 +470,13 @@ class ScaleFreeKameleon(Proposal):
         component = self.last_component
         if component == "scan":
             j = self._coordinate
-            gain = _SCAN_GAIN + (_SCAN_GAIN_START - _SCAN_GAIN) * math.exp(-self._scan_counts[j] / _SCAN_GAIN_MOVES)
+            gain = _SCAN_GAIN + (_SCAN_GAIN_START - _SCAN_GAIN) * math.exp(
+                -self._scan_counts[j] / _SCAN_GAIN_MOVES
+            )
             gain *= self.learning_rate
-            self._scan_log_scale[j] += gain * (min(accept_prob, SCAN_TARGET + _MAX_LOG_STEP / gain) - SCAN_TARGET)
+            self._scan_log_scale[j] += gain * (
+                min(accept_prob, SCAN_TARGET + _MAX_LOG_STEP / gain) - SCAN_TARGET
+            )
             self._scan_log_scale[j] = min(max(self._scan_log_scale[j], -700.0), 700.0)
             self._scan_counts[j] += 1
             self._coordinate = (j + 1) % self.dim
@@ -508,8 +524,11 @@ class ScaleFreeKameleon(Proposal):
         return changed
 
     def _set_kameleon_scales(self) -> None:
-        """:math:`\\gamma^2` is a fixed fraction of the kernel term's average variance :math:`\\nu^2 \\bar v` at Z."""
-        gamma2 = None if self._gamma_ratio is None else self._gamma_ratio * self.nu2.value * self._probe_variance
+        """:math:`\\gamma^2` is a fixed fraction of the kernel term's average variance
+        :math:`\\nu^2 \\bar v` at Z."""
+        gamma2 = (
+            None if self._gamma_ratio is None else self._gamma_ratio * self.nu2.value * self._probe_variance
+        )
         self.moves.set_nu2(self.nu2.value, gamma2)
         self.gamma = math.sqrt(self.moves.family.gamma2)
 
@@ -518,6 +537,7 @@ class ScaleFreeKameleon(Proposal):
             self.whitening = Whitening.from_moments(mean, cov)
         except SingularCovarianceError:
             return False
+        self._current_white = None
         if self.moves is not None:
             self.moves = None  # rebuilt on the new whitened subsample by _refresh_kameleon
         return True
