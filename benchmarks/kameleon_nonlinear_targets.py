@@ -156,14 +156,16 @@ def main(argv=None):
                 print(f"| {s} | {over:.1f} | {step_us:.1f} |")
             if "KameleonMetropolis" in res and "DEMetropolisZ" in res:
                 print(
-                    f"overhead vs DEMetropolisZ: {res['KameleonMetropolis'][0] / res['DEMetropolisZ'][0]:.2f}x"
+                    "overhead vs DEMetropolisZ: "
+                    f"{res['KameleonMetropolis'][0] / res['DEMetropolisZ'][0]:.2f}x"
                 )
         return all_rows
     for tname in args.targets:
         target = TARGETS[tname]()
         print(f"\n## {tname}: {target!r}\n")
         print(
-            "| sampler | qerr (pooled) | abs(mean) | accept | min ESS | ESS/eval | ESS/s | overhead us/step (step) |"
+            "| sampler | qerr (pooled) | abs(mean) | accept | min ESS | ESS/eval | ESS/s "
+            "| overhead us/step (step) |"
         )
         print("|---|---|---|---|---|---|---|---|")
         rows = {}

@@ -201,7 +201,8 @@ def banana_experiment(args) -> dict:
         "PyMC IMH": (CountedIMH, {}),
     }
     print(
-        f"\n## banana: B(b=0.1, v=100), d=8, from N(0, {BANANA_PRIOR_SD:g}² I); N = {draws} particles; exact log Z = 0\n"
+        f"\n## banana: B(b=0.1, v=100), d=8, from N(0, {BANANA_PRIOR_SD:g}² I); N = {draws} particles; "
+        "exact log Z = 0\n"
     )
     runs = {name: [] for name in samplers}
 
@@ -211,7 +212,8 @@ def banana_experiment(args) -> dict:
         del r["idata"], r["samples"]
         runs.setdefault(name, []).append(r)
         print(
-            f"#   {name}, run {rep}: qerr {r['qerr']:.4f}, log Z {r['log_z']:+.3f}, {r['evals']} evals, {r['seconds']:.0f} s",
+            f"#   {name}, run {rep}: qerr {r['qerr']:.4f}, log Z {r['log_z']:+.3f}, {r['evals']} evals, "
+            f"{r['seconds']:.0f} s",
             file=sys.stderr,
             flush=True,
         )
@@ -234,11 +236,12 @@ def banana_experiment(args) -> dict:
 
     print("mean ± sd over", args.reps, "runs (seeds", f"{args.seed}..{args.seed + args.reps - 1})\n")
     print(
-        "| sampler | quantile error | MMD² (sd-scaled) | abs(log Z) | log Z | stages | likelihood evals | wall s |"
+        "| sampler | quantile error | MMD² (sd-scaled) | abs(log Z) | log Z | stages | likelihood evals "
+        "| wall s |"
     )
     print("|---|---|---|---|---|---|---|---|")
     for name, rs in runs.items():
-        col = lambda key: [r[key] for r in rs]  # noqa: E731
+        col = lambda key, rs=rs: [r[key] for r in rs]  # noqa: E731
         print(f"| {name} | {summarise(col('qerr'))} | {summarise(col('mmd'))} | "
               f"{summarise(np.abs(col('log_z')))} | {summarise(col('log_z'))} | {summarise(col('stages'))} | "
               f"{summarise(col('evals'))} | {summarise(col('seconds'))} |")
@@ -256,7 +259,8 @@ def banana_experiment(args) -> dict:
             ratio = means["KASS"][key] / means[best][key]
             print(
                 f"\nGoal, {label}, {group}: KASS / best PyMC kernel ({best}) = {means['KASS'][key]:.3g} / "
-                f"{means[best][key]:.3g} = {ratio:.2f}x (goal <= 0.5x): {'MET' if ratio <= 0.5 else 'NOT MET'}"
+                f"{means[best][key]:.3g} = {ratio:.2f}x (goal <= 0.5x): "
+                f"{'MET' if ratio <= 0.5 else 'NOT MET'}"
             )
     return {"runs": runs, "means": means, "sweeps": sweeps}
 
@@ -358,11 +362,14 @@ def sensor_experiment(args) -> dict:
     ref_masses = mode_masses(data, ref["draws"], ref["weights"])
     pool_masses = mode_masses(data, ref["pooled"])
     print(
-        f"\n## sensor network: S=3 unknown, 2 base sensors, R=0.3, sigma²=0.02, data seed 38; KASS N = {draws}\n"
+        "\n## sensor network: S=3 unknown, 2 base sensors, R=0.3, sigma²=0.02, data seed 38; "
+        f"KASS N = {draws}\n"
     )
     print(
-        f"reference: {n_chains} random-walk chains x {n_steps} steps from prior draws (half burn-in), pooled, then "
-        f"importance-reweighted ({n_is} draws from a {ref['n_components']}-component mixture, ESS {ref['ess']:.0f}); "
+        f"reference: {n_chains} random-walk chains x {n_steps} steps from prior draws (half burn-in), "
+        "pooled, then "
+        f"importance-reweighted ({n_is} draws from a {ref['n_components']}-component mixture, "
+        f"ESS {ref['ess']:.0f}); "
         f"log Z_ref = {ref['log_z']:.3f}; {time.perf_counter() - start:.0f} s\n"
     )
 
@@ -430,7 +437,8 @@ def sensor_experiment(args) -> dict:
             ]
             r.update(found=found, tv=tv, mmd=mmd_squared(sub, ref_sub))
             print(
-                f"| {name} | {rep} | {found} | {tv:.3f} | {r['mmd']:.2e} | {r['log_z'] - ref['log_z']:+.3f} | "
+                f"| {name} | {rep} | {found} | {tv:.3f} | {r['mmd']:.2e} | "
+                f"{r['log_z'] - ref['log_z']:+.3f} | "
                 f"{r['evals']} | {r.get('switches', '')} | {r['seconds']:.0f} |"
             )
     print(
@@ -462,7 +470,8 @@ def glass_experiment(args) -> dict:
     model = glass_evidence_model(GPClassificationLikelihood(X, y, n_importance=n_imp))
     draws = 20 if args.quick else 100
     print(
-        f"\n## GP classification evidence on UCI Glass: pseudo-marginal (n_imp = {n_imp}), prior N(0, {GLASS_PRIOR_SD:g}²); N = {draws}\n"
+        f"\n## GP classification evidence on UCI Glass: pseudo-marginal (n_imp = {n_imp}), "
+        f"prior N(0, {GLASS_PRIOR_SD:g}²); N = {draws}\n"
     )
     runs = {}
     for rep in range(args.glass_reps):
@@ -471,7 +480,8 @@ def glass_experiment(args) -> dict:
             del r["idata"], r["samples"]
             runs.setdefault(name, []).append(r)
             print(
-                f"#   {name}, run {rep}: log Z {r['log_z']:.3f}, {r['stages']} stages, {r['evals']} evals, {r['seconds']:.0f} s",
+                f"#   {name}, run {rep}: log Z {r['log_z']:.3f}, {r['stages']} stages, {r['evals']} evals, "
+                f"{r['seconds']:.0f} s",
                 file=sys.stderr,
                 flush=True,
             )
@@ -490,7 +500,8 @@ def glass_experiment(args) -> dict:
         ref, ref_note = float("nan"), "none"
     print(f"\nreference log Z ({ref_note}): {ref:.3f}\n")
     print(
-        "| sampler | runs | mean log Z | sd | IQR | median - ref | RMSE to ref | stages | likelihood evals | wall s per run |"
+        "| sampler | runs | mean log Z | sd | IQR | median - ref | RMSE to ref | stages | likelihood evals "
+        "| wall s per run |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name, rs in runs.items():
@@ -498,7 +509,8 @@ def glass_experiment(args) -> dict:
         q1, q3 = np.percentile(lz, [25, 75])
         sd = lz.std(ddof=1) if lz.size > 1 else float("nan")
         print(
-            f"| {name} | {lz.size} | {lz.mean():.3f} | {sd:.3f} | {q3 - q1:.3f} | {np.median(lz) - ref:+.3f} | "
+            f"| {name} | {lz.size} | {lz.mean():.3f} | {sd:.3f} | {q3 - q1:.3f} | "
+            f"{np.median(lz) - ref:+.3f} | "
             f"{np.sqrt(np.mean((lz - ref) ** 2)):.3f} | {summarise([r['stages'] for r in rs])} | "
             f"{summarise([r['evals'] for r in rs])} | {summarise([r['seconds'] for r in rs])} |"
         )

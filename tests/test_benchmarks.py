@@ -19,7 +19,9 @@ def _load(name):
 @pytest.mark.slow
 def test_kameleon_benchmark_quick_mode(capsys):
     bench = _load("kameleon_nonlinear_targets")
-    rows = bench.main(["--quick", "--targets", "banana-strong", "--samplers", "KameleonMetropolis", "DEMetropolisZ"])
+    rows = bench.main(
+        ["--quick", "--targets", "banana-strong", "--samplers", "KameleonMetropolis", "DEMetropolisZ"]
+    )
     out = capsys.readouterr().out
     assert "| KameleonMetropolis |" in out and "per-step overhead vs DEMetropolisZ" in out
     k = rows["banana-strong"]["KameleonMetropolis"]

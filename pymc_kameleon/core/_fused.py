@@ -2,8 +2,8 @@ r"""Fused loop for :math:`M_y H M_y^\top` with radial kernels, compiled by numba
 
 numba is already a dependency of PyTensor (and so of PyMC). The NumPy expression in
 :meth:`KameleonProposal.rkhs_covariance` is the reference; this loop builds the
-weighted differences in one pass over :math:`Z` (then one BLAS product) and avoids the fixed cost of a dozen NumPy calls,
-which dominates a step at :math:`n = 1000, d = 8`.
+weighted differences in one pass over :math:`Z` (then one BLAS product) and avoids the fixed
+cost of a dozen NumPy calls, which dominates a step at :math:`n = 1000, d = 8`.
 """
 
 from __future__ import annotations

@@ -66,7 +66,8 @@ class RobbinsMonro:
         return self.value
 
     def restart(self) -> None:
-        """Restart the gain sequence at :math:`\\rho_0` (keeping the value), e.g. after the geometry changed."""
+        """Restart the gain sequence at :math:`\\rho_0` (keeping the value), e.g. after the geometry
+        changed."""
         self.t = 0
 
     def rescale(self, factor: float) -> None:

@@ -136,7 +136,8 @@ class KameleonProposal:
             self._constant = 4.0 * (self._Zc.T @ self._Zc)
 
     def centred_gradients(self, y) -> np.ndarray:
-        r"""Return :math:`(M_y H)^\top`, shape ``(n, d)``: twice the kernel gradients, centred over :math:`i`."""
+        r"""Return :math:`(M_y H)^\top`, shape ``(n, d)``: twice the kernel gradients, centred over
+        :math:`i`."""
         G = self.kernel.grad(np.asarray(y, dtype=float), self.Z)
         return 2.0 * (G - G.mean(axis=0))
 
@@ -184,7 +185,8 @@ class KameleonProposal:
         return cov
 
     def scaled(self, rkhs_cov) -> np.ndarray:
-        r"""Turn :math:`M_y H M_y^\top` into the proposal covariance :math:`\gamma^2 I + \nu^2 M_y H M_y^\top`."""
+        r"""Turn :math:`M_y H M_y^\top` into the proposal covariance
+        :math:`\gamma^2 I + \nu^2 M_y H M_y^\top`."""
         cov = self.nu2 * rkhs_cov
         cov.flat[:: self.dim + 1] += self.gamma2
         return cov
@@ -349,7 +351,8 @@ class KameleonProposal:
         return L, log_norm
 
     def _factor_chunks(self, Y, step, factors):
-        """Yield ``(start, L, log_norm)`` per chunk of rows of ``Y``: from ``factors`` if given, else computed."""
+        """Yield ``(start, L, log_norm)`` per chunk of rows of ``Y``: from ``factors`` if given, else
+        computed."""
         for s in range(0, Y.shape[0], step):
             if factors is None:
                 yield (s, *self._factor_chunk(Y[s : s + step]))
@@ -375,7 +378,9 @@ class KameleonProposal:
             out[s : s + step] = log_norm - 0.5 * np.einsum("ij,ij->i", u, u)
         return out
 
-    def sample_batch(self, Y, rng, chunk_size: int | None = None, factors=None) -> tuple[np.ndarray, np.ndarray]:
+    def sample_batch(
+        self, Y, rng, chunk_size: int | None = None, factors=None
+    ) -> tuple[np.ndarray, np.ndarray]:
         r"""Draw :math:`x_i \sim q_Z(\cdot \mid y_i)` for every row of ``Y``.
 
         Returns ``(X, log_q)`` with ``log_q[i]`` :math:`= \log q(x_i \mid y_i)`, taken from the
@@ -422,7 +427,11 @@ def fit_proposal(Z, kernel, bandwidth, gamma, nu2: float, rng) -> FittedProposal
         return None
     sigma = math.nan
     if getattr(kernel, "has_bandwidth", False):
-        sigma = median_heuristic_bandwidth(Z, max_points=500, rng=rng) if bandwidth == "median" else float(bandwidth)
+        sigma = (
+            median_heuristic_bandwidth(Z, max_points=500, rng=rng)
+            if bandwidth == "median"
+            else float(bandwidth)
+        )
         kernel = kernel.with_bandwidth(sigma)
     if gamma == "auto":
         sd = float(np.median(np.std(Z, axis=0)))

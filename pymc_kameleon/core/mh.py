@@ -64,7 +64,9 @@ def mh_log_ratio_batch(logp_proposal, logp_current, log_q_reverse=0.0, log_q_for
     logp_proposal = np.asarray(logp_proposal, dtype=float)
     with np.errstate(invalid="ignore"):
         log_ratio = logp_proposal - np.asarray(logp_current, dtype=float) + log_q_reverse - log_q_forward
-    return np.where(np.isnan(log_ratio) | np.isnan(logp_proposal) | (logp_proposal == -np.inf), -np.inf, log_ratio)
+    return np.where(
+        np.isnan(log_ratio) | np.isnan(logp_proposal) | (logp_proposal == -np.inf), -np.inf, log_ratio
+    )
 
 
 def accept_probability(log_ratio) -> float:

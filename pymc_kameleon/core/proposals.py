@@ -40,7 +40,14 @@ import numpy as np
 from pymc_kameleon.core.kameleon import KameleonProposal, ProposalAtPoint
 from pymc_kameleon.core.linalg import SingularCovarianceError, gaussian_logpdf_chol, same_array
 
-__all__ = ["KameleonMoves", "LangevinProposal", "Move", "Proposal", "RandomWalkProposal", "langevin_log_density"]
+__all__ = [
+    "KameleonMoves",
+    "LangevinProposal",
+    "Move",
+    "Proposal",
+    "RandomWalkProposal",
+    "langevin_log_density",
+]
 
 
 @dataclass(frozen=True)
@@ -186,7 +193,8 @@ class KameleonMoves(Proposal):
         return at
 
     def factor_at(self, x):
-        """Factorised proposal at ``x`` and its :math:`M H M^\\top` (None, None if singular even with jitter)."""
+        """Factorised proposal at ``x`` and its :math:`M H M^\\top` (None, None if singular even with
+        jitter)."""
         rkhs = self.family.rkhs_covariance(x)
         try:
             at = ProposalAtPoint.from_covariance(x, self.family.scaled(rkhs))
@@ -244,7 +252,8 @@ class LangevinProposal:
         return y + 0.5 * (L @ (L.T @ gradient)) + L @ rng.standard_normal(L.shape[0])
 
     def log_density(self, x, y, gradient) -> float:
-        """:math:`\\log \\mathcal N(x;\\ y + \\tfrac12 \\Sigma g, \\Sigma)` with :math:`g` the gradient at ``y``."""
+        """:math:`\\log \\mathcal N(x;\\ y + \\tfrac12 \\Sigma g, \\Sigma)` with :math:`g` the gradient
+        at ``y``."""
         return langevin_log_density(x, y, gradient, self.chol)
 
 

@@ -65,7 +65,15 @@ class PopulationMove:
 
 
 def population_mh_move(
-    X, log_target, family, evaluate, beta: float, rng, chunk_size=None, current_factors=None, cache_factors=False
+    X,
+    log_target,
+    family,
+    evaluate,
+    beta: float,
+    rng,
+    chunk_size=None,
+    current_factors=None,
+    cache_factors=False,
 ) -> PopulationMove:
     r"""Propose from the Kameleon family at every particle and accept or reject each one.
 
@@ -118,7 +126,9 @@ def population_mh_move(
     )
 
 
-def adapt_log_scale(log_scale: float, mean_accept: float, target_accept: float, learning_rate: float) -> float:
+def adapt_log_scale(
+    log_scale: float, mean_accept: float, target_accept: float, learning_rate: float
+) -> float:
     r"""One stochastic-approximation step of the KASS scale (the paper's eq. 4, on the log scale).
 
     .. math::

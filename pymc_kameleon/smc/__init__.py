@@ -1,4 +1,5 @@
-"""SMC kernels for ``pm.sample_smc``: :class:`KASS` (Kameleon rejuvenation) and :class:`ASMC` (linear kernel)."""
+"""SMC kernels for ``pm.sample_smc``: :class:`KASS` (Kameleon rejuvenation) and :class:`ASMC`
+(linear kernel)."""
 
 from pymc_kameleon.smc.kass import ASMC, KASS
 from pymc_kameleon.smc.results import log_evidence, stage_stats

@@ -23,14 +23,13 @@ import warnings
 
 import numpy as np
 import pytensor.tensor as pt
-from pytensor import shared
-from pytensor.graph.replace import vectorize_graph
-from pytensor.tensor.random.type import RandomGeneratorType
-
 from pymc.model import modelcontext
 from pymc.pytensorf import compile, floatX, join_nonshared_inputs, make_shared_replacements
 from pymc.smc.kernels import SMC_KERNEL, Pearson
 from pymc.vartypes import discrete_types
+from pytensor import shared
+from pytensor.graph.replace import vectorize_graph
+from pytensor.tensor.random.type import RandomGeneratorType
 
 from pymc_kameleon.core.kameleon import fit_proposal, matched_nu2
 from pymc_kameleon.core.kernels import make_kernel
@@ -177,7 +176,9 @@ class KASS(SMC_KERNEL):
             )
         proposal_kernel = self._default_proposal_kernel if proposal_kernel is None else proposal_kernel
         self._kernel_template = make_kernel(proposal_kernel)
-        self.proposal_kernel = proposal_kernel if isinstance(proposal_kernel, str) else type(proposal_kernel).__name__
+        self.proposal_kernel = (
+            proposal_kernel if isinstance(proposal_kernel, str) else type(proposal_kernel).__name__
+        )
         check_kameleon_options(bandwidth, gamma, n_subsample)
         check_number("learning_rate", learning_rate, minimum=0, strict=False)
         check_number("initial_scale", initial_scale, minimum=0)
@@ -187,7 +188,9 @@ class KASS(SMC_KERNEL):
         check_number("max_steps", max_steps, integer=True, minimum=1, strict=False)
         if isinstance(n_steps, str):
             if n_steps not in _STEP_RULES:
-                raise ValueError(f"n_steps must be a positive integer or one of {_STEP_RULES}, got {n_steps!r}.")
+                raise ValueError(
+                    f"n_steps must be a positive integer or one of {_STEP_RULES}, got {n_steps!r}."
+                )
         else:
             check_number("n_steps", n_steps, integer=True, minimum=1, strict=False)
         if chunk_size is not None:
@@ -214,17 +217,23 @@ class KASS(SMC_KERNEL):
         self._pseudo_marginal_ops = _pseudo_marginal_ops(self.likelihood_logp_func)
         self._batch_logp_func = None
         if batch_logp is True or (batch_logp == "auto" and not self._pseudo_marginal_ops):
-            self._batch_logp_func = self._compile_batch_logp(model, kwargs.get("compile_kwargs"), strict=batch_logp is True)
+            self._batch_logp_func = self._compile_batch_logp(
+                model, kwargs.get("compile_kwargs"), strict=batch_logp is True
+            )
         self._reset_chain_state()
 
     # ---------------------------------------------------------------- set-up
     def _compile_batch_logp(self, model, compile_kwargs, strict: bool):
-        """One PyTensor function mapping an (m, D) array of particles to their (prior, likelihood) log densities."""
+        """One PyTensor function mapping an (m, D) array of particles to their (prior, likelihood) log
+        densities."""
         try:
             point = model.initial_point(random_seed=0)  # only the shapes are used
             replacements = make_shared_replacements(point, self.variables, model)
             outputs, joined = join_nonshared_inputs(
-                point=point, outputs=[model.varlogp, model.datalogp], inputs=self.variables, shared_inputs=replacements
+                point=point,
+                outputs=[model.varlogp, model.datalogp],
+                inputs=self.variables,
+                shared_inputs=replacements,
             )
             particles = pt.matrix("particles", dtype=joined.dtype)
             batched = vectorize_graph(outputs, replace={joined: particles})
@@ -232,8 +241,12 @@ class KASS(SMC_KERNEL):
             fn = compile([particles], batched, **kwargs)
         except Exception as err:  # the model does not vectorise: loop over particles instead
             if strict:
-                raise ValueError(f"batch_logp=True, but the model's log density could not be vectorised: {err}") from err
-            _log.info("KASS: the model's log density does not vectorise (%s); evaluating particles one by one.", err)
+                raise ValueError(
+                    f"batch_logp=True, but the model's log density could not be vectorised: {err}"
+                ) from err
+            _log.info(
+                "KASS: the model's log density does not vectorise (%s); evaluating particles one by one.", err
+            )
             return None
         fn.trust_input = True
         return fn
@@ -244,11 +257,15 @@ class KASS(SMC_KERNEL):
         if self._batch_logp_func is not None:
             fn = self._batch_logp_func
             rngs = [v for v in fn.get_shared() if isinstance(v.type, RandomGeneratorType)]
-            swaps = {old: shared(new, borrow=True) for old, new in zip(rngs, rng.spawn(len(rngs)), strict=True)}
+            swaps = {
+                old: shared(new, borrow=True) for old, new in zip(rngs, rng.spawn(len(rngs)), strict=True)
+            }
             self._batch_logp_func = fn.copy(swap=swaps) if swaps else fn
         # The estimators draw from their Op's own generator when PyMC's functions run them.
         self._pseudo_marginal_ops = _pseudo_marginal_ops(self.likelihood_logp_func)
-        for op, child in zip(self._pseudo_marginal_ops, rng.spawn(len(self._pseudo_marginal_ops)), strict=True):
+        for op, child in zip(
+            self._pseudo_marginal_ops, rng.spawn(len(self._pseudo_marginal_ops)), strict=True
+        ):
             op.set_rng(child)
 
     def setup_kernel(self):
@@ -300,7 +317,8 @@ class KASS(SMC_KERNEL):
             whitening = None
         if whitening is None or not np.all(np.diag(np.atleast_2d(np.cov(X, rowvar=False))) > 0):
             raise ValueError(
-                f"The {N} particles do not vary in every coordinate after resampling at beta={self.beta:.4g}, "
+                f"The {N} particles do not vary in every coordinate after resampling at "
+                f"beta={self.beta:.4g}, "
                 "so no proposal can be fitted. Use more draws, or a higher threshold (more, gentler stages)."
             )
         Z = X if N <= self.n_subsample else X[self.rng.choice(N, size=self.n_subsample, replace=False)]
@@ -324,7 +342,8 @@ class KASS(SMC_KERNEL):
         }
 
     def mutate(self):
-        """Kameleon MH sweeps over all particles against :math:`p(x) L(x)^{\\beta_t}`, then adapt the scale."""
+        """Kameleon MH sweeps over all particles against :math:`p(x) L(x)^{\\beta_t}`, then adapt the
+        scale."""
         rule = self.n_steps_rule
         planned = rule if isinstance(rule, int | np.integer) else self.max_steps
         correlation = Pearson(self.tempered_posterior) if rule == "correlation" else None
@@ -332,7 +351,9 @@ class KASS(SMC_KERNEL):
         accept_means, evals, sweeps = [], 0, 0
         N, d = self.tempered_posterior.shape
         cache = N * d * d * 8 <= _FACTOR_CACHE_BYTES
-        factors = self._family.factor_batch(self.tempered_posterior, chunk_size=self.chunk_size) if cache else None
+        factors = (
+            self._family.factor_batch(self.tempered_posterior, chunk_size=self.chunk_size) if cache else None
+        )
         while sweeps < planned:
             before = self._evaluations
             move = population_mh_move(
@@ -368,10 +389,13 @@ class KASS(SMC_KERNEL):
         mean_accept = float(np.mean(accept_means))
         self._stage.update(mean_accept_rate=mean_accept, n_steps=sweeps, likelihood_evals=evals)
         self.n_steps = sweeps
-        self._log_scale = adapt_log_scale(self._log_scale, mean_accept, self.target_accept, self.learning_rate)
+        self._log_scale = adapt_log_scale(
+            self._log_scale, mean_accept, self.target_accept, self.learning_rate
+        )
 
     def _evaluate(self, proposals):
-        """Prior and likelihood log densities at the proposals (likelihood only inside the prior's support)."""
+        """Prior and likelihood log densities at the proposals (likelihood only inside the prior's
+        support)."""
         proposals = floatX(np.ascontiguousarray(proposals))
         if self._use_batch:
             priors, logliks = [], []
@@ -394,7 +418,9 @@ class KASS(SMC_KERNEL):
         return {
             "log_marginal_likelihood": self.log_marginal_likelihood if self.beta == 1 else np.nan,
             "beta": self.beta,
-            **{name: self._stage[name] for name in ("mean_accept_rate", "nu2", "scale", "bandwidth", "gamma")},
+            **{
+                name: self._stage[name] for name in ("mean_accept_rate", "nu2", "scale", "bandwidth", "gamma")
+            },
             **{name: int(self._stage[name]) for name in ("n_steps", "subsample_size", "likelihood_evals")},
         }
 

@@ -22,5 +22,6 @@ def stage_stats(idata, name: str) -> list[np.ndarray]:
 
 
 def log_evidence(idata) -> np.ndarray:
-    r"""Final :math:`\log \hat Z` of each chain: ``log_marginal_likelihood`` at the last stage (:math:`\beta = 1`)."""
+    r"""Final :math:`\log \hat Z` of each chain: ``log_marginal_likelihood`` at the last stage
+    (:math:`\beta = 1`)."""
     return np.array([chain[-1] for chain in stage_stats(idata, "log_marginal_likelihood")])

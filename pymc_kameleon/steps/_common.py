@@ -264,7 +264,8 @@ class TargetDensity:
         return term.op.estimate(inputs, self.estimator_rng)
 
     def evaluate(self, x) -> Evaluation:
-        """Log density at a proposal ``x``, with fresh estimates (skipped where the exact part is not finite)."""
+        """Log density at a proposal ``x``, with fresh estimates (skipped where the exact part is not
+        finite)."""
         exact, inputs = self._exact_and_inputs(x)
         if not self.terms:
             return Evaluation(exact, exact)
@@ -300,7 +301,11 @@ class TargetDensity:
         exact, inputs, parts = self._current_parts(y)
         estimates = []
         for i, (term, values) in enumerate(zip(self.terms, inputs)):
-            if cur is not None and i < len(cur.estimator_inputs) and _same_arrays(cur.estimator_inputs[i], values):
+            if (
+                cur is not None
+                and i < len(cur.estimator_inputs)
+                and _same_arrays(cur.estimator_inputs[i], values)
+            ):
                 estimates.append(cur.log_estimates[i])  # inputs unchanged: keep our estimate
             elif term.op.current.matches(values):
                 estimates.append(term.op.current.log_estimate)  # written by another of our steps
@@ -330,7 +335,8 @@ class TargetDensity:
 
     def _shared_unchanged(self) -> bool:
         return all(
-            np.array_equal(old, s.get_value(borrow=True)) for old, s in zip(self._cur_shared, self.shared.values())
+            np.array_equal(old, s.get_value(borrow=True))
+            for old, s in zip(self._cur_shared, self.shared.values())
         )
 
 

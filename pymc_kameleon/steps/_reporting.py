@@ -33,7 +33,9 @@ def tuning_problems(report, target_accept: float, required_steps: int, dim: int)
             "was built; the chain continues with that proposal. Increase `tune`"
         )
     rate = report.accept_rate
-    if math.isfinite(rate) and not (_LOW_ACCEPT_FACTOR * target_accept <= rate <= 0.5 * (1.0 + target_accept)):
+    if math.isfinite(rate) and not (
+        _LOW_ACCEPT_FACTOR * target_accept <= rate <= 0.5 * (1.0 + target_accept)
+    ):
         problems.append(
             f"the acceptance rate over the last tuning window was {rate:.3f}, far from "
             f"target_accept={target_accept}; increase `tune` so that the adaptation can settle"

@@ -57,7 +57,6 @@ from pymc_kameleon.core.linalg import SingularCovarianceError, jittered_cholesky
 from pymc_kameleon.core.mh import accept_probability, metropolis_accept, mh_log_ratio
 from pymc_kameleon.core.proposals import LangevinProposal, Move
 from pymc_kameleon.core.scale_free import ScaleFreeKameleon
-from pymc_kameleon.steps._reporting import progressbar_config, progressbar_update_functions, warn_after_tuning
 from pymc_kameleon.steps._common import (
     GradientUnavailableError,
     PerChainReset,
@@ -68,6 +67,7 @@ from pymc_kameleon.steps._common import (
     continuous_value_vars,
     declare_pseudo_marginal_stats,
 )
+from pymc_kameleon.steps._reporting import progressbar_config, progressbar_update_functions, warn_after_tuning
 
 __all__ = ["GPDelayedAcceptanceMALA", "GPDelayedAcceptanceMH"]
 

@@ -20,7 +20,6 @@ from pymc_kameleon.core.kernels import make_kernel
 from pymc_kameleon.core.linalg import SingularCovarianceError
 from pymc_kameleon.core.mh import metropolis_accept, mh_log_ratio
 from pymc_kameleon.core.scale_free import ScaleFreeKameleon, WhitenedFamily
-from pymc_kameleon.steps._reporting import progressbar_config, progressbar_update_functions, warn_after_tuning
 from pymc_kameleon.steps._common import (
     PerChainReset,
     TargetDensity,
@@ -30,6 +29,7 @@ from pymc_kameleon.steps._common import (
     continuous_value_vars,
     declare_pseudo_marginal_stats,
 )
+from pymc_kameleon.steps._reporting import progressbar_config, progressbar_update_functions, warn_after_tuning
 
 __all__ = ["KameleonMetropolis"]
 

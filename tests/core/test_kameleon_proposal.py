@@ -28,7 +28,10 @@ def eq5_covariance(y, Z, sigma, gamma2, nu2):
                 k[a] ** 2 * (Z[a, i] - y[i]) * (Z[a, j] - y[j]) for a in range(n)
             )
             R[i, j] -= 4 * nu2 / (sigma**4 * n) * sum(
-                k[a] * k[b] * (Z[a, i] - y[i]) * (Z[b, j] - y[j]) for a in range(n) for b in range(n) if a != b
+                k[a] * k[b] * (Z[a, i] - y[i]) * (Z[b, j] - y[j])
+                for a in range(n)
+                for b in range(n)
+                if a != b
             )
     return R
 
@@ -37,7 +40,9 @@ def test_gaussian_covariance_matches_eq5(setup):
     Z, y = setup
     sigma, gamma2, nu2 = 1.3, 0.04, 0.7
     prop = KameleonProposal(Z, GaussianKernel(sigma), gamma2, nu2)
-    np.testing.assert_allclose(prop.covariance(y), eq5_covariance(y, Z, sigma, gamma2, nu2), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(
+        prop.covariance(y), eq5_covariance(y, Z, sigma, gamma2, nu2), rtol=1e-12, atol=1e-14
+    )
 
 
 def test_eq5_check_detects_missing_centring(setup):
@@ -83,7 +88,9 @@ def test_proposition2_monte_carlo(setup, kernel):
     Z, y = setup
     gamma2, nu2 = 0.05, 0.4
     prop = KameleonProposal(Z, kernel, gamma2, nu2)
-    z_cov, z_mean = _mc_covariance_check(y, Z, kernel, gamma2, nu2, prop.covariance(y), 200_000, np.random.default_rng(1))
+    z_cov, z_mean = _mc_covariance_check(
+        y, Z, kernel, gamma2, nu2, prop.covariance(y), 200_000, np.random.default_rng(1)
+    )
     assert z_cov < 5.0
     assert np.all(z_mean < 5.0)
 

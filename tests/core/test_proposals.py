@@ -42,7 +42,9 @@ def test_move_carries_both_hastings_terms(proposal):
         assert move.feasible and move.x.shape == y.shape
         if proposal.symmetric:
             assert move.log_q_forward == 0.0 and move.log_q_reverse == 0.0
-            assert proposal.log_density(move.x, y) == pytest.approx(proposal.log_density(y, move.x), rel=1e-12)
+            assert proposal.log_density(move.x, y) == pytest.approx(
+                proposal.log_density(y, move.x), rel=1e-12
+            )
         else:
             assert move.log_q_forward == pytest.approx(proposal.log_density(move.x, y), rel=1e-10)
             assert move.log_q_reverse == pytest.approx(proposal.log_density(y, move.x), rel=1e-10)

@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import _mcse_of_mean as ess_mcse
 from scipy.stats import multivariate_normal
 
 from pymc_kameleon.core.adaptation import RobbinsMonro
@@ -13,8 +14,6 @@ from pymc_kameleon.core.kernels import GaussianKernel, make_kernel
 from pymc_kameleon.core.mh import metropolis_accept, mh_log_ratio
 from pymc_kameleon.core.proposals import KameleonMoves
 from pymc_kameleon.core.scale_free import ScaleFreeKameleon, WhitenedFamily, Whitening, shrunk_covariance
-
-from conftest import _mcse_of_mean as ess_mcse
 
 M = np.array([1.0, -2.0])
 C = np.array([[4.0, 1.2], [1.2, 0.9]])
@@ -100,7 +99,9 @@ def test_scan_phase_density_and_moves_are_one_coordinate():
     s = prop.scan_scales[0]
     assert abs(steps.std() / s - 1) < 0.02
     x = y + np.array([0.3, 0.0, 0.0])
-    assert prop.log_density(x, y) == pytest.approx(-0.5 * math.log(2 * math.pi) - math.log(s) - 0.5 * (0.3 / s) ** 2)
+    assert prop.log_density(x, y) == pytest.approx(
+        -0.5 * math.log(2 * math.pi) - math.log(s) - 0.5 * (0.3 / s) ** 2
+    )
     assert prop.log_density(y + np.array([0.3, 0.1, 0.0]), y) == -math.inf
 
 
@@ -190,7 +191,9 @@ def test_affine_equivariance(transform):
     banana's exact moments after mapping back, as sampling x does: the proposal learns everything
     that depends on units."""
     A, b = {"identity": (np.eye(3), np.zeros(3)), "diagonal 1e-4..1e4": DIAG, "dense": DENSE}[transform]
-    scores = transformed_z_scores(A, b, lambda: ScaleFreeKameleon(3, make_kernel("gaussian"), n_subsample=300))
+    scores = transformed_z_scores(
+        A, b, lambda: ScaleFreeKameleon(3, make_kernel("gaussian"), n_subsample=300)
+    )
     assert scores.max() < 4.5, scores
 
 

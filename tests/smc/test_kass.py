@@ -29,7 +29,9 @@ X_DESIGN = _rng.normal(size=(N_OBS, DIM))
 Y_OBS = X_DESIGN @ np.array([1.0, -0.5]) + NOISE_SD * _rng.normal(size=N_OBS)
 POST_COV = np.linalg.inv(X_DESIGN.T @ X_DESIGN / NOISE_SD**2 + np.eye(DIM) / PRIOR_SD**2)
 POST_MEAN = POST_COV @ X_DESIGN.T @ Y_OBS / NOISE_SD**2
-LOG_Z = multivariate_normal(np.zeros(N_OBS), PRIOR_SD**2 * X_DESIGN @ X_DESIGN.T + NOISE_SD**2 * np.eye(N_OBS)).logpdf(Y_OBS)
+LOG_Z = multivariate_normal(
+    np.zeros(N_OBS), PRIOR_SD**2 * X_DESIGN @ X_DESIGN.T + NOISE_SD**2 * np.eye(N_OBS)
+).logpdf(Y_OBS)
 
 
 def linear_model():
@@ -42,7 +44,9 @@ def linear_model():
 def run_smc(model, kernel, chains, draws=500, seed=1, var="w", **kernel_kwargs):
     """Return (particles (chains, draws, dim), final log evidence per chain, idata)."""
     with model:
-        idata = pm.sample_smc(draws=draws, kernel=kernel, chains=chains, cores=1, random_seed=seed, **SMC_KW, **kernel_kwargs)
+        idata = pm.sample_smc(
+            draws=draws, kernel=kernel, chains=chains, cores=1, random_seed=seed, **SMC_KW, **kernel_kwargs
+        )
     particles = idata.posterior[var].values.reshape(chains, draws, -1)
     return particles, log_evidence(idata), idata
 
@@ -89,7 +93,8 @@ class StaleTemperatureKASS(KASS):
 
 
 class PosteriorMovesKASS(KASS):
-    """Negative control for the evidence: moves the particles toward the posterior (beta = 1) at every stage."""
+    """Negative control for the evidence: moves the particles toward the posterior (beta = 1) at every
+    stage."""
 
     def mutate(self):
         beta, self.beta = self.beta, 1.0
@@ -101,7 +106,9 @@ class PosteriorMovesKASS(KASS):
 
 # ----------------------------------------------------------------- exactness (slow)
 @pytest.mark.slow
-@pytest.mark.parametrize("kernel, kwargs", [(KASS, {}), (ASMC, {}), (KASS, {"n_steps": 5, "proposal_kernel": "matern32"})])
+@pytest.mark.parametrize(
+    "kernel, kwargs", [(KASS, {}), (ASMC, {}), (KASS, {"n_steps": 5, "proposal_kernel": "matern32"})]
+)
 def test_posterior_moments_and_quantiles_on_a_conjugate_model(kernel, kwargs):
     # 16 runs: the run-to-run sd is a t statistic's denominator; with 12 runs the max over the 15
     # statistics reached 4.06 once (KASS, seed 1, whitened proposal), 3.57 with 16.
@@ -138,7 +145,8 @@ PM_Y = np.array([0.5, -0.5]) + math.sqrt(2.0) * np.random.default_rng(5).normal(
 PM_POST_MEAN = PM_Y.sum(0) / 2 / (1 + PM_J / 2)
 PM_POST_COV = np.eye(PM_D) / (1 + PM_J / 2)
 PM_LOG_Z = sum(
-    multivariate_normal(np.zeros(PM_J), 2 * np.eye(PM_J) + np.ones((PM_J, PM_J))).logpdf(PM_Y[:, k]) for k in range(PM_D)
+    multivariate_normal(np.zeros(PM_J), 2 * np.eye(PM_J) + np.ones((PM_J, PM_J))).logpdf(PM_Y[:, k])
+    for k in range(PM_D)
 )
 
 
@@ -185,7 +193,10 @@ def test_pseudo_marginal_posterior_evidence_and_estimator_bookkeeping():
 def test_pseudo_marginal_runs_are_reproducible():
     draws = []
     for _ in range(2):
-        particles, log_z, _ = run_smc(pseudo_marginal_model(CountingEstimator()), KASS, chains=1, draws=100, seed=4, var="theta", n_steps=2)
+        particles, log_z, _ = run_smc(
+            pseudo_marginal_model(CountingEstimator()), KASS, chains=1, draws=100, seed=4, var="theta",
+            n_steps=2,
+        )
         draws.append((particles, log_z))
     np.testing.assert_array_equal(draws[0][0], draws[1][0])
     np.testing.assert_array_equal(draws[0][1], draws[1][1])
@@ -195,7 +206,10 @@ def test_pseudo_marginal_runs_are_reproducible():
 def test_sample_stats_per_stage():
     _, log_z, idata = run_smc(linear_model(), KASS, chains=1, draws=200, n_steps=3)
     stats = idata.sample_stats
-    for name in ("beta", "mean_accept_rate", "nu2", "scale", "bandwidth", "gamma", "n_steps", "subsample_size", "likelihood_evals"):
+    for name in (
+        "beta", "mean_accept_rate", "nu2", "scale", "bandwidth", "gamma", "n_steps", "subsample_size",
+        "likelihood_evals",
+    ):
         assert name in stats, name
     (beta,) = stage_stats(idata, "beta")
     assert np.all(np.diff(beta) > 0) and beta[-1] == 1
@@ -218,7 +232,9 @@ def test_stage_stats_with_several_chains():
 
 
 def test_subsample_and_step_rules():
-    _, _, idata = run_smc(linear_model(), KASS, chains=1, draws=300, n_subsample=50, n_steps="acceptance", max_steps=6)
+    _, _, idata = run_smc(
+        linear_model(), KASS, chains=1, draws=300, n_subsample=50, n_steps="acceptance", max_steps=6
+    )
     np.testing.assert_array_equal(stage_stats(idata, "subsample_size")[0], 50)
     (n_steps,) = stage_stats(idata, "n_steps")
     assert np.all((n_steps >= 1) & (n_steps <= 6))
@@ -288,16 +304,18 @@ def test_linear_kernel_is_a_global_covariance():
     """ASMC: gamma^2 C + 4 n nu^2 Cov(Z), with C the particles' covariance (gamma in whitened units)."""
     kernel, family = first_stage_family(ASMC, 200)
     X = kernel.tempered_posterior
-    expected = family.gamma2 * np.cov(X, rowvar=False) + family.nu2 * 4 * len(X) * np.cov(X, rowvar=False, ddof=0)
+    expected = family.gamma2 * np.cov(X, rowvar=False) + family.nu2 * 4 * len(X) * np.cov(
+        X, rowvar=False, ddof=0
+    )
     for x in X[:3]:
         np.testing.assert_allclose(family.covariance(x), expected, rtol=1e-8)
 
 
 def test_non_vectorisable_model_falls_back_and_runs():
     """A black-box likelihood (perform only) still works; PyTensor loops over it if needed."""
-    from pytensor.graph.op import Op
-    from pytensor.graph.basic import Apply
     import pytensor.tensor as pt
+    from pytensor.graph.basic import Apply
+    from pytensor.graph.op import Op
 
     class BlackBoxLogLik(Op):
         def make_node(self, w):

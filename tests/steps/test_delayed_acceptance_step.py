@@ -15,17 +15,17 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 import pytest
+from conftest import invariance_z_scores
+from pymc.step_methods.compound import Competence
 from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 from scipy.stats import multivariate_normal, norm
 
-from conftest import invariance_z_scores
 from pymc_kameleon import GPDelayedAcceptanceMALA, GPDelayedAcceptanceMH, PseudoMarginalPotential
 from pymc_kameleon.core.delayed_acceptance import log_expected_langevin_term
 from pymc_kameleon.core.mh import mh_log_ratio
 from pymc_kameleon.core.scale_free import WhitenedFamily
 from pymc_kameleon.targets import banana, correlated_gaussian
-from pymc.step_methods.compound import Competence
 
 SAMPLE_KW = dict(progressbar=False, compute_convergence_checks=False)
 Z_MAX = 4.0
@@ -158,7 +158,9 @@ def test_exact_stage_ratios_mh(kwargs):
         if base.family is not None:  # the Kameleon/AM mixture densities, from scratch
 
             def mixture(to, frm, base=base):
-                kameleon = multivariate_normal(frm, WhitenedFamily(base.family, base.whitening).covariance(frm)).pdf(to)
+                kameleon = multivariate_normal(
+                    frm, WhitenedFamily(base.family, base.whitening).covariance(frm)
+                ).pdf(to)
                 am = multivariate_normal(frm, base.am_scale.value**2 * base.covariance).pdf(to)
                 return math.log((1 - base.am_weight) * kameleon + base.am_weight * am)
 

@@ -7,14 +7,11 @@ import cloudpickle
 import numpy as np
 import pymc as pm
 import pytest
-from scipy.stats import multivariate_normal
+from pymc.step_methods.compound import Competence
 
-import pymc_kameleon.steps.kameleon as kameleon_module
 from pymc_kameleon import KameleonMetropolis
-from pymc_kameleon.core.kameleon import KameleonProposal, ProposalAtPoint
 from pymc_kameleon.core.proposals import KameleonMoves
 from pymc_kameleon.core.scale_free import ScaleFreeKameleon
-from pymc.step_methods.compound import Competence
 
 SAMPLE_KW = dict(progressbar=False, compute_convergence_checks=False)
 
@@ -22,16 +19,22 @@ SAMPLE_KW = dict(progressbar=False, compute_convergence_checks=False)
 def banana_model(b=0.5, dim=2):
     with pm.Model() as model:
         x = pm.Flat("x", shape=dim)
-        pm.Potential("lp", -0.5 * x[0] ** 2 - 0.5 * (x[1] - b * x[0] ** 2) ** 2 - 0.5 * pm.math.sum(x[2:] ** 2))
+        pm.Potential(
+            "lp", -0.5 * x[0] ** 2 - 0.5 * (x[1] - b * x[0] ** 2) ** 2 - 0.5 * pm.math.sum(x[2:] ** 2)
+        )
     return model
 
 
 def test_samples_with_defaults_and_reports_stats():
     with banana_model():
-        idata = pm.sample(step=KameleonMetropolis(), draws=300, tune=800, chains=1, random_seed=1, **SAMPLE_KW)
+        idata = pm.sample(
+            step=KameleonMetropolis(), draws=300, tune=800, chains=1, random_seed=1, **SAMPLE_KW
+        )
     stats = idata.sample_stats
     declared = KameleonMetropolis.stats_dtypes_shapes
-    for name in ["accept", "accepted", "scaling", "nu2", "bandwidth", "tune", "gamma", "kameleon", "logp_evals"]:
+    for name in [
+        "accept", "accepted", "scaling", "nu2", "bandwidth", "tune", "gamma", "kameleon", "logp_evals"
+    ]:
         assert name in declared, name
         # PyMC consumes `tune` itself to split warm-up from posterior draws.
         assert name == "tune" or name in stats, name
@@ -49,7 +52,9 @@ def test_arviz_diagnostics_work_on_output():
     import arviz as az
 
     with banana_model():
-        idata = pm.sample(step=KameleonMetropolis(), draws=300, tune=300, chains=2, random_seed=2, **SAMPLE_KW)
+        idata = pm.sample(
+            step=KameleonMetropolis(), draws=300, tune=300, chains=2, random_seed=2, **SAMPLE_KW
+        )
     summary = az.summary(idata)
     assert {"ess_bulk", "r_hat"} <= set(summary.columns)
     assert np.all(np.isfinite(az.ess(idata)["x"].values))
@@ -248,9 +253,15 @@ def test_per_chain_state_is_reset_between_chains():
 
 def test_same_seed_same_draws_sequential():
     with banana_model():
-        a = pm.sample(step=KameleonMetropolis(), draws=200, tune=200, chains=2, cores=1, random_seed=7, **SAMPLE_KW)
-        b = pm.sample(step=KameleonMetropolis(), draws=200, tune=200, chains=2, cores=1, random_seed=7, **SAMPLE_KW)
-        c = pm.sample(step=KameleonMetropolis(), draws=200, tune=200, chains=2, cores=1, random_seed=8, **SAMPLE_KW)
+        a = pm.sample(
+            step=KameleonMetropolis(), draws=200, tune=200, chains=2, cores=1, random_seed=7, **SAMPLE_KW
+        )
+        b = pm.sample(
+            step=KameleonMetropolis(), draws=200, tune=200, chains=2, cores=1, random_seed=7, **SAMPLE_KW
+        )
+        c = pm.sample(
+            step=KameleonMetropolis(), draws=200, tune=200, chains=2, cores=1, random_seed=8, **SAMPLE_KW
+        )
     np.testing.assert_array_equal(a.posterior["x"].values, b.posterior["x"].values)
     assert not np.array_equal(a.posterior["x"].values, c.posterior["x"].values)
 
@@ -262,7 +273,9 @@ def test_pickle_and_parallel_chains_are_reproducible():
         clone = cloudpickle.loads(cloudpickle.dumps(step))
         assert isinstance(clone, KameleonMetropolis) and clone.n_subsample == step.n_subsample
         runs = [
-            pm.sample(step=KameleonMetropolis(), draws=200, tune=200, chains=2, cores=2, random_seed=9, **SAMPLE_KW)
+            pm.sample(
+                step=KameleonMetropolis(), draws=200, tune=200, chains=2, cores=2, random_seed=9, **SAMPLE_KW
+            )
             for _ in range(2)
         ]
     np.testing.assert_array_equal(runs[0].posterior["x"].values, runs[1].posterior["x"].values)

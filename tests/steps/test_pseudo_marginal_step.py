@@ -13,9 +13,9 @@ import cloudpickle
 import numpy as np
 import pymc as pm
 import pytest
+from conftest import _mcse_of_mean
 from scipy.stats import norm
 
-from conftest import _mcse_of_mean
 from pymc_kameleon import KameleonMetropolis, PseudoMarginalPotential, log_mean_exp
 
 SAMPLE_KW = dict(progressbar=False, compute_convergence_checks=False)
@@ -189,7 +189,8 @@ def test_same_seed_same_draws_and_estimates_sequential_and_parallel():
     with model:
         for key, seed, cores in [("a", 11, 1), ("b", 11, 1), ("c", 12, 1), ("p1", 11, 2), ("p2", 11, 2)]:
             runs[key] = pm.sample(
-                step=KameleonMetropolis(), draws=150, tune=150, chains=2, cores=cores, random_seed=seed, **SAMPLE_KW
+                step=KameleonMetropolis(), draws=150, tune=150, chains=2, cores=cores, random_seed=seed,
+                **SAMPLE_KW,
             )
 
     def values(key):
@@ -236,7 +237,8 @@ def _sample_latent(step_factory, seed, split=False):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             idata = pm.sample(
-                step=step_factory(model), draws=5000, tune=2000, chains=4, cores=2, random_seed=seed, **SAMPLE_KW
+                step=step_factory(model), draws=5000, tune=2000, chains=4, cores=2, random_seed=seed,
+                **SAMPLE_KW,
             )
     post = idata.posterior
     if split:

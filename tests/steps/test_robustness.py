@@ -51,7 +51,9 @@ def regression_reference():
         idata = pm.sample(draws=2000, tune=1000, chains=4, cores=1, random_seed=1, progressbar=False)
     summary = az.summary(idata, var_names=["b0", "b1", "sigma"])
     assert summary["r_hat"].max() < 1.01 and summary["ess_bulk"].min() > 1000
-    return {v: (float(idata.posterior[v].mean()), float(idata.posterior[v].std())) for v in ("b0", "b1", "sigma")}
+    return {
+        v: (float(idata.posterior[v].mean()), float(idata.posterior[v].std())) for v in ("b0", "b1", "sigma")
+    }
 
 
 def check(idata, reference, rhat=True):
@@ -120,7 +122,9 @@ def test_kass_unstandardised_regression(regression_reference):
 def test_tuning_too_short_warns_with_the_figure_and_the_remedy():
     with two_normals():
         step = KameleonMetropolis()
-        with pytest.warns(UserWarning, match=r"KameleonMetropolis: tuning took 150 steps, fewer than the \d+"):
+        with pytest.warns(
+            UserWarning, match=r"KameleonMetropolis: tuning took 150 steps, fewer than the \d+"
+        ):
             pm.sample(step=step, tune=150, draws=50, chains=1, random_seed=1, progressbar=False,
                       compute_convergence_checks=False)
 
