@@ -191,7 +191,7 @@ class WhitenedFamily:
         return self.family.kernel
 
     def covariance(self, y) -> np.ndarray:
-        """Proposal covariance at ``y`` in the model's coordinates, :math:`L \Sigma_w L^\top`."""
+        r"""Proposal covariance at ``y`` in the model's coordinates, :math:`L \Sigma_w L^\top`."""
         L = self.whitening.chol
         return L @ self.family.covariance(self.whitening.whiten(y)) @ L.T
 

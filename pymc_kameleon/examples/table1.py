@@ -1,4 +1,8 @@
 """Old import path of :mod:`pymc_kameleon.problems.table1` (re-exported; use the new path)."""
 
-from pymc_kameleon.problems.table1 import *  # noqa: F403
-from pymc_kameleon.problems.table1 import __all__  # noqa: F401
+import sys as _sys
+
+from pymc_kameleon.problems import table1 as _module
+
+# The old path is the new module itself: every name (module constants too, e.g. SIR_TIMES) stays importable.
+_sys.modules[__name__] = _module

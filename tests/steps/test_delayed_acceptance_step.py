@@ -158,11 +158,14 @@ def test_exact_stage_ratios_mh(kwargs):
         if base.family is not None:  # the Kameleon/AM mixture densities, from scratch
 
             def mixture(to, frm, base=base):
-                kameleon = multivariate_normal(
-                    frm, WhitenedFamily(base.family, base.whitening).covariance(frm)
-                ).pdf(to)
-                am = multivariate_normal(frm, base.am_scale.value**2 * base.covariance).pdf(to)
-                return math.log((1 - base.am_weight) * kameleon + base.am_weight * am)
+                family = WhitenedFamily(base.family, base.whitening)
+                kameleon = multivariate_normal(frm, family.covariance(frm))
+                am = multivariate_normal(frm, base.am_scale.value**2 * base.covariance)
+                with np.errstate(divide="ignore"):  # am_weight may be 0 or 1
+                    return np.logaddexp(
+                        np.log1p(-base.am_weight) + kameleon.logpdf(to),
+                        np.log(base.am_weight) + am.logpdf(to),
+                    )
 
             exp_f, exp_r = mixture(np.array([y]), np.array([x])), mixture(np.array([x]), np.array([y]))
             assert lq_f == pytest.approx(exp_f, rel=1e-9) and lq_r == pytest.approx(exp_r, rel=1e-9)
