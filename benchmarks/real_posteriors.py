@@ -896,7 +896,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--tune", type=int, default=2000)
     parser.add_argument("--draws", type=int, default=2000)
     parser.add_argument("--cores", type=int, default=None, help="default: min(chains, 2)")
-    parser.add_argument("--seeds", type=int, default=3, help="number of seeds (seed-base, seed-base + 1, ...)")
+    parser.add_argument("--seeds", type=int, default=3,
+                        help="number of seeds (seed-base, seed-base + 1, ...)")
     parser.add_argument("--seed-base", type=int, default=2025)
     parser.add_argument("--quick", action="store_true",
                         help=f"smoke test: {', '.join(QUICK_POSTERIORS)}; 2 x (200 + 200), 1 seed, 1 core")
