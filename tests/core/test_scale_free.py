@@ -207,6 +207,7 @@ class _NotWhitened(ScaleFreeKameleon):
 
 @pytest.mark.slow
 def test_affine_equivariance_negative_control():
-    """Without whitening, the 1e-4..1e4 diagonal transform is sampled wrongly: the test above can fail."""
+    """Without whitening, the 1e-4..1e4 diagonal transform is sampled wrongly: the test above, with
+    its bound of 4.5, would fail (max z 6.9 at these seeds)."""
     scores = transformed_z_scores(*DIAG, lambda: _NotWhitened(3, make_kernel("gaussian"), n_subsample=300))
-    assert scores.max() > 10, scores
+    assert scores.max() > 4.5, scores
