@@ -937,6 +937,53 @@ def table_row(name: str, sampler_name: str, results: list[dict]) -> list[str]:
     return [name, sampler_name, *cells, "; ".join(notes)]
 
 
+GRADIENT_FREE_PEERS = ("Metropolis", "DEMetropolisZ")
+
+
+def _median(results: list[dict], key: str) -> float:
+    done = [r[key] for r in results if "skipped" not in r and "error" not in r]
+    return float(np.median(done)) if done else math.nan
+
+
+def verdict(results: dict, ours: str = "KameleonMetropolis") -> list[str]:
+    """Issue 12's done-when, per posterior, from the medians over seeds.
+
+    *Right* means largest standardised mean error below 0.1 and max R-hat below 1.01. ``ours`` must
+    be right wherever a gradient-free PyMC peer (:data:`GRADIENT_FREE_PEERS`) is, and have at least
+    the best peer's ESS per evaluation on 70% of the posteriors.
+    """
+    lines, wins, total, wrong = [], 0, 0, []
+    for name, by_sampler in results.items():
+        if ours not in by_sampler:
+            continue
+        peers = {p: by_sampler[p] for p in GRADIENT_FREE_PEERS if p in by_sampler}
+        if not peers:
+            continue
+
+        def right(rs):
+            return _median(rs, "mean_err") < 0.1 and _median(rs, "max_rhat") < 1.01
+
+        best_peer, best = max(((p, _median(rs, "ess_per_eval")) for p, rs in peers.items()),
+                              key=lambda t: -math.inf if math.isnan(t[1]) else t[1])
+        mine = _median(by_sampler[ours], "ess_per_eval")
+        total += 1
+        won = mine >= best or math.isnan(best)
+        wins += won
+        right_peers = [p for p, rs in peers.items() if right(rs)]
+        if right_peers and not right(by_sampler[ours]):
+            wrong.append(name)
+        lines.append(
+            f"- {name}: ESS/eval {mine:.2e} vs best peer {best_peer} {best:.2e} ({mine / best:.2f}x)"
+            f"{'' if won else ' LOSES'}; right: {'yes' if right(by_sampler[ours]) else 'no'}"
+            f" (peers right: {', '.join(right_peers) or 'none'})"
+        )
+    lines.append(
+        f"{ours}: ESS/eval >= best gradient-free peer on {wins}/{total} posteriors "
+        f"({wins / max(total, 1):.0%}; goal 70%); wrong where a peer is right: {', '.join(wrong) or 'none'}"
+    )
+    return lines
+
+
 def markdown_table(rows: list[list[str]]) -> str:
     """A markdown table with :data:`COLUMNS` as header."""
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
@@ -989,6 +1036,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--output", type=Path, default=None, help="also write the table (markdown) here")
     parser.add_argument("--json", type=Path, default=None, help="write the per-seed results here")
     parser.add_argument("--note", default=None, help="a line printed in the header")
+    parser.add_argument("--peers-from", type=Path, default=None,
+                        help="a --json file of an earlier run: its samplers that are not run now join the "
+                        "table (same posteriors and seeds; PyMC's samplers do not change with our code)")
     args = parser.parse_args(argv)
     if args.quick:
         args.tune, args.draws, args.seeds, args.cores = 200, 200, 1, 1
@@ -1007,6 +1057,12 @@ def main(argv=None) -> dict:
     ]
     if args.note:
         header.append(f"# {args.note}")
+    earlier = {}
+    if args.peers_from:
+        earlier = json.loads(args.peers_from.read_text())
+        header.append(
+            f"# rows of samplers not run now are from {args.peers_from.name} (same seeds and budget)"
+        )
     print("\n".join(header), flush=True)
 
     logging.getLogger("pymc").setLevel(logging.WARNING)  # no "Sequential sampling ..." per run
@@ -1035,7 +1091,12 @@ def main(argv=None) -> dict:
                 if "skipped" in r:
                     break
             results[name][sampler_name] = per_seed
-            rows.append(table_row(name, sampler_name, per_seed))
+        for sampler_name in ALL_SAMPLERS:
+            if sampler_name not in results[name] and sampler_name in earlier.get(name, {}):
+                results[name][sampler_name] = earlier[name][sampler_name]
+        for sampler_name in ALL_SAMPLERS:
+            if sampler_name in results[name]:
+                rows.append(table_row(name, sampler_name, results[name][sampler_name]))
     elapsed = time.perf_counter() - start
     if args.reference_only:
         return {"_references": sources}
@@ -1043,6 +1104,7 @@ def main(argv=None) -> dict:
     table = markdown_table(rows)
     lines = [table, "", LEGEND, "", "References:"]
     lines += [f"- {name}: {source}" for name, source in sources.items()]
+    lines += ["", "Issue 12's done-when (medians over seeds):", *verdict(results)]
     lines.append(f"\nTotal benchmark time {elapsed / 60:.1f} min.")
     text = "\n".join(lines)
     print("\n" + text, flush=True)

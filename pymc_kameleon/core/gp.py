@@ -55,6 +55,13 @@ Cap
     one fixed function within each step, so either policy would be correct; stopping is the
     cheap one. Beyond the cap, states accepted later are not training points, so the surrogate
     no longer interpolates them.
+Input whitening
+    :meth:`set_input_whitening` makes the kernel act on whitened coordinates
+    :math:`w = L^{-1}(\theta - m)` (a :class:`~pymc_kameleon.core.scale_free.Whitening` learned
+    by the sampler): the length scales are then in units of the posterior's covariance, so a
+    thin, correlated ridge (an unstandardised regression) looks round to the ARD kernel. The
+    public interface stays in the caller's coordinates: points, predictions and gradients
+    (:math:`\nabla_\theta f = L^{-\top} \nabla_w f`) go in and come out in :math:`\theta`.
 Hyperparameters
     Fitted by maximising the log marginal likelihood with L-BFGS-B and analytic gradients
     (:meth:`fit_hyperparameters`); then the factor is rebuilt once. Call it during tuning only
@@ -245,7 +252,10 @@ class GPSurrogate:
         self.max_points = int(max_points)
         self.gradients = bool(gradients)
         self._p = d + 1 if self.gradients else 1
-        self._X = np.empty((0, d))
+        self._whitening = None  # input map w = L^{-1}(theta - m); None is the identity
+        self._X = np.empty((0, d))  # stored points in the kernel's (whitened) coordinates
+        self._X_model = np.empty((0, d))  # the same points as given
+        self._G_model = np.empty((0, d))  # their gradients as given (gradients=True only)
         self._y = np.empty(0)  # observations, point by point
         self._h = np.empty(0)  # mean design: 1 on value rows, 0 on gradient rows
         self._diag_add = np.empty(0)  # everything added to the diagonal of K (nugget, noise, extra)
@@ -277,8 +287,96 @@ class GPSurrogate:
 
     @property
     def X(self) -> np.ndarray:
-        """Stored points, shape ``(t, d)`` (a copy)."""
+        """Stored points in the caller's coordinates, shape ``(t, d)`` (a copy)."""
+        return self._X_model.copy()
+
+    @property
+    def W(self) -> np.ndarray:
+        """Stored points in the kernel's coordinates (whitened; ``X`` without a whitening), a copy."""
         return self._X.copy()
+
+    @property
+    def whitening(self):
+        """The input whitening in use (None: the identity)."""
+        return self._whitening
+
+    # ------------------------------------------------------------------ input whitening
+    def _inputs(self, x):
+        """Points (n, d) in the kernel's coordinates."""
+        return x if self._whitening is None else self._whitening.whiten(x)
+
+    def _gradient_in(self, grad):
+        """:math:`\nabla_w f = L^\top \nabla_\theta f`."""
+        return grad if self._whitening is None else self._whitening.chol.T @ grad
+
+    def _gradient_out(self, grad_w):
+        """:math:`\nabla_\theta f = L^{-\top} \nabla_w f` for rows (n, d) or a vector."""
+        if self._whitening is None:
+            return grad_w
+        L = self._whitening.chol
+        return solve_triangular(L, np.asarray(grad_w).T, lower=True, trans="T", check_finite=False).T
+
+    def set_input_whitening(self, whitening) -> None:
+        r"""Let the kernel act on :math:`w = L^{-1}(\theta - m)`, then refactorise (:math:`O(n^3)`).
+
+        Parameters
+        ----------
+        whitening : Whitening or None
+            An object with ``whiten(points)`` and a lower-triangular ``chol`` :math:`L`, e.g.
+            :class:`~pymc_kameleon.core.scale_free.Whitening`; None for the identity. The length
+            scales keep their values, now in the new coordinates.
+        """
+        self._whitening = whitening
+        self._X = self._inputs(self._X_model) if self.n_points else np.empty((0, self.dim))
+        if self.gradients and self.n_points:
+            rows = self._y.reshape(self.n_points, self._p)
+            rows[:, 1:] = self._G_model if whitening is None else self._G_model @ whitening.chol
+        self.refit()
+
+    def raise_values_to(self, floor: float) -> int:
+        r"""Raise stored values below ``floor`` to it (their gradients to 0); :math:`O(n^2)` if any change.
+
+        :math:`K` does not depend on the values, so only :math:`L^{-1} y` is recomputed. Used to keep
+        every stored value within a fixed distance of the best one as the best improves.
+
+        Returns
+        -------
+        int
+            How many values were raised.
+        """
+        rows = self._y.reshape(self.n_points, self._p)
+        low = rows[:, 0] < floor
+        n_low = int(low.sum())
+        if n_low:
+            rows[low, 0] = floor
+            if self.gradients:
+                rows[low, 1:] = 0.0
+                self._G_model[low] = 0.0
+            self._zy = solve_triangular(self._L, self._y, lower=True, check_finite=False)
+            self._alpha = None
+        return n_low
+
+    def latest(self, m: int, max_points: int | None = None) -> GPSurrogate:
+        """A surrogate with the same settings, hyperparameters and whitening on the latest ``m`` points.
+
+        ``max_points`` is its cap (default ``m``).
+        """
+        m = min(int(m), self.n_points)
+        sub = GPSurrogate(
+            self.dim, lengthscales=self._ell, signal_variance=self._s2, noise_variance=self._noise,
+            fit_noise=self.fit_noise, mean=self._mean_spec, jitter=self.jitter,
+            max_points=max(m, 1) if max_points is None else max_points, gradients=self.gradients,
+        )
+        sub._whitening = self._whitening
+        n, p = self.n_points, self._p
+        sub._X = self._X[n - m :].copy()
+        sub._X_model = self._X_model[n - m :].copy()
+        sub._G_model = self._G_model[n - m :].copy()
+        sub._y = self._y[(n - m) * p :].copy()
+        sub._h = self._h[(n - m) * p :].copy()
+        if m:
+            sub.refit()
+        return sub
 
     @property
     def values(self) -> np.ndarray:
@@ -378,6 +476,10 @@ class GPSurrogate:
         if self.n_points >= self.max_points:
             return False
 
+        theta_model, grad_model = theta, grad
+        theta = self._inputs(theta[None])[0]
+        if self.gradients:
+            obs[1:] = self._gradient_in(grad)
         g = self.gradients
         k_new = se_ard_covariance(self._X, theta[None], self._ell, self._s2, g, g)
         k_self = se_ard_covariance(theta[None], theta[None], self._ell, self._s2, g, g)
@@ -392,6 +494,9 @@ class GPSurrogate:
         zh_new = solve_triangular(L22, h_new - L21 @ self._zh, lower=True, check_finite=False)
         self._L = L
         self._X = np.vstack([self._X, theta[None]])
+        self._X_model = np.vstack([self._X_model, theta_model[None]])
+        if self.gradients:
+            self._G_model = np.vstack([self._G_model, grad_model[None]])
         self._y = np.concatenate([self._y, obs])
         self._h = np.concatenate([self._h, h_new])
         self._diag_add = np.concatenate([self._diag_add, diag_new + extra])
@@ -458,7 +563,7 @@ class GPSurrogate:
             raise ValueError(
                 f"GPSurrogate: expected points of dimension {self.dim}, got shape {theta.shape}."
             )
-        return x, single
+        return self._inputs(x), single
 
     def predict_mean(self, theta):
         r"""Predictive mean :math:`\mu(\theta) = m + k_\theta^\top\alpha`, :math:`O(t p d)` per point.
@@ -526,7 +631,7 @@ class GPSurrogate:
             out = np.zeros_like(x)
         else:
             C = se_ard_covariance(x, self._X, self._ell, self._s2, True, self.gradients)
-            out = (C @ self._get_alpha()).reshape(x.shape[0], self.dim + 1)[:, 1:]
+            out = self._gradient_out((C @ self._get_alpha()).reshape(x.shape[0], self.dim + 1)[:, 1:])
         return out[0] if single else out
 
     def predict_joint(self, theta):
@@ -555,11 +660,17 @@ class GPSurrogate:
         mean = np.zeros(self.dim + 1)
         mean[0] = self.mean_value
         if self.n_points == 0:
-            return mean, prior
-        C = se_ard_covariance(x, self._X, self._ell, self._s2, True, self.gradients)
-        mean += C @ self._get_alpha()
-        V = solve_triangular(self._L, C.T, lower=True, check_finite=False)
-        cov = prior - V.T @ V
+            cov = prior
+        else:
+            C = se_ard_covariance(x, self._X, self._ell, self._s2, True, self.gradients)
+            mean += C @ self._get_alpha()
+            V = solve_triangular(self._L, C.T, lower=True, check_finite=False)
+            cov = prior - V.T @ V
+        if self._whitening is not None:
+            # (f, grad_theta f) = J (f, grad_w f) with J = diag(1, L^{-T}).
+            J = np.eye(self.dim + 1)
+            J[1:, 1:] = self._gradient_out(np.eye(self.dim)).T  # L^{-T}
+            mean, cov = J @ mean, J @ cov @ J.T
         cov = 0.5 * (cov + cov.T)
         idx = np.diag_indices_from(cov)
         cov[idx] = np.maximum(cov[idx], 0.0)

@@ -66,6 +66,8 @@ _EFFECTIVE_FRACTION = 0.1
 # posterior's covariance: it keeps the previous whitening (a stuck chain must not shrink C to zero).
 _MIN_WINDOW_ACCEPT = 0.02
 _LOG_2PI = math.log(2.0 * math.pi)
+# A window ends early when its draws' sd in whitened coordinates is off by more than this factor.
+_WHITENING_TOLERANCE = 3.0
 
 
 # Largest move of a Robbins-Monro log-scale in one step.
@@ -334,6 +336,11 @@ class ScaleFreeKameleon(Proposal):
         return "adaptive_metropolis" if self.moves is None else "kameleon"
 
     @property
+    def window(self) -> int:
+        """Adaptation windows completed (the scan counts as the first)."""
+        return self._window
+
+    @property
     def scan_scales(self) -> np.ndarray:
         """Per-coordinate step sizes of the coordinate scan."""
         return np.exp(self._scan_log_scale)
@@ -485,9 +492,32 @@ class ScaleFreeKameleon(Proposal):
             self._set_kameleon_scales()
         else:
             _bounded_update(self.am_scale, accept_prob)
-        if self.tune_steps < self._window_end:
+        if self.tune_steps < self._window_end and not self._whitening_is_off():
             return False
         return self._end_window(rng)
+
+    def _whitening_is_off(self) -> bool:
+        """Whether this window's draws so far say the learned covariance is off by a factor 3 in sd.
+
+        Checked every ``first_window`` draws once a window has ``2 first_window`` (not in the scan).
+        The geometric mean variance :math:`|\hat C_w|^{1/d}` of the later half of the window's
+        draws, in whitened coordinates, is about 1 when :math:`C` fits. Far below, the chain has
+        settled into a region much smaller than :math:`C` (estimated while walking in from a far
+        start); far above, it is still walking. Either way the window ends early, so that a tuning
+        run shorter than the window schedule does not end with a covariance from the transient
+        (an unstandardised regression from a far start: sds 2-100x the posterior's before).
+        """
+        n = len(self._history)
+        if self.phase == "scan" or self._window == 0 or n < 2 * self.first_window or n % self.first_window:
+            return False
+        points = self._history.points
+        estimate = shrunk_covariance(self.whiten(points[points.shape[0] // 2 :]))
+        if estimate is None:
+            return False
+        sign, log_det = np.linalg.slogdet(estimate[1])
+        # The geometric mean of the variances (rotation-invariant, unlike the diagonal, and not
+        # dominated by one wide direction, like the trace).
+        return sign <= 0 or abs(log_det / self.dim) > 2.0 * math.log(_WHITENING_TOLERANCE)
 
     def _end_window(self, rng) -> bool:
         """Re-estimate :math:`m, C` and :math:`Z` from this window's draws, then start a longer window.

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections import deque
 
 import numpy as np
 import pymc as pm
@@ -78,6 +79,10 @@ _HYPERPARAMETER_KEYS = ("lengthscales", "signal_variance", "noise_variance", "me
 _GP_FLOOR_NATS = 50.0
 # Largest move of a Robbins-Monro log-scale in one step (bounds the importance-weighted signal).
 _MAX_LOG_SCALE_STEP = 0.5
+# During tuning, if the mean stage-1 acceptance over this many screened steps is below
+# _MIN_STAGE1_ACCEPT, the GP cannot be trusted (see GPDelayedAcceptanceMH._pause_screening).
+_SCREENING_CHECK_STEPS = 100
+_MIN_STAGE1_ACCEPT = 0.02
 
 
 
@@ -287,7 +292,7 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
         self._gp_version = 0
         self._train_grads = []  # gradient observations, in the order of the GP's points
         self._warm = True  # exact warm-up that seeds the GP
-        self._best_ll = -math.inf  # largest exact log-likelihood added in the warm-up (MALA's floor)
+        self._best_ll = -math.inf  # largest exact log-likelihood added to the GP (sets its floor)
         self._seeded = False  # whether the chain's starting point is in the GP
         self._next_fit = self.initial_points
         self._fitted_at = 0  # training-set size at the last hyperparameter fit (0: never)
@@ -298,6 +303,8 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
         self._precond_trace = float(self.dim)
         self._history = HistoryBuffer(self.dim, max(self.history_size, 2))
         self._tune_steps = 0
+        self._stage1_recent = deque(maxlen=_SCREENING_CHECK_STEPS)  # alpha1 of recent screened tuning steps
+        self._n_pauses = 0  # times screening fell back to exact steps during tuning
         self._cache = None  # (gp version, point, surrogate point at the current state)
         self._target.reset()
         self._evals_at_reset = self._target.n_evals
@@ -345,13 +352,12 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
     def _add_training_point(self, theta, ll, grad=None) -> bool:
         """Condition the GP on one exact evaluation (after the step's decision).
 
-        In the exact warm-up, values more than ``_GP_FLOOR_NATS`` (+ 5 per dimension) below the
-        best seen so far are clipped to that floor, with a zero gradient. The GP then learns "very
-        unlikely here" without one value of, say, -1e300 from an overshooting Langevin proposal, or
-        -1e4 from a walk in from a far start, blowing up its signal variance and making its mean
-        pessimistic everywhere (then stage 1 rejects every proposal and the scale collapses). The GP
-        only screens proposals, so the chain stays exact. (Until issue 12 this applied to MALA only;
-        an unstandardised regression needed it for MH too. Table 1's T4 is to be re-measured.)
+        Values more than ``_GP_FLOOR_NATS`` (+ 5 per dimension) below the best seen so far are
+        clipped to that floor, with a zero gradient. The GP then learns "very unlikely here" without
+        one value of, say, -1e300 from an overshooting Langevin proposal, or -1e8 from a scan step
+        across an unstandardised regression's ridge, blowing up its signal variance and making its
+        mean pessimistic everywhere (then stage 1 rejects every proposal and the scale collapses).
+        The GP only screens proposals, so the chain stays exact whatever it is fed.
         """
         if not self._gp_accepts_points() or not (math.isfinite(ll)):
             return False
@@ -359,12 +365,13 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
             return False
         if self.loglik_gradient and grad is None:
             return False
-        if self._warm:
-            self._best_ll = max(self._best_ll, float(ll))
-            floor = self._best_ll - (_GP_FLOOR_NATS + 5.0 * self.dim)
-            if ll < floor:
-                ll = floor
-                grad = None if grad is None else np.zeros_like(np.asarray(grad, dtype=float))
+        if ll > self._best_ll:
+            self._best_ll = float(ll)
+            self._raise_to_floor()
+        floor = self._best_ll - (_GP_FLOOR_NATS + 5.0 * self.dim)
+        if ll < floor:
+            ll = floor
+            grad = None if grad is None else np.zeros_like(np.asarray(grad, dtype=float))
         try:
             added = self._gp.add(theta, ll, grad)
         except SingularCovarianceError:
@@ -383,13 +390,30 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
                 self._train_grads.append(np.array(grad, dtype=float))
         return added
 
+    def _raise_to_floor(self) -> None:
+        """Re-clip the stored values to the floor below the new best value.
+
+        Walking in from a far start, the first values can be 1e7 nats below the later ones; left
+        there, they keep the signal variance near 1e13, whose relative nugget (``jitter``) then
+        spoils the interpolation at the current state by hundreds of nats, and stage 1 rejects
+        everything. A signal variance fitted to the old spread is reset to the new one (during
+        tuning; the next scheduled fit refines it).
+        """
+        gp = self._gp
+        if not gp.n_points or not gp.raise_values_to(self._best_ll - (_GP_FLOOR_NATS + 5.0 * self.dim)):
+            return
+        self._gp_version += 1
+        spread = max(float(np.var(gp.values)), 1.0)
+        if self.tune and not self._warm and gp.signal_variance > 10.0 * spread:
+            gp.set_hyperparameters(signal_variance=spread)
+
     def _end_warm_up(self) -> bool:
         """Set the hyperparameters (heuristics, then a fit if tuning). Returns whether it fitted."""
         self._warm = False
         fixed = self._fixed_hyper or {}
-        X, y = self._gp.X, self._gp.values
-        ell = np.std(X, axis=0) if X.shape[0] > 1 else np.ones(self.dim)
-        fallback = self._typical_step()
+        W, y = self._gp.W, self._gp.values  # in the kernel's (whitened) coordinates
+        ell = np.std(W, axis=0) if W.shape[0] > 1 else np.ones(self.dim)
+        fallback = self._typical_step() if self._gp.whitening is None else 1.0
         ell = np.where(ell > 0, ell, fallback)
         vy = float(np.var(y)) if y.size > 1 else 1.0
         vy = vy if vy > 0 else 1.0
@@ -406,32 +430,21 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
             return True
         return False
 
+    def _warm_up_may_end(self) -> bool:
+        """Whether the base proposal is ready for screening (MH: once the coordinate scan is over)."""
+        return True
+
+    def _pause_screening(self) -> None:
+        """React to a GP whose stage 1 rejects nearly everything during tuning (MH only, see there)."""
+
     def _fit(self, n_restarts=0):
         """Fit the hyperparameters by marginal likelihood on the latest ``fit_max_points`` points."""
         gp = self._gp
         n = gp.n_points
         if n < 2:
             return
-        m = min(n, self.fit_max_points)
-        X, y = gp.X[n - m :], gp.values[n - m :]
-        sub = GPSurrogate(
-            self.dim,
-            lengthscales=gp.lengthscales,
-            signal_variance=gp.signal_variance,
-            noise_variance=gp.noise_variance,
-            fit_noise=self.fit_noise,
-            mean=self._gp_mean,
-            jitter=self.jitter,
-            max_points=m,
-            gradients=self.loglik_gradient,
-        )
-        for i in range(m):
-            grad = self._train_grads[n - m + i] if self.loglik_gradient else None
-            try:
-                sub.add(X[i], y[i], grad)
-            except SingularCovarianceError:
-                continue
         try:
+            sub = gp.latest(self.fit_max_points)
             sub.fit_hyperparameters(n_restarts=n_restarts, rng=self.rng)
             gp.set_hyperparameters(
                 lengthscales=sub.lengthscales,
@@ -448,7 +461,7 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
     def _after_exact_evaluation(self) -> bool:
         """Hyperparameter schedule: fit when the training set doubled (tuning only); whether it fitted."""
         if self._warm:
-            if self._gp.n_points >= self.initial_points:
+            if self._gp.n_points >= self.initial_points and self._warm_up_may_end():
                 return self._end_warm_up()
             return False
         if self.fit_hyperparameters and self.tune and self._gp.n_points >= self._next_fit:
@@ -543,7 +556,14 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
             refit = self._after_exact_evaluation() or refit
         # The scale adapts to an unbiased estimate of the acceptance probability of plain MH on the
         # exact target (set by the step; the acceptance probability itself in the warm-up).
-        self._adapt(y_new, info.get("adapt", accept_prob))
+        refit = bool(self._adapt(y_new, info.get("adapt", accept_prob))) or refit
+        if self.tune and info["screened"]:
+            self._stage1_recent.append(info["stage1"])
+            if (
+                len(self._stage1_recent) == _SCREENING_CHECK_STEPS
+                and np.mean(self._stage1_recent) < _MIN_STAGE1_ACCEPT
+            ):
+                self._pause_screening()
         stats = {
             "accept": accept_prob,
             "accepted": float(accepted),
@@ -611,9 +631,22 @@ class GPDelayedAcceptanceMH(_GPDelayedAcceptanceBase):
     - *Initialisation.* The chain starts with an exact warm-up: plain MH steps with the base
       proposal, each evaluating the likelihood at its proposal, until the GP holds
       ``initial_points`` evaluations (the starting point plus one per warm-up step, whether
-      accepted or not). Then length scales are set to the spread of those points and the signal
-      variance to the variance of their values, and (during tuning) the hyperparameters are
-      fitted by marginal likelihood, with two random restarts.
+      accepted or not) *and* the base proposal's coordinate scan (25 d + 50 steps) is over, so
+      that the GP screens only once every coordinate's scale is known. Then length scales are set
+      to the spread of those points and the signal variance to the variance of their values,
+      and (during tuning) the hyperparameters are fitted by marginal likelihood, with two random
+      restarts.
+    - *Whitened inputs.* The kernel acts on coordinates whitened by the base proposal's learned
+      mean and covariance (:meth:`~pymc_kameleon.core.gp.GPSurrogate.set_input_whitening`), so its
+      length scales are in posterior units and a correlated ridge looks round. At each window end
+      during tuning the GP moves to the new whitening, forgets the points from before the
+      previous window (a walk in from a far start), and is refitted.
+    - *Floor.* Values more than 50 + 5 d nats below the best so far are clipped to that floor (and
+      raised when the best improves): the GP learns "very unlikely here" without one value of
+      -1e8 spoiling its fit.
+    - *Fallback.* If, during tuning, stage 1 accepts less than 2% on average over 100 screened
+      steps, the GP is wrong near the chain: the step takes exact steps until the next window
+      ends, then refits and screens again (a warning if tuning ends in such a fallback).
     - *Hyperparameter schedule.* During tuning only, refitted whenever the training set has
       doubled since the last fit (geometric schedule: ``initial_points``, then about 2x, 4x, ...),
       and once more at the end of tuning if it grew by a quarter since. Each fit uses the latest
@@ -624,14 +657,14 @@ class GPDelayedAcceptanceMH(_GPDelayedAcceptanceBase):
       still exact, but not added (a sliding window would cost an :math:`O(t^3)` refactorisation
       per step). The chain is exact either way.
 
-    **Base proposal.** ``"random_walk"`` (default): :math:`Q(\cdot \mid x) = \mathcal N(x, s^2 \hat\Sigma)`,
-    adaptive Metropolis: during tuning :math:`\log s` follows Robbins-Monro toward
-    ``target_accept`` and every ``adapt_interval`` steps :math:`\hat\Sigma` is reset to the
-    empirical covariance of the later half of the history (the scale rescaled so the average
-    proposal variance is unchanged); frozen after tuning. ``"kameleon"``: the Kameleon proposal
-    of :class:`~pymc_kameleon.KameleonMetropolis` (a random walk until the first history
-    subsample after ``adapt_interval`` tuning steps; then :math:`\log\nu^2` is adapted in the same
-    way); its asymmetric :math:`Q` terms enter both stages.
+    **Base proposal.** :class:`~pymc_kameleon.core.scale_free.ScaleFreeKameleon`, as in
+    :class:`~pymc_kameleon.KameleonMetropolis`: a coordinate scan, then windows of doubling length
+    (from ``adapt_interval``) that re-estimate the mean and covariance from their own draws.
+    ``"random_walk"`` (default): its Adaptive Metropolis component alone,
+    :math:`Q(\cdot \mid x) = \mathcal N(x, \lambda^2 C)`, :math:`\lambda` by Robbins-Monro toward
+    ``target_accept``. ``"kameleon"``: its Kameleon component alone, in whitened coordinates
+    (:math:`\nu^2` adapted likewise); its asymmetric :math:`Q` terms enter both stages. Frozen
+    after tuning.
 
     *Adaptation signal.* The scale is tuned for the exact target, not for the surrogate: the
     Robbins-Monro signal is :math:`\alpha_{MH}(x, y) / \alpha_1(x, y)` for a proposal that passed
@@ -818,6 +851,8 @@ class GPDelayedAcceptanceMH(_GPDelayedAcceptanceBase):
 
     def _reset_chain_state(self):
         super()._reset_chain_state()
+        self._resume_window = None  # screening paused until this adaptation window (None: not paused)
+        self._window_start_points = [0]  # GP points at the start of each adaptation window
         self._proposal = ScaleFreeKameleon(
             self.dim,
             self._kernel_template,
@@ -839,6 +874,16 @@ class GPDelayedAcceptanceMH(_GPDelayedAcceptanceBase):
 
     def stop_tuning(self):
         tuned = self.tune and self._tune_steps > 0
+        if tuned and self._warm and self._resume_window is not None:
+            self._end_warm_up()  # tuning ended during an exact fallback: screen from here on
+            warnings.warn(
+                f"{type(self).__name__}: tuning ended in an exact fallback: the GP's stage 1 had "
+                f"rejected nearly every proposal (acceptance below {_MIN_STAGE1_ACCEPT:.0%} over "
+                f"{_SCREENING_CHECK_STEPS} steps; {self._n_pauses} fallback(s) in tuning), so its fit "
+                "near the posterior is untested. Increase `tune`, or start closer to the posterior.",
+                UserWarning,
+                stacklevel=2,
+            )
         super().stop_tuning()
         if tuned:
             warn_after_tuning(type(self).__name__, self._proposal, self.target_accept)
@@ -929,10 +974,53 @@ class GPDelayedAcceptanceMH(_GPDelayedAcceptanceBase):
         )
 
     # ------------------------------------------------------------ adaptation
-    def _adapt(self, y_new, adapt_value):
-        if self.tune:
-            self._tune_steps += 1
-            self._proposal.adapt(y_new, adapt_value, self.rng)
+    def _adapt(self, y_new, adapt_value) -> bool:
+        """Adapt the base proposal; at a window end, update the GP. Returns whether it refitted."""
+        if not self.tune:
+            return False
+        self._tune_steps += 1
+        window = self._proposal.window
+        changed = self._proposal.adapt(y_new, adapt_value, self.rng)
+        if self._proposal.window == window:
+            return False
+        # A window ended. The GP forgets points from before the previous window (a walk in from
+        # a far start would otherwise fill it up to max_points with the transient), and, if the
+        # learned covariance changed, its kernel moves to the new whitened coordinates, where a
+        # correlated ridge is round; then its hyperparameters are refitted.
+        starts = self._window_start_points
+        starts.append(self._gp.n_points)
+        if len(starts) > 2 and starts[-3] > 0:
+            dropped = starts[-3]  # points from before the window that just ended
+            self._gp = self._gp.latest(self._gp.n_points - dropped, max_points=self.max_points)
+            self._window_start_points = [n - dropped for n in starts[-2:]]
+        if changed:
+            self._gp.set_input_whitening(self._proposal.whitening)
+        self._gp_version += 1
+        if self.fit_hyperparameters and not self._warm and self._gp.n_points >= 2:
+            self._fit()
+            return True
+        return False
+
+    def _warm_up_may_end(self) -> bool:
+        # Screening a coordinate scan would let a GP that has not seen each coordinate's scale
+        # shrink the scan's step sizes; the GP starts screening with the scan's whitening.
+        if self._proposal.phase == "scan":
+            return False
+        return not self.tune or self._resume_window is None or self._proposal.window >= self._resume_window
+
+    def _pause_screening(self) -> None:
+        """Back to exact steps until the end of the next adaptation window, then a fresh GP fit.
+
+        A stage-1 acceptance below 2% over 100 screened tuning steps means the GP is wrong near
+        the chain (walking in from a far start, its stationary model of a steep slope is poor), and
+        the adaptation signal is then ~0, so the scale would collapse and the chain stick. Exact
+        steps give the GP points where the chain is, the scale the true acceptance rate, and the
+        window a new whitening. Tuning only: the sampling kernel is unaffected.
+        """
+        self._warm = True
+        self._resume_window = self._proposal.window + 1
+        self._n_pauses += 1
+        self._stage1_recent.clear()
 
     def astep(self, q0):
         y_new, stats = super().astep(q0)

@@ -289,3 +289,88 @@ def test_cap_and_input_checks():
         GPSurrogate(2, lengthscales=[1.0, -1.0])
     with pytest.raises(ValueError, match="mean"):
         GPSurrogate(2, mean="zero")
+
+
+# ------------------------------------------------------------------ input whitening
+def _whitened_setup(grads, seed=0, d=3):
+    from pymc_kameleon.core.scale_free import Whitening
+
+    rng = np.random.default_rng(seed)
+    A = rng.normal(size=(d, d))
+    wh = Whitening.from_moments(rng.normal(size=d), A @ A.T + np.eye(d))
+    X = rng.normal(size=(8, d)) @ wh.chol.T + wh.mean
+
+    def f(x):
+        return -0.5 * np.sum(wh.whiten(x) ** 2, -1) + np.sin(x[..., 0])
+
+    def grad(x):
+        g = np.linalg.solve(wh.chol.T, -wh.whiten(x))
+        g[0] += np.cos(x[0])
+        return g
+
+    return wh, X, f, grad, rng
+
+
+@pytest.mark.parametrize("grads", [False, True], ids=["values", "gradients"])
+def test_input_whitening_is_the_gp_on_whitened_points(grads):
+    """A GP whitened by (m, L) on points x is the plain GP on w = L^-1 (x - m), with gradients by
+    the chain rule (grad_x f = L^-T grad_w f); set before or after the points, the same."""
+    wh, X, f, grad, rng = _whitened_setup(grads)
+    ell = [0.7, 1.1, 1.3]
+    whitened, plain, late = (GPSurrogate(3, lengthscales=ell, gradients=grads) for _ in range(3))
+    whitened.set_input_whitening(wh)
+    for x in X:
+        g = grad(x) if grads else None
+        whitened.add(x, f(x), g)
+        late.add(x, f(x), g)
+        plain.add(wh.whiten(x), f(x), wh.chol.T @ g if grads else None)
+    late.set_input_whitening(wh)
+    T = rng.normal(size=(5, 3)) @ wh.chol.T + wh.mean
+    for gp in (whitened, late):
+        np.testing.assert_allclose(gp.predict(T), plain.predict(wh.whiten(T)), rtol=1e-9, atol=1e-10)
+        np.testing.assert_allclose(gp.X, X)
+        np.testing.assert_allclose(gp.W, wh.whiten(X), atol=1e-12)
+    if grads:
+        L_inv_T = np.linalg.inv(wh.chol).T
+        np.testing.assert_allclose(
+            whitened.predict_gradient(T),
+            plain.predict_gradient(wh.whiten(T)) @ L_inv_T.T,
+            rtol=1e-8,
+            atol=1e-10,
+        )
+        J = np.eye(4)
+        J[1:, 1:] = L_inv_T
+        mean, cov = whitened.predict_joint(T[0])
+        mean_w, cov_w = plain.predict_joint(wh.whiten(T[0]))
+        np.testing.assert_allclose(mean, J @ mean_w, rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(cov, J @ cov_w @ J.T, rtol=1e-7, atol=1e-10)
+        np.testing.assert_allclose(whitened.predict_gradient(X[2]), grad(X[2]), rtol=1e-5, atol=1e-6)
+    # Negative control: the same length scales on the raw points give a different surrogate.
+    raw = GPSurrogate(3, lengthscales=ell, gradients=grads)
+    for x in X:
+        raw.add(x, f(x), grad(x) if grads else None)
+    assert np.abs(raw.predict(T)[0] - whitened.predict(T)[0]).max() > 1e-3
+
+
+def test_raise_values_to_and_latest():
+    wh, X, f, _, _ = _whitened_setup(False)
+    gp = GPSurrogate(3, lengthscales=1.0)
+    gp.set_input_whitening(wh)
+    values = f(X)
+    for x, v in zip(X, values):
+        gp.add(x, v)
+    floor = float(np.median(values))
+    assert gp.raise_values_to(floor) == int(np.sum(values < floor))
+    np.testing.assert_allclose(gp.values, np.maximum(values, floor))
+    # The same as a GP built on the raised values.
+    ref = GPSurrogate(3, lengthscales=1.0)
+    ref.set_input_whitening(wh)
+    for x, v in zip(X, np.maximum(values, floor)):
+        ref.add(x, v)
+    T = X[:3] + 0.1
+    np.testing.assert_allclose(gp.predict(T), ref.predict(T), rtol=1e-10)
+    assert gp.raise_values_to(floor) == 0
+    sub = gp.latest(5, max_points=50)
+    assert sub.n_points == 5 and sub.max_points == 50 and sub.whitening is wh
+    np.testing.assert_allclose(sub.X, X[3:])
+    np.testing.assert_allclose(sub.values, gp.values[3:])

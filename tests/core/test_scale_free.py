@@ -211,3 +211,27 @@ def test_affine_equivariance_negative_control():
     its bound of 4.5, would fail (max z 6.9 at these seeds)."""
     scores = transformed_z_scores(*DIAG, lambda: _NotWhitened(3, make_kernel("gaussian"), n_subsample=300))
     assert scores.max() > 4.5, scores
+
+
+@pytest.mark.parametrize("late_sd", [0.1, 1.0], ids=["settled", "control"])
+def test_window_ends_early_when_the_whitening_is_off(late_sd):
+    """Windows of 50, 100, 200 draws from N(0, I), then draws from N(0, late_sd^2 I). A chain that
+    settles into a region 10x narrower than the learned covariance (it was learned while walking
+    in) ends its 400-step window after 100 draws (checked on their later half), and the new
+    whitening has the new sd; draws that fit the whitening (the control) wait for the schedule."""
+    rng = np.random.default_rng(5)
+    prop = ScaleFreeKameleon(2, make_kernel("linear"), am_weight=1.0, scan_steps=0, first_window=50)
+    for _ in range(350):
+        prop.adapt(rng.normal(size=2), 0.3, rng)
+    assert prop.window == 3
+    ends = []
+    for step in range(351, 751):
+        window = prop.window
+        prop.adapt(late_sd * rng.normal(size=2), 0.3, rng)
+        if prop.window != window:
+            ends.append(step)
+    if late_sd < 1:
+        assert ends[0] == 450
+        assert np.sqrt(np.diag(prop.covariance)) == pytest.approx([late_sd] * 2, rel=0.3)
+    else:
+        assert ends == [750]

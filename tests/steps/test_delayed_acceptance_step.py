@@ -24,7 +24,7 @@ from scipy.stats import multivariate_normal, norm
 from pymc_kameleon import GPDelayedAcceptanceMALA, GPDelayedAcceptanceMH, PseudoMarginalPotential
 from pymc_kameleon.core.delayed_acceptance import log_expected_langevin_term
 from pymc_kameleon.core.mh import mh_log_ratio
-from pymc_kameleon.core.scale_free import WhitenedFamily
+from pymc_kameleon.core.scale_free import WhitenedFamily, scan_steps_for
 from pymc_kameleon.targets import banana, correlated_gaussian
 
 SAMPLE_KW = dict(progressbar=False, compute_convergence_checks=False)
@@ -195,8 +195,10 @@ def test_exact_stage_ratios_mh(kwargs):
             else:
                 assert math.isnan(stats["stage2_accept"]) and stats["accept"] == 0.0
                 assert not stats["accepted"]
-        # The proposal joins the GP only after the decision, and only if it was evaluated.
-        if i > 0:
+        # The proposal joins the GP only after the decision, and only if it was evaluated (a window
+        # end during tuning also drops points from before the previous window).
+        window_ended = i + 1 < len(snapshots) and snapshots[i + 1][1].window != base.window
+        if i > 0 and not window_ended:
             assert stats["gp_points"] == gp.n_points + int(stats["exact_eval"])
         assert float(new["x"]) == (y if stats["accepted"] else x)
     assert checked["warm"] >= 3 and checked["stage1"] > 150 and checked["stage2"] > 30, checked
@@ -279,11 +281,16 @@ def test_gp_grows_by_cholesky_appends_and_counts_evaluations(cls):
     points = np.array([s["gp_points"] for s in stats])
     evals = np.array([s["exact_eval"] for s in stats])
     counts = np.array([s["n_exact_evals"] for s in stats])
-    # Every exact evaluation (the start included) is one new GP point, until the cap.
+    tune = np.array([s["tune"] for s in stats])
+    # Every exact evaluation (the start included) is one new GP point, until the cap. (MH's GP
+    # forgets points from before the previous window at each window end during tuning.)
     assert counts[-1] == 1 + evals.sum()
     below_cap = points < step.max_points
-    np.testing.assert_array_equal(points[below_cap], counts[below_cap])
-    np.testing.assert_array_equal(np.diff(points)[below_cap[1:]], evals[1:][below_cap[1:]])
+    grows = below_cap[1:] & ~tune[1:]
+    np.testing.assert_array_equal(np.diff(points)[grows], evals[1:][grows])
+    if cls is GPDelayedAcceptanceMALA:
+        np.testing.assert_array_equal(points[below_cap], counts[below_cap])
+        np.testing.assert_array_equal(np.diff(points)[below_cap[1:]], evals[1:][below_cap[1:]])
     assert 50 < points[-1] <= step.max_points
     assert points[-1] > points[len(rows) - 1] or points[-1] == step.max_points  # appends after tuning
     # The incrementally grown factor is the Cholesky factor of the full covariance.
@@ -292,7 +299,6 @@ def test_gp_grows_by_cholesky_appends_and_counts_evaluations(cls):
     np.testing.assert_allclose(L, np.linalg.cholesky(K), rtol=0, atol=1e-6 * np.abs(L).max())
     # Hyperparameters are fitted on a geometric schedule during tuning, and frozen afterwards.
     refits = np.array([s["gp_refit"] for s in stats])
-    tune = np.array([s["tune"] for s in stats])
     assert 2 <= refits[tune].sum() <= 8 and not refits[~tune].any()
     assert np.isfinite(gp.lengthscales).all() and gp.signal_variance > 0
     if cls is GPDelayedAcceptanceMALA:
@@ -449,11 +455,13 @@ def test_per_chain_state_is_reset(cls):
         idata = pm.sample(step=cls(initial_points=8), draws=50, tune=150, chains=2, cores=1, random_seed=3,
                           discard_tuned_samples=False, **SAMPLE_KW)
     warm = idata.warmup_sample_stats
-    # Each chain starts with its own exact warm-up and a fresh GP and counter.
+    # Each chain starts with its own exact warm-up and a fresh GP and counter. MALA screens from
+    # initial_points on; MH from the step after its coordinate scan (2 x 25 + 50 steps in 2-d).
+    warm_steps = 7 if cls is GPDelayedAcceptanceMALA else scan_steps_for(2) + 1
     assert (warm["n_exact_evals"].values[:, 0] == 2).all()
     assert (warm["gp_points"].values[:, 0] == 2).all()
-    assert not warm["screened"].values[:, :6].any()
-    assert warm["screened"].values[:, 7:].all()
+    assert not warm["screened"].values[:, :warm_steps].any()
+    assert warm["screened"].values[:, warm_steps:].all()
 
 
 @pytest.mark.parametrize("cls", STEPS)
@@ -463,7 +471,7 @@ def test_pickle_and_parallel_chains_are_reproducible(cls):
         step = cls(max_points=100, rng=19)
         clone = cloudpickle.loads(cloudpickle.dumps(step))
         assert isinstance(clone, cls) and clone.max_points == 100
-        rows = drive(model, clone, 60)
+        rows = drive(model, clone, 120)  # past MH's coordinate scan (100 steps in 2-d)
         assert rows[-1][2]["screened"]
         runs = [
             pm.sample(step=cls(max_points=100), draws=100, tune=100, chains=2, cores=2, random_seed=9,
@@ -638,3 +646,43 @@ def test_invariance_pseudo_marginal():
     scores = _posterior_z_scores(idata.posterior["theta"].values)
     assert max(scores.values()) < Z_MAX, scores
     assert idata.sample_stats["exact_eval"].values.mean() < 0.6
+
+
+def test_a_gp_that_rejects_everything_falls_back_to_exact_steps_during_tuning(monkeypatch):
+    """A GP 1000 nats too pessimistic rejects every proposal at stage 1. After 100 such screened
+    tuning steps, MH falls back to exact steps until the next adaptation window ends, then screens
+    again with a refitted GP; tuning that ends during a fallback says so."""
+    import pymc_kameleon.steps.delayed_acceptance as da
+
+    real = da.surrogate_point
+    monkeypatch.setattr(
+        da, "surrogate_point", lambda gp, theta, lp, ll=math.nan: real(gp, theta, lp, ll)._replace(
+            mu=real(gp, theta, lp, ll).mu - 1e3
+        )
+    )
+    model = gaussian_data_model()
+    with model:
+        step = GPDelayedAcceptanceMH(rng=23)
+    rows = drive(model, step, 700)
+    screened = np.array([s["screened"] for _, _, s in rows])
+    first = int(np.argmax(screened))
+    assert first == scan_steps_for(2) + 1
+    assert screened[first : first + 100].all() and not screened[first + 100]
+    assert max(s["stage1_accept"] for _, _, s in rows[first : first + 100]) < 1e-100
+    resumed = first + 100 + int(np.argmax(screened[first + 100 :]))
+    assert resumed > first + 100 and step._n_pauses >= 2  # screens again, still fails, falls back again
+    # Exact steps adapt the scale to the true acceptance rate: it does not collapse.
+    assert step.scale_free_proposal.am_scale.value > 0.3
+    assert not screened[-1]
+    with pytest.warns(UserWarning, match=r"tuning ended in an exact fallback.*Increase `tune`"):
+        step.stop_tuning()
+    assert not step._warm  # screens after tuning
+
+
+def test_control_a_good_gp_never_falls_back():
+    model = gaussian_data_model()
+    with model:
+        step = GPDelayedAcceptanceMH(rng=23)
+    rows = drive(model, step, 700)
+    screened = np.array([s["screened"] for _, _, s in rows])
+    assert screened[scan_steps_for(2) + 1 :].all() and step._n_pauses == 0
