@@ -62,7 +62,7 @@ SCAN_TARGET = 0.44
 _SCAN_GAIN, _SCAN_GAIN_START, _SCAN_GAIN_MOVES = 0.7, 3.0, 8.0
 # Effective draws per window draw, for the covariance shrinkage (random-walk draws are correlated).
 _EFFECTIVE_FRACTION = 0.1
-# A window whose chain moved less often than this (acceptance rate) says nothing about the
+# A window whose chain moved in fewer than this fraction of its steps says nothing about the
 # posterior's covariance: it keeps the previous whitening (a stuck chain must not shrink C to zero).
 _MIN_WINDOW_ACCEPT = 0.02
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -323,6 +323,8 @@ class ScaleFreeKameleon(Proposal):
         self._window = 0
         self._window_end = self.scan_steps
         self._window_accept = []
+        self._window_moves = 0  # steps of this window whose state differs from the previous one
+        self._last_state = None
         self.last_component = "scan" if self.scan_steps > 0 else "adaptive_metropolis"
         if self.scan_steps == 0:
             self._window_end = self.first_window
@@ -474,6 +476,10 @@ class ScaleFreeKameleon(Proposal):
         self.tune_steps += 1
         self._history.append(y_new)
         self._window_accept.append(float(accept_prob))
+        y_new = np.asarray(y_new, dtype=float)
+        if self._last_state is not None and not np.array_equal(y_new, self._last_state):
+            self._window_moves += 1
+        self._last_state = y_new.copy()
         component = self.last_component
         if component == "scan":
             j = self._coordinate
@@ -530,7 +536,9 @@ class ScaleFreeKameleon(Proposal):
         after_scan = self._window == 0 and self.scan_steps > 0
         if after_scan:
             points = points[points.shape[0] // 2 :]
-        stuck = not after_scan and np.mean(self._window_accept) < _MIN_WINDOW_ACCEPT
+        # Counted from the draws, not from the adaptation signal: delayed acceptance's signal is an
+        # importance weight that one rare pass can make large in a window where the chain never moved.
+        stuck = not after_scan and self._window_moves < _MIN_WINDOW_ACCEPT * len(self._window_accept)
         estimate = None if stuck else shrunk_covariance(points)
         if after_scan:
             # The scan's step sizes are about 2.4 conditional sds: a floor for coordinates it barely moved.
@@ -551,6 +559,7 @@ class ScaleFreeKameleon(Proposal):
         self._window_end = self.tune_steps + (self.first_window if after_scan else 2 * length)
         self._history.clear()
         self._window_accept = []
+        self._window_moves = 0
         return changed
 
     def _set_kameleon_scales(self) -> None:

@@ -235,3 +235,22 @@ def test_window_ends_early_when_the_whitening_is_off(late_sd):
         assert np.sqrt(np.diag(prop.covariance)) == pytest.approx([late_sd] * 2, rel=0.3)
     else:
         assert ends == [750]
+
+
+def test_a_window_in_which_the_chain_never_moved_keeps_the_whitening():
+    """Delayed acceptance's adaptation signal is an importance weight: one rare pass (here 50) in a
+    window where the chain never moved must not count as movement (it once shrank C to 1e-30)."""
+    rng = np.random.default_rng(2)
+    prop = ScaleFreeKameleon(2, make_kernel("linear"), am_weight=1.0, scan_steps=0, first_window=50)
+    for _ in range(50):
+        prop.adapt(rng.normal(size=2), 0.3, rng)
+    before = prop.covariance.copy()
+    stuck_at = rng.normal(size=2)
+    for i in range(100):
+        prop.adapt(stuck_at, 50.0 if i == 10 else 0.0, rng)
+    assert prop.window == 2
+    np.testing.assert_array_equal(prop.covariance, before)
+    # Control: a window that moves is re-estimated.
+    for _ in range(200):
+        prop.adapt(3.0 * rng.normal(size=2), 0.3, rng)
+    assert prop.window == 3 and np.trace(prop.covariance) > 4 * np.trace(before)
