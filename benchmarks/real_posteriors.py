@@ -973,7 +973,8 @@ def verdict(results: dict, ours: str = "KameleonMetropolis") -> list[str]:
         if right_peers and not right(by_sampler[ours]):
             wrong.append(name)
         lines.append(
-            f"- {name}: ESS/eval {mine:.2e} vs best peer {best_peer} {best:.2e} ({mine / best:.2f}x)"
+            f"- {name}: ESS/eval {mine:.2e} vs best peer {best_peer} {best:.2e} "
+            f"({mine / best if best > 0 else math.inf:.2f}x)"
             f"{'' if won else ' LOSES'}; right: {'yes' if right(by_sampler[ours]) else 'no'}"
             f" (peers right: {', '.join(right_peers) or 'none'})"
         )
