@@ -291,6 +291,11 @@ class GPSurrogate:
         return self._X_model.copy()
 
     @property
+    def G(self) -> np.ndarray:
+        """Stored gradients in the caller's coordinates, shape ``(t, d)`` (``gradients=True``), a copy."""
+        return self._G_model.copy()
+
+    @property
     def W(self) -> np.ndarray:
         """Stored points in the kernel's coordinates (whitened; ``X`` without a whitening), a copy."""
         return self._X.copy()

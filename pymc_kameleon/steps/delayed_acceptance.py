@@ -290,7 +290,6 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
         """Forget everything learned in a previous chain (GP, proposal scale, counters)."""
         self._gp = self._new_gp(**dict(self._fixed_hyper or {}))
         self._gp_version = 0
-        self._train_grads = []  # gradient observations, in the order of the GP's points
         self._warm = True  # exact warm-up that seeds the GP
         self._best_ll = -math.inf  # largest exact log-likelihood added to the GP (sets its floor)
         self._seeded = False  # whether the chain's starting point is in the GP
@@ -303,8 +302,6 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
         self._precond_trace = float(self.dim)
         self._history = HistoryBuffer(self.dim, max(self.history_size, 2))
         self._tune_steps = 0
-        self._stage1_recent = deque(maxlen=_SCREENING_CHECK_STEPS)  # alpha1 of recent screened tuning steps
-        self._n_pauses = 0  # times screening fell back to exact steps during tuning
         self._cache = None  # (gp version, point, surrogate point at the current state)
         self._target.reset()
         self._evals_at_reset = self._target.n_evals
@@ -368,7 +365,7 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
         if ll > self._best_ll:
             self._best_ll = float(ll)
             self._raise_to_floor()
-        floor = self._best_ll - (_GP_FLOOR_NATS + 5.0 * self.dim)
+        floor = self._gp_floor()
         if ll < floor:
             ll = floor
             grad = None if grad is None else np.zeros_like(np.asarray(grad, dtype=float))
@@ -386,9 +383,11 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
             return False
         if added:
             self._gp_version += 1
-            if self.loglik_gradient:
-                self._train_grads.append(np.array(grad, dtype=float))
         return added
+
+    def _gp_floor(self) -> float:
+        """Lowest value the GP is given: ``_GP_FLOOR_NATS`` + 5 per dimension below the best so far."""
+        return self._best_ll - (_GP_FLOOR_NATS + 5.0 * self.dim)
 
     def _raise_to_floor(self) -> None:
         """Re-clip the stored values to the floor below the new best value.
@@ -400,7 +399,7 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
         tuning; the next scheduled fit refines it).
         """
         gp = self._gp
-        if not gp.n_points or not gp.raise_values_to(self._best_ll - (_GP_FLOOR_NATS + 5.0 * self.dim)):
+        if not gp.n_points or not gp.raise_values_to(self._gp_floor()):
             return
         self._gp_version += 1
         spread = max(float(np.var(gp.values)), 1.0)
@@ -433,9 +432,6 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
     def _warm_up_may_end(self) -> bool:
         """Whether the base proposal is ready for screening (MH: once the coordinate scan is over)."""
         return True
-
-    def _pause_screening(self) -> None:
-        """React to a GP whose stage 1 rejects nearly everything during tuning (MH only, see there)."""
 
     def _fit(self, n_restarts=0):
         """Fit the hyperparameters by marginal likelihood on the latest ``fit_max_points`` points."""
@@ -557,13 +553,6 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
         # The scale adapts to an unbiased estimate of the acceptance probability of plain MH on the
         # exact target (set by the step; the acceptance probability itself in the warm-up).
         refit = bool(self._adapt(y_new, info.get("adapt", accept_prob))) or refit
-        if self.tune and info["screened"]:
-            self._stage1_recent.append(info["stage1"])
-            if (
-                len(self._stage1_recent) == _SCREENING_CHECK_STEPS
-                and np.mean(self._stage1_recent) < _MIN_STAGE1_ACCEPT
-            ):
-                self._pause_screening()
         stats = {
             "accept": accept_prob,
             "accepted": float(accepted),
@@ -852,6 +841,8 @@ class GPDelayedAcceptanceMH(_GPDelayedAcceptanceBase):
     def _reset_chain_state(self):
         super()._reset_chain_state()
         self._resume_window = None  # screening paused until this adaptation window (None: not paused)
+        self._stage1_recent = deque(maxlen=_SCREENING_CHECK_STEPS)  # alpha1 of recent screened tuning steps
+        self._n_pauses = 0  # times screening fell back to exact steps during tuning
         self._window_start_points = [0]  # GP points at the start of each adaptation window
         self._proposal = ScaleFreeKameleon(
             self.dim,
@@ -1024,6 +1015,13 @@ class GPDelayedAcceptanceMH(_GPDelayedAcceptanceBase):
 
     def astep(self, q0):
         y_new, stats = super().astep(q0)
+        if self.tune and stats[0]["screened"]:
+            self._stage1_recent.append(stats[0]["stage1_accept"])
+            if (
+                len(self._stage1_recent) == _SCREENING_CHECK_STEPS
+                and np.mean(self._stage1_recent) < _MIN_STAGE1_ACCEPT
+            ):
+                self._pause_screening()
         stats[0]["scaling"] = self._proposal.am_scale.value
         stats[0]["nu2"] = math.nan if self._proposal.nu2 is None else self._proposal.nu2.value
         return y_new, stats
