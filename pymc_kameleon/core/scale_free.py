@@ -35,6 +35,7 @@ After tuning everything is frozen, so the chain is an exact Metropolis-Hastings 
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,6 +69,8 @@ _MIN_WINDOW_ACCEPT = 0.02
 _LOG_2PI = math.log(2.0 * math.pi)
 # A window ends early when its draws' sd in whitened coordinates is off by more than this factor.
 _WHITENING_TOLERANCE = 3.0
+# The last this many tuning states are kept for the end-of-tuning drift check (TuningReport.drift).
+_DRIFT_STATES = 1000
 
 
 # Largest move of a Robbins-Monro log-scale in one step.
@@ -229,6 +232,11 @@ class TuningReport:
     uncovered : float
         Fraction of the last window's states farther than 3 bandwidths (whitened) from every
         point of :math:`Z`, where the Kameleon term vanishes (NaN before the first :math:`Z`).
+    drift : float
+        Root mean square, over whitened coordinates, of the shift between the means of the first
+        and second halves of the last (up to 1000) tuning states: about 0.5 or less for a chain
+        that has settled, far above 1 for one still walking toward the posterior (NaN with fewer
+        than 200 states).
     """
 
     tune_steps: int
@@ -236,6 +244,7 @@ class TuningReport:
     accept_rate: float
     wants_kameleon: bool
     uncovered: float
+    drift: float = math.nan
 
 
 class ScaleFreeKameleon(Proposal):
@@ -325,6 +334,7 @@ class ScaleFreeKameleon(Proposal):
         self._window_accept = []
         self._window_moves = 0  # steps of this window whose state differs from the previous one
         self._last_state = None
+        self._recent = deque(maxlen=_DRIFT_STATES)  # the last tuning states, for report().drift
         self.last_component = "scan" if self.scan_steps > 0 else "adaptive_metropolis"
         if self.scan_steps == 0:
             self._window_end = self.first_window
@@ -480,6 +490,7 @@ class ScaleFreeKameleon(Proposal):
         if self._last_state is not None and not np.array_equal(y_new, self._last_state):
             self._window_moves += 1
         self._last_state = y_new.copy()
+        self._recent.append(self._last_state)
         component = self.last_component
         if component == "scan":
             j = self._coordinate
@@ -619,7 +630,12 @@ class ScaleFreeKameleon(Proposal):
             sq = (W * W).sum(1)[:, None] - 2.0 * W @ Zw.T + (Zw * Zw).sum(1)[None, :]
             nearest = np.sqrt(np.maximum(sq.min(axis=1), 0.0))
             uncovered = float(np.mean(nearest > 3.0 * self.bandwidth))
-        return TuningReport(self.tune_steps, self.phase, accept, self.wants_kameleon, uncovered)
+        drift = math.nan
+        if len(self._recent) >= 200:
+            W = self.whiten(np.array(self._recent))
+            half = W.shape[0] // 2
+            drift = float(np.sqrt(np.mean((W[:half].mean(axis=0) - W[half:].mean(axis=0)) ** 2)))
+        return TuningReport(self.tune_steps, self.phase, accept, self.wants_kameleon, uncovered, drift)
 
     def required_tune_steps(self) -> int:
         """Tuning steps for the scan and three windows (AM, then two Kameleon refreshes)."""

@@ -14,6 +14,9 @@ __all__ = ["progressbar_config", "progressbar_update_functions", "tuning_problem
 _LOW_ACCEPT_FACTOR = 0.5
 # More than this fraction of the last tuning states beyond 3 bandwidths of every point of Z is reported.
 _UNCOVERED_LIMIT = 0.1
+# A drift (TuningReport.drift) above this many learned sds means tuning ended while the chain was
+# still walking toward the posterior (measured: 9-10 from a start 50 sd away in 20-d, 0.5-1.7 settled).
+_DRIFT_LIMIT = 3.0
 
 
 def tuning_problems(report, target_accept: float, required_steps: int, dim: int) -> list[str]:
@@ -45,6 +48,13 @@ def tuning_problems(report, target_accept: float, required_steps: int, dim: int)
             f"{100 * report.uncovered:.0f}% of the last tuning states lie more than 3 bandwidths from every "
             "point of the subsample Z, where the proposal falls back to Adaptive Metropolis; increase "
             "`tune` (Z is drawn from the last adaptation window) or `n_subsample`"
+        )
+    if math.isfinite(report.drift) and report.drift > _DRIFT_LIMIT:
+        problems.append(
+            f"the chain was still moving at the end of tuning: the mean of its last tuning states shifted "
+            f"by {report.drift:.1f} learned posterior sds (root mean square over coordinates) between their "
+            "two halves, so the proposal was learned on the way to the posterior and the draws may not "
+            "be from it yet; increase `tune` or start closer to the posterior"
         )
     return problems
 

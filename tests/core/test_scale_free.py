@@ -254,3 +254,24 @@ def test_a_window_in_which_the_chain_never_moved_keeps_the_whitening():
     for _ in range(200):
         prop.adapt(3.0 * rng.normal(size=2), 0.3, rng)
     assert prop.window == 3 and np.trace(prop.covariance) > 4 * np.trace(before)
+
+
+@pytest.mark.parametrize("walking", [True, False], ids=["walking", "settled"])
+def test_report_drift_flags_a_chain_still_walking_at_the_end_of_tuning(walking):
+    """Tuning that ends while the chain still walks toward the posterior (here: a steady drift of
+    10 learned sds over the last 1000 states) is reported and warned about; a settled chain is not."""
+    from pymc_kameleon.steps._reporting import tuning_problems
+
+    rng = np.random.default_rng(4)
+    prop = ScaleFreeKameleon(2, make_kernel("linear"), am_weight=1.0, scan_steps=0, first_window=50)
+    for _ in range(350):
+        prop.adapt(rng.normal(size=2), 0.3, rng)
+    ramp = np.linspace(0.0, 20.0 if walking else 0.0, 1000)
+    for i in range(1000):
+        prop.adapt(ramp[i] + 0.1 * rng.normal(size=2), 0.3, rng)
+    report = prop.report()
+    problems = " ".join(tuning_problems(report, 0.234, 0, 2))
+    if walking:
+        assert report.drift > 3.0 and "still moving at the end of tuning" in problems
+    else:
+        assert report.drift < 0.5 and "still moving" not in problems
