@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 export OPENBLAS_NUM_THREADS ?= 1
 export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
-PYTEST6_ARGS ?= -m "not slow"
+PYTEST6_ARGS ?=
 
 .PHONY: demo lint test test-pymc5 test-pymc6 benchmark benchmark-quick benchmark-kameleon notebooks clean
 
@@ -35,9 +35,10 @@ $(VENV312)/.installed: pyproject.toml
 demo: $(VENV)/.installed
 	$(PY) examples/demo.py
 
-## test: ruff check, then the whole suite (slow statistical tests included) on PyMC 5 / Python 3.11,
-##       then the fast suite on PyMC 6 / ArviZ 1 / Python 3.12 (PYTEST6_ARGS='' runs all there too)
-test: lint test-pymc5 test-pymc6
+## test: ruff check, then the whole suite (slow statistical tests included) on PyMC 5 / Python 3.11
+##       and on PyMC 6 / ArviZ 1 / Python 3.12, the two stacks side by side (each prints when done)
+test: lint
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-pymc5 test-pymc6
 
 ## lint: ruff check (rules in pyproject.toml); `make test` runs it first
 lint: $(VENV)/.installed

@@ -22,7 +22,7 @@ import os
 import platform
 import time
 
-__all__ = ["BLAS_THREAD_VARIABLES", "CountedCall", "environment_line", "one_blas_thread"]
+__all__ = ["BLAS_THREAD_VARIABLES", "CountedCall", "environment_line", "one_blas_thread", "start_chain"]
 
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -50,6 +50,21 @@ def environment_line() -> str:
         f"python {platform.python_version()}, {platform.machine()}, "
         f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}"
     )
+
+
+def start_chain(step, rng, tune: int, draws: int) -> None:
+    """Prepare a step for one chain driven by hand (``step.step(point)`` in a loop), as pm.sample does.
+
+    PyMC 6 calls ``setup_chain(rng, tune, draws)``; PyMC 5's steps have ``set_rng`` and, if they
+    keep per-chain state, ``reset_tuning``.
+    """
+    step.tune = True
+    if hasattr(step, "setup_chain") and not hasattr(step, "set_rng"):  # PyMC 6
+        step.setup_chain(rng, tune, draws)
+        return
+    step.set_rng(rng)
+    if hasattr(step, "reset_tuning"):
+        step.reset_tuning()
 
 
 class CountedCall:

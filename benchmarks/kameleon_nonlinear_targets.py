@@ -32,7 +32,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/, also when loaded by path
-from _common import environment_line, one_blas_thread
+from _common import environment_line, one_blas_thread, start_chain
 
 one_blas_thread()  # before NumPy is imported (see _common.py)
 
@@ -77,11 +77,8 @@ def per_step_overhead(target, name, n_tune=3000, n_steps=4000, seed=0):
     with model:
         step = SAMPLERS[name]()
         logp_fn = model.compile_logp() if name != "NUTS" else model.compile_dlogp()
-    step.set_rng(np.random.default_rng(seed))
+    start_chain(step, np.random.default_rng(seed), n_tune, n_steps)
     point = model.initial_point()
-    step.tune = True
-    if hasattr(step, "reset_tuning"):
-        step.reset_tuning()
     for _ in range(n_tune):
         point, _ = step.step(point)
     step.stop_tuning()

@@ -36,7 +36,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/, also when loaded by path
-from _common import CountedCall, environment_line, one_blas_thread
+from _common import CountedCall, environment_line, one_blas_thread, start_chain
 
 one_blas_thread()  # before NumPy is imported (see _common.py)
 
@@ -107,8 +107,7 @@ def timing(kernel, n_tune, n_steps, seed, n_importance):
     model = glass_model(estimator=timed)
     with model:
         step = KameleonMetropolis(kernel=kernel)
-    step.set_rng(np.random.default_rng(seed))
-    step.reset_tuning()
+    start_chain(step, np.random.default_rng(seed), n_tune, n_steps)
     point = model.initial_point()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -25,7 +25,14 @@ from pymc_kameleon.core._fused import HAVE_NUMBA, RADIAL_CODES, fused_rkhs_covar
 from pymc_kameleon.core.kernels import median_heuristic_bandwidth
 from pymc_kameleon.core.linalg import cholesky_lower, gaussian_log_norm, jittered_cholesky, solve_lower
 
-__all__ = ["FittedProposal", "KameleonProposal", "ProposalAtPoint", "fit_proposal", "matched_nu2"]
+__all__ = [
+    "FittedProposal",
+    "KameleonProposal",
+    "ProposalAtPoint",
+    "check_subsample_size",
+    "fit_proposal",
+    "matched_nu2",
+]
 
 # gamma="auto" is this fraction of the median marginal standard deviation of Z;
 # on the paper's targets (unit-variance marginals) it is the paper's gamma = 0.2.
@@ -407,6 +414,21 @@ class FittedProposal:
     bandwidth: float  # NaN for kernels without a bandwidth
     gamma: float
     probe_variance: float  # average tr(M H M^T) / d over probe points of Z
+
+
+def check_subsample_size(n_subsample, dim: int) -> None:
+    """Raise a ValueError unless the subsample :math:`Z` can hold :math:`d + 1` points.
+
+    Fewer than :math:`d + 1` points span at most a :math:`(d-1)`-dimensional affine subspace, so
+    the kernel term :math:`M_y H M_y^\top` (and the linear kernel's covariance) is rank deficient
+    in some direction, and a single point gives no median distance at all.
+    """
+    if int(n_subsample) < dim + 1:
+        raise ValueError(
+            f"n_subsample must be at least d + 1 = {dim + 1} ({dim} sampled coordinates), got "
+            f"{n_subsample!r}: a smaller subsample Z cannot span every direction of the posterior. "
+            "The default (1000) suits most models."
+        )
 
 
 def fit_proposal(Z, kernel, bandwidth, gamma, nu2: float, rng) -> FittedProposal | None:

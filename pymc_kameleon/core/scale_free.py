@@ -42,7 +42,7 @@ import numpy as np
 from scipy.linalg import solve_triangular
 
 from pymc_kameleon.core.adaptation import HistoryBuffer, RobbinsMonro
-from pymc_kameleon.core.kameleon import fit_proposal, matched_nu2
+from pymc_kameleon.core.kameleon import check_subsample_size, fit_proposal, matched_nu2
 from pymc_kameleon.core.linalg import SingularCovarianceError, jittered_cholesky, same_array
 from pymc_kameleon.core.proposals import KameleonMoves, Move, Proposal
 
@@ -304,6 +304,8 @@ class ScaleFreeKameleon(Proposal):
     ):
 
         self.dim = d = int(dim)
+        if am_weight < 1:  # the Kameleon component is used
+            check_subsample_size(n_subsample, d)
         self.kernel = kernel
         self.bandwidth_spec = bandwidth
         self.gamma_spec = gamma
@@ -514,7 +516,7 @@ class ScaleFreeKameleon(Proposal):
         return self._end_window(rng)
 
     def _whitening_is_off(self) -> bool:
-        """Whether this window's draws so far say the learned covariance is off by a factor 3 in sd.
+        r"""Whether this window's draws so far say the learned covariance is off by a factor 3 in sd.
 
         Checked every ``first_window`` draws once a window has ``2 first_window`` (not in the scan).
         The geometric mean variance :math:`|\hat C_w|^{1/d}` of the later half of the window's

@@ -31,7 +31,7 @@ from pytensor import shared
 from pytensor.graph.replace import vectorize_graph
 from pytensor.tensor.random.type import RandomGeneratorType
 
-from pymc_kameleon.core.kameleon import fit_proposal, matched_nu2
+from pymc_kameleon.core.kameleon import check_subsample_size, fit_proposal, matched_nu2
 from pymc_kameleon.core.kernels import make_kernel
 from pymc_kameleon.core.linalg import SingularCovarianceError
 from pymc_kameleon.core.scale_free import WhitenedFamily, Whitening
@@ -50,6 +50,8 @@ _LOGP_BATCH_ROWS = 1024
 _FACTOR_CACHE_BYTES = 256 * 2**20
 # Particles compared between the vectorised and PyMC's per-particle log densities (per chain).
 _BATCH_CHECK_POINTS = 8
+# A stage whose mean acceptance probability is below this has moves that barely mix.
+_MIN_STAGE_ACCEPT = 0.01
 
 
 class KASS(SMC_KERNEL):
@@ -199,6 +201,7 @@ class KASS(SMC_KERNEL):
             raise ValueError(f'batch_logp must be "auto", True or False, got {batch_logp!r}.')
 
         super().__init__(*args, **kwargs)
+        check_subsample_size(n_subsample, sum(size for _, size in self.var_info.values()))
 
         self.bandwidth_spec = bandwidth
         self.gamma_spec = gamma
@@ -271,6 +274,10 @@ class KASS(SMC_KERNEL):
     def setup_kernel(self):
         """Reset the per-chain state (PyMC reuses one kernel instance for sequential chains)."""
         self._reset_chain_state()
+        # A model without observed terms has a float32 ``datalogp`` (PyMC's constant 0); float32
+        # weights then sum to less than 1 and PyMC's systematic resampling indexes past the end.
+        self.prior_logp = np.asarray(self.prior_logp, dtype=np.float64).reshape(self.draws)
+        self.likelihood_logp = np.asarray(self.likelihood_logp, dtype=np.float64).reshape(self.draws)
         self._use_batch = self._batch_logp_func is not None and self._batch_matches_pymc()
 
     def _reset_chain_state(self):
@@ -279,12 +286,13 @@ class KASS(SMC_KERNEL):
         self._stage = {}
         self._use_batch = False
         self.n_steps = 0
+        self._poor_stages = []  # (stage, beta, mean acceptance, sweeps) of stages that barely mixed
 
     def _batch_matches_pymc(self) -> bool:
         """Whether the vectorised function reproduces PyMC's per-particle log densities."""
         k = min(_BATCH_CHECK_POINTS, self.draws)
         try:
-            prior, loglik = self._batch_logp_func(floatX(self.tempered_posterior[:k]))
+            prior, loglik = self._batch_logp(floatX(self.tempered_posterior[:k]))
         except Exception as err:
             if self.batch_logp is True:
                 raise
@@ -392,6 +400,41 @@ class KASS(SMC_KERNEL):
         self._log_scale = adapt_log_scale(
             self._log_scale, mean_accept, self.target_accept, self.learning_rate
         )
+        capped = isinstance(rule, str) and sweeps >= self.max_steps
+        if capped or mean_accept < _MIN_STAGE_ACCEPT:
+            self._poor_stages.append((self.iteration, self.beta, mean_accept, sweeps))
+        if self.beta >= 1 and self._poor_stages:
+            self._warn_poor_mixing()
+
+    def _warn_poor_mixing(self):
+        """One warning per chain, at its last stage, naming the worst stage and the remedies."""
+        stage, beta, accept, _ = min(self._poor_stages, key=lambda row: row[2])
+        n_capped = sum(sweeps >= self.max_steps for *_, sweeps in self._poor_stages)
+        capped = ""
+        if n_capped and isinstance(self.n_steps_rule, str):
+            plural = "s" if n_capped > 1 else ""
+            capped = f"; {n_capped} stage{plural} hit the cap of max_steps={self.max_steps} sweeps"
+        warnings.warn(
+            f"{type(self).__name__}: the rejuvenation moves barely mixed in {len(self._poor_stages)} of "
+            f"{self.iteration} stages (mean acceptance below {_MIN_STAGE_ACCEPT:.0%} or the sweep cap "
+            f"reached). The worst, stage {stage} (beta={beta:.3g}), accepted {accept:.2%} of its "
+            f"proposals{capped}. The particles may be little more than resampled copies of an earlier "
+            "stage's (or of the prior draws), so the posterior and the evidence are unreliable. Use more "
+            "draws, threshold=0.8 (more, gentler stages) or a larger max_steps, or reparametrise the "
+            "model.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+    def _batch_logp(self, particles):
+        """The vectorised (prior, likelihood) log densities of an (m, D) array, each of shape (m,).
+
+        A term that does not depend on the particles (``datalogp`` of a model without observed
+        variables is the constant 0) comes out of ``vectorize_graph`` as a scalar: broadcast it.
+        """
+        m = particles.shape[0]
+        outputs = self._batch_logp_func(particles)
+        return tuple(np.broadcast_to(np.asarray(out, dtype=np.float64), (m,)) for out in outputs)
 
     def _evaluate(self, proposals):
         """Prior and likelihood log densities at the proposals (likelihood only inside the prior's
@@ -400,7 +443,7 @@ class KASS(SMC_KERNEL):
         if self._use_batch:
             priors, logliks = [], []
             for s in range(0, proposals.shape[0], _LOGP_BATCH_ROWS):
-                prior, loglik = self._batch_logp_func(proposals[s : s + _LOGP_BATCH_ROWS])
+                prior, loglik = self._batch_logp(proposals[s : s + _LOGP_BATCH_ROWS])
                 priors.append(prior)
                 logliks.append(loglik)
             self._evaluations += proposals.shape[0]

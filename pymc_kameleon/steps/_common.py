@@ -54,7 +54,8 @@ def check_number(name, value, *, integer=False, minimum=None, strict=True):
 
 def check_probability(name, value):
     """Raise a ValueError naming the option unless ``value`` is a number strictly between 0 and 1."""
-    if not (isinstance(value, (int, float)) and 0.0 < value < 1.0):
+    ok = isinstance(value, (int, float, np.number)) and not isinstance(value, (bool, np.bool_))
+    if not (ok and 0.0 < value < 1.0):
         raise ValueError(f"{name} must be in (0, 1), got {value!r}.")
 
 
@@ -221,6 +222,11 @@ class TargetDensity:
     @property
     def has_estimates(self) -> bool:
         return bool(self.terms)
+
+    @property
+    def current_logp(self) -> float:
+        """The log density kept at the current state, estimates included (NaN before the first step)."""
+        return math.nan if self._cur is None else self._cur.logp
 
     @property
     def current_log_estimate(self) -> float:

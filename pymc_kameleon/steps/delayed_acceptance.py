@@ -115,6 +115,8 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
         "gp_refit": (bool, []),
         "tune": (bool, []),
         "scaling": (np.float64, []),
+        # The exact model log density at the state returned (PyMC's name; `lp` in InferenceData).
+        "model_logp": (np.float64, []),
     }
     _default_target_accept = 0.234
     _uses_prior_gradient = False
@@ -566,6 +568,7 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
             "gp_refit": refit,
             "tune": self.tune,
             "scaling": self._scale.value,
+            "model_logp": self._target.current_logp,
         }
         stats.update(self._target.estimate_stats(estimates_before))
         return RaveledVars(y_new, q0.point_map_info), [stats]

@@ -167,6 +167,8 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
         "subsample_size": (np.int64, []),
         "logp_evals": (np.int64, []),
         "jitter": (np.float64, []),
+        # The model log density at the state returned (PyMC's name; ArviZ's InferenceData calls it `lp`).
+        "model_logp": (np.float64, []),
     }
 
     def __init__(
@@ -337,6 +339,7 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
             "subsample_size": 0 if proposal.family is None else proposal.family.Z.shape[0],
             "logp_evals": self._target.n_evals - evals_before,
             "jitter": move.jitter,
+            "model_logp": self._target.current_logp,
         }
         stats.update(self._target.estimate_stats(estimates_before))
         return RaveledVars(y_new, q0.point_map_info), [stats]

@@ -7,6 +7,7 @@ and compared with its exact value in units of its standard error sd/sqrt(R).
 """
 
 import math
+import warnings
 
 import numpy as np
 import pymc as pm
@@ -378,3 +379,72 @@ def test_collapsed_particles_give_a_clear_error():
     kernel.tempered_posterior[:] = kernel.tempered_posterior[0]
     with pytest.raises(ValueError, match="identical after resampling"):
         kernel.tune()
+
+
+# ----------------------------------------------------------------- models without a likelihood term
+def prior_only_models():
+    """PyMC's sampler-fixture model types, without observed data (``datalogp`` is a float32 0)."""
+    with pm.Model() as uniform:
+        pm.Uniform("x", 0, 1, shape=2)
+    with pm.Model() as normal:
+        pm.Normal("x", 0, 1, shape=3)
+    with pm.Model() as student_t:
+        pm.StudentT("x", nu=4, mu=0, sigma=1, shape=2)
+    with pm.Model() as lkj:
+        pm.LKJCholeskyCov("c", n=3, eta=2, sd_dist=pm.Exponential.dist(1.0), compute_corr=True)
+    return {"uniform": uniform, "normal": normal, "student_t": student_t, "lkj": lkj}
+
+
+@pytest.mark.parametrize("kernel", [KASS, ASMC])
+def test_prior_only_model_samples_the_prior(kernel):
+    """5000 particles with float32 weights made PyMC's systematic resampling index past the end
+    (IndexError); in float64 they sum to 1. The particles are then exact prior draws: one stage at
+    beta = 1 and log Z = 0."""
+    with pm.Model() as model:
+        pm.Normal("x", 0, 1, shape=2)
+    particles, log_z, idata = run_smc(model, kernel, chains=1, draws=5000, var="x")
+    assert idata.sample_stats["beta"].values.ravel()[-1] == 1
+    assert log_z[0] == pytest.approx(0.0, abs=1e-12)
+    se = 1 / math.sqrt(5000)
+    assert np.all(np.abs(particles[0].mean(0)) < Z_MAX * 3 * se)  # resampled copies: a loose bound
+    assert np.all(np.abs(particles[0].std(0) - 1) < 0.1)
+
+
+@pytest.mark.parametrize("name", ["uniform", "normal", "student_t", "lkj"])
+def test_vectorised_log_density_is_used_on_fixture_model_types(name, recwarn):
+    """The vectorised datalogp of a model without observed terms is a scalar 0; it used to fail the
+    shape check against PyMC's per-particle values and warn 'disagrees' on every run."""
+    model = prior_only_models()[name]
+    kernel = KASS(draws=40, model=model, random_seed=1)
+    kernel.initialize(None, np.random.default_rng(2))
+    assert kernel._use_batch
+    assert not [w for w in recwarn if "vectorised" in str(w.message)]
+    prior, loglik = kernel._evaluate(kernel.tempered_posterior[:5])
+    assert prior.shape == loglik.shape == (5,) and np.all(loglik == 0)
+    np.testing.assert_allclose(prior, kernel.prior_logp[:5], rtol=1e-10)
+
+
+def test_stalled_moves_warn_once_per_chain_naming_the_stage():
+    """A proposal scale frozen 1000x too wide accepts nothing: one warning per chain, naming the
+    worst stage's acceptance and the sweep cap. Control: the default adapts and stays silent."""
+    message = r"barely mixed in \d+ of \d+ stages.*accepted 0\.00%.*max_steps=20"
+    with pytest.warns(RuntimeWarning, match=message):
+        run_smc(linear_model(), KASS, chains=1, draws=100, initial_scale=1e6, learning_rate=0.0, max_steps=20)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*barely mixed")
+        run_smc(linear_model(), KASS, chains=2, draws=200)
+
+
+def test_numpy_scalar_options_are_accepted_and_small_subsamples_refused():
+    kernel = KASS(
+        draws=20,
+        model=linear_model(),
+        target_accept=np.float32(0.3),
+        learning_rate=np.float32(2.0),
+        n_subsample=np.int64(50),
+        max_steps=np.int64(10),
+        move_probability=np.float64(0.9),
+    )
+    assert kernel.target_accept == pytest.approx(0.3) and type(kernel.target_accept) is float
+    with pytest.raises(ValueError, match=r"n_subsample must be at least d \+ 1 = 3"):
+        KASS(draws=20, model=linear_model(), n_subsample=2)
