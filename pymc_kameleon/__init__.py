@@ -22,7 +22,12 @@ from pymc_kameleon.pseudo_marginal import (
     log_mean_exp,
 )
 from pymc_kameleon.smc import ASMC, KASS
-from pymc_kameleon.steps import GPDelayedAcceptanceMALA, GPDelayedAcceptanceMH, KameleonMetropolis
+from pymc_kameleon.steps import (
+    GPDelayedAcceptanceMALA,
+    GPDelayedAcceptanceMH,
+    KameleonMetropolis,
+    rebuild_proposal,
+)
 
 __version__ = "0.1.0"
 
@@ -39,4 +44,5 @@ __all__ = [
     "importance_sampling_estimator",
     "log_estimate_spread",
     "log_mean_exp",
+    "rebuild_proposal",
 ]

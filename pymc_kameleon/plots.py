@@ -186,8 +186,12 @@ def plot_target_density(
     return ax
 
 
-def _resolve_proposal(proposal):
-    """Accept a core KameleonProposal or a step exposing ``.proposal``."""
+def _resolve_proposal(proposal, chain=0, model=None):
+    """Accept a core KameleonProposal, a step exposing ``.proposal``, or a tuned run's InferenceData."""
+    if hasattr(proposal, "posterior") and hasattr(proposal, "sample_stats"):
+        from pymc_kameleon.steps.tuned import rebuild_proposal
+
+        return rebuild_proposal(proposal, chain, model=model)
     if callable(getattr(proposal, "covariance", None)) and hasattr(proposal, "Z"):
         return proposal
     if hasattr(proposal, "proposal"):
@@ -195,8 +199,9 @@ def _resolve_proposal(proposal):
         if inner is None:
             raise ValueError(
                 f"{type(proposal).__name__} has not adapted yet, so it has no Kameleon proposal to plot "
-                "(it is still in its random-walk warm-up). Sample with tune > 0 first (more tuning steps "
-                "than its adapt_interval), then plot the step."
+                "(it is still in its random-walk warm-up, or it tuned in worker processes: "
+                "pm.sample(cores>1) tunes each chain in its own process). Sample with a longer tune, "
+                "or plot the run's InferenceData: plot_proposal_contours(idata, chain=0)."
             )
         return _resolve_proposal(inner)
     raise ValueError(
@@ -228,6 +233,8 @@ def plot_proposal_contours(
     n_points: int = 5,
     color: str = "red",
     subsample_color: str = "tab:blue",
+    chain: int = 0,
+    model=None,
 ):
     r"""Figure 2 of the Kameleon paper: ``level`` contours of the proposal at a few points.
 
@@ -239,9 +246,13 @@ def plot_proposal_contours(
 
     Parameters
     ----------
-    proposal : KameleonProposal or KameleonMetropolis
-        A core :class:`pymc_kameleon.core.kameleon.KameleonProposal`, or a step whose
-        ``.proposal`` is one (i.e. a step that has been tuned).
+    proposal : KameleonProposal, KameleonMetropolis or InferenceData
+        A core :class:`pymc_kameleon.core.kameleon.KameleonProposal`, a step whose
+        ``.proposal`` is one (i.e. a step that has been tuned in this process), or the
+        InferenceData of a ``KameleonMetropolis`` run: then chain ``chain``'s tuned proposal is
+        rebuilt with :func:`pymc_kameleon.rebuild_proposal` (the way to plot after
+        ``pm.sample(cores>1)``, whose tuning happens in worker processes). Coordinates are the
+        step's (value variables: a positive scale appears as its log).
     target : pymc_kameleon.problems.Target, optional
         Target whose log density is drawn underneath.
     points : array of shape (k, d) or (d,), optional
@@ -263,6 +274,10 @@ def plot_proposal_contours(
         Number of default points.
     color, subsample_color : str
         Colours of the ellipses and of :math:`Z`.
+    chain : int, default 0
+        With an InferenceData: the chain whose proposal is drawn.
+    model : pm.Model, optional
+        With an InferenceData: the model sampled (default: the model in context).
 
     Returns
     -------
@@ -276,7 +291,7 @@ def plot_proposal_contours(
     """
     from matplotlib.patches import Ellipse
 
-    prop = _resolve_proposal(proposal)
+    prop = _resolve_proposal(proposal, chain, model)
     Z = np.asarray(prop.Z, dtype=float)
     d = Z.shape[1]
     i, j = _check_dims(dims, d)

@@ -417,7 +417,7 @@ class FittedProposal:
 
 
 def check_subsample_size(n_subsample, dim: int) -> None:
-    """Raise a ValueError unless the subsample :math:`Z` can hold :math:`d + 1` points.
+    r"""Raise a ValueError unless the subsample :math:`Z` can hold :math:`d + 1` points.
 
     Fewer than :math:`d + 1` points span at most a :math:`(d-1)`-dimensional affine subspace, so
     the kernel term :math:`M_y H M_y^\top` (and the linear kernel's covariance) is rank deficient

@@ -387,6 +387,13 @@ class ScaleFreeKameleon(Proposal):
         return None if self.moves is None else WhitenedFamily(self.moves.family, self.whitening)
 
     @property
+    def kernel_variance(self) -> float:
+        r""":math:`\nu^2 \bar v`: the kernel term's average variance per whitened coordinate at :math:`Z`
+        (NaN before the first Kameleon proposal). It, not :math:`\nu^2`, is what carries over to a new
+        :math:`Z` (see :meth:`_refresh_kameleon`)."""
+        return math.nan if self.nu2 is None else self.nu2.value * self._probe_variance
+
+    @property
     def mean(self) -> np.ndarray:
         """The learned mean :math:`m`."""
         return self.whitening.mean

@@ -2,5 +2,12 @@
 
 from pymc_kameleon.steps.delayed_acceptance import GPDelayedAcceptanceMALA, GPDelayedAcceptanceMH
 from pymc_kameleon.steps.kameleon import KameleonMetropolis
+from pymc_kameleon.steps.tuned import rebuild_proposal, value_space_draws
 
-__all__ = ["GPDelayedAcceptanceMALA", "GPDelayedAcceptanceMH", "KameleonMetropolis"]
+__all__ = [
+    "GPDelayedAcceptanceMALA",
+    "GPDelayedAcceptanceMH",
+    "KameleonMetropolis",
+    "rebuild_proposal",
+    "value_space_draws",
+]

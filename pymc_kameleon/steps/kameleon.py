@@ -167,6 +167,8 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
         "subsample_size": (np.int64, []),
         "logp_evals": (np.int64, []),
         "jitter": (np.float64, []),
+        # nu2 times the kernel term's mean variance at Z (whitened units): rebuild_proposal's scale.
+        "kernel_variance": (np.float64, []),
         # The model log density at the state returned (PyMC's name; ArviZ's InferenceData calls it `lp`).
         "model_logp": (np.float64, []),
     }
@@ -339,6 +341,7 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
             "subsample_size": 0 if proposal.family is None else proposal.family.Z.shape[0],
             "logp_evals": self._target.n_evals - evals_before,
             "jitter": move.jitter,
+            "kernel_variance": proposal.kernel_variance,
             "model_logp": self._target.current_logp,
         }
         stats.update(self._target.estimate_stats(estimates_before))
