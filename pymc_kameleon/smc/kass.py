@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+import multiprocessing
 import warnings
 
 import numpy as np
@@ -50,6 +51,8 @@ _LOGP_BATCH_ROWS = 1024
 _FACTOR_CACHE_BYTES = 256 * 2**20
 # Particles compared between the vectorised and PyMC's per-particle log densities (per chain).
 _BATCH_CHECK_POINTS = 8
+# pm.sample_smc(cores>1) names its worker processes smc_worker_chain_<i> (PyMC 5.28 and 6).
+_SMC_WORKER_PREFIX = "smc_worker"
 # A stage whose mean acceptance probability is below this has moves that barely mix.
 _MIN_STAGE_ACCEPT = 0.01
 
@@ -287,6 +290,7 @@ class KASS(SMC_KERNEL):
         self._use_batch = False
         self.n_steps = 0
         self._poor_stages = []  # (stage, beta, mean acceptance, sweeps) of stages that barely mixed
+        self._mixing_message = None
 
     def _batch_matches_pymc(self) -> bool:
         """Whether the vectorised function reproduces PyMC's per-particle log densities."""
@@ -407,24 +411,27 @@ class KASS(SMC_KERNEL):
             self._warn_poor_mixing()
 
     def _warn_poor_mixing(self):
-        """One warning per chain, at its last stage, naming the worst stage and the remedies."""
+        """One warning per chain, at its last stage, naming the worst stage and the remedies.
+
+        With ``cores>1`` the chain runs in a worker process whose warnings never reach the session;
+        :meth:`sample_settings` then carries the message back (see :class:`_SessionWarning`).
+        """
         stage, beta, accept, _ = min(self._poor_stages, key=lambda row: row[2])
         n_capped = sum(sweeps >= self.max_steps for *_, sweeps in self._poor_stages)
         capped = ""
         if n_capped and isinstance(self.n_steps_rule, str):
             plural = "s" if n_capped > 1 else ""
             capped = f"; {n_capped} stage{plural} hit the cap of max_steps={self.max_steps} sweeps"
-        warnings.warn(
+        self._mixing_message = (
             f"{type(self).__name__}: the rejuvenation moves barely mixed in {len(self._poor_stages)} of "
             f"{self.iteration} stages (mean acceptance below {_MIN_STAGE_ACCEPT:.0%} or the sweep cap "
             f"reached). The worst, stage {stage} (beta={beta:.3g}), accepted {accept:.2%} of its "
             f"proposals{capped}. The particles may be little more than resampled copies of an earlier "
             "stage's (or of the prior draws), so the posterior and the evidence are unreliable. Use more "
             "draws, threshold=0.8 (more, gentler stages) or a larger max_steps, or reparametrise the "
-            "model.",
-            RuntimeWarning,
-            stacklevel=2,
+            "model."
         )
+        warnings.warn(self._mixing_message, RuntimeWarning, stacklevel=2)
 
     def _batch_logp(self, particles):
         """The vectorised (prior, likelihood) log densities of an (m, D) array, each of shape (m,).
@@ -478,6 +485,7 @@ class KASS(SMC_KERNEL):
             "learning_rate": self.learning_rate,
             "target_accept": self.target_accept,
             "batch_logp": int(self._use_batch),
+            "poorly_mixing_stages": _in_session(len(self._poor_stages), self._mixing_message),
         }
 
 
@@ -490,6 +498,36 @@ class ASMC(KASS):
     """
 
     _default_proposal_kernel = "linear"
+
+
+def _warn_in_session(value, message):
+    warnings.warn(message, RuntimeWarning, stacklevel=2)
+    return value
+
+
+class _SessionWarning(int):
+    """A sample setting (an int) that raises its warning when it is unpickled in the user's session.
+
+    ``pm.sample_smc(cores>1)`` runs each chain in a worker process and sends back only its results
+    (pickled, ``sample_settings()`` among them); warnings raised in the worker are lost. Unpickling
+    this object calls :func:`_warn_in_session`, which warns in the session and leaves a plain int
+    in the settings.
+    """
+
+    def __new__(cls, value: int, message: str):
+        obj = super().__new__(cls, value)
+        obj.message = message
+        return obj
+
+    def __reduce__(self):
+        return _warn_in_session, (int(self), self.message)
+
+
+def _in_session(value: int, message):
+    """``value``, made to warn in the session when this chain runs in PyMC's SMC worker process."""
+    if message is None or not multiprocessing.current_process().name.startswith(_SMC_WORKER_PREFIX):
+        return value
+    return _SessionWarning(value, message)
 
 
 def _pseudo_marginal_ops(fn) -> list:

@@ -435,6 +435,20 @@ def test_stalled_moves_warn_once_per_chain_naming_the_stage():
         run_smc(linear_model(), KASS, chains=2, draws=200)
 
 
+def test_stalled_moves_warn_in_the_session_with_parallel_chains():
+    """cores=2 runs chains in worker processes, whose warnings never reach the session; the
+    message travels back with the chain's results and is raised on arrival, once per chain."""
+    with linear_model(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        idata = pm.sample_smc(
+            draws=100, kernel=KASS, chains=2, cores=2, random_seed=4, initial_scale=1e6,
+            learning_rate=0.0, max_steps=10, **SMC_KW,
+        )
+    assert len([w for w in caught if "barely mixed" in str(w.message)]) == 2
+    poor = idata.sample_stats.attrs["poorly_mixing_stages"]
+    assert type(poor) is int and poor >= 1
+
+
 def test_numpy_scalar_options_are_accepted_and_small_subsamples_refused():
     kernel = KASS(
         draws=20,
