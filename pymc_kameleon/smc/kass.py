@@ -328,19 +328,12 @@ class KASS(SMC_KERNEL):
         except SingularCovarianceError:
             whitening = None
         if whitening is None or not np.all(np.diag(np.atleast_2d(np.cov(X, rowvar=False))) > 0):
-            raise ValueError(
-                f"The {N} particles do not vary in every coordinate after resampling at "
-                f"beta={self.beta:.4g}, "
-                "so no proposal can be fitted. Use more draws, or a higher threshold (more, gentler stages)."
-            )
+            raise self._collapse_error(f"The {N} particles do not vary in every coordinate")
         Z = X if N <= self.n_subsample else X[self.rng.choice(N, size=self.n_subsample, replace=False)]
         W = whitening.whiten(Z)
         fit = fit_proposal(W, self._kernel_template, self.bandwidth_spec, self.gamma_spec, 1.0, self.rng)
         if fit is None:
-            raise ValueError(
-                f"All {N} particles are identical after resampling at beta={self.beta:.4g}, so no "
-                "proposal can be fitted. Use more draws, or a higher threshold (more, gentler stages)."
-            )
+            raise self._collapse_error(f"All {N} particles are identical")
         mean_variance = float(np.mean(np.var(W, axis=0)))
         rw_variance = math.exp(self._log_scale) * 2.38**2 / d * mean_variance
         fit.family.nu2 = matched_nu2(rw_variance, fit.gamma, fit.probe_variance)
@@ -352,6 +345,21 @@ class KASS(SMC_KERNEL):
             "scale": math.exp(self._log_scale),
             "subsample_size": Z.shape[0],
         }
+
+    def _collapse_error(self, what: str) -> ValueError:
+        """The error for a particle system that collapsed, naming stalled moves if they caused it."""
+        cause = "Use more draws, or a higher threshold (more, gentler stages)."
+        if self._poor_stages:
+            stage, beta, accept, _ = min(self._poor_stages, key=lambda row: row[2])
+            cause = (
+                f"The moves had stopped mixing: stage {stage} (beta={beta:.3g}) accepted {accept:.2%} of its "
+                f"proposals, with the proposal variance at {math.exp(self._log_scale):.3g} times the optimal "
+                "random walk's. Let the scale adapt (learning_rate > 0, initial_scale near 1), or "
+                "reparametrise the model; more draws and a higher threshold help too."
+            )
+        return ValueError(
+            f"{what} after resampling at beta={self.beta:.4g}, so no proposal can be fitted. {cause}"
+        )
 
     def mutate(self):
         """Kameleon MH sweeps over all particles against :math:`p(x) L(x)^{\\beta_t}`, then adapt the
@@ -428,8 +436,8 @@ class KASS(SMC_KERNEL):
             f"reached). The worst, stage {stage} (beta={beta:.3g}), accepted {accept:.2%} of its "
             f"proposals{capped}. The particles may be little more than resampled copies of an earlier "
             "stage's (or of the prior draws), so the posterior and the evidence are unreliable. Use more "
-            "draws, threshold=0.8 (more, gentler stages) or a larger max_steps, or reparametrise the "
-            "model."
+            "draws, threshold=0.8 (more, gentler stages) or a larger max_steps, let the proposal scale "
+            "adapt (learning_rate > 0, initial_scale near 1), or reparametrise the model."
         )
         warnings.warn(self._mixing_message, RuntimeWarning, stacklevel=2)
 

@@ -41,7 +41,7 @@ def tuning_problems(report, target_accept: float, required_steps: int, dim: int)
     ):
         problems.append(
             f"the acceptance rate over the last tuning window was {rate:.3f}, far from "
-            f"target_accept={target_accept}; increase `tune` so that the adaptation can settle"
+            f"target_accept={target_accept:.3g}; increase `tune` so that the adaptation can settle"
         )
     if math.isfinite(report.uncovered) and report.uncovered > _UNCOVERED_LIMIT:
         problems.append(

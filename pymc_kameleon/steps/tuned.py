@@ -9,6 +9,7 @@ whitened units, and the size of :math:`Z`). That is enough to rebuild the propos
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pymc as pm
@@ -108,12 +109,15 @@ def rebuild_proposal(
     :math:`Z_w`, and :math:`m, C = LL^\top` the learned posterior mean and covariance.
     ``sample_stats`` keeps :math:`\sigma, \gamma, \nu^2` (whitened units) and :math:`|Z|` for
     every draw; ``pm.sample`` does not return the tuning draws :math:`Z` came from. So the
-    rebuild takes :math:`m, C` from the chain's draws in the value coordinates
-    (:func:`value_space_draws`) and :math:`Z` as :math:`|Z|` of those draws (evenly spaced
-    along the chain, so it is reproducible). Both are draws from the posterior, as the tuned
-    ones were, so the rebuilt proposal equals the tuned one in law; the ellipses differ only by
-    the Monte Carlo noise of a different subsample. This is how
-    ``plot_proposal_contours(idata, chain=...)`` works after ``pm.sample(cores>1)``.
+    rebuild applies the step's own window construction to the first :math:`|Z|` draws after
+    tuning, in the value coordinates (:func:`value_space_draws`): :math:`m, C` are their shrunk
+    moments (:func:`~pymc_kameleon.core.scale_free.shrunk_covariance`) and :math:`Z` are those
+    draws; :math:`\nu^2` is set so that the kernel term's mean variance is the tuned
+    ``kernel_variance``. The tuning window that gave the real :math:`Z` is followed by these
+    draws in the same chain, so the rebuilt proposal equals the tuned one in law, not exactly: a
+    window of a few hundred correlated draws is noisy (on a 2-d Gaussian the proposal variances
+    differed by a factor of about 2, as much as rebuilds from two blocks of one chain differ).
+    This is how ``plot_proposal_contours(idata, chain=...)`` works after ``pm.sample(cores>1)``.
 
     Parameters
     ----------
@@ -126,7 +130,7 @@ def rebuild_proposal(
     var_names : list of str, optional
         The random variables the step sampled, in its order (default: every continuous one).
     kernel : str or kernel object, default "gaussian"
-        The step's ``kernel`` option.
+        The step's ``kernel`` option (``sample_stats`` cannot record it: pass the one you sampled with).
 
     Returns
     -------
@@ -145,6 +149,13 @@ def rebuild_proposal(
     # The chain's last tuning window gave both its whitening and Z; the same estimator on the first
     # |Z| draws after tuning (the window that would have come next) gives a proposal equal in law.
     block = X[: int(size)]
+    if block.shape[0] < size:
+        warnings.warn(
+            f"Chain {chain} has {X.shape[0]} draws, fewer than the {int(size)} points of its tuned Z; "
+            f"the rebuilt proposal uses all {X.shape[0]} (sample more draws for a closer rebuild).",
+            UserWarning,
+            stacklevel=2,
+        )
     moments = shrunk_covariance(block)
     if moments is None:
         raise ValueError(

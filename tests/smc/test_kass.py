@@ -435,6 +435,18 @@ def test_stalled_moves_warn_once_per_chain_naming_the_stage():
         run_smc(linear_model(), KASS, chains=2, draws=200)
 
 
+def test_particles_that_collapse_because_moves_stalled_say_so():
+    """A frozen, 1e6-times too wide proposal on a thin ridge: no move is ever accepted, resampling
+    collapses the particles, and the error names the stalled stage and the scale options."""
+    with pm.Model() as model:
+        u = pm.Normal("u", 0, 10)
+        v = pm.Normal("v", 0, 10)
+        pm.Normal("obs", u + v, 1e-3, observed=0.0)
+    message = r"identical after resampling.*stopped mixing.*accepted 0\.00%.*learning_rate"
+    with pytest.raises(ValueError, match=message):
+        run_smc(model, KASS, chains=1, draws=1000, var="u", initial_scale=1e6, learning_rate=0.0)
+
+
 def test_stalled_moves_warn_in_the_session_with_parallel_chains():
     """cores=2 runs chains in worker processes, whose warnings never reach the session; the
     message travels back with the chain's results and is raised on arrival, once per chain."""
