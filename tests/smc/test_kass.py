@@ -232,6 +232,42 @@ def test_stage_stats_with_several_chains():
     np.testing.assert_array_equal(log_z, [chain[-1] for chain in lml])
 
 
+def _narrow_mean_model():
+    y = np.random.default_rng(0).normal(1.0, 0.3, size=30)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 10)
+        pm.Normal("y", mu, 0.3, observed=y)
+    return model
+
+
+@pytest.mark.parametrize(
+    "chains, cores, seed, stages",
+    [
+        (1, 1, 1, [6]),
+        (1, 2, 1, [6]),
+        (2, 1, 1, [6, 6]),
+        (2, 1, 4, [5, 6]),  # unequal stages: PyMC stores one list per chain (it used to crash here)
+        (2, 2, 4, [5, 6]),
+    ],
+)
+def test_results_helpers_for_any_chains_stages_and_cores(chains, cores, seed, stages):
+    """stage_stats and log_evidence undo every layout pm.sample_smc uses, on PyMC 5 and 6: the
+    per-chain arrays have each chain's own number of stages, beta ends at 1, and the evidence is
+    the last stage's log_marginal_likelihood."""
+    with _narrow_mean_model():
+        idata = pm.sample_smc(
+            draws=60, kernel=KASS, chains=chains, cores=cores, random_seed=seed, n_steps=2, **SMC_KW
+        )
+    betas = stage_stats(idata, "beta")
+    assert [len(b) for b in betas] == stages
+    assert all(b[-1] == 1 and np.all(np.diff(b) > 0) for b in betas)
+    assert all(np.all(n == 2) for n in stage_stats(idata, "n_steps"))
+    lml = stage_stats(idata, "log_marginal_likelihood")
+    log_z = log_evidence(idata)
+    assert log_z.shape == (chains,) and np.all(np.isfinite(log_z))
+    np.testing.assert_array_equal(log_z, [chain[-1] for chain in lml])
+
+
 def test_subsample_and_step_rules():
     _, _, idata = run_smc(
         linear_model(), KASS, chains=1, draws=300, n_subsample=50, n_steps="acceptance", max_steps=6
