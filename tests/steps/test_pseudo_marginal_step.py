@@ -150,7 +150,9 @@ def test_compound_step_shares_the_kept_estimate_between_our_blocks():
     with pm.Model() as model:
         t0, t1 = pm.Normal("theta0", 0, 1), pm.Normal("theta1", 0, 1)
         PseudoMarginalPotential("lik", log_est, inputs=[t0, t1])
-        step = pm.CompoundStep([KameleonMetropolis([t0]), KameleonMetropolis([t1])])
+        # Seeded: unseeded, about 1 run in 75 had a block's scale shrink until a proposal equalled
+        # the current state in floating point (a legitimate fresh estimate, but not what this checks).
+        step = pm.CompoundStep([KameleonMetropolis([t0], rng=0), KameleonMetropolis([t1], rng=100)])
     point = model.initial_point()
     current = (float(point["theta0"]), float(point["theta1"]))
     n_calls_per_step = []
