@@ -47,6 +47,7 @@ from pymc_kameleon.core.linalg import SingularCovarianceError, jittered_cholesky
 from pymc_kameleon.core.proposals import KameleonMoves, Move, Proposal
 
 __all__ = [
+    "DRIFT_STATES",
     "SCAN_TARGET",
     "ScaleFreeKameleon",
     "TuningReport",
@@ -54,6 +55,7 @@ __all__ = [
     "Whitening",
     "scan_steps_for",
     "shrunk_covariance",
+    "whitened_drift",
 ]
 
 #: Acceptance rate the per-coordinate scan steps aim at (optimal for one-dimensional moves).
@@ -70,7 +72,7 @@ _LOG_2PI = math.log(2.0 * math.pi)
 # A window ends early when its draws' sd in whitened coordinates is off by more than this factor.
 _WHITENING_TOLERANCE = 3.0
 # The last this many tuning states are kept for the end-of-tuning drift check (TuningReport.drift).
-_DRIFT_STATES = 1000
+DRIFT_STATES = 1000
 
 
 # Largest move of a Robbins-Monro log-scale in one step.
@@ -215,6 +217,19 @@ class WhitenedFamily:
         return out - w.log_det
 
 
+def whitened_drift(W) -> float:
+    """Root mean square shift between the means of the first and second halves of whitened states.
+
+    About 0.5 or less for a chain that has settled; far above 1 for one still walking toward the
+    posterior. NaN with fewer than 200 states (too few to tell).
+    """
+    W = np.asarray(W, dtype=float)
+    if W.ndim != 2 or W.shape[0] < 200:
+        return math.nan
+    half = W.shape[0] // 2
+    return float(np.sqrt(np.mean((W[:half].mean(axis=0) - W[half:].mean(axis=0)) ** 2)))
+
+
 @dataclass(frozen=True)
 class TuningReport:
     """What tuning achieved, for the step's end-of-tuning warnings.
@@ -336,7 +351,7 @@ class ScaleFreeKameleon(Proposal):
         self._window_accept = []
         self._window_moves = 0  # steps of this window whose state differs from the previous one
         self._last_state = None
-        self._recent = deque(maxlen=_DRIFT_STATES)  # the last tuning states, for report().drift
+        self._recent = deque(maxlen=DRIFT_STATES)  # the last tuning states, for report().drift
         self.last_component = "scan" if self.scan_steps > 0 else "adaptive_metropolis"
         if self.scan_steps == 0:
             self._window_end = self.first_window
@@ -639,11 +654,7 @@ class ScaleFreeKameleon(Proposal):
             sq = (W * W).sum(1)[:, None] - 2.0 * W @ Zw.T + (Zw * Zw).sum(1)[None, :]
             nearest = np.sqrt(np.maximum(sq.min(axis=1), 0.0))
             uncovered = float(np.mean(nearest > 3.0 * self.bandwidth))
-        drift = math.nan
-        if len(self._recent) >= 200:
-            W = self.whiten(np.array(self._recent))
-            half = W.shape[0] // 2
-            drift = float(np.sqrt(np.mean((W[:half].mean(axis=0) - W[half:].mean(axis=0)) ** 2)))
+        drift = whitened_drift(self.whiten(np.array(self._recent))) if self._recent else math.nan
         return TuningReport(self.tune_steps, self.phase, accept, self.wants_kameleon, uncovered, drift)
 
     def required_tune_steps(self) -> int:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import math
-import multiprocessing
 import warnings
 
 import numpy as np
@@ -39,6 +38,7 @@ from pymc_kameleon.core.scale_free import WhitenedFamily, Whitening
 from pymc_kameleon.core.smc import adapt_log_scale, population_mh_move, steps_for_acceptance
 from pymc_kameleon.pseudo_marginal import PseudoMarginalOp
 from pymc_kameleon.steps._common import check_kameleon_options, check_number, check_probability
+from pymc_kameleon.steps._reporting import carry_warnings, in_pymc_worker
 
 __all__ = ["ASMC", "KASS"]
 
@@ -51,8 +51,6 @@ _LOGP_BATCH_ROWS = 1024
 _FACTOR_CACHE_BYTES = 256 * 2**20
 # Particles compared between the vectorised and PyMC's per-particle log densities (per chain).
 _BATCH_CHECK_POINTS = 8
-# pm.sample_smc(cores>1) names its worker processes smc_worker_chain_<i> (PyMC 5.28 and 6).
-_SMC_WORKER_PREFIX = "smc_worker"
 # A stage whose mean acceptance probability is below this has moves that barely mix.
 _MIN_STAGE_ACCEPT = 0.01
 
@@ -422,7 +420,8 @@ class KASS(SMC_KERNEL):
         """One warning per chain, at its last stage, naming the worst stage and the remedies.
 
         With ``cores>1`` the chain runs in a worker process whose warnings never reach the session;
-        :meth:`sample_settings` then carries the message back (see :class:`_SessionWarning`).
+        :meth:`sample_settings` then carries the message back
+        (:func:`~pymc_kameleon.steps._reporting.carry_warnings`).
         """
         stage, beta, accept, _ = min(self._poor_stages, key=lambda row: row[2])
         n_capped = sum(sweeps >= self.max_steps for *_, sweeps in self._poor_stages)
@@ -493,7 +492,11 @@ class KASS(SMC_KERNEL):
             "learning_rate": self.learning_rate,
             "target_accept": self.target_accept,
             "batch_logp": int(self._use_batch),
-            "poorly_mixing_stages": _in_session(len(self._poor_stages), self._mixing_message),
+            # With cores>1 this chain runs in a worker process: the warning travels back with the setting.
+            "poorly_mixing_stages": carry_warnings(
+                len(self._poor_stages),
+                [(self._mixing_message, RuntimeWarning)] if self._mixing_message and in_pymc_worker() else [],
+            ),
         }
 
 
@@ -506,36 +509,6 @@ class ASMC(KASS):
     """
 
     _default_proposal_kernel = "linear"
-
-
-def _warn_in_session(value, message):
-    warnings.warn(message, RuntimeWarning, stacklevel=2)
-    return value
-
-
-class _SessionWarning(int):
-    """A sample setting (an int) that raises its warning when it is unpickled in the user's session.
-
-    ``pm.sample_smc(cores>1)`` runs each chain in a worker process and sends back only its results
-    (pickled, ``sample_settings()`` among them); warnings raised in the worker are lost. Unpickling
-    this object calls :func:`_warn_in_session`, which warns in the session and leaves a plain int
-    in the settings.
-    """
-
-    def __new__(cls, value: int, message: str):
-        obj = super().__new__(cls, value)
-        obj.message = message
-        return obj
-
-    def __reduce__(self):
-        return _warn_in_session, (int(self), self.message)
-
-
-def _in_session(value: int, message):
-    """``value``, made to warn in the session when this chain runs in PyMC's SMC worker process."""
-    if message is None or not multiprocessing.current_process().name.startswith(_SMC_WORKER_PREFIX):
-        return value
-    return _SessionWarning(value, message)
 
 
 def _pseudo_marginal_ops(fn) -> list:

@@ -1,14 +1,37 @@
-"""What our steps tell the user: end-of-tuning warnings and progress-bar columns."""
+"""What our steps tell the user: end-of-tuning warnings and progress-bar columns.
+
+**Warnings from worker processes.** ``pm.sample(cores>1)`` (PyMC's default on a machine with
+several cores) and ``pm.sample_smc(cores>1)`` run each chain in a worker process, and a warning
+raised there never reaches the user: it is neither shown nor caught by ``warnings.catch_warnings``.
+What does reach the session is each draw's statistics (or, for SMC, the kernel's settings),
+pickled. So a step in a worker keeps its warnings (:class:`StepWarnings`) and attaches them to
+the next statistic it reports, as a float (or int) subclass whose unpickling in the session raises
+them there and leaves the plain number (:func:`carry_warnings`).
+"""
 
 from __future__ import annotations
 
 import math
+import multiprocessing
 import warnings
 
+import numpy as np
 from rich.progress import TextColumn
 from rich.table import Column
 
-__all__ = ["progressbar_config", "progressbar_update_functions", "tuning_problems", "warn_after_tuning"]
+__all__ = [
+    "StepWarnings",
+    "carry_warnings",
+    "in_pymc_worker",
+    "progressbar_config",
+    "progressbar_update_functions",
+    "tuning_problems",
+    "tuning_warning",
+    "warn_after_tuning",
+]
+
+# pm.sample(cores>1) and pm.sample_smc(cores>1) name their worker processes so (PyMC 5.28 and 6).
+_PYMC_WORKER_PREFIXES = ("worker_chain_", "smc_worker_chain_")
 
 # Acceptance rates outside [target / 2, (1 + target) / 2] at the end of tuning are reported.
 _LOW_ACCEPT_FACTOR = 0.5
@@ -59,11 +82,80 @@ def tuning_problems(report, target_accept: float, required_steps: int, dim: int)
     return problems
 
 
-def warn_after_tuning(step_name: str, proposal, target_accept: float) -> None:
+def in_pymc_worker() -> bool:
+    """Whether this code runs in one of PyMC's sampling worker processes (``cores>1``)."""
+    return multiprocessing.current_process().name.startswith(_PYMC_WORKER_PREFIXES)
+
+
+def _warn_in_session(value, messages):
+    for message, category in messages:
+        warnings.warn(message, category, stacklevel=2)
+    return value
+
+
+class _CarriedFloat(float):
+    def __new__(cls, value, messages):
+        obj = super().__new__(cls, value)
+        obj.messages = messages
+        return obj
+
+    def __reduce__(self):
+        return _warn_in_session, (float(self), self.messages)
+
+
+class _CarriedInt(int):
+    def __new__(cls, value, messages):
+        obj = super().__new__(cls, value)
+        obj.messages = messages
+        return obj
+
+    def __reduce__(self):
+        return _warn_in_session, (int(self), self.messages)
+
+
+def carry_warnings(value, messages):
+    """``value`` (a number), made to raise ``messages`` (``(text, category)`` pairs) when unpickled."""
+    if not messages:
+        return value
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError("carry_warnings needs a float or int statistic, not a bool.")
+    if isinstance(value, (int, np.integer)):
+        return _CarriedInt(int(value), tuple(messages))
+    return _CarriedFloat(float(value), tuple(messages))
+
+
+class StepWarnings:
+    """A step's warnings: raised at once in the session, kept for the next statistics in a worker."""
+
+    def __init__(self):
+        self.pending = []
+
+    def warn(self, message: str, category=UserWarning, stacklevel: int = 2) -> None:
+        if in_pymc_worker():
+            self.pending.append((message, category))
+        else:
+            warnings.warn(message, category, stacklevel=stacklevel + 1)
+
+    def attach(self, stats: dict, key: str) -> dict:
+        """Attach the kept warnings to ``stats[key]`` (they are raised when the session unpickles it)."""
+        if self.pending:
+            stats[key] = carry_warnings(stats[key], self.pending)
+            self.pending = []
+        return stats
+
+
+def tuning_warning(step_name: str, report, target_accept: float, required_steps: int, dim: int):
+    """The end-of-tuning warning text for a :class:`TuningReport` (None if nothing went wrong)."""
+    problems = tuning_problems(report, target_accept, required_steps, dim)
+    return f"{step_name}: " + "; ".join(problems) + "." if problems else None
+
+
+def warn_after_tuning(step_name: str, proposal, target_accept: float, sink: StepWarnings) -> None:
     """One UserWarning at the end of a chain's tuning, listing every problem found (none: silent)."""
-    problems = tuning_problems(proposal.report(), target_accept, proposal.required_tune_steps(), proposal.dim)
-    if problems:
-        warnings.warn(f"{step_name}: " + "; ".join(problems) + ".", UserWarning, stacklevel=3)
+    required = proposal.required_tune_steps()
+    message = tuning_warning(step_name, proposal.report(), target_accept, required, proposal.dim)
+    if message:
+        sink.warn(message, UserWarning, stacklevel=3)
 
 
 def progressbar_config(n_chains=1):

@@ -31,7 +31,6 @@ this module runs them inside PyMC.
 from __future__ import annotations
 
 import math
-import warnings
 from collections import deque
 
 import numpy as np
@@ -39,6 +38,7 @@ import pymc as pm
 from pymc.blocking import RaveledVars
 from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence
+from scipy.linalg import solve_triangular
 
 from pymc_kameleon.core.adaptation import HistoryBuffer, RobbinsMonro
 from pymc_kameleon.core.delayed_acceptance import (
@@ -57,7 +57,7 @@ from pymc_kameleon.core.kernels import make_kernel
 from pymc_kameleon.core.linalg import SingularCovarianceError, jittered_cholesky, same_array
 from pymc_kameleon.core.mh import accept_probability, metropolis_accept, mh_log_ratio
 from pymc_kameleon.core.proposals import LangevinProposal, Move
-from pymc_kameleon.core.scale_free import ScaleFreeKameleon
+from pymc_kameleon.core.scale_free import DRIFT_STATES, ScaleFreeKameleon, TuningReport, whitened_drift
 from pymc_kameleon.steps._common import (
     GradientUnavailableError,
     PerChainReset,
@@ -68,7 +68,13 @@ from pymc_kameleon.steps._common import (
     continuous_value_vars,
     declare_pseudo_marginal_stats,
 )
-from pymc_kameleon.steps._reporting import progressbar_config, progressbar_update_functions, warn_after_tuning
+from pymc_kameleon.steps._reporting import (
+    StepWarnings,
+    progressbar_config,
+    progressbar_update_functions,
+    tuning_warning,
+    warn_after_tuning,
+)
 
 __all__ = ["GPDelayedAcceptanceMALA", "GPDelayedAcceptanceMH"]
 
@@ -82,6 +88,8 @@ _MAX_LOG_SCALE_STEP = 0.5
 # During tuning, if the mean stage-1 acceptance over this many screened steps is below
 # _MIN_STAGE1_ACCEPT, the GP cannot be trusted (see GPDelayedAcceptanceMH._pause_screening).
 _SCREENING_CHECK_STEPS = 100
+# MALA's end-of-tuning report: the acceptance rate over this many last tuning steps.
+_REPORT_ACCEPT_STEPS = 500
 _MIN_STAGE1_ACCEPT = 0.02
 
 
@@ -299,6 +307,7 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
         self._fitted_at = 0  # training-set size at the last hyperparameter fit (0: never)
         self._n_fits = 0
         self._warned_singular = False
+        self._warnings = StepWarnings()
         self._scale = RobbinsMonro(self.initial_scale, self.target_accept, self.learning_rate)
         self._precond_chol = np.eye(self.dim)  # Cholesky factor of the adapted covariance
         self._precond_trace = float(self.dim)
@@ -314,7 +323,7 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
             if self.fit_hyperparameters and not self._warm and self._gp.n_points >= 1.25 * self._fitted_at:
                 self._fit()
             if self._warm:
-                warnings.warn(
+                self._warnings.warn(
                     f"{type(self).__name__}: tuning ended after {self._tune_steps} steps, still in the exact "
                     f"warm-up ({self._gp.n_points} of initial_points={self.initial_points} GP points). "
                     "The GP screens proposals from now on, but its hyperparameters were never fitted; "
@@ -376,7 +385,7 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
         except SingularCovarianceError:
             if not self._warned_singular:
                 self._warned_singular = True
-                warnings.warn(
+                self._warnings.warn(
                     f"{type(self).__name__}: a new GP point duplicates stored ones numerically and was "
                     "skipped (raise `jitter` if this happens often).",
                     RuntimeWarning,
@@ -571,6 +580,7 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
             "model_logp": self._target.current_logp,
         }
         stats.update(self._target.estimate_stats(estimates_before))
+        self._warnings.attach(stats, "accept")  # with cores>1 they travel to the session this way
         return RaveledVars(y_new, q0.point_map_info), [stats]
 
     def _finish(self, x, y, accepted, evaluation):
@@ -870,7 +880,7 @@ class GPDelayedAcceptanceMH(_GPDelayedAcceptanceBase):
         tuned = self.tune and self._tune_steps > 0
         if tuned and self._warm and self._resume_window is not None:
             self._end_warm_up()  # tuning ended during an exact fallback: screen from here on
-            warnings.warn(
+            self._warnings.warn(
                 f"{type(self).__name__}: tuning ended in an exact fallback: the GP's stage 1 had "
                 f"rejected nearly every proposal (acceptance below {_MIN_STAGE1_ACCEPT:.0%} over "
                 f"{_SCREENING_CHECK_STEPS} steps; {self._n_pauses} fallback(s) in tuning), so its fit "
@@ -880,7 +890,7 @@ class GPDelayedAcceptanceMH(_GPDelayedAcceptanceBase):
             )
         super().stop_tuning()
         if tuned:
-            warn_after_tuning(type(self).__name__, self._proposal, self.target_accept)
+            warn_after_tuning(type(self).__name__, self._proposal, self.target_accept, self._warnings)
 
     @property
     def kameleon_family(self):
@@ -1096,6 +1106,46 @@ class GPDelayedAcceptanceMALA(_GPDelayedAcceptanceBase):
     name = "gp_da_mala"
     _default_target_accept = 0.574
     _uses_prior_gradient = True
+
+    def _reset_chain_state(self):
+        super()._reset_chain_state()
+        self._recent_states = deque(maxlen=DRIFT_STATES)  # for the end-of-tuning drift
+        self._recent_accept = deque(maxlen=_REPORT_ACCEPT_STEPS)
+
+    def astep(self, q0):
+        y_new, stats = super().astep(q0)
+        if self.tune:
+            self._recent_states.append(np.array(y_new.data, copy=True))
+            self._recent_accept.append(stats[0]["accepted"])
+        return y_new, stats
+
+    def tuning_report(self) -> TuningReport:
+        """Acceptance rate over the last tuning steps and the drift of the last tuning states, in the
+        coordinates whitened by the adapted preconditioner (see :class:`TuningReport`)."""
+        accept = float(np.mean(self._recent_accept)) if self._recent_accept else math.nan
+        drift = math.nan
+        if self._recent_states:
+            X = np.array(self._recent_states)
+            W = solve_triangular(self._precond_chol, (X - X.mean(axis=0)).T, lower=True).T
+            drift = whitened_drift(W)
+        return TuningReport(self._tune_steps, "langevin", accept, False, math.nan, drift)
+
+    def stop_tuning(self):
+        tuned = self.tune and self._tune_steps > 0
+        super().stop_tuning()
+        if tuned:  # no tuning-length requirement: the exact warm-up warns on its own
+            report = self.tuning_report()
+            message = tuning_warning(type(self).__name__, report, self.target_accept, 0, self.dim)
+            if message and report.accept_rate < 0.5 * self.target_accept:
+                message += (
+                    " The Langevin preconditioner starts isotropic and is learned from the chain's "
+                    "own draws, so on parameters of very different scales, or from a start far from the "
+                    "posterior, it can stall (the chain may not have moved at all). "
+                    'GPDelayedAcceptanceMH(proposal="kameleon") learns each parameter\'s scale first; or '
+                    "start closer to the posterior."
+                )
+            if message:
+                self._warnings.warn(message, UserWarning, stacklevel=2)
 
     def __init__(
         self,

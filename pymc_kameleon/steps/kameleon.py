@@ -7,7 +7,6 @@ PyMC's step machinery (compiled log densities, tuning flags, statistics).
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 import pymc as pm
@@ -29,7 +28,12 @@ from pymc_kameleon.steps._common import (
     continuous_value_vars,
     declare_pseudo_marginal_stats,
 )
-from pymc_kameleon.steps._reporting import progressbar_config, progressbar_update_functions, warn_after_tuning
+from pymc_kameleon.steps._reporting import (
+    StepWarnings,
+    progressbar_config,
+    progressbar_update_functions,
+    warn_after_tuning,
+)
 
 __all__ = ["KameleonMetropolis"]
 
@@ -262,12 +266,13 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
         self._post_tune_steps = 0
         self._target.reset()
         self._warned_jitter = False
+        self._warnings = StepWarnings()
         self._warned_untuned = False
 
     def stop_tuning(self):
         super().stop_tuning()
         if self._proposal.tune_steps > 0:
-            warn_after_tuning(type(self).__name__, self._proposal, self.target_accept)
+            warn_after_tuning(type(self).__name__, self._proposal, self.target_accept, self._warnings)
 
     @staticmethod
     def competence(var, has_grad):
@@ -345,6 +350,7 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
             "model_logp": self._target.current_logp,
         }
         stats.update(self._target.estimate_stats(estimates_before))
+        self._warnings.attach(stats, "accept")  # with cores>1 they travel to the session this way
         return RaveledVars(y_new, q0.point_map_info), [stats]
 
     # ------------------------------------------------------------ adaptation
@@ -363,7 +369,7 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
     def _warn_singular(self):
         if not self._warned_jitter:
             self._warned_jitter = True
-            warnings.warn(
+            self._warnings.warn(
                 "KameleonMetropolis: a proposal covariance needed diagonal jitter to be factorised; "
                 "consider a larger gamma. Proposals whose covariance cannot be factorised are rejected.",
                 RuntimeWarning,
@@ -373,7 +379,7 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
     def _warn_untuned(self):
         if not self._warned_untuned:
             self._warned_untuned = True
-            warnings.warn(
+            self._warnings.warn(
                 f"KameleonMetropolis: sampling without tuning (tune=0). The proposal is an untuned "
                 f"one-coordinate-at-a-time random walk with unit steps, whatever the scale of the "
                 f"posterior; pass tune >= {self.default_tune_steps} to pm.sample.",

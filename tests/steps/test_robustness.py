@@ -125,3 +125,25 @@ def test_tune_zero_warns():
         with pytest.warns(UserWarning, match=r"sampling without tuning \(tune=0\).*tune >= \d+"):
             pm.sample(step=KameleonMetropolis(), tune=0, draws=20, chains=1, random_seed=1, progressbar=False,
                       compute_convergence_checks=False)
+
+
+@pytest.mark.parametrize("case", ["two_normals", "regression_far_start"])
+def test_mala_is_not_yet_robust_here_and_says_so(case):
+    """GPDelayedAcceptanceMALA still starts from an isotropic preconditioner (issue 16): on two
+    normals it ends with sd(b) 4% of the truth, from the far start it never moves. Until it is
+    scale-free it must not be silent: the end-of-tuning warning names the acceptance rate and the
+    step that copes, and it reaches the session from the cores=2 workers. (Acceptance alone misses
+    one of the two chains on two normals: what would flag it is the scale-free machinery itself.)"""
+    from pymc_kameleon import GPDelayedAcceptanceMALA
+
+    model, initvals = (two_normals(), None) if case == "two_normals" else (regression(), FAR)
+    with model, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pm.sample(
+            step=GPDelayedAcceptanceMALA(), tune=3000, draws=100, chains=2, cores=2, random_seed=3,
+            initvals=initvals, progressbar=False, compute_convergence_checks=False,
+        )
+    messages = [str(w.message) for w in caught if "GPDelayedAcceptanceMALA" in str(w.message)]
+    assert len(messages) >= 1  # on two normals one chain of the two ends inside the acceptance band
+    for message in messages:
+        assert "acceptance rate over the last tuning window" in message and 'proposal="kameleon"' in message

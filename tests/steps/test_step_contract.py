@@ -103,3 +103,43 @@ def test_subsample_smaller_than_d_plus_1_is_refused(cls, kwargs, n_subsample):
 def test_random_walk_gp_da_ignores_n_subsample():
     with regression_model():
         GPDelayedAcceptanceMH(n_subsample=1)  # no Kameleon component, so no subsample
+
+
+# ---------------------------------------------------------------- warnings from worker processes
+def test_a_carried_warning_is_raised_when_unpickled_and_leaves_a_plain_number():
+    import pickle
+
+    from pymc_kameleon.steps._reporting import carry_warnings
+
+    value = carry_warnings(0.25, [("tuning went wrong", UserWarning)])
+    assert value == 0.25  # a float to everyone until it is unpickled
+    with pytest.warns(UserWarning, match="tuning went wrong"):
+        back = pickle.loads(pickle.dumps(value))
+    assert type(back) is float and back == 0.25
+    count = carry_warnings(3, [("a", RuntimeWarning), ("b", UserWarning)])
+    with pytest.warns(RuntimeWarning, match="a"), pytest.warns(UserWarning, match="b"):
+        assert type(pickle.loads(pickle.dumps(count))) is int
+    assert carry_warnings(1.5, []) == 1.5 and type(carry_warnings(1.5, [])) is float
+
+
+@pytest.mark.parametrize(
+    "cls, kwargs, message",
+    [
+        (KameleonMetropolis, {}, "tuning took 100 steps"),
+        (GPDelayedAcceptanceMH, {}, "tuning took 100 steps"),
+        (GPDelayedAcceptanceMALA, {"initial_points": 150}, "still in the exact warm-up"),
+    ],
+)
+def test_tuning_warnings_reach_the_session_from_worker_processes(cls, kwargs, message):
+    """pm.sample(cores=2), PyMC's default on this machine, tunes each chain in a worker process
+    whose warnings used to be lost (neither shown nor catchable): each chain's now arrives with its
+    first draw's statistics. The recorded statistic stays a plain float64."""
+    import warnings
+
+    with regression_model(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        idata = pm.sample(
+            step=cls(**kwargs), tune=100, draws=20, chains=2, cores=2, random_seed=4, **SAMPLE_KW
+        )
+    assert len([w for w in caught if message in str(w.message)]) == 2
+    assert idata.sample_stats["accept"].dtype == np.float64
