@@ -275,11 +275,34 @@ class KASS(SMC_KERNEL):
     def setup_kernel(self):
         """Reset the per-chain state (PyMC reuses one kernel instance for sequential chains)."""
         self._reset_chain_state()
+        self._check_prior_draws()
         # A model without observed terms has a float32 ``datalogp`` (PyMC's constant 0); float32
         # weights then sum to less than 1 and PyMC's systematic resampling indexes past the end.
         self.prior_logp = np.asarray(self.prior_logp, dtype=np.float64).reshape(self.draws)
         self.likelihood_logp = np.asarray(self.likelihood_logp, dtype=np.float64).reshape(self.draws)
         self._use_batch = self._batch_logp_func is not None and self._batch_matches_pymc()
+
+    def _check_prior_draws(self):
+        """A clear error if the initial particles do not vary: SMC starts from prior draws, and an improper
+        prior (``pm.Flat``, ``pm.HalfFlat``) has none; PyMC puts every particle at its initial value."""
+        X = np.asarray(self.tempered_posterior, dtype=float)
+        if self.start is not None or X.shape[0] < 2:
+            return
+        constant = np.all(X == X[0], axis=0)
+        if not constant.any():
+            return
+        names, offset = [], 0
+        for v in self.variables:
+            size = self.var_info[v.name][1]
+            if constant[offset : offset + size].any():
+                names.append(v.name)
+            offset += size
+        raise ValueError(
+            f"All {X.shape[0]} initial particles are identical in {names}: SMC starts from draws of the "
+            "prior, and these variables have none (an improper prior such as pm.Flat or pm.HalfFlat, "
+            "whose 'draws' are its initial value). Give them a proper prior (for example a wide "
+            "pm.Normal), or sample the model with pm.sample."
+        )
 
     def _reset_chain_state(self):
         self._log_scale = math.log(self.initial_scale)

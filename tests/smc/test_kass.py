@@ -409,6 +409,18 @@ def test_discrete_variables_are_refused():
         KASS(draws=20, model=model)
 
 
+def test_improper_prior_gives_a_clear_error():
+    """With an initval, PyMC 'draws' a pm.Flat prior as that value (without one it raises), so every
+    particle was the same point and KASS failed later: 'do not vary in every coordinate after
+    resampling at beta=1'."""
+    with pm.Model() as model:
+        x = pm.Flat("x", shape=2, initval=np.zeros(2))
+        pm.Normal("w", 0, 1)
+        pm.Potential("lik", -0.5 * (x**2).sum())
+    with pytest.raises(ValueError, match=r"identical in \['x'\].*improper prior such as pm.Flat"):
+        run_smc(model, KASS, chains=1, draws=50, var="x")
+
+
 def test_collapsed_particles_give_a_clear_error():
     kernel = KASS(draws=30, model=linear_model(), random_seed=1)
     kernel.initialize(None, np.random.default_rng(2))
