@@ -93,24 +93,24 @@ def _warn_in_session(value, messages):
     return value
 
 
-class _CarriedFloat(float):
+class _Carried:
+    """A number that raises ``messages`` when it is unpickled (mixed into float or int)."""
+
     def __new__(cls, value, messages):
         obj = super().__new__(cls, value)
         obj.messages = messages
         return obj
 
     def __reduce__(self):
-        return _warn_in_session, (float(self), self.messages)
+        return _warn_in_session, (self._plain(self), self.messages)
 
 
-class _CarriedInt(int):
-    def __new__(cls, value, messages):
-        obj = super().__new__(cls, value)
-        obj.messages = messages
-        return obj
+class _CarriedFloat(_Carried, float):
+    _plain = float
 
-    def __reduce__(self):
-        return _warn_in_session, (int(self), self.messages)
+
+class _CarriedInt(_Carried, int):
+    _plain = int
 
 
 def carry_warnings(value, messages):
