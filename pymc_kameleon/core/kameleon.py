@@ -32,6 +32,7 @@ __all__ = [
     "check_subsample_size",
     "fit_proposal",
     "matched_nu2",
+    "mean_rkhs_variance",
 ]
 
 # gamma="auto" is this fraction of the median marginal standard deviation of Z;
@@ -461,8 +462,18 @@ def fit_proposal(Z, kernel, bandwidth, gamma, nu2: float, rng) -> FittedProposal
     gamma = float(gamma)
     family = KameleonProposal(Z, kernel, gamma**2, nu2)
     probe = Z[rng.choice(Z.shape[0], size=min(SCALE_PROBE_POINTS, Z.shape[0]), replace=False)]
-    probe_variance = float(np.mean([np.trace(family.rkhs_covariance(z)) for z in probe])) / Z.shape[1]
+    probe_variance = mean_rkhs_variance(family, probe)
     return FittedProposal(family, sigma, gamma, probe_variance)
+
+
+def mean_rkhs_variance(family: KameleonProposal, points) -> float:
+    r""":math:`\bar v`: :math:`\operatorname{tr}(M_z H M_z^\top) / d` averaged over ``points`` (rows).
+
+    The kernel term's mean variance per coordinate is :math:`\nu^2 \bar v`; steps keep it
+    continuous when :math:`Z` changes.
+    """
+    points = np.atleast_2d(np.asarray(points, dtype=float))
+    return float(np.mean([np.trace(family.rkhs_covariance(z)) for z in points])) / points.shape[1]
 
 
 def matched_nu2(rw_variance: float, gamma: float, probe_variance: float) -> float:

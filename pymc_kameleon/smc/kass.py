@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import math
-import warnings
 
 import numpy as np
 import pytensor.tensor as pt
@@ -38,7 +37,7 @@ from pymc_kameleon.core.scale_free import WhitenedFamily, Whitening
 from pymc_kameleon.core.smc import adapt_log_scale, population_mh_move, steps_for_acceptance
 from pymc_kameleon.pseudo_marginal import PseudoMarginalOp
 from pymc_kameleon.steps._common import check_kameleon_options, check_number, check_probability
-from pymc_kameleon.steps._reporting import carry_warnings, in_pymc_worker
+from pymc_kameleon.steps._reporting import StepWarnings
 
 __all__ = ["ASMC", "KASS"]
 
@@ -311,7 +310,7 @@ class KASS(SMC_KERNEL):
         self._use_batch = False
         self.n_steps = 0
         self._poor_stages = []  # (stage, beta, mean acceptance, sweeps) of stages that barely mixed
-        self._mixing_message = None
+        self._warnings = StepWarnings()
 
     def _batch_matches_pymc(self) -> bool:
         """Whether the vectorised function reproduces PyMC's per-particle log densities."""
@@ -331,7 +330,7 @@ class KASS(SMC_KERNEL):
             )
             if self.batch_logp is True:
                 raise ValueError(message)
-            warnings.warn(message, RuntimeWarning, stacklevel=2)
+            self._warnings.warn(message, RuntimeWarning, stacklevel=2)
         return same
 
     # ---------------------------------------------------------------- one stage
@@ -371,7 +370,7 @@ class KASS(SMC_KERNEL):
         """The error for a particle system that collapsed, naming stalled moves if they caused it."""
         cause = "Use more draws, or a higher threshold (more, gentler stages)."
         if self._poor_stages:
-            stage, beta, accept, _ = min(self._poor_stages, key=lambda row: row[2])
+            stage, beta, accept, _ = self._worst_stage()
             cause = (
                 f"The moves had stopped mixing: stage {stage} (beta={beta:.3g}) accepted {accept:.2%} of its "
                 f"proposals, with the proposal variance at {math.exp(self._log_scale):.3g} times the optimal "
@@ -444,15 +443,15 @@ class KASS(SMC_KERNEL):
 
         With ``cores>1`` the chain runs in a worker process whose warnings never reach the session;
         :meth:`sample_settings` then carries the message back
-        (:func:`~pymc_kameleon.steps._reporting.carry_warnings`).
+        (:class:`~pymc_kameleon.steps._reporting.StepWarnings`).
         """
-        stage, beta, accept, _ = min(self._poor_stages, key=lambda row: row[2])
+        stage, beta, accept, _ = self._worst_stage()
         n_capped = sum(sweeps >= self.max_steps for *_, sweeps in self._poor_stages)
         capped = ""
         if n_capped and isinstance(self.n_steps_rule, str):
             plural = "s" if n_capped > 1 else ""
             capped = f"; {n_capped} stage{plural} hit the cap of max_steps={self.max_steps} sweeps"
-        self._mixing_message = (
+        message = (
             f"{type(self).__name__}: the rejuvenation moves barely mixed in {len(self._poor_stages)} of "
             f"{self.iteration} stages (mean acceptance below {_MIN_STAGE_ACCEPT:.0%} or the sweep cap "
             f"reached). The worst, stage {stage} (beta={beta:.3g}), accepted {accept:.2%} of its "
@@ -461,7 +460,11 @@ class KASS(SMC_KERNEL):
             "draws, threshold=0.8 (more, gentler stages) or a larger max_steps, let the proposal scale "
             "adapt (learning_rate > 0, initial_scale near 1), or reparametrise the model."
         )
-        warnings.warn(self._mixing_message, RuntimeWarning, stacklevel=2)
+        self._warnings.warn(message, RuntimeWarning, stacklevel=2)
+
+    def _worst_stage(self):
+        """The (stage, beta, mean acceptance, sweeps) row of the stage that mixed worst."""
+        return min(self._poor_stages, key=lambda row: row[2])
 
     def _batch_logp(self, particles):
         """The vectorised (prior, likelihood) log densities of an (m, D) array, each of shape (m,).
@@ -505,7 +508,7 @@ class KASS(SMC_KERNEL):
         }
 
     def sample_settings(self):
-        return {
+        settings = {
             "_n_draws": self.draws,
             "threshold": self.threshold,
             "_n_tune": self.n_steps,
@@ -515,12 +518,10 @@ class KASS(SMC_KERNEL):
             "learning_rate": self.learning_rate,
             "target_accept": self.target_accept,
             "batch_logp": int(self._use_batch),
-            # With cores>1 this chain runs in a worker process: the warning travels back with the setting.
-            "poorly_mixing_stages": carry_warnings(
-                len(self._poor_stages),
-                [(self._mixing_message, RuntimeWarning)] if self._mixing_message and in_pymc_worker() else [],
-            ),
+            "poorly_mixing_stages": len(self._poor_stages),
         }
+        # With cores>1 this chain ran in a worker process: its warning travels back with the setting.
+        return self._warnings.attach(settings, "poorly_mixing_stages")
 
 
 class ASMC(KASS):

@@ -16,7 +16,7 @@ import pymc as pm
 import pytensor
 from pytensor.graph.replace import graph_replace
 
-from pymc_kameleon.core.kameleon import KameleonProposal
+from pymc_kameleon.core.kameleon import KameleonProposal, mean_rkhs_variance
 from pymc_kameleon.core.kernels import make_kernel
 from pymc_kameleon.core.scale_free import WhitenedFamily, Whitening, shrunk_covariance
 from pymc_kameleon.steps._common import continuous_value_vars
@@ -174,7 +174,7 @@ def rebuild_proposal(
     if "kernel_variance" in stats:  # InferenceData from before the statistic existed: nu^2 as it is
         kernel_variance = _frozen_stat(stats, "kernel_variance", chain)
     probe = Z_w[np.unique(np.linspace(0, Z_w.shape[0] - 1, _PROBE_POINTS).round().astype(int))]
-    probe_variance = float(np.mean([np.trace(family.rkhs_covariance(z)) for z in probe])) / Z_w.shape[1]
+    probe_variance = mean_rkhs_variance(family, probe)
     if math.isfinite(kernel_variance) and probe_variance > 0:
         family.nu2 = kernel_variance / probe_variance
     return WhitenedFamily(family, whitening)
