@@ -95,7 +95,10 @@ def _run_audited(step_cls, monkeypatch, n_steps=600):
 
     class Audited(step_cls):
         def astep(self, q0):
-            snapshot = copy.deepcopy(self._proposal)
+            # The proposal alone: its jitter callback is a bound method, and copying it copied the
+            # whole step with its compiled functions (20 s per test).
+            p = self._proposal
+            snapshot = copy.deepcopy(p, memo={id(p.on_jitter): None})
             out = super().astep(q0)
             audit.record(snapshot)
             return out
