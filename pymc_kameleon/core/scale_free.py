@@ -499,12 +499,15 @@ class ScaleFreeKameleon(Proposal):
         return self._mixture(self.moves.family.at(w_y).log_density(w_x), w_x, w_y)
 
     # ------------------------------------------------------------------ adaptation
-    def adapt(self, y_new, accept_prob: float, rng) -> bool:
+    def adapt(self, y_new, accept_prob: float, rng, component: str | None = None) -> bool:
         """One tuning step after the decision; returns whether :math:`m`, :math:`C` and :math:`Z` changed.
 
         ``accept_prob`` is the acceptance probability of the step's move, or an unbiased estimate
         of it (delayed acceptance, where it can exceed 1); one step moves a log-scale by at most
         0.5, so a rare large value cannot throw the scale (and is not clipped to bias it down).
+        ``component`` is the scale the move used: ``"scan"``, ``"kameleon"`` (:math:`\\nu^2`) or
+        ``"adaptive_metropolis"`` (:math:`\\lambda`, also for any other move whose covariance is
+        :math:`\\lambda^2 C`, such as GP-DA MALA's Langevin move); default: the last :meth:`propose`'s.
         """
         accept_prob = float(accept_prob)
         self.tune_steps += 1
@@ -515,7 +518,8 @@ class ScaleFreeKameleon(Proposal):
             self._window_moves += 1
         self._last_state = y_new.copy()
         self._recent.append(self._last_state)
-        component = self.last_component
+        if component is None:
+            component = self.last_component
         if component == "scan":
             j = self._coordinate
             gain = _SCAN_GAIN + (_SCAN_GAIN_START - _SCAN_GAIN) * math.exp(

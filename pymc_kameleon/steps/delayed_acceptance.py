@@ -38,9 +38,7 @@ import pymc as pm
 from pymc.blocking import RaveledVars
 from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence
-from scipy.linalg import solve_triangular
 
-from pymc_kameleon.core.adaptation import HistoryBuffer, RobbinsMonro
 from pymc_kameleon.core.delayed_acceptance import (
     CURRENT_VALUES,
     DAPoint,
@@ -54,10 +52,10 @@ from pymc_kameleon.core.delayed_acceptance import (
 )
 from pymc_kameleon.core.gp import GPSurrogate
 from pymc_kameleon.core.kernels import make_kernel
-from pymc_kameleon.core.linalg import SingularCovarianceError, jittered_cholesky, same_array
+from pymc_kameleon.core.linalg import SingularCovarianceError, same_array
 from pymc_kameleon.core.mh import accept_probability, metropolis_accept, mh_log_ratio
 from pymc_kameleon.core.proposals import LangevinProposal, Move
-from pymc_kameleon.core.scale_free import DRIFT_STATES, ScaleFreeKameleon, TuningReport, whitened_drift
+from pymc_kameleon.core.scale_free import ScaleFreeKameleon
 from pymc_kameleon.steps._common import (
     GradientUnavailableError,
     PerChainReset,
@@ -72,7 +70,6 @@ from pymc_kameleon.steps._reporting import (
     StepWarnings,
     progressbar_config,
     progressbar_update_functions,
-    tuning_warning,
     warn_after_tuning,
 )
 
@@ -83,14 +80,12 @@ _GP_AFTER_TUNING = ("grow", "freeze")
 _HYPERPARAMETER_KEYS = ("lengthscales", "signal_variance", "noise_variance", "mean")
 # Warm-up GP training values below (best value - this - 5 per dimension) are clipped to that floor.
 _GP_FLOOR_NATS = 50.0
-# Largest move of a Robbins-Monro log-scale in one step (bounds the importance-weighted signal).
-_MAX_LOG_SCALE_STEP = 0.5
 # During tuning, if the mean stage-1 acceptance over this many screened steps is below
 # _MIN_STAGE1_ACCEPT, the GP cannot be trusted (see GPDelayedAcceptanceMH._pause_screening).
 _SCREENING_CHECK_STEPS = 100
-# MALA's end-of-tuning report: the acceptance rate over this many last tuning steps.
-_REPORT_ACCEPT_STEPS = 500
 _MIN_STAGE1_ACCEPT = 0.02
+# A Langevin move with covariance lambda^2 C adapts lambda as the scale-free proposal's AM moves do.
+_LANGEVIN = "adaptive_metropolis"
 
 
 
@@ -308,18 +303,47 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
         self._n_fits = 0
         self._warned_singular = False
         self._warnings = StepWarnings()
-        self._scale = RobbinsMonro(self.initial_scale, self.target_accept, self.learning_rate)
-        self._precond_chol = np.eye(self.dim)  # Cholesky factor of the adapted covariance
-        self._precond_trace = float(self.dim)
-        self._history = HistoryBuffer(self.dim, max(self.history_size, 2))
         self._tune_steps = 0
         self._cache = None  # (gp version, point, surrogate point at the current state)
         self._target.reset()
         self._evals_at_reset = self._target.n_evals
+        self._resume_window = None  # screening paused until this adaptation window (None: not paused)
+        self._stage1_recent = deque(maxlen=_SCREENING_CHECK_STEPS)  # alpha1 of recent screened tuning steps
+        self._n_pauses = 0  # times screening fell back to exact steps during tuning
+        self._window_start_points = [0]  # GP points at the start of each adaptation window
+        self._proposal = self._base_proposal()
+        self.default_tune_steps = self._proposal.required_tune_steps()
+
+    def _base_proposal(self) -> ScaleFreeKameleon:
+        r"""The scale-free adaptation: a coordinate scan, then windows that learn :math:`m`, :math:`C`
+        and :math:`\lambda`; here its Adaptive Metropolis component :math:`\mathcal N(x, \lambda^2 C)`
+        alone (MALA takes :math:`\lambda^2 C` as its Langevin covariance).
+        """
+        return ScaleFreeKameleon(
+            self.dim,
+            None,  # no Kameleon component
+            target_accept=self.target_accept,
+            learning_rate=self.learning_rate,
+            first_window=self.adapt_interval,
+            am_weight=1.0,
+            history_size=self.history_size,
+            initial_scan_scale=self.initial_scale,
+        )
 
     def stop_tuning(self):
         """End of tuning: a last hyperparameter fit if the training set grew, then freeze everything."""
-        if self.tune and self._tune_steps > 0:
+        tuned = self.tune and self._tune_steps > 0
+        if tuned and self._warm and self._resume_window is not None:
+            self._end_warm_up()  # tuning ended during an exact fallback: screen from here on
+            self._warnings.warn(
+                f"{type(self).__name__}: tuning ended in an exact fallback: the GP's stage 1 had "
+                f"rejected nearly every proposal (acceptance below {_MIN_STAGE1_ACCEPT:.0%} over "
+                f"{_SCREENING_CHECK_STEPS} steps; {self._n_pauses} fallback(s) in tuning), so its fit "
+                "near the posterior is untested. Increase `tune`, or start closer to the posterior.",
+                UserWarning,
+                stacklevel=2,
+            )
+        if tuned:
             if self.fit_hyperparameters and not self._warm and self._gp.n_points >= 1.25 * self._fitted_at:
                 self._fit()
             if self._warm:
@@ -332,6 +356,8 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
                     stacklevel=2,
                 )
         super().stop_tuning()
+        if tuned:
+            warn_after_tuning(type(self).__name__, self._proposal, self.target_accept, self._warnings)
 
     @staticmethod
     def competence(var, has_grad):
@@ -380,6 +406,8 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
         if ll < floor:
             ll = floor
             grad = None if grad is None else np.zeros_like(np.asarray(grad, dtype=float))
+        if self.tune and self._gp.n_points >= self.max_points:
+            self._forget_older_half()
         try:
             added = self._gp.add(theta, ll, grad)
         except SingularCovarianceError:
@@ -395,6 +423,21 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
         if added:
             self._gp_version += 1
         return added
+
+    def _forget_older_half(self) -> None:
+        """During tuning a full GP drops its older half (one :math:`O(t^3)` refactorisation per
+        :math:`t/2` additions), so that it keeps learning where the chain is.
+
+        A GP that reached ``max_points`` while the chain walked in from a far start would otherwise
+        stay fixed on the transient: with gradient observations (cap 1000 / (d + 1) points) GP-DA MALA's
+        drift then came from points far behind the chain, which crawled (an unstandardised
+        regression: still 7 sds away after 3000 tuning steps).
+        """
+        keep = self._gp.n_points // 2
+        dropped = self._gp.n_points - keep
+        self._gp = self._gp.latest(keep, max_points=self.max_points)
+        self._window_start_points = [max(n - dropped, 0) for n in self._window_start_points]
+        self._gp_version += 1
 
     def _gp_floor(self) -> float:
         """Lowest value the GP is given: ``_GP_FLOOR_NATS`` + 5 per dimension below the best so far."""
@@ -490,54 +533,86 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
         self._cache = (self._gp_version, np.array(x, copy=True), value, evaluation)
         return value
 
-    # ------------------------------------------------------------ proposal scale
-    def _rm_update(self, rm, value):
-        r"""Robbins-Monro step with the adaptation signal ``value``, moving the log-scale by at most 0.5.
-
-        ``value`` is an unbiased estimate of the exact MH acceptance probability (see :meth:`astep`);
-        it can exceed 1, and capping the step keeps a rare large weight from throwing the scale.
-        """
-        gain = rm.learning_rate * (rm.t + 1) ** (-rm.decay)
-        rm.update(min(float(value), rm.target + _MAX_LOG_SCALE_STEP / gain))
-
-    def _adapt(self, y_new, adapt_value):
-        """Robbins-Monro on the scale; every ``adapt_interval`` tuning steps, the empirical covariance."""
-        if not self.tune:
-            return
-        self._tune_steps += 1
-        self._history.append(y_new)
-        self._rm_update(self._scale, adapt_value)
-        if self._tune_steps % self.adapt_interval == 0:
-            self._refresh_covariance()
-
-    def _refresh_covariance(self):
-        """Adaptive-Metropolis covariance from the later half of the history, with a continuous scale."""
-        pts = self._history.points
-        pts = pts[len(pts) // 2 :]
-        if pts.shape[0] < max(2 * self.dim, 10) or np.unique(pts, axis=0).shape[0] < 2:
-            return False
-        cov = np.atleast_2d(np.cov(pts, rowvar=False))
-        tr = float(np.trace(cov))
-        if not (math.isfinite(tr) and tr > 0):
-            return False
-        cov[np.diag_indices_from(cov)] += 1e-6 * tr / self.dim
-        try:
-            chol, _ = jittered_cholesky(cov, what="adapted proposal covariance")
-        except SingularCovarianceError:
-            return False
-        tr = float(np.trace(cov))
-        # Keep the average proposal variance continuous; Robbins-Monro takes it from there.
-        self._scale.rescale(math.sqrt(self._precond_trace / tr))
-        self._precond_chol = chol
-        self._precond_trace = tr
-        return True
-
-    def _proposal_chol(self):
-        return self._scale.value * self._precond_chol
+    # ------------------------------------------------------------ adaptation
+    @property
+    def scale_free_proposal(self) -> ScaleFreeKameleon:
+        """The scale-free adaptation: learned mean and covariance, scan step sizes, scales."""
+        return self._proposal
 
     def _typical_step(self) -> float:
         """Root mean proposal variance per coordinate (a default GP length scale)."""
-        return self._scale.value * math.sqrt(self._precond_trace / self.dim)
+        return self._proposal.typical_scale
+
+    def _adapt(self, y_new, adapt_value, component=None) -> bool:
+        """Adapt the base proposal; at a window end, update the GP. Returns whether it refitted.
+
+        ``component`` names the scale the step's move used (default: the base proposal's last move).
+        """
+        if not self.tune:
+            return False
+        self._tune_steps += 1
+        window = self._proposal.window
+        changed = self._proposal.adapt(y_new, adapt_value, self.rng, component=component)
+        if self._proposal.window == window:
+            return False
+        # A window ended. The GP forgets points from before the previous window (a walk in from
+        # a far start would otherwise fill it up to max_points with the transient), and, if the
+        # learned covariance changed, its kernel moves to the new whitened coordinates, where a
+        # correlated ridge is round; then its hyperparameters are refitted.
+        starts = self._window_start_points
+        starts.append(self._gp.n_points)
+        if len(starts) > 2 and starts[-3] > 0:
+            dropped = starts[-3]  # points from before the window that just ended
+            self._gp = self._gp.latest(self._gp.n_points - dropped, max_points=self.max_points)
+            self._window_start_points = [n - dropped for n in starts[-2:]]
+        if changed:
+            self._gp.set_input_whitening(self._proposal.whitening)
+        self._gp_version += 1
+        if self.fit_hyperparameters and not self._warm and self._gp.n_points >= 2:
+            self._fit()
+            return True
+        return False
+
+    def _warm_up_may_end(self) -> bool:
+        # Screening a coordinate scan would let a GP that has not seen each coordinate's scale
+        # shrink the scan's step sizes; the GP starts screening with the scan's whitening.
+        if self._proposal.phase == "scan":
+            return False
+        return not self.tune or self._resume_window is None or self._proposal.window >= self._resume_window
+
+    def _pause_screening(self) -> None:
+        """Back to exact steps until the end of the next adaptation window, then a fresh GP fit.
+
+        A stage-1 acceptance below 2% over 100 screened tuning steps means the GP is wrong near
+        the chain (walking in from a far start, its stationary model of a steep slope is poor), and
+        the adaptation signal is then ~0, so the scale would collapse and the chain stick. Exact
+        steps give the GP points where the chain is, the scale the true acceptance rate, and the
+        window a new whitening. Tuning only: the sampling kernel is unaffected.
+        """
+        self._warm = True
+        self._resume_window = self._proposal.window + 1
+        self._n_pauses += 1
+        self._stage1_recent.clear()
+
+    def _propose(self, x) -> Move:
+        """Draw from the base proposal (``move.feasible`` is False if the proposal is invalid)."""
+        return self._proposal.propose(x, self.rng)
+
+    def _base_exact_step(self, x, cur, info):
+        """Plain MH with the base proposal and an exact evaluation at its proposal (warm-up, scan)."""
+        move = self._propose(x)
+        y, lq_f, lq_r = move.x, move.log_q_forward, move.log_q_reverse
+        if not move.feasible:
+            metropolis_accept(-math.inf, self.rng)
+            return x, False, 0.0, None
+        lp_y = self._target.prior(y)
+        ev = self._target.evaluate(y, lp_y)
+        accepted, prob = metropolis_accept(mh_log_ratio(ev.logp, cur.logp, lq_r, lq_f), self.rng)
+        info["stage2"] = prob
+        if accepted:
+            self._proposal.accept(move)
+        evaluated = (y, ev) if math.isfinite(ev.log_prior) else None
+        return self._finish(x, y, accepted, ev), accepted, prob, evaluated
 
     # ------------------------------------------------------------ the step
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list]:
@@ -563,7 +638,7 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
             refit = self._after_exact_evaluation() or refit
         # The scale adapts to an unbiased estimate of the acceptance probability of plain MH on the
         # exact target (set by the step; the acceptance probability itself in the warm-up).
-        refit = bool(self._adapt(y_new, info.get("adapt", accept_prob))) or refit
+        refit = bool(self._adapt(y_new, info.get("adapt", accept_prob), info.get("component"))) or refit
         stats = {
             "accept": accept_prob,
             "accepted": float(accepted),
@@ -576,10 +651,17 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
             "screened": info["screened"],
             "gp_refit": refit,
             "tune": self.tune,
-            "scaling": self._scale.value,
+            "scaling": self._proposal.am_scale.value,
             "model_logp": self._target.current_logp,
         }
         stats.update(self._target.estimate_stats(estimates_before))
+        if self.tune and info["screened"]:
+            self._stage1_recent.append(info["stage1"])
+            if (
+                len(self._stage1_recent) == _SCREENING_CHECK_STEPS
+                and np.mean(self._stage1_recent) < _MIN_STAGE1_ACCEPT
+            ):
+                self._pause_screening()
         self._warnings.attach(stats, "accept")  # with cores>1 they travel to the session this way
         return RaveledVars(y_new, q0.point_map_info), [stats]
 
@@ -718,9 +800,9 @@ class GPDelayedAcceptanceMH(_GPDelayedAcceptanceBase):
     jitter : float, default 1e-8
         Relative nugget of the GP.
     initial_scale : float, default 1.0
-        Starting random-walk scale :math:`s` (on the sampler's unconstrained space).
+        Starting step size of the coordinate scan (on the sampler's unconstrained space).
     adapt_interval : int, default 100
-        Tuning steps between refreshes of :math:`\hat\Sigma` (and of the Kameleon subsample).
+        Length of the first adaptation window after the scan (later windows double).
     learning_rate : float, default 1.0
         Robbins-Monro gain :math:`\rho_0` (gain :math:`\rho_0 (t+1)^{-0.6}` at tuning step t).
     history_size : int, default 10000
@@ -752,7 +834,8 @@ class GPDelayedAcceptanceMH(_GPDelayedAcceptanceBase):
       ``gp_points``: training points after the step; ``gp_refit``: whether the hyperparameters
       were fitted at this step; ``screened``: whether the GP screened this proposal (False in the
       warm-up).
-    - ``tune``, ``scaling`` (the random-walk scale :math:`s`, or :math:`\nu^2` for Kameleon).
+    - ``tune``, ``scaling`` (:math:`\lambda`, the scale of :math:`\mathcal N(x, \lambda^2 C)` in
+      learned posterior sds), ``nu2`` (:math:`\nu^2` of the Kameleon component; NaN otherwise).
     - With a PseudoMarginalPotential, also ``loglik_estimate`` and ``estimator_calls`` (as for
       :class:`~pymc_kameleon.KameleonMetropolis`).
 
@@ -851,13 +934,8 @@ class GPDelayedAcceptanceMH(_GPDelayedAcceptanceBase):
             blocked=blocked,
         )
 
-    def _reset_chain_state(self):
-        super()._reset_chain_state()
-        self._resume_window = None  # screening paused until this adaptation window (None: not paused)
-        self._stage1_recent = deque(maxlen=_SCREENING_CHECK_STEPS)  # alpha1 of recent screened tuning steps
-        self._n_pauses = 0  # times screening fell back to exact steps during tuning
-        self._window_start_points = [0]  # GP points at the start of each adaptation window
-        self._proposal = ScaleFreeKameleon(
+    def _base_proposal(self) -> ScaleFreeKameleon:
+        return ScaleFreeKameleon(
             self.dim,
             self._kernel_template,
             bandwidth=self.bandwidth_spec,
@@ -874,61 +952,16 @@ class GPDelayedAcceptanceMH(_GPDelayedAcceptanceBase):
             history_size=self.history_size,
             initial_scan_scale=self.initial_scale,
         )
-        self.default_tune_steps = self._proposal.required_tune_steps()
-
-    def stop_tuning(self):
-        tuned = self.tune and self._tune_steps > 0
-        if tuned and self._warm and self._resume_window is not None:
-            self._end_warm_up()  # tuning ended during an exact fallback: screen from here on
-            self._warnings.warn(
-                f"{type(self).__name__}: tuning ended in an exact fallback: the GP's stage 1 had "
-                f"rejected nearly every proposal (acceptance below {_MIN_STAGE1_ACCEPT:.0%} over "
-                f"{_SCREENING_CHECK_STEPS} steps; {self._n_pauses} fallback(s) in tuning), so its fit "
-                "near the posterior is untested. Increase `tune`, or start closer to the posterior.",
-                UserWarning,
-                stacklevel=2,
-            )
-        super().stop_tuning()
-        if tuned:
-            warn_after_tuning(type(self).__name__, self._proposal, self.target_accept, self._warnings)
 
     @property
     def kameleon_family(self):
         """The Kameleon family on the whitened subsample (None before the first one)."""
         return self._proposal.family
 
-    @property
-    def scale_free_proposal(self) -> ScaleFreeKameleon:
-        """The base proposal: learned mean and covariance, Kameleon and AM components."""
-        return self._proposal
-
-    # ------------------------------------------------------------ proposals
-    def _propose(self, x) -> Move:
-        """Draw :math:`y \\sim Q(\\cdot \\mid x)` (``move.feasible`` is False if the proposal is invalid)."""
-        return self._proposal.propose(x, self.rng)
-
-    def _accepted_proposal(self, move):
-        self._proposal.accept(move)
-
-    def _typical_step(self) -> float:
-        return self._proposal.typical_scale
-
     # ------------------------------------------------------------ steps
     def _exact_step(self, x, cur, info):
         """Warm-up: plain MH with an exact evaluation at every proposal."""
-        move = self._propose(x)
-        y, lq_f, lq_r = move.x, move.log_q_forward, move.log_q_reverse
-        if not move.feasible:
-            metropolis_accept(-math.inf, self.rng)
-            return x, False, 0.0, None
-        lp_y = self._target.prior(y)
-        ev = self._target.evaluate(y, lp_y)
-        accepted, prob = metropolis_accept(mh_log_ratio(ev.logp, cur.logp, lq_r, lq_f), self.rng)
-        info["stage2"] = prob
-        if accepted:
-            self._accepted_proposal(move)
-        evaluated = (y, ev) if math.isfinite(ev.log_prior) else None
-        return self._finish(x, y, accepted, ev), accepted, prob, evaluated
+        return self._base_exact_step(x, cur, info)
 
     def _delayed_acceptance_step(self, x, cur, info):
         move = self._propose(x)
@@ -969,7 +1002,7 @@ class GPDelayedAcceptanceMH(_GPDelayedAcceptanceBase):
         # Stage 1 passed with probability a1, so this is unbiased for the plain MH acceptance probability.
         info["adapt"] = accept_probability(mh_log_ratio(ll_y + lp_y, ll_x + cur.log_prior, lq_r, lq_f)) / a1
         if accepted:
-            self._accepted_proposal(move)
+            self._proposal.accept(move)
         return self._finish(x, y, accepted, ev), accepted, a2, (y, ev)
 
     def _stage2_log_ratios(self, current, proposal, log_q_forward, log_q_reverse):
@@ -977,65 +1010,8 @@ class GPDelayedAcceptanceMH(_GPDelayedAcceptanceBase):
             current, proposal, log_q_forward, log_q_reverse, self.current_value
         )
 
-    # ------------------------------------------------------------ adaptation
-    def _adapt(self, y_new, adapt_value) -> bool:
-        """Adapt the base proposal; at a window end, update the GP. Returns whether it refitted."""
-        if not self.tune:
-            return False
-        self._tune_steps += 1
-        window = self._proposal.window
-        changed = self._proposal.adapt(y_new, adapt_value, self.rng)
-        if self._proposal.window == window:
-            return False
-        # A window ended. The GP forgets points from before the previous window (a walk in from
-        # a far start would otherwise fill it up to max_points with the transient), and, if the
-        # learned covariance changed, its kernel moves to the new whitened coordinates, where a
-        # correlated ridge is round; then its hyperparameters are refitted.
-        starts = self._window_start_points
-        starts.append(self._gp.n_points)
-        if len(starts) > 2 and starts[-3] > 0:
-            dropped = starts[-3]  # points from before the window that just ended
-            self._gp = self._gp.latest(self._gp.n_points - dropped, max_points=self.max_points)
-            self._window_start_points = [n - dropped for n in starts[-2:]]
-        if changed:
-            self._gp.set_input_whitening(self._proposal.whitening)
-        self._gp_version += 1
-        if self.fit_hyperparameters and not self._warm and self._gp.n_points >= 2:
-            self._fit()
-            return True
-        return False
-
-    def _warm_up_may_end(self) -> bool:
-        # Screening a coordinate scan would let a GP that has not seen each coordinate's scale
-        # shrink the scan's step sizes; the GP starts screening with the scan's whitening.
-        if self._proposal.phase == "scan":
-            return False
-        return not self.tune or self._resume_window is None or self._proposal.window >= self._resume_window
-
-    def _pause_screening(self) -> None:
-        """Back to exact steps until the end of the next adaptation window, then a fresh GP fit.
-
-        A stage-1 acceptance below 2% over 100 screened tuning steps means the GP is wrong near
-        the chain (walking in from a far start, its stationary model of a steep slope is poor), and
-        the adaptation signal is then ~0, so the scale would collapse and the chain stick. Exact
-        steps give the GP points where the chain is, the scale the true acceptance rate, and the
-        window a new whitening. Tuning only: the sampling kernel is unaffected.
-        """
-        self._warm = True
-        self._resume_window = self._proposal.window + 1
-        self._n_pauses += 1
-        self._stage1_recent.clear()
-
     def astep(self, q0):
         y_new, stats = super().astep(q0)
-        if self.tune and stats[0]["screened"]:
-            self._stage1_recent.append(stats[0]["stage1_accept"])
-            if (
-                len(self._stage1_recent) == _SCREENING_CHECK_STEPS
-                and np.mean(self._stage1_recent) < _MIN_STAGE1_ACCEPT
-            ):
-                self._pause_screening()
-        stats[0]["scaling"] = self._proposal.am_scale.value
         stats[0]["nu2"] = math.nan if self._proposal.nu2 is None else self._proposal.nu2.value
         return y_new, stats
 
@@ -1048,12 +1024,18 @@ class GPDelayedAcceptanceMALA(_GPDelayedAcceptanceBase):
 
     .. math::
         Q(\cdot \mid x) = \mathcal N\big(x + \tfrac12 \Sigma\,(\nabla\mu(x) + \nabla\log p(x)),\ \Sigma\big),
-        \qquad \Sigma = s^2 \hat\Lambda,
+        \qquad \Sigma = \lambda^2 C,
 
-    with :math:`\nabla\mu` the gradient of the GP mean (:meth:`GPSurrogate.predict_gradient`), the
-    exact prior gradient, and a preconditioner :math:`\hat\Lambda` adapted during tuning (empirical
-    covariance of the history; :math:`s` by Robbins-Monro toward ``target_accept``, with the
-    importance-weighted signal described for :class:`GPDelayedAcceptanceMH`), frozen after.
+    with :math:`\nabla\mu` the gradient of the GP mean (:meth:`GPSurrogate.predict_gradient`) and
+    the exact prior gradient. The preconditioner :math:`C` and the scale :math:`\lambda` are learned
+    scale-free, as for :class:`GPDelayedAcceptanceMH`
+    (:class:`~pymc_kameleon.core.scale_free.ScaleFreeKameleon`): the exact warm-up starts with a
+    coordinate scan (25 d + 50 random-walk steps, one coordinate each) that finds every
+    parameter's scale; then windows of doubling length (from ``adapt_interval``) re-estimate
+    :math:`C` from their own draws (a walk in from a far start is forgotten), the GP's inputs are
+    whitened by :math:`C`, and :math:`\lambda` follows Robbins-Monro toward ``target_accept`` with
+    the importance-weighted signal described for :class:`GPDelayedAcceptanceMH`. All frozen after
+    tuning.
     When the model has gradients the GP also carries the exact gradient :math:`\nabla\ell` at each
     evaluated point as derivative observations (PyTensor differentiates the likelihood part, so
     every evaluation returns value and gradient), and at a training point the drift is exact.
@@ -1089,7 +1071,7 @@ class GPDelayedAcceptanceMALA(_GPDelayedAcceptanceBase):
     fit_max_points : int, optional
         Default ``max(20, 300 // (d + 1))`` with gradient observations, else 300.
     initial_scale : float, default 0.5
-        Starting :math:`s`.
+        Starting step size of the coordinate scan (on the sampler's unconstrained space).
     initial_points, fit_hyperparameters, hyperparameters, noise_variance, current_value : optional
         As for :class:`GPDelayedAcceptanceMH`.
     gp_after_tuning, jitter, adapt_interval, learning_rate, history_size : optional
@@ -1100,52 +1082,12 @@ class GPDelayedAcceptanceMALA(_GPDelayedAcceptanceBase):
     Notes
     -----
     The statistics are those of :class:`GPDelayedAcceptanceMH` (``gp_sd`` is the predictive sd of
-    :math:`\ell` at the proposal; ``scaling`` is :math:`s`).
+    :math:`\ell` at the proposal; ``scaling`` is :math:`\lambda`).
     """
 
     name = "gp_da_mala"
     _default_target_accept = 0.574
     _uses_prior_gradient = True
-
-    def _reset_chain_state(self):
-        super()._reset_chain_state()
-        self._recent_states = deque(maxlen=DRIFT_STATES)  # for the end-of-tuning drift
-        self._recent_accept = deque(maxlen=_REPORT_ACCEPT_STEPS)
-
-    def astep(self, q0):
-        y_new, stats = super().astep(q0)
-        if self.tune:
-            self._recent_states.append(np.array(y_new.data, copy=True))
-            self._recent_accept.append(stats[0]["accepted"])
-        return y_new, stats
-
-    def tuning_report(self) -> TuningReport:
-        """Acceptance rate over the last tuning steps and the drift of the last tuning states, in the
-        coordinates whitened by the adapted preconditioner (see :class:`TuningReport`)."""
-        accept = float(np.mean(self._recent_accept)) if self._recent_accept else math.nan
-        drift = math.nan
-        if self._recent_states:
-            X = np.array(self._recent_states)
-            W = solve_triangular(self._precond_chol, (X - X.mean(axis=0)).T, lower=True).T
-            drift = whitened_drift(W)
-        return TuningReport(self._tune_steps, "langevin", accept, False, math.nan, drift)
-
-    def stop_tuning(self):
-        tuned = self.tune and self._tune_steps > 0
-        super().stop_tuning()
-        if tuned:  # no tuning-length requirement: the exact warm-up warns on its own
-            report = self.tuning_report()
-            message = tuning_warning(type(self).__name__, report, self.target_accept, 0, self.dim)
-            if message and report.accept_rate < 0.5 * self.target_accept:
-                message += (
-                    " The Langevin preconditioner starts isotropic and is learned from the chain's "
-                    "own draws, so on parameters of very different scales, or from a start far from the "
-                    "posterior, it can stall (the chain may not have moved at all). "
-                    'GPDelayedAcceptanceMH(proposal="kameleon") learns each parameter\'s scale first; or '
-                    "start closer to the posterior."
-                )
-            if message:
-                self._warnings.warn(message, UserWarning, stacklevel=2)
 
     def __init__(
         self,
@@ -1206,6 +1148,10 @@ class GPDelayedAcceptanceMALA(_GPDelayedAcceptanceBase):
         """
         return LangevinProposal(L).draw(x, drift, self.rng)
 
+    def _proposal_chol(self):
+        r"""Factor :math:`\lambda L` of the Langevin covariance :math:`\lambda^2 C`, :math:`C = L L^\top`."""
+        return self._proposal.am_scale.value * self._proposal.chol
+
     def _drift_exact(self, evaluation):
         g = evaluation.grad_log_prior
         if self.gradient_observations:
@@ -1213,7 +1159,11 @@ class GPDelayedAcceptanceMALA(_GPDelayedAcceptanceBase):
         return g
 
     def _exact_step(self, x, cur, info):
-        """Warm-up: plain MALA with the exact gradient (prior gradient only without gradient observations)."""
+        """Warm-up: the coordinate scan (random-walk moves), then plain MALA with the exact gradient
+        (the prior gradient only without gradient observations)."""
+        if self._proposal.phase == "scan":
+            return self._base_exact_step(x, cur, info)
+        info["component"] = _LANGEVIN
         L = self._proposal_chol()
         drift_x = self._drift_exact(cur)
         y = self._langevin_draw(x, drift_x, L)
@@ -1232,6 +1182,7 @@ class GPDelayedAcceptanceMALA(_GPDelayedAcceptanceBase):
         return self._finish(x, y, accepted, ev), accepted, prob, evaluated
 
     def _delayed_acceptance_step(self, x, cur, info):
+        info["component"] = _LANGEVIN
         L = self._proposal_chol()
         ll_x = cur.loglik
         cur_pt = self._current_point(

@@ -22,7 +22,7 @@ def test_nonfinite_gp_prediction_rejects_at_stage_one():
         pm.Normal("y", x, 1.0, observed=data)
         step = GPDelayedAcceptanceMALA(rng=3)
     point = model.initial_point()
-    for _ in range(60):  # past the exact warm-up
+    for _ in range(120):  # past the exact warm-up (the coordinate scan: 75 steps in 1-d)
         point, stats = step.step(point)
     assert stats[0]["screened"]
     gp = step.gp
