@@ -541,6 +541,20 @@ class ScaleFreeKameleon(Proposal):
             return False
         return self._end_window(rng)
 
+    def end_tuning(self, rng) -> bool:
+        """Tuning is over: if it ended inside the coordinate scan, end the scan now.
+
+        A frozen scan would move one coordinate for ever (the scan advances its coordinate as it
+        adapts). Instead the chain continues with Adaptive Metropolis moves in the scan's diagonal
+        whitening (the identity if no tuning step was taken), so every coordinate moves. Returns
+        whether the whitening changed.
+        """
+        if self.phase != "scan":
+            return False
+        self.scan_steps = self.tune_steps
+        self.last_component = "adaptive_metropolis"
+        return self.tune_steps > 0 and self._end_window(rng)
+
     def _whitening_is_off(self) -> bool:
         r"""Whether this window's draws so far say the learned covariance is off by a factor 3 in sd.
 

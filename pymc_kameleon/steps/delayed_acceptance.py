@@ -358,6 +358,9 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
         super().stop_tuning()
         if tuned:
             warn_after_tuning(type(self).__name__, self._proposal, self.target_accept, self._warnings)
+        if self._proposal.end_tuning(self.rng):
+            self._gp.set_input_whitening(self._proposal.whitening)
+            self._gp_version += 1
 
     @staticmethod
     def competence(var, has_grad):

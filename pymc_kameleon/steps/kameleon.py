@@ -273,6 +273,7 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
         super().stop_tuning()
         if self._proposal.tune_steps > 0:
             warn_after_tuning(type(self).__name__, self._proposal, self.target_accept, self._warnings)
+        self._proposal.end_tuning(self.rng)
 
     @staticmethod
     def competence(var, has_grad):

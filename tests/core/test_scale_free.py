@@ -275,3 +275,22 @@ def test_report_drift_flags_a_chain_still_walking_at_the_end_of_tuning(walking):
         assert report.drift > 3.0 and "still moving at the end of tuning" in problems
     else:
         assert report.drift < 0.5 and "still moving" not in problems
+
+
+@pytest.mark.parametrize("tuned_steps", [0, 10])
+def test_tuning_that_ends_inside_the_scan_leaves_every_coordinate_moving(tuned_steps):
+    """A frozen scan moved one coordinate for ever (its coordinate advances only as it adapts)."""
+    prop = ScaleFreeKameleon(3, make_kernel("gaussian"))
+    rng = np.random.default_rng(0)
+    y = np.zeros(3)
+    for _ in range(tuned_steps):
+        prop.propose(y, rng)
+        prop.adapt(y, 0.5, rng)
+    assert prop.phase == "scan"
+    assert prop.end_tuning(rng) == (tuned_steps > 0)
+    assert prop.phase == "adaptive_metropolis"
+    moves = np.array([prop.propose(y, rng).x for _ in range(50)])
+    assert np.all(moves != 0.0)  # every coordinate moves at every step
+    move = prop.propose(y, rng)  # a symmetric random walk
+    assert prop.log_density(move.x, y) == pytest.approx(prop.log_density(y, move.x))
+    assert not prop.end_tuning(rng)  # once only

@@ -323,3 +323,15 @@ def test_vanishing_adaptation_keeps_adapting_after_tuning():
     changes = (np.diff(stats["nu2"].values.ravel()) != 0) | (np.diff(stats["scaling"].values.ravel()) != 0)
     assert 40 < changes.sum() < 150
     assert changes[:200].sum() > changes[-200:].sum()
+
+
+def test_tuning_shorter_than_the_scan_warns_and_still_moves_every_coordinate():
+    with pm.Model():
+        pm.Normal("x", 0, [1.0, 10.0, 100.0], shape=3)
+        with pytest.warns(UserWarning, match="tuning took 20 steps"):
+            idata = pm.sample(
+                step=KameleonMetropolis(), tune=20, draws=300, chains=1, random_seed=5, **SAMPLE_KW
+            )
+    x = idata.posterior["x"].values[0]
+    assert np.all(np.ptp(x, axis=0) > 0), np.ptp(x, axis=0)
+    assert np.all(np.ptp(x, axis=0) > 0.5 * np.array([1.0, 10.0, 100.0]))
