@@ -687,3 +687,22 @@ def test_control_a_good_gp_never_falls_back():
     rows = drive(model, step, 700)
     screened = np.array([s["screened"] for _, _, s in rows])
     assert screened[scan_steps_for(2) + 1 :].all() and step._n_pauses == 0
+
+
+@pytest.mark.parametrize("cls", STEPS)
+def test_a_full_gp_keeps_learning_during_tuning_and_freezes_after(cls):
+    """During tuning a GP at max_points drops its older half and keeps taking the new evaluations (a
+    GP that filled up on a far start's transient used to stay there); after tuning the cap freezes it."""
+    model = gaussian_data_model()
+    with model:
+        step = cls(max_points=30, rng=23)
+    rows = drive(model, step, 700, stop_tuning_at=500)
+    points = np.array([s["gp_points"] for _, _, s in rows])
+    tuning, after = points[:500], points[500:]
+    assert tuning.max() <= 30 and after.max() <= 30
+    evaluated = np.array([s["exact_eval"] for _, _, s in rows])[:500]
+    at_cap = np.flatnonzero((tuning[:-1] == 30) & evaluated[1:])  # full, then an exact evaluation
+    assert at_cap.size > 0
+    # Each such evaluation made room first (about half dropped) and was added: never stuck at the cap.
+    assert np.all(tuning[at_cap + 1] < 30) and np.all(tuning[at_cap + 1] <= 16)
+    assert np.all(np.diff(after[np.argmax(after == 30):]) == 0)  # frozen once full after tuning
