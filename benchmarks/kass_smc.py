@@ -150,7 +150,7 @@ def run_smc(model, kernel, draws: int, seed: int, var: str, **kernel_kwargs) -> 
     stage_evals = stage_stats(idata, "likelihood_evals")[0]
     samples = idata.posterior[var].values.reshape(draws, -1)
     return dict(
-        samples=samples, log_z=float(log_evidence(idata)[0]), stages=int(beta.size),
+        samples=samples, log_z=float(log_evidence(idata).log_z[0]), stages=int(beta.size),
         evals=int(draws + stage_evals.sum()), seconds=seconds, idata=idata,
     )
 

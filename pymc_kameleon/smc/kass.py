@@ -34,7 +34,12 @@ from pymc_kameleon.core.kameleon import check_subsample_size, fit_proposal, matc
 from pymc_kameleon.core.kernels import make_kernel
 from pymc_kameleon.core.linalg import SingularCovarianceError
 from pymc_kameleon.core.scale_free import WhitenedFamily, Whitening
-from pymc_kameleon.core.smc import adapt_log_scale, population_mh_move, steps_for_acceptance
+from pymc_kameleon.core.smc import (
+    adapt_log_scale,
+    evidence_relative_variance,
+    population_mh_move,
+    steps_for_acceptance,
+)
 from pymc_kameleon.pseudo_marginal import PseudoMarginalOp
 from pymc_kameleon.steps._common import check_kameleon_options, check_number, check_probability
 from pymc_kameleon.steps._reporting import StepWarnings
@@ -44,6 +49,7 @@ __all__ = ["ASMC", "KASS"]
 _log = logging.getLogger(__name__)
 
 _STEP_RULES = ("correlation", "acceptance")
+_RESAMPLING = ("multinomial", "systematic")
 # Rows per vectorised log-density call: bounds the memory of models with many observations.
 _LOGP_BATCH_ROWS = 1024
 # The proposal factors of the current particles are kept between sweeps below this size.
@@ -126,6 +132,10 @@ class KASS(SMC_KERNEL):
         (``vectorize_graph``). ``"auto"`` uses it when the model vectorises and agrees with PyMC's
         per-particle functions on the initial particles, else falls back to a loop; models with
         pseudo-marginal terms always loop (their estimates are random). ``True`` insists.
+    resampling : {"multinomial", "systematic"}, default "multinomial"
+        How particles are resampled at each stage. Multinomial resampling is what the evidence's
+        single-run standard error (:func:`~pymc_kameleon.smc.log_evidence`) needs; PyMC's systematic
+        resampling adds less noise to the particles, but then ``log_evidence`` has no standard error.
     **kwargs
         ``pm.sample_smc``'s own kernel options (``threshold``, ...).
     """
@@ -141,6 +151,8 @@ class KASS(SMC_KERNEL):
         "n_steps": (int, []),
         "subsample_size": (int, []),
         "likelihood_evals": (int, []),
+        "evidence_relative_variance": (float, []),
+        "distinct_ancestors": (int, []),
     }
 
     _default_proposal_kernel = "gaussian"
@@ -161,6 +173,7 @@ class KASS(SMC_KERNEL):
         max_steps: int = 100,
         chunk_size: int | None = None,
         batch_logp="auto",
+        resampling: str = "multinomial",
         **kwargs,
     ):
         if "kernel" in kwargs:
@@ -199,6 +212,8 @@ class KASS(SMC_KERNEL):
             check_number("chunk_size", chunk_size, integer=True, minimum=1, strict=False)
         if not (isinstance(batch_logp, bool) or (isinstance(batch_logp, str) and batch_logp == "auto")):
             raise ValueError(f'batch_logp must be "auto", True or False, got {batch_logp!r}.')
+        if resampling not in _RESAMPLING:
+            raise ValueError(f"resampling must be one of {_RESAMPLING}, got {resampling!r}.")
 
         super().__init__(*args, **kwargs)
         check_subsample_size(n_subsample, sum(size for _, size in self.var_info.values()))
@@ -215,6 +230,7 @@ class KASS(SMC_KERNEL):
         self.max_steps = int(max_steps)
         self.chunk_size = chunk_size
         self.batch_logp = batch_logp
+        self.resampling = resampling
         self._evaluations = 0  # running count of likelihood evaluations at proposals
 
         self._pseudo_marginal_ops = _pseudo_marginal_ops(self.likelihood_logp_func)
@@ -311,6 +327,8 @@ class KASS(SMC_KERNEL):
         self.n_steps = 0
         self._poor_stages = []  # (stage, beta, mean acceptance, sweeps) of stages that barely mixed
         self._warnings = StepWarnings()
+        self._eve = np.arange(self.draws)  # the initial draw each particle descends from
+        self._evidence = {"evidence_relative_variance": np.nan, "distinct_ancestors": self.draws}
 
     def _batch_matches_pymc(self) -> bool:
         """Whether the vectorised function reproduces PyMC's per-particle log densities."""
@@ -334,6 +352,36 @@ class KASS(SMC_KERNEL):
         return same
 
     # ---------------------------------------------------------------- one stage
+    def resample(self):
+        """Resample (multinomially by default), after the evidence's genealogy variance estimate at this
+        stage's weights.
+
+        Each particle's Eve index (the initial draw it descends from) follows the resampling, so
+        :func:`~pymc_kameleon.core.smc.evidence_relative_variance` gives the error bar of the evidence
+        accumulated so far (read back by :func:`pymc_kameleon.smc.log_evidence`). That estimator is
+        unbiased under multinomial resampling, not under PyMC's systematic resampling: with systematic
+        resampling it reported half the spread of log Z over repeated runs (conjugate test model, 60
+        runs of 300 particles: standard error 0.061 against a spread of 0.122; 67% of the ±2 SE
+        intervals covered the truth). ``resampling="systematic"`` is PyMC's scheme, and records no
+        error bar.
+        """
+        multinomial = self.resampling == "multinomial"
+        self._evidence = {
+            "evidence_relative_variance": (
+                evidence_relative_variance(self.weights, self._eve, self.iteration) if multinomial else np.nan
+            ),
+            "distinct_ancestors": int(np.unique(self._eve).size),
+        }
+        if not multinomial:
+            super().resample()
+        else:
+            self.resampling_indexes = self.rng.choice(self.draws, size=self.draws, p=self.weights)
+            self.tempered_posterior = self.tempered_posterior[self.resampling_indexes]
+            self.prior_logp = self.prior_logp[self.resampling_indexes]
+            self.likelihood_logp = self.likelihood_logp[self.resampling_indexes]
+            self.tempered_posterior_logp = self.prior_logp + self.likelihood_logp * self.beta
+        self._eve = self._eve[self.resampling_indexes]
+
     def tune(self):
         """Fit the Kameleon proposal family to the resampled particles (stage start), in whitened coordinates.
 
@@ -505,6 +553,7 @@ class KASS(SMC_KERNEL):
                 name: self._stage[name] for name in ("mean_accept_rate", "nu2", "scale", "bandwidth", "gamma")
             },
             **{name: int(self._stage[name]) for name in ("n_steps", "subsample_size", "likelihood_evals")},
+            **self._evidence,
         }
 
     def sample_settings(self):
@@ -518,6 +567,7 @@ class KASS(SMC_KERNEL):
             "learning_rate": self.learning_rate,
             "target_accept": self.target_accept,
             "batch_logp": int(self._use_batch),
+            "resampling": self.resampling,
             "poorly_mixing_stages": len(self._poor_stages),
         }
         # With cores>1 this chain ran in a worker process: its warning travels back with the setting.

@@ -4,11 +4,13 @@ import math
 
 import numpy as np
 import pytest
+from scipy.stats import norm
 
 from pymc_kameleon.core.kameleon import KameleonProposal
 from pymc_kameleon.core.kernels import GaussianKernel
 from pymc_kameleon.core.smc import (
     adapt_log_scale,
+    evidence_relative_variance,
     population_mh_move,
     steps_for_acceptance,
     tempered_log_density,
@@ -148,3 +150,82 @@ def test_cached_factors_give_the_same_sweep():
         expected = family.at(cached.proposals[i])
         np.testing.assert_allclose(L[i], expected.chol, rtol=1e-10, atol=1e-14)
         assert log_norm[i] == pytest.approx(expected.log_norm, rel=1e-12)
+
+
+# ----------------------------------------------------------------- the evidence's error bar
+def test_evidence_relative_variance_hand_computed():
+    """V = 1 - (N/(N-1))^n (1 - sum over Eves of (their descendants' weight)^2)."""
+    weights, eve = np.array([0.1, 0.2, 0.3, 0.4]), np.array([0, 0, 1, 2])
+    # Eve masses 0.3, 0.3, 0.4: sum of squares 0.34; (4/3)^2 * 0.66 = 1.17333...
+    assert evidence_relative_variance(weights, eve, 2) == pytest.approx(1 - 16 / 9 * 0.66, abs=1e-14)
+    # One reweighting and no resampling: the importance-sampling estimate (N sum W^2 - 1)/(N - 1).
+    importance = evidence_relative_variance(weights, np.arange(4), 1)
+    assert importance == pytest.approx((4 * 0.30 - 1) / 3, abs=1e-14)
+    # Equal weights, every particle its own Eve, no resampling: no variance.
+    assert evidence_relative_variance(np.full(5, 0.2), np.arange(5), 1) == pytest.approx(0.0, abs=1e-14)
+    with pytest.raises(ValueError, match="at least 2 particles"):
+        evidence_relative_variance(np.ones(1), np.zeros(1, dtype=int), 1)
+
+
+# A tempered SMC sampler with a known evidence: x ~ N(0, 1), L(x) = N(y; x, s^2), so
+# Z = N(y; 0, 1 + s^2), and every tempered target is Gaussian, so an exact pi_t-invariant
+# autoregressive move x' = m + rho (x - m) + sqrt(1 - rho^2) sd eps stands in for MCMC.
+TOY_Y, TOY_S, TOY_BETAS, TOY_RHO = 1.0, 0.5, (0.05, 0.2, 0.5, 1.0), 0.5
+TOY_LOG_Z = norm.logpdf(TOY_Y, 0.0, math.sqrt(1 + TOY_S**2))
+
+
+def _systematic(weights, rng):
+    positions = (rng.random() + np.arange(weights.size)) / weights.size
+    return np.minimum(np.searchsorted(np.cumsum(weights), positions), weights.size - 1)
+
+
+def _toy_smc(n_particles, rng, resampling):
+    """One run: (log Z_hat, V at the last stage)."""
+    x, eve, log_z, old_beta = rng.normal(size=n_particles), np.arange(n_particles), 0.0, 0.0
+    for t, beta in enumerate(TOY_BETAS, start=1):
+        log_w = (beta - old_beta) * norm.logpdf(TOY_Y, x, TOY_S)
+        old_beta = beta
+        w = np.exp(log_w - log_w.max())
+        log_z += log_w.max() + math.log(w.mean())
+        w /= w.sum()
+        rel_var = evidence_relative_variance(w, eve, t)
+        if resampling == "multinomial":
+            idx = rng.choice(n_particles, size=n_particles, p=w)
+        else:
+            idx = _systematic(w, rng)
+        x, eve = x[idx], eve[idx]
+        precision = 1 + beta / TOY_S**2
+        mean, sd = beta * TOY_Y / TOY_S**2 / precision, precision**-0.5
+        x = mean + TOY_RHO * (x - mean) + math.sqrt(1 - TOY_RHO**2) * sd * rng.normal(size=n_particles)
+    return log_z, rel_var
+
+
+def _toy_runs(resampling, runs=2000, n_particles=30):
+    rng = np.random.default_rng(0)
+    out = np.array([_toy_smc(n_particles, rng, resampling) for _ in range(runs)])
+    ratio, rel_var = np.exp(out[:, 0] - TOY_LOG_Z), out[:, 1]
+    # Z_hat^2 (1 - V) is Lee and Whiteley's unbiased estimator of Z^2.
+    z_squared = ratio**2 * (1 - rel_var)
+    return ratio, rel_var, z_squared
+
+
+def _z_score(values, exact):
+    return abs(values.mean() - exact) / (values.std(ddof=1) / math.sqrt(values.size))
+
+
+def test_evidence_relative_variance_is_unbiased_under_multinomial_resampling():
+    """Over 2000 runs of 30 particles: Z_hat is unbiased, Z_hat^2 (1 - V) is unbiased for Z^2, and the
+    mean of V matches the observed variance of Z_hat / Z."""
+    ratio, rel_var, z_squared = _toy_runs("multinomial")
+    assert _z_score(ratio, 1.0) < 4
+    assert _z_score(z_squared, 1.0) < 4
+    assert rel_var.mean() == pytest.approx(ratio.var(ddof=1), rel=0.15)
+
+
+def test_evidence_relative_variance_negative_control_systematic_resampling():
+    """The estimator needs multinomial resampling: after systematic resampling (PyMC's default) it is
+    far too small (negative on average here), and Z_hat^2 (1 - V) overestimates Z^2."""
+    ratio, rel_var, z_squared = _toy_runs("systematic")
+    assert _z_score(ratio, 1.0) < 4  # Z_hat itself is still unbiased
+    assert _z_score(z_squared, 1.0) > 8
+    assert rel_var.mean() < 0.5 * ratio.var(ddof=1)

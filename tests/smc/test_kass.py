@@ -12,12 +12,14 @@ import warnings
 import numpy as np
 import pymc as pm
 import pytest
+from pymc.smc.kernels import IMH, SMC_KERNEL
 from scipy.stats import multivariate_normal, norm
 
 from pymc_kameleon import ASMC, KASS, PseudoMarginalPotential, log_mean_exp
 from pymc_kameleon.core.kameleon import KameleonProposal
 from pymc_kameleon.core.scale_free import WhitenedFamily
-from pymc_kameleon.smc import log_evidence, stage_stats
+from pymc_kameleon.core.smc import evidence_relative_variance
+from pymc_kameleon.smc import LogEvidence, log_evidence, stage_stats
 
 SMC_KW = dict(progressbar=False, compute_convergence_checks=False)
 Z_MAX = 4.0
@@ -49,7 +51,7 @@ def run_smc(model, kernel, chains, draws=500, seed=1, var="w", **kernel_kwargs):
             draws=draws, kernel=kernel, chains=chains, cores=1, random_seed=seed, **SMC_KW, **kernel_kwargs
         )
     particles = idata.posterior[var].values.reshape(chains, draws, -1)
-    return particles, log_evidence(idata), idata
+    return particles, log_evidence(idata).log_z, idata
 
 
 def across_runs_z(per_run, exact):
@@ -245,9 +247,9 @@ def _narrow_mean_model():
     [
         (1, 1, 1, [6]),
         (1, 2, 1, [6]),
-        (2, 1, 1, [6, 6]),
-        (2, 1, 4, [5, 6]),  # unequal stages: PyMC stores one list per chain (it used to crash here)
-        (2, 2, 4, [5, 6]),
+        (2, 1, 4, [6, 6]),
+        (2, 1, 2, [5, 6]),  # unequal stages: PyMC stores one list per chain (it used to crash here)
+        (2, 2, 2, [5, 6]),
     ],
 )
 def test_results_helpers_for_any_chains_stages_and_cores(chains, cores, seed, stages):
@@ -263,9 +265,94 @@ def test_results_helpers_for_any_chains_stages_and_cores(chains, cores, seed, st
     assert all(b[-1] == 1 and np.all(np.diff(b) > 0) for b in betas)
     assert all(np.all(n == 2) for n in stage_stats(idata, "n_steps"))
     lml = stage_stats(idata, "log_marginal_likelihood")
-    log_z = log_evidence(idata)
-    assert log_z.shape == (chains,) and np.all(np.isfinite(log_z))
+    log_z, std_error = log_evidence(idata)
+    assert log_z.shape == std_error.shape == (chains,) and np.all(np.isfinite(log_z))
+    assert np.all((std_error >= 0) & np.isfinite(std_error))
     np.testing.assert_array_equal(log_z, [chain[-1] for chain in lml])
+
+
+# ----------------------------------------------------------------- the evidence's error bar
+class SystematicKASS(KASS):
+    """Negative control: KASS with PyMC's systematic resampling, for which the genealogy estimator
+    of the evidence's variance does not hold."""
+
+    def resample(self):
+        self._evidence = {
+            "evidence_relative_variance": evidence_relative_variance(self.weights, self._eve, self.iteration),
+            "distinct_ancestors": int(np.unique(self._eve).size),
+        }
+        SMC_KERNEL.resample(self)
+        self._eve = self._eve[self.resampling_indexes]
+
+
+def evidence_calibration(kernel, runs=60, draws=300, seed=3):
+    """(coverage of log Z +- 2 SE, rms SE / spread of log Z over runs) on the conjugate model."""
+    _, _, idata = run_smc(linear_model(), kernel, chains=runs, draws=draws, seed=seed)
+    log_z, std_error = log_evidence(idata)
+    error = log_z - LOG_Z
+    coverage = float(np.mean(np.abs(error) <= 2 * std_error))
+    return coverage, float(np.sqrt(np.mean(std_error**2)) / error.std(ddof=1))
+
+
+# Coverage of 60 runs at the nominal 95%: binomial sd sqrt(0.95 * 0.05 / 60) = 0.028.
+COVERAGE_MIN = 0.95 - 3 * math.sqrt(0.95 * 0.05 / 60)
+
+
+@pytest.mark.slow
+def test_evidence_error_bar_is_calibrated():
+    """Over 60 runs of 300 particles, log Z +- 2 SE covers the exact log Z about 95% of the time (measured:
+    95%), and the reported SE matches the spread of log Z over runs (measured: 0.124 against 0.129)."""
+    coverage, se_over_spread = evidence_calibration(KASS)
+    assert coverage >= COVERAGE_MIN, coverage
+    assert 0.7 < se_over_spread < 1.4, se_over_spread
+
+
+@pytest.mark.slow
+def test_evidence_error_bar_negative_control_systematic_resampling():
+    """The same check flags the estimator under systematic resampling (measured: coverage 67%, the SE
+    half the spread), which is why KASS resamples multinomially."""
+    coverage, se_over_spread = evidence_calibration(SystematicKASS)
+    assert coverage < COVERAGE_MIN, coverage
+    assert se_over_spread < 0.7, se_over_spread
+
+
+def test_log_evidence_combines_chains():
+    """Z_bar = mean of the chains' Z_hat; Var(Z_bar) = sum_c Z_c^2 (e^{s_c^2} - 1) / C^2, on the log scale."""
+    result = LogEvidence(np.array([0.0, math.log(3.0)]), np.array([math.sqrt(math.log(2.0)), 0.0]))
+    assert result.combined_log_z == pytest.approx(math.log(2.0))
+    # Z_1 = 1 with relative variance 1, Z_2 = 3 with none: Var(Z_bar) = 1/4, relative 1/16.
+    assert result.combined_std_error == pytest.approx(math.sqrt(math.log1p(1 / 16)))
+    log_z, std_error = result  # unpacks as a pair
+    assert log_z is result.log_z and std_error is result.std_error
+
+
+def test_log_evidence_of_pymc_kernels_has_no_error_bar():
+    """PyMC's kernels record no genealogy: log Z as before, NaN standard errors, and a warning naming KASS."""
+    with _narrow_mean_model():
+        idata = pm.sample_smc(draws=100, kernel=IMH, chains=2, cores=1, random_seed=1, **SMC_KW)
+    with pytest.warns(UserWarning, match="no particle genealogy.*KASS"):
+        log_z, std_error = log_evidence(idata)
+    assert np.all(np.isfinite(log_z)) and np.all(np.isnan(std_error))
+
+
+def test_systematic_resampling_has_no_error_bar():
+    """resampling="systematic" is PyMC's scheme: log Z as usual, NaN standard errors, and a warning."""
+    _, _, idata = run_smc(linear_model(), KASS, chains=2, draws=100, n_steps=2, resampling="systematic")
+    with pytest.warns(UserWarning, match="systematically.*resampling='multinomial'"):
+        log_z, std_error = log_evidence(idata)
+    assert np.all(np.isfinite(log_z)) and np.all(np.isnan(std_error))
+    with pytest.raises(ValueError, match="resampling must be one of"):
+        run_smc(linear_model(), KASS, chains=1, draws=50, resampling="stratified")
+
+
+def test_genealogy_stats_per_stage():
+    """Each stage records the evidence's relative variance so far and its distinct Eve indices (at most N,
+    never increasing)."""
+    _, _, idata = run_smc(linear_model(), KASS, chains=1, draws=200, n_steps=2)
+    ancestors = stage_stats(idata, "distinct_ancestors")[0]
+    rel_var = stage_stats(idata, "evidence_relative_variance")[0]
+    assert ancestors[0] == 200 and np.all(np.diff(ancestors) <= 0) and ancestors[-1] >= 2
+    assert np.all(np.isfinite(rel_var)) and rel_var[-1] > 0
 
 
 def test_subsample_and_step_rules():
@@ -485,14 +572,19 @@ def test_stalled_moves_warn_once_per_chain_naming_the_stage():
 
 def test_particles_that_collapse_because_moves_stalled_say_so():
     """A frozen, 1e6-times too wide proposal on a thin ridge: no move is ever accepted, resampling
-    collapses the particles, and the error names the stalled stage and the scale options."""
+    collapses the particles, and the error names the stalled stage and the scale options.
+    (Systematic resampling collapses them to one point; multinomial keeps a few distinct ones, and
+    the run ends with the poor-mixing warning instead.)"""
     with pm.Model() as model:
         u = pm.Normal("u", 0, 10)
         v = pm.Normal("v", 0, 10)
         pm.Normal("obs", u + v, 1e-3, observed=0.0)
     message = r"identical after resampling.*stopped mixing.*accepted 0\.00%.*learning_rate"
     with pytest.raises(ValueError, match=message):
-        run_smc(model, KASS, chains=1, draws=1000, var="u", initial_scale=1e6, learning_rate=0.0)
+        run_smc(
+            model, KASS, chains=1, draws=1000, var="u", initial_scale=1e6, learning_rate=0.0,
+            resampling="systematic",
+        )
 
 
 def test_stalled_moves_warn_in_the_session_with_parallel_chains():
