@@ -146,11 +146,15 @@ def run_smc(model, kernel, draws: int, seed: int, var: str, **kernel_kwargs) -> 
             draws=draws, kernel=kernel, chains=1, cores=1, random_seed=seed, **SMC_KW, **kernel_kwargs
         )
     seconds = time.perf_counter() - start
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PyMC's kernels have no error bar (NaN)
+        evidence = log_evidence(idata)
     beta = stage_stats(idata, "beta")[0]
     stage_evals = stage_stats(idata, "likelihood_evals")[0]
     samples = idata.posterior[var].values.reshape(draws, -1)
     return dict(
-        samples=samples, log_z=float(log_evidence(idata).log_z[0]), stages=int(beta.size),
+        samples=samples, log_z=float(evidence.log_z[0]), se=float(evidence.std_error[0]),
+        stages=int(beta.size),
         evals=int(draws + stage_evals.sum()), seconds=seconds, idata=idata,
     )
 
@@ -164,6 +168,29 @@ def summarise(values) -> str:
 def header(args):
     print(f"# {environment_line()}, seed {args.seed}, reps {args.reps}"
           f"{', QUICK' if args.quick else ''}")
+
+
+def evidence_table(runs, exact_log_z: float = 0.0) -> str:
+    """Bias of log Z (mean error and its standard error over runs) and the single-run error bar
+    (root-mean-square reported SE against the spread over runs; coverage of log Z ± 2 SE)."""
+    lines = [
+        "\n| sampler | mean log Z error ± SE of the mean | bias / SE | reported SE (rms) | spread of log Z "
+        "| coverage of ± 2 SE |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, rs in runs.items():
+        error = np.array([r["log_z"] for r in rs]) - exact_log_z
+        se = np.array([r["se"] for r in rs])
+        spread = error.std(ddof=1) if error.size > 1 else float("nan")
+        mean_se = spread / math.sqrt(error.size)
+        has_se = bool(np.all(np.isfinite(se)))
+        reported = f"{math.sqrt(np.mean(se**2)):.3g}" if has_se else "none"
+        coverage = f"{np.mean(np.abs(error) <= 2 * se):.2f}" if has_se else "none"
+        lines.append(
+            f"| {name} | {error.mean():+.3f} ± {mean_se:.3f} | {error.mean() / mean_se:+.1f} | {reported} | "
+            f"{spread:.3g} | {coverage} |"
+        )
+    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------- 1. banana bridge
@@ -245,6 +272,7 @@ def banana_experiment(args) -> dict:
         print(f"| {name} | {summarise(col('qerr'))} | {summarise(col('mmd'))} | "
               f"{summarise(np.abs(col('log_z')))} | {summarise(col('log_z'))} | {summarise(col('stages'))} | "
               f"{summarise(col('evals'))} | {summarise(col('seconds'))} |")
+    print(evidence_table(runs))
     means = {name: {k: float(np.mean([abs(r[k]) for r in rs])) for k in ("qerr", "mmd", "log_z", "evals")}
              for name, rs in runs.items()}
     # The goal is checked against PyMC's kernels with their own sweep rule (equal particles) and
