@@ -40,9 +40,9 @@ from pymc_kameleon.core.smc import (
     population_mh_move,
     steps_for_acceptance,
 )
+from pymc_kameleon.core.validation import check_kameleon_options, check_number, check_probability
 from pymc_kameleon.pseudo_marginal import PseudoMarginalOp
-from pymc_kameleon.steps._common import check_kameleon_options, check_number, check_probability
-from pymc_kameleon.steps._reporting import StepWarnings
+from pymc_kameleon.steps.reporting import StepWarnings
 
 __all__ = ["ASMC", "KASS"]
 
@@ -491,7 +491,7 @@ class KASS(SMC_KERNEL):
 
         With ``cores>1`` the chain runs in a worker process whose warnings never reach the session;
         :meth:`sample_settings` then carries the message back
-        (:class:`~pymc_kameleon.steps._reporting.StepWarnings`).
+        (:class:`~pymc_kameleon.steps.reporting.StepWarnings`).
         """
         stage, beta, accept, _ = self._worst_stage()
         n_capped = sum(sweeps >= self.max_steps for *_, sweeps in self._poor_stages)

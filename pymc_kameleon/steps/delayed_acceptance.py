@@ -36,8 +36,6 @@ from collections import deque
 import numpy as np
 import pymc as pm
 from pymc.blocking import RaveledVars
-from pymc.step_methods.arraystep import ArrayStepShared
-from pymc.step_methods.compound import Competence
 
 from pymc_kameleon.core.delayed_acceptance import (
     CURRENT_VALUES,
@@ -56,22 +54,10 @@ from pymc_kameleon.core.linalg import SingularCovarianceError, same_array
 from pymc_kameleon.core.mh import accept_probability, metropolis_accept, mh_log_ratio
 from pymc_kameleon.core.proposals import LangevinProposal, Move
 from pymc_kameleon.core.scale_free import ScaleFreeKameleon
-from pymc_kameleon.steps._common import (
-    GradientUnavailableError,
-    PerChainReset,
-    SplitTargetDensity,
-    check_kameleon_options,
-    check_number,
-    check_probability,
-    continuous_value_vars,
-    declare_pseudo_marginal_stats,
-)
-from pymc_kameleon.steps._reporting import (
-    StepWarnings,
-    progressbar_config,
-    progressbar_update_functions,
-    warn_after_tuning,
-)
+from pymc_kameleon.core.validation import check_kameleon_options, check_number, check_probability
+from pymc_kameleon.steps.base import AdaptiveStep, continuous_value_vars
+from pymc_kameleon.steps.reporting import StepWarnings, warn_after_tuning
+from pymc_kameleon.steps.target_density import GradientUnavailableError, SplitTargetDensity
 
 __all__ = ["GPDelayedAcceptanceMALA", "GPDelayedAcceptanceMH"]
 
@@ -95,19 +81,14 @@ def _finite_prediction(point) -> bool:
     return bool(np.all(np.isfinite(point.joint_mean)) and np.all(np.isfinite(point.joint_cov)))
 
 
-class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
+class _GPDelayedAcceptanceBase(AdaptiveStep):
     """Shared machinery: options, the split target, the GP and its schedule, proposal scale, stats."""
 
-    default_blocked = True
-    # Keeps the pseudo-marginal estimate at the current state (see pseudo_marginal.py).
-    exact_pseudo_marginal = True
     stats_dtypes_shapes = {
-        # Probability of accepting this proposal given the stage-1 outcome: alpha2 if stage 1
-        # passed, else 0 (in the exact warm-up, the plain MH probability). Its mean is the
-        # overall acceptance rate E[alpha1 alpha2]; the scale adaptation uses it.
-        "accept": (np.float64, []),
-        # float64 like pm.Metropolis: stats of one name must share a dtype across a CompoundStep.
-        "accepted": (np.float64, []),
+        **AdaptiveStep.stats_dtypes_shapes,
+        # (`accept` is the probability of accepting this proposal given the stage-1 outcome: alpha2
+        # if stage 1 passed, else 0; in the exact warm-up, the plain MH probability. Its mean is the
+        # overall acceptance rate E[alpha1 alpha2].)
         "stage1_accept": (np.float64, []),
         "stage2_accept": (np.float64, []),
         "exact_eval": (bool, []),
@@ -116,10 +97,6 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
         "gp_points": (np.int64, []),
         "screened": (bool, []),
         "gp_refit": (bool, []),
-        "tune": (bool, []),
-        "scaling": (np.float64, []),
-        # The exact model log density at the state returned (PyMC's name; `lp` in InferenceData).
-        "model_logp": (np.float64, []),
     }
     _default_target_accept = 0.234
     _uses_prior_gradient = False
@@ -178,7 +155,7 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
         vars = continuous_value_vars(vars, model, name)
         self.dim = d = int(sum(np.size(initial_point[v.name]) for v in vars))
         try:
-            self._target = SplitTargetDensity(
+            target = SplitTargetDensity(
                 model, vars, initial_point, compile_kwargs, name,
                 prior_gradient=self._uses_prior_gradient, loglik_gradient=loglik_gradient,
             )
@@ -214,7 +191,7 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
         self._fixed_hyper = self._check_hyperparameters(hyperparameters, d)
         self._gp_mean = self._fixed_hyper.pop("mean", "gls") if self._fixed_hyper else "gls"
 
-        noisy = self._target.has_estimates if noise_variance == "auto" else noise_variance == "fit"
+        noisy = target.has_estimates if noise_variance == "auto" else noise_variance == "fit"
         self.fit_noise = bool(noisy)
         self.noise_variance_spec = noise_variance
         self.target_accept = float(target_accept)
@@ -231,10 +208,7 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
         self.learning_rate = float(learning_rate)
         self.history_size = int(history_size)
 
-        declare_pseudo_marginal_stats(self, self._target)
-        self.tune = True
-        super().__init__(vars, self._target.shared, blocked=blocked, rng=rng)
-        self._reset_chain_state()
+        self._join_pymc(vars, target, blocked, rng)
 
     @staticmethod
     def _check_hyperparameters(hyperparameters, d):
@@ -362,15 +336,6 @@ class _GPDelayedAcceptanceBase(PerChainReset, ArrayStepShared):
         if self._proposal.end_tuning(self.rng):
             self._gp.set_input_whitening(self._proposal.whitening)
             self._gp_version += 1
-
-    @staticmethod
-    def competence(var, has_grad):
-        if var.dtype in pm.discrete_types:
-            return Competence.INCOMPATIBLE
-        return Competence.COMPATIBLE
-
-    _progressbar_config = staticmethod(progressbar_config)
-    _make_progressbar_update_functions = staticmethod(progressbar_update_functions)
 
     # ------------------------------------------------------------ properties
     @property

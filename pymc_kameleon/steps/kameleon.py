@@ -11,29 +11,16 @@ import math
 import numpy as np
 import pymc as pm
 from pymc.blocking import RaveledVars
-from pymc.step_methods.arraystep import ArrayStepShared
-from pymc.step_methods.compound import Competence
 
 from pymc_kameleon.core.adaptation import VanishingProbability
 from pymc_kameleon.core.kernels import make_kernel
 from pymc_kameleon.core.linalg import SingularCovarianceError
 from pymc_kameleon.core.mh import metropolis_accept, mh_log_ratio
 from pymc_kameleon.core.scale_free import ScaleFreeKameleon, WhitenedFamily
-from pymc_kameleon.steps._common import (
-    PerChainReset,
-    TargetDensity,
-    check_kameleon_options,
-    check_number,
-    check_probability,
-    continuous_value_vars,
-    declare_pseudo_marginal_stats,
-)
-from pymc_kameleon.steps._reporting import (
-    StepWarnings,
-    progressbar_config,
-    progressbar_update_functions,
-    warn_after_tuning,
-)
+from pymc_kameleon.core.validation import check_kameleon_options, check_number, check_probability
+from pymc_kameleon.steps.base import AdaptiveStep, continuous_value_vars
+from pymc_kameleon.steps.reporting import StepWarnings, warn_after_tuning
+from pymc_kameleon.steps.target_density import TargetDensity
 
 __all__ = ["KameleonMetropolis"]
 
@@ -41,7 +28,7 @@ _ADAPTATIONS = ("freeze", "vanishing")
 
 
 
-class KameleonMetropolis(PerChainReset, ArrayStepShared):
+class KameleonMetropolis(AdaptiveStep):
     r"""Kernel Adaptive Metropolis-Hastings (MCMC Kameleon) step.
 
     Proposes from a Gaussian centred at the current state :math:`y` whose covariance
@@ -153,19 +140,11 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
     """
 
     name = "kameleon"
-    default_blocked = True
-    # Keeps the pseudo-marginal estimate at the current state (see pseudo_marginal.py).
-    exact_pseudo_marginal = True
     stats_dtypes_shapes = {
-        "accept": (np.float64, []),
-        # float64 like pm.Metropolis, which PyMC pairs with this step for discrete variables:
-        # stats of one name must share a dtype across the steps of a CompoundStep.
-        "accepted": (np.float64, []),
-        "scaling": (np.float64, []),
+        **AdaptiveStep.stats_dtypes_shapes,
         "nu2": (np.float64, []),
         "bandwidth": (np.float64, []),
         "gamma": (np.float64, []),
-        "tune": (bool, []),
         "kameleon": (bool, []),
         "adapted": (bool, []),
         "subsample_size": (np.int64, []),
@@ -173,8 +152,6 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
         "jitter": (np.float64, []),
         # nu2 times the kernel term's mean variance at Z (whitened units): rebuild_proposal's scale.
         "kernel_variance": (np.float64, []),
-        # The model log density at the state returned (PyMC's name; ArviZ's InferenceData calls it `lp`).
-        "model_logp": (np.float64, []),
     }
 
     def __init__(
@@ -234,12 +211,9 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
         if initial_point is None:
             initial_point = model.initial_point()
         vars = continuous_value_vars(vars, model, type(self).__name__)
-        self._target = TargetDensity(model, vars, initial_point, compile_kwargs, type(self).__name__)
-        declare_pseudo_marginal_stats(self, self._target)
         self.dim = int(sum(np.size(initial_point[v.name]) for v in vars))
-        self.tune = True
-        super().__init__(vars, self._target.shared, blocked=blocked, rng=rng)
-        self._reset_chain_state()
+        target = TargetDensity(model, vars, initial_point, compile_kwargs, type(self).__name__)
+        self._join_pymc(vars, target, blocked, rng)
         # PyMC 6 asks each step how long it needs to tune (pm.sample(tune=None)).
         self.default_tune_steps = self._proposal.required_tune_steps()
 
@@ -274,16 +248,6 @@ class KameleonMetropolis(PerChainReset, ArrayStepShared):
         if self._proposal.tune_steps > 0:
             warn_after_tuning(type(self).__name__, self._proposal, self.target_accept, self._warnings)
         self._proposal.end_tuning(self.rng)
-
-    @staticmethod
-    def competence(var, has_grad):
-        if var.dtype in pm.discrete_types:
-            return Competence.INCOMPATIBLE
-        return Competence.COMPATIBLE
-
-    # ------------------------------------------------------------ progress bar
-    _progressbar_config = staticmethod(progressbar_config)
-    _make_progressbar_update_functions = staticmethod(progressbar_update_functions)
 
     # ------------------------------------------------------------ properties
     @property

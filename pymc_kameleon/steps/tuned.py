@@ -19,7 +19,7 @@ from pytensor.graph.replace import graph_replace
 from pymc_kameleon.core.kameleon import KameleonProposal, mean_rkhs_variance
 from pymc_kameleon.core.kernels import make_kernel
 from pymc_kameleon.core.scale_free import WhitenedFamily, Whitening, shrunk_covariance
-from pymc_kameleon.steps._common import continuous_value_vars
+from pymc_kameleon.steps.base import continuous_value_vars
 
 __all__ = ["rebuild_proposal", "value_space_draws"]
 

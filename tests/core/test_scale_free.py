@@ -260,7 +260,7 @@ def test_a_window_in_which_the_chain_never_moved_keeps_the_whitening():
 def test_report_drift_flags_a_chain_still_walking_at_the_end_of_tuning(walking):
     """Tuning that ends while the chain still walks toward the posterior (here: a steady drift of
     10 learned sds over the last 1000 states) is reported and warned about; a settled chain is not."""
-    from pymc_kameleon.steps._reporting import tuning_problems
+    from pymc_kameleon.steps.reporting import tuning_problems
 
     rng = np.random.default_rng(4)
     prop = ScaleFreeKameleon(2, make_kernel("linear"), am_weight=1.0, scan_steps=0, first_window=50)

@@ -109,7 +109,7 @@ def test_random_walk_gp_da_ignores_n_subsample():
 def test_a_carried_warning_is_raised_when_unpickled_and_leaves_a_plain_number():
     import pickle
 
-    from pymc_kameleon.steps._reporting import carry_warnings
+    from pymc_kameleon.steps.reporting import carry_warnings
 
     value = carry_warnings(0.25, [("tuning went wrong", UserWarning)])
     assert value == 0.25  # a float to everyone until it is unpickled

@@ -1,4 +1,10 @@
-"""Helpers shared by the PyMC step methods: variable checks and the target density with its current state."""
+"""The target density a step samples: compiled log densities, the current state and its kept estimate.
+
+:class:`TargetDensity` evaluates the model's joint log density (exact terms plus any
+PseudoMarginalPotential estimates) and keeps the state a chain sits at, so that a pseudo-marginal
+estimate is never redrawn at the current state; :class:`SplitTargetDensity` splits it into the
+prior and the log-likelihood, as GP delayed acceptance needs.
+"""
 
 from __future__ import annotations
 
@@ -6,127 +12,20 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import pymc as pm
 import pytensor.tensor as pt
 from pymc.pytensorf import compile as compile_pytensor
 from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
-from pymc.util import get_value_vars_from_user_vars
 
 from pymc_kameleon.core.linalg import same_array
 from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
 
 __all__ = [
-    "PSEUDO_MARGINAL_STATS",
-    "PerChainReset",
     "Evaluation",
     "GradientUnavailableError",
     "SplitTargetDensity",
     "TargetDensity",
-    "check_kameleon_options",
-    "check_number",
-    "continuous_value_vars",
-    "declare_pseudo_marginal_stats",
     "describe_point",
 ]
-
-# Extra sampler statistics of a step whose model has a PseudoMarginalPotential.
-PSEUDO_MARGINAL_STATS = {
-    "loglik_estimate": (np.float64, []),
-    "estimator_calls": (np.int64, []),
-}
-
-
-def check_number(name, value, *, integer=False, minimum=None, strict=True):
-    """Raise a ValueError naming the option unless ``value`` is valid.
-
-    Valid: a finite number (an integer with ``integer=True``, never a bool) above ``minimum``,
-    or equal to it with ``strict=False``.
-    """
-    ok = isinstance(value, (int, np.integer)) if integer else isinstance(value, (int, float, np.number))
-    ok = ok and not isinstance(value, bool) and bool(np.isfinite(value))
-    if ok and minimum is not None:
-        ok = value > minimum if strict else value >= minimum
-    if not ok:
-        kind = "an integer" if integer else "a finite number"
-        bound = "" if minimum is None else f" {'>' if strict else '>='} {minimum}"
-        raise ValueError(f"{name} must be {kind}{bound}, got {value!r}.")
-
-
-def check_probability(name, value):
-    """Raise a ValueError naming the option unless ``value`` is a number strictly between 0 and 1."""
-    ok = isinstance(value, (int, float, np.number)) and not isinstance(value, (bool, np.bool_))
-    if not (ok and 0.0 < value < 1.0):
-        raise ValueError(f"{name} must be in (0, 1), got {value!r}.")
-
-
-def check_kameleon_options(bandwidth, gamma, n_subsample):
-    """Validate the Kameleon proposal's options, shared by every step that offers it."""
-    if isinstance(bandwidth, str):
-        if bandwidth != "median":
-            raise ValueError(f'bandwidth must be "median" or a positive number, got {bandwidth!r}.')
-    else:
-        check_number("bandwidth", bandwidth, minimum=0)
-    if isinstance(gamma, str):
-        if gamma != "auto":
-            raise ValueError(f'gamma must be "auto" or a non-negative number, got {gamma!r}.')
-    else:
-        check_number("gamma", gamma, minimum=0, strict=False)
-    check_number("n_subsample", n_subsample, integer=True, minimum=0)
-
-
-def declare_pseudo_marginal_stats(step, target):
-    """Declare :data:`PSEUDO_MARGINAL_STATS` on ``step`` if ``target`` has pseudo-marginal terms.
-
-    PyMC reads both ``stats_dtypes_shapes`` and ``stats_dtypes`` from the instance
-    (``BlockedStep.__new__`` sets them), so models without estimates keep the class's stats.
-    """
-    if target.has_estimates:
-        step.stats_dtypes_shapes = {**type(step).stats_dtypes_shapes, **PSEUDO_MARGINAL_STATS}
-        step.stats_dtypes = [{name: dtype for name, (dtype, _) in step.stats_dtypes_shapes.items()}]
-
-
-class PerChainReset:
-    """Mixin for steps that keep per-chain state in ``_reset_chain_state()``.
-
-    PyMC 5 calls ``reset_tuning`` before each chain (after setting the chain's rng); PyMC 6
-    calls ``setup_chain(rng, tune, draws)`` instead. Worker processes (``cores>1``) get a fresh
-    copy of the step and neither call, so ``_reset_chain_state`` must also run in ``__init__``.
-    """
-
-    def reset_tuning(self):
-        """Reset per-chain state (PyMC 5 calls this before each chain)."""
-        self._reset_chain_state()
-
-    def setup_chain(self, rng, tune, draws):
-        """PyMC 6 hook called before each chain: set the rng and reset per-chain state."""
-        parent = getattr(super(), "setup_chain", None)
-        if parent is not None:
-            parent(rng, tune, draws)
-        else:
-            self.set_rng(rng)
-        self._reset_chain_state()
-
-
-def continuous_value_vars(vars, model, step_name: str):
-    """Resolve the value variables a step samples, rejecting discrete ones with a clear error."""
-    if vars is None:
-        vars = model.continuous_value_vars
-        if not vars:
-            raise ValueError(
-                f"{step_name} samples continuous variables, and this model has none. "
-                "Use pm.Metropolis or pm.BinaryGibbsMetropolis for discrete variables."
-            )
-        return vars
-    vars = get_value_vars_from_user_vars(vars, model)
-    discrete = [v.name for v in vars if v.dtype in pm.discrete_types]
-    if discrete:
-        raise ValueError(
-            f"{step_name} samples continuous variables only, but {discrete} "
-            f"{'is' if len(discrete) == 1 else 'are'} discrete. Give the discrete variables "
-            "their own step (e.g. pm.Metropolis or pm.BinaryGibbsMetropolis) and pass "
-            f"both steps to pm.sample: step=[{step_name}([...continuous...]), pm.Metropolis([...])]."
-        )
-    return vars
 
 
 @dataclass(frozen=True)
@@ -234,7 +133,10 @@ class TargetDensity:
         return math.nan if self._cur is None else self._cur.log_estimate
 
     def estimate_stats(self, estimates_before: int) -> dict:
-        """Values of :data:`PSEUDO_MARGINAL_STATS` after a step (empty without estimates)."""
+        """Values of the pseudo-marginal statistics after a step (empty without estimates).
+
+        See :data:`pymc_kameleon.steps.base.PSEUDO_MARGINAL_STATS`.
+        """
         if not self.terms:
             return {}
         return {
@@ -523,4 +425,3 @@ def describe_point(q, point_map_info, max_len: int = 200) -> str:
         parts.append(f"{name}={np.array2string(value, precision=4, threshold=6)}")
     text = ", ".join(parts)
     return text if len(text) <= max_len else text[: max_len - 3] + "..."
-

@@ -1,0 +1,438 @@
+r"""When the GP surrogate of GP delayed acceptance learns: its options, training set and schedule.
+
+The two-stage ratios are in :mod:`pymc_kameleon.core.delayed_acceptance`; the GP itself is
+:class:`~pymc_kameleon.core.gp.GPSurrogate`. This module decides which exact evaluations the GP
+is given and when its hyperparameters are set (PyMC-free; the steps in
+:mod:`pymc_kameleon.steps.delayed_acceptance` drive it):
+
+- **Warm-up.** A chain starts with exact steps until the GP holds ``initial_points`` evaluations
+  and the base proposal's coordinate scan is over; then the hyperparameters are set by heuristics
+  (length scales: the points' spread; signal variance: their values' variance) and, during tuning,
+  fitted by marginal likelihood with two restarts.
+- **Floor.** A value more than :data:`GP_FLOOR_NATS` :math:`+ 5d` below the best so far is clipped
+  to that floor (gradient 0), and stored values are raised when the best improves.
+- **Fit schedule.** During tuning the hyperparameters are refitted whenever the training set has
+  doubled since the last fit, at every adaptation window's end, and once more at the end of tuning
+  if the set grew by a quarter; each fit uses the latest ``fit_max_points`` points.
+- **Forgetting.** During tuning a full GP drops its older half, and a window's end drops the points
+  from before the previous window (a walk in from a far start). After tuning, ``max_points`` caps it.
+- **Screening pause.** If, during tuning, stage 1 accepts less than :data:`MIN_STAGE1_ACCEPT` on
+  average over :data:`SCREENING_CHECK_STEPS` screened steps, the GP is wrong near the chain: exact
+  steps until the next window ends, then a fresh fit.
+
+None of this touches the chain's exactness: the GP only screens proposals.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from pymc_kameleon.core.gp import GPSurrogate
+from pymc_kameleon.core.linalg import SingularCovarianceError, same_array
+from pymc_kameleon.core.validation import check_number
+
+__all__ = [
+    "GP_AFTER_TUNING",
+    "GP_FLOOR_NATS",
+    "MIN_STAGE1_ACCEPT",
+    "SCREENING_CHECK_STEPS",
+    "GPTrainingOptions",
+    "GPTrainingSchedule",
+]
+
+GP_AFTER_TUNING = ("grow", "freeze")
+_HYPERPARAMETER_KEYS = ("lengthscales", "signal_variance", "noise_variance", "mean")
+# Training values below (best value - this - 5 per dimension) are clipped to that floor.
+GP_FLOOR_NATS = 50.0
+# During tuning, a mean stage-1 acceptance below MIN_STAGE1_ACCEPT over this many screened steps
+# pauses screening (see GPTrainingSchedule.record_stage1).
+SCREENING_CHECK_STEPS = 100
+MIN_STAGE1_ACCEPT = 0.02
+
+
+def check_hyperparameters(hyperparameters, d: int) -> dict | None:
+    """Validate user-given GP hyperparameters; lengthscales are broadcast to ``d`` values."""
+    if hyperparameters is None:
+        return None
+    if not isinstance(hyperparameters, dict) or not set(hyperparameters) <= set(_HYPERPARAMETER_KEYS):
+        raise ValueError(
+            f"hyperparameters must be a dict with keys among {_HYPERPARAMETER_KEYS}, got {hyperparameters!r}."
+        )
+    out = {}
+    if "lengthscales" in hyperparameters:
+        ell = np.asarray(hyperparameters["lengthscales"], dtype=float)
+        try:
+            ell = np.broadcast_to(ell, (d,)).copy()
+        except ValueError:
+            raise ValueError(
+                f"hyperparameters['lengthscales'] must be a number or have length {d}, got shape {ell.shape}."
+            ) from None
+        if not (np.all(np.isfinite(ell)) and np.all(ell > 0)):
+            raise ValueError(f"hyperparameters['lengthscales'] must be positive, got {ell!r}.")
+        out["lengthscales"] = ell
+    if "signal_variance" in hyperparameters:
+        check_number("hyperparameters['signal_variance']", hyperparameters["signal_variance"], minimum=0)
+        out["signal_variance"] = float(hyperparameters["signal_variance"])
+    if "noise_variance" in hyperparameters:
+        value = hyperparameters["noise_variance"]
+        check_number("hyperparameters['noise_variance']", value, minimum=0, strict=False)
+        out["noise_variance"] = float(value)
+    if "mean" in hyperparameters:
+        check_number("hyperparameters['mean']", hyperparameters["mean"])
+        out["mean"] = float(hyperparameters["mean"])
+    return out
+
+
+@dataclass(frozen=True)
+class GPTrainingOptions:
+    """The GP's options, validated once per step (:meth:`from_user`); shared by its chains."""
+
+    dim: int
+    gradients: bool  # derivative observations: each point adds d + 1 rows
+    initial_points: int
+    max_points: int
+    fit_max_points: int
+    fit_hyperparameters: bool
+    fixed_hyperparameters: dict | None  # user-given, validated; without "mean"
+    gp_mean: object  # "gls" or a fixed constant
+    noise_variance: object  # "auto", "fit" or a number, as given
+    fit_noise: bool
+    jitter: float
+    gp_after_tuning: str
+
+    @classmethod
+    def from_user(
+        cls,
+        dim: int,
+        *,
+        gradients: bool,
+        noisy_likelihood: bool,
+        initial_points=None,
+        max_points=None,
+        fit_max_points=None,
+        fit_hyperparameters=True,
+        hyperparameters=None,
+        noise_variance="auto",
+        jitter=1e-8,
+        gp_after_tuning="grow",
+    ) -> GPTrainingOptions:
+        """Validate the options (a ValueError names the bad one) and fill in the defaults.
+
+        Defaults: ``initial_points`` :math:`\\max(10, 2(d+1))`; ``max_points``
+        :math:`\\max(1000/r, 2\\,` ``initial_points`` :math:`)` and ``fit_max_points``
+        :math:`\\max(20, 300/r)`, with :math:`r = d + 1` rows per point with gradients, else 1.
+        ``noise_variance="auto"`` fits a noise variance when the likelihood is noisy (estimated).
+        """
+        if gp_after_tuning not in GP_AFTER_TUNING:
+            raise ValueError(f"gp_after_tuning must be one of {GP_AFTER_TUNING}, got {gp_after_tuning!r}.")
+        if not isinstance(fit_hyperparameters, bool):
+            raise ValueError(f"fit_hyperparameters must be True or False, got {fit_hyperparameters!r}.")
+        if isinstance(noise_variance, str):
+            if noise_variance not in ("auto", "fit"):
+                raise ValueError(f'noise_variance must be "auto", "fit" or a number >= 0, got {noise_variance!r}.')
+        else:
+            check_number("noise_variance", noise_variance, minimum=0, strict=False)
+        check_number("jitter", jitter, minimum=0, strict=False)
+        rows = dim + 1 if gradients else 1
+        if initial_points is None:
+            initial_points = max(10, 2 * (dim + 1))
+        check_number("initial_points", initial_points, integer=True, minimum=1, strict=False)
+        if max_points is None:
+            max_points = max(1000 // rows, 2 * initial_points)
+        check_number("max_points", max_points, integer=True, minimum=1, strict=False)
+        if max_points < initial_points:
+            raise ValueError(
+                f"max_points ({max_points}) must be at least initial_points ({initial_points}): the GP "
+                "is seeded with initial_points exact evaluations."
+            )
+        if fit_max_points is None:
+            fit_max_points = max(20, 300 // rows)
+        check_number("fit_max_points", fit_max_points, integer=True, minimum=2, strict=False)
+        fixed = check_hyperparameters(hyperparameters, dim)
+        gp_mean = fixed.pop("mean", "gls") if fixed else "gls"
+        fit_noise = noisy_likelihood if noise_variance == "auto" else noise_variance == "fit"
+        return cls(
+            dim=int(dim),
+            gradients=bool(gradients),
+            initial_points=int(initial_points),
+            max_points=int(max_points),
+            fit_max_points=int(fit_max_points),
+            fit_hyperparameters=fit_hyperparameters,
+            fixed_hyperparameters=fixed,
+            gp_mean=gp_mean,
+            noise_variance=noise_variance,
+            fit_noise=bool(fit_noise),
+            jitter=float(jitter),
+            gp_after_tuning=gp_after_tuning,
+        )
+
+    def new_gp(self) -> GPSurrogate:
+        """An empty GP with the fixed hyperparameters (or unit ones)."""
+        hyper = dict(self.fixed_hyperparameters or {})
+        noise = hyper.pop("noise_variance", None)
+        if noise is None:
+            noise = 0.0 if isinstance(self.noise_variance, str) else float(self.noise_variance)
+        return GPSurrogate(
+            self.dim,
+            lengthscales=hyper.get("lengthscales", 1.0),
+            signal_variance=hyper.get("signal_variance", 1.0),
+            noise_variance=noise,
+            fit_noise=self.fit_noise,
+            mean=self.gp_mean,
+            jitter=self.jitter,
+            max_points=self.max_points,
+            gradients=self.gradients,
+        )
+
+
+class GPTrainingSchedule:
+    """One chain's GP and the schedule by which it learns (see the module docstring).
+
+    ``version`` increases whenever the GP changes, so predictions at the current state can be
+    cached (:meth:`cached`). ``warm`` is True during the exact warm-up and the screening pauses.
+    ``warn(message, category, stacklevel)`` reports a duplicated point (once per chain).
+    """
+
+    def __init__(self, options: GPTrainingOptions, warn=None):
+        self.options = options
+        self._warn = warn
+        self.gp = options.new_gp()
+        self.version = 0
+        self.warm = True
+        self.best_ll = -math.inf  # largest exact log-likelihood added (sets the floor)
+        self.next_fit = options.initial_points
+        self.fitted_at = 0  # training-set size at the last hyperparameter fit (0: never)
+        self.n_fits = 0
+        self.resume_window = None  # screening paused until this adaptation window (None: not paused)
+        self.stage1_recent = deque(maxlen=SCREENING_CHECK_STEPS)  # alpha1 of recent screened tuning steps
+        self.n_pauses = 0  # times screening fell back to exact steps during tuning
+        self.window_start_points = [0]  # GP points at the start of each adaptation window
+        self._warned_singular = False
+        self._cache = None  # (version, point, value, key)
+
+    # ------------------------------------------------------------ training set
+    @property
+    def floor(self) -> float:
+        """Lowest value the GP is given: :data:`GP_FLOOR_NATS` + 5 per dimension below the best so far."""
+        return self.best_ll - (GP_FLOOR_NATS + 5.0 * self.options.dim)
+
+    def accepts_points(self, tune: bool) -> bool:
+        return tune or self.warm or self.options.gp_after_tuning == "grow"
+
+    def add(self, theta, ll, grad=None, *, tune: bool) -> bool:
+        """Condition the GP on one exact evaluation (after the step's decision); whether it was added.
+
+        Values below :attr:`floor` are clipped to it, with a zero gradient. The GP then learns
+        "very unlikely here" without one value of, say, -1e300 from an overshooting Langevin
+        proposal, or -1e8 from a scan step across an unstandardised regression's ridge, blowing up
+        its signal variance and making its mean pessimistic everywhere (then stage 1 rejects every
+        proposal and the scale collapses). Non-finite values are not added.
+        """
+        if not self.accepts_points(tune) or not math.isfinite(ll):
+            return False
+        if grad is not None and not np.all(np.isfinite(grad)):
+            return False
+        if self.options.gradients and grad is None:
+            return False
+        if ll > self.best_ll:
+            self.best_ll = float(ll)
+            self._raise_to_floor(tune)
+        floor = self.floor
+        if ll < floor:
+            ll = floor
+            grad = None if grad is None else np.zeros_like(np.asarray(grad, dtype=float))
+        if tune and self.gp.n_points >= self.options.max_points:
+            self.forget_older_half()
+        try:
+            added = self.gp.add(theta, ll, grad)
+        except SingularCovarianceError:
+            if not self._warned_singular and self._warn is not None:
+                self._warned_singular = True
+                self._warn(
+                    "a new GP point duplicates stored ones numerically and was skipped (raise `jitter` "
+                    "if this happens often).",
+                    RuntimeWarning,
+                    4,
+                )
+            return False
+        if added:
+            self.version += 1
+        return added
+
+    def forget_older_half(self) -> None:
+        """Drop the older half (one :math:`O(t^3)` refactorisation per :math:`t/2` additions).
+
+        A GP that reached ``max_points`` while the chain walked in from a far start would otherwise
+        stay fixed on the transient: with gradient observations (cap 1000 / (d + 1) points) GP-DA
+        MALA's drift then came from points far behind the chain, which crawled (an unstandardised
+        regression: still 7 sds away after 3000 tuning steps).
+        """
+        self.forget_oldest(self.gp.n_points - self.gp.n_points // 2)
+
+    def forget_oldest(self, n: int) -> None:
+        """Drop the ``n`` oldest points (a refactorisation); window starts count from the new first."""
+        self.gp = self.gp.latest(self.gp.n_points - n, max_points=self.options.max_points)
+        self.window_start_points = [max(start - n, 0) for start in self.window_start_points]
+        self.version += 1
+
+    def _raise_to_floor(self, tune: bool) -> None:
+        """Re-clip the stored values to the floor below a new best value.
+
+        Walking in from a far start, the first values can be 1e7 nats below the later ones; left
+        there, they keep the signal variance near 1e13, whose relative nugget (``jitter``) then
+        spoils the interpolation at the current state by hundreds of nats, and stage 1 rejects
+        everything. A signal variance fitted to the old spread is reset to the new one (during
+        tuning; the next scheduled fit refines it).
+        """
+        gp = self.gp
+        if not gp.n_points or not gp.raise_values_to(self.floor):
+            return
+        self.version += 1
+        spread = max(float(np.var(gp.values)), 1.0)
+        if tune and not self.warm and gp.signal_variance > 10.0 * spread:
+            gp.set_hyperparameters(signal_variance=spread)
+
+    # ------------------------------------------------------------ hyperparameters
+    def end_warm_up(self, *, tune: bool, typical_step: float, rng) -> bool:
+        """Set the hyperparameters (heuristics, then a fit if tuning). Returns whether it fitted.
+
+        ``typical_step`` is the length-scale fallback for a coordinate whose points do not spread
+        (used only while the GP's inputs are not whitened).
+        """
+        self.warm = False
+        fixed = self.options.fixed_hyperparameters or {}
+        W, y = self.gp.W, self.gp.values  # in the kernel's (whitened) coordinates
+        ell = np.std(W, axis=0) if W.shape[0] > 1 else np.ones(self.options.dim)
+        fallback = typical_step if self.gp.whitening is None else 1.0
+        ell = np.where(ell > 0, ell, fallback)
+        vy = float(np.var(y)) if y.size > 1 else 1.0
+        vy = vy if vy > 0 else 1.0
+        hyper = {
+            "lengthscales": fixed.get("lengthscales", ell),
+            "signal_variance": fixed.get("signal_variance", vy),
+        }
+        if self.options.fit_noise and "noise_variance" not in fixed:
+            hyper["noise_variance"] = 0.01 * vy
+        self.gp.set_hyperparameters(**hyper)
+        self.version += 1
+        if self.options.fit_hyperparameters and tune:
+            self.fit(rng, n_restarts=2)
+            return True
+        return False
+
+    def fit(self, rng, n_restarts: int = 0) -> None:
+        """Fit the hyperparameters by marginal likelihood on the latest ``fit_max_points`` points."""
+        gp = self.gp
+        n = gp.n_points
+        if n < 2:
+            return
+        try:
+            sub = gp.latest(self.options.fit_max_points)
+            sub.fit_hyperparameters(n_restarts=n_restarts, rng=rng)
+            gp.set_hyperparameters(
+                lengthscales=sub.lengthscales,
+                signal_variance=sub.signal_variance,
+                noise_variance=sub.noise_variance,
+            )
+        except SingularCovarianceError:
+            gp.refit()  # keep the previous hyperparameters
+        self.version += 1
+        self.fitted_at = n
+        self.n_fits += 1
+        self.next_fit = 2 * n
+
+    def warm_up_may_end(self, *, scanning: bool, window: int, tune: bool) -> bool:
+        """Whether screening may (re)start: not during the coordinate scan, nor during a pause.
+
+        Screening a coordinate scan would let a GP that has not seen each coordinate's scale shrink
+        the scan's step sizes; the GP starts screening with the scan's whitening.
+        """
+        if scanning:
+            return False
+        return not tune or self.resume_window is None or window >= self.resume_window
+
+    def after_exact_evaluation(self, *, tune: bool, may_end_warm_up, typical_step, rng) -> bool:
+        """The schedule after a new point: end the warm-up, or fit if the set doubled (tuning only).
+
+        ``may_end_warm_up()`` and ``typical_step()`` are asked only when needed. Returns whether
+        the hyperparameters were fitted.
+        """
+        if self.warm:
+            if self.gp.n_points >= self.options.initial_points and may_end_warm_up():
+                return self.end_warm_up(tune=tune, typical_step=typical_step(), rng=rng)
+            return False
+        if self.options.fit_hyperparameters and tune and self.gp.n_points >= self.next_fit:
+            self.fit(rng)
+            return True
+        return False
+
+    def window_ended(self, whitening, rng) -> bool:
+        """An adaptation window ended (tuning): forget the transient, re-whiten, refit.
+
+        The GP forgets the points from before the previous window (a walk in from a far start
+        would otherwise fill it up to ``max_points``), and, if ``whitening`` is given (the learned
+        covariance changed), its kernel moves to those coordinates, where a correlated ridge is
+        round; then its hyperparameters are refitted. Returns whether it refitted.
+        """
+        starts = self.window_start_points
+        starts.append(self.gp.n_points)
+        if len(starts) > 2 and starts[-3] > 0:
+            self.window_start_points = starts[-2:]
+            self.forget_oldest(starts[-3])  # the points from before the window that just ended
+        if whitening is not None:
+            self.gp.set_input_whitening(whitening)
+        self.version += 1
+        if self.options.fit_hyperparameters and not self.warm and self.gp.n_points >= 2:
+            self.fit(rng)
+            return True
+        return False
+
+    def end_tuning(self, rng) -> None:
+        """A last fit if the training set grew by a quarter since the previous one."""
+        if self.options.fit_hyperparameters and not self.warm and self.gp.n_points >= 1.25 * self.fitted_at:
+            self.fit(rng)
+
+    def set_whitening(self, whitening) -> None:
+        """Move the GP's kernel to new whitened coordinates (same points)."""
+        self.gp.set_input_whitening(whitening)
+        self.version += 1
+
+    # ------------------------------------------------------------ screening
+    def record_stage1(self, alpha1: float, window: int) -> bool:
+        """Record a screened tuning step's stage-1 probability; pause screening if the GP fails.
+
+        A stage-1 acceptance below :data:`MIN_STAGE1_ACCEPT` over :data:`SCREENING_CHECK_STEPS`
+        screened tuning steps means the GP is wrong near the chain (walking in from a far start,
+        its stationary model of a steep slope is poor), and the adaptation signal is then ~0, so
+        the scale would collapse and the chain stick. The step then takes exact steps until the
+        end of the next adaptation window (``window + 1``), which give the GP points where the
+        chain is, the scale the true acceptance rate, and the window a new whitening. Returns
+        whether it paused.
+        """
+        self.stage1_recent.append(alpha1)
+        if len(self.stage1_recent) < SCREENING_CHECK_STEPS or np.mean(self.stage1_recent) >= MIN_STAGE1_ACCEPT:
+            return False
+        self.warm = True
+        self.resume_window = window + 1
+        self.n_pauses += 1
+        self.stage1_recent.clear()
+        return True
+
+    @property
+    def paused(self) -> bool:
+        """Whether the chain is in an exact fallback (a screening pause), not the initial warm-up."""
+        return self.warm and self.resume_window is not None
+
+    # ------------------------------------------------------------ cache
+    def cached(self, x, key, make):
+        """``make()``, cached per (GP version, point ``x``, ``key``) (the predictions at the current state)."""
+        cached = self._cache
+        if cached is not None and cached[0] == self.version and cached[3] is key and same_array(cached[1], x):
+            return cached[2]
+        value = make()
+        self._cache = (self.version, np.array(x, copy=True), value, key)
+        return value

@@ -1,0 +1,45 @@
+"""Validation of the options our steps and kernels take (no PyMC): a clear ValueError naming the option."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["check_kameleon_options", "check_number", "check_probability"]
+
+
+def check_number(name, value, *, integer=False, minimum=None, strict=True):
+    """Raise a ValueError naming the option unless ``value`` is valid.
+
+    Valid: a finite number (an integer with ``integer=True``, never a bool) above ``minimum``,
+    or equal to it with ``strict=False``.
+    """
+    ok = isinstance(value, (int, np.integer)) if integer else isinstance(value, (int, float, np.number))
+    ok = ok and not isinstance(value, bool) and bool(np.isfinite(value))
+    if ok and minimum is not None:
+        ok = value > minimum if strict else value >= minimum
+    if not ok:
+        kind = "an integer" if integer else "a finite number"
+        bound = "" if minimum is None else f" {'>' if strict else '>='} {minimum}"
+        raise ValueError(f"{name} must be {kind}{bound}, got {value!r}.")
+
+
+def check_probability(name, value):
+    """Raise a ValueError naming the option unless ``value`` is a number strictly between 0 and 1."""
+    ok = isinstance(value, (int, float, np.number)) and not isinstance(value, (bool, np.bool_))
+    if not (ok and 0.0 < value < 1.0):
+        raise ValueError(f"{name} must be in (0, 1), got {value!r}.")
+
+
+def check_kameleon_options(bandwidth, gamma, n_subsample):
+    """Validate the Kameleon proposal's options, shared by every step that offers it."""
+    if isinstance(bandwidth, str):
+        if bandwidth != "median":
+            raise ValueError(f'bandwidth must be "median" or a positive number, got {bandwidth!r}.')
+    else:
+        check_number("bandwidth", bandwidth, minimum=0)
+    if isinstance(gamma, str):
+        if gamma != "auto":
+            raise ValueError(f'gamma must be "auto" or a non-negative number, got {gamma!r}.')
+    else:
+        check_number("gamma", gamma, minimum=0, strict=False)
+    check_number("n_subsample", n_subsample, integer=True, minimum=0)

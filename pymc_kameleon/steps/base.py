@@ -1,0 +1,127 @@
+"""What every PyMC step of ours shares: :class:`AdaptiveStep`, and the variables it may sample.
+
+:class:`AdaptiveStep` is the base of :class:`~pymc_kameleon.KameleonMetropolis` and the GP
+delayed-acceptance steps: one block of continuous variables, per-chain state reset for PyMC 5 and
+6, the statistics every step reports, its competence, the progress-bar columns, and the
+pseudo-marginal statistics when the model has a PseudoMarginalPotential.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pymc as pm
+from pymc.step_methods.arraystep import ArrayStepShared
+from pymc.step_methods.compound import Competence
+from pymc.util import get_value_vars_from_user_vars
+
+from pymc_kameleon.steps.reporting import progressbar_config, progressbar_update_functions
+
+__all__ = [
+    "PSEUDO_MARGINAL_STATS",
+    "AdaptiveStep",
+    "PerChainReset",
+    "continuous_value_vars",
+    "declare_pseudo_marginal_stats",
+]
+
+
+# Extra sampler statistics of a step whose model has a PseudoMarginalPotential.
+PSEUDO_MARGINAL_STATS = {
+    "loglik_estimate": (np.float64, []),
+    "estimator_calls": (np.int64, []),
+}
+
+
+def declare_pseudo_marginal_stats(step, target):
+    """Declare :data:`PSEUDO_MARGINAL_STATS` on ``step`` if ``target`` has pseudo-marginal terms.
+
+    PyMC reads both ``stats_dtypes_shapes`` and ``stats_dtypes`` from the instance
+    (``BlockedStep.__new__`` sets them), so models without estimates keep the class's stats.
+    """
+    if target.has_estimates:
+        step.stats_dtypes_shapes = {**type(step).stats_dtypes_shapes, **PSEUDO_MARGINAL_STATS}
+        step.stats_dtypes = [{name: dtype for name, (dtype, _) in step.stats_dtypes_shapes.items()}]
+
+
+class PerChainReset:
+    """Mixin for steps that keep per-chain state in ``_reset_chain_state()``.
+
+    PyMC 5 calls ``reset_tuning`` before each chain (after setting the chain's rng); PyMC 6
+    calls ``setup_chain(rng, tune, draws)`` instead. Worker processes (``cores>1``) get a fresh
+    copy of the step and neither call, so ``_reset_chain_state`` must also run in ``__init__``.
+    """
+
+    def reset_tuning(self):
+        """Reset per-chain state (PyMC 5 calls this before each chain)."""
+        self._reset_chain_state()
+
+    def setup_chain(self, rng, tune, draws):
+        """PyMC 6 hook called before each chain: set the rng and reset per-chain state."""
+        parent = getattr(super(), "setup_chain", None)
+        if parent is not None:
+            parent(rng, tune, draws)
+        else:
+            self.set_rng(rng)
+        self._reset_chain_state()
+
+
+def continuous_value_vars(vars, model, step_name: str):
+    """Resolve the value variables a step samples, rejecting discrete ones with a clear error."""
+    if vars is None:
+        vars = model.continuous_value_vars
+        if not vars:
+            raise ValueError(
+                f"{step_name} samples continuous variables, and this model has none. "
+                "Use pm.Metropolis or pm.BinaryGibbsMetropolis for discrete variables."
+            )
+        return vars
+    vars = get_value_vars_from_user_vars(vars, model)
+    discrete = [v.name for v in vars if v.dtype in pm.discrete_types]
+    if discrete:
+        raise ValueError(
+            f"{step_name} samples continuous variables only, but {discrete} "
+            f"{'is' if len(discrete) == 1 else 'are'} discrete. Give the discrete variables "
+            "their own step (e.g. pm.Metropolis or pm.BinaryGibbsMetropolis) and pass "
+            f"both steps to pm.sample: step=[{step_name}([...continuous...]), pm.Metropolis([...])]."
+        )
+    return vars
+
+
+class AdaptiveStep(PerChainReset, ArrayStepShared):
+    """Base of our steps: a continuous block sampled with an exact (kept) pseudo-marginal estimate.
+
+    A subclass builds its target density (:class:`~pymc_kameleon.steps.target_density.TargetDensity`)
+    and calls :meth:`_join_pymc`; it implements ``_reset_chain_state`` (per-chain state) and
+    ``astep``. The statistics below mean the same in every step; subclasses add their own.
+    """
+
+    default_blocked = True
+    # Keeps the pseudo-marginal estimate at the current state (see pseudo_marginal.py).
+    exact_pseudo_marginal = True
+    stats_dtypes_shapes = {
+        "accept": (np.float64, []),
+        # float64 like pm.Metropolis, which PyMC pairs with our steps for discrete variables:
+        # stats of one name must share a dtype across the steps of a CompoundStep.
+        "accepted": (np.float64, []),
+        "tune": (bool, []),
+        "scaling": (np.float64, []),
+        # The model log density at the state returned (PyMC's name; ArviZ's InferenceData calls it `lp`).
+        "model_logp": (np.float64, []),
+    }
+
+    def _join_pymc(self, vars, target, blocked, rng) -> None:
+        """Finish ``__init__``: keep the target, declare the statistics, set up PyMC's step, reset."""
+        self._target = target
+        declare_pseudo_marginal_stats(self, target)
+        self.tune = True
+        super().__init__(vars, target.shared, blocked=blocked, rng=rng)
+        self._reset_chain_state()
+
+    @staticmethod
+    def competence(var, has_grad):
+        if var.dtype in pm.discrete_types:
+            return Competence.INCOMPATIBLE
+        return Competence.COMPATIBLE
+
+    _progressbar_config = staticmethod(progressbar_config)
+    _make_progressbar_update_functions = staticmethod(progressbar_update_functions)
