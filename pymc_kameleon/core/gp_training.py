@@ -133,7 +133,9 @@ class GPTrainingOptions:
             raise ValueError(f"fit_hyperparameters must be True or False, got {fit_hyperparameters!r}.")
         if isinstance(noise_variance, str):
             if noise_variance not in ("auto", "fit"):
-                raise ValueError(f'noise_variance must be "auto", "fit" or a number >= 0, got {noise_variance!r}.')
+                raise ValueError(
+                    f'noise_variance must be "auto", "fit" or a number >= 0, got {noise_variance!r}.'
+                )
         else:
             check_number("noise_variance", noise_variance, minimum=0, strict=False)
         check_number("jitter", jitter, minimum=0, strict=False)
@@ -414,7 +416,8 @@ class GPTrainingSchedule:
         whether it paused.
         """
         self.stage1_recent.append(alpha1)
-        if len(self.stage1_recent) < SCREENING_CHECK_STEPS or np.mean(self.stage1_recent) >= MIN_STAGE1_ACCEPT:
+        recent = self.stage1_recent
+        if len(recent) < SCREENING_CHECK_STEPS or np.mean(recent) >= MIN_STAGE1_ACCEPT:
             return False
         self.warm = True
         self.resume_window = window + 1
@@ -429,7 +432,7 @@ class GPTrainingSchedule:
 
     # ------------------------------------------------------------ cache
     def cached(self, x, key, make):
-        """``make()``, cached per (GP version, point ``x``, ``key``) (the predictions at the current state)."""
+        """``make()``, cached per (GP version, point ``x``, ``key``): the predictions at the current state."""
         cached = self._cache
         if cached is not None and cached[0] == self.version and cached[3] is key and same_array(cached[1], x):
             return cached[2]

@@ -77,7 +77,7 @@ def test_warm_up_values_far_below_the_best_are_clipped_with_zero_gradient():
         x = pm.Normal("x", 0.0, 2.0)
         pm.Normal("y", x, 1.0, observed=data)
         step = GPDelayedAcceptanceMALA(rng=3)
-    assert step._warm
+    assert step.gp_schedule.warm
     step._add_training_point(np.array([0.0]), -5.0, np.array([1.0]))
     step._add_training_point(np.array([3.0]), -1e300, np.array([-1e300]))
     np.testing.assert_allclose(step.gp.values, [-5.0, -5.0 - 55.0])
@@ -90,7 +90,7 @@ def test_mh_step_clips_warm_up_values_too():
         x = pm.Normal("x", 0.0, 2.0)
         pm.Normal("y", x, 1.0, observed=np.array([0.3, -0.4]))
         step = GPDelayedAcceptanceMH(rng=3)
-    assert step._warm
+    assert step.gp_schedule.warm
     step._add_training_point(np.array([0.0]), -5.0)
     step._add_training_point(np.array([3.0]), -1e6)
     np.testing.assert_allclose(step.gp.values, [-5.0, -5.0 - 55.0])

@@ -653,7 +653,7 @@ def test_a_gp_that_rejects_everything_falls_back_to_exact_steps_during_tuning(mo
     """A GP 1000 nats too pessimistic rejects every proposal at stage 1. After 100 such screened
     tuning steps, MH falls back to exact steps until the next adaptation window ends, then screens
     again with a refitted GP; tuning that ends during a fallback says so."""
-    import pymc_kameleon.steps.delayed_acceptance as da
+    import pymc_kameleon.steps.delayed_acceptance.mh as da
 
     real = da.surrogate_point
     monkeypatch.setattr(
@@ -671,13 +671,14 @@ def test_a_gp_that_rejects_everything_falls_back_to_exact_steps_during_tuning(mo
     assert screened[first : first + 100].all() and not screened[first + 100]
     assert max(s["stage1_accept"] for _, _, s in rows[first : first + 100]) < 1e-100
     resumed = first + 100 + int(np.argmax(screened[first + 100 :]))
-    assert resumed > first + 100 and step._n_pauses >= 2  # screens again, still fails, falls back again
+    # It screens again, still fails, and falls back again.
+    assert resumed > first + 100 and step.gp_schedule.n_pauses >= 2
     # Exact steps adapt the scale to the true acceptance rate: it does not collapse.
     assert step.scale_free_proposal.am_scale.value > 0.3
     assert not screened[-1]
     with pytest.warns(UserWarning, match=r"tuning ended in an exact fallback.*Increase `tune`"):
         step.stop_tuning()
-    assert not step._warm  # screens after tuning
+    assert not step.gp_schedule.warm  # screens after tuning
 
 
 def test_control_a_good_gp_never_falls_back():
@@ -686,7 +687,7 @@ def test_control_a_good_gp_never_falls_back():
         step = GPDelayedAcceptanceMH(rng=23)
     rows = drive(model, step, 700)
     screened = np.array([s["screened"] for _, _, s in rows])
-    assert screened[scan_steps_for(2) + 1 :].all() and step._n_pauses == 0
+    assert screened[scan_steps_for(2) + 1 :].all() and step.gp_schedule.n_pauses == 0
 
 
 @pytest.mark.parametrize("cls", STEPS)

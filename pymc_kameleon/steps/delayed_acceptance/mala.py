@@ -1,0 +1,193 @@
+"""``GPDelayedAcceptanceMALA``: two-stage MALA whose drift comes from a GP surrogate of the
+log-likelihood and its gradient. The shared machinery is in :mod:`.base`."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from pymc_kameleon.core.delayed_acceptance import (
+    langevin_log_density,
+    mala_delayed_acceptance_log_ratios,
+    mala_log_alpha1,
+    mala_point,
+)
+from pymc_kameleon.core.mh import accept_probability, metropolis_accept, mh_log_ratio
+from pymc_kameleon.core.proposals import LangevinProposal
+from pymc_kameleon.steps.delayed_acceptance.base import GPDelayedAcceptanceStep
+
+__all__ = ["GPDelayedAcceptanceMALA"]
+
+# A Langevin move with covariance lambda^2 C adapts lambda as the scale-free proposal's AM moves do.
+_LANGEVIN = "adaptive_metropolis"
+
+
+def _finite_prediction(point) -> bool:
+    """Whether a MALAPoint's GP joint prediction is finite (it can overflow far from the data)."""
+    return bool(np.all(np.isfinite(point.joint_mean)) and np.all(np.isfinite(point.joint_cov)))
+
+
+class GPDelayedAcceptanceMALA(GPDelayedAcceptanceStep):
+    r"""Two-stage MALA with a Gaussian-process surrogate of the log-likelihood and its gradient.
+
+    As :class:`GPDelayedAcceptanceMH`, but the base proposal is a Langevin move whose drift comes
+    from the GP (Benavoli, Wyse & White, section 3):
+
+    .. math::
+        Q(\cdot \mid x) = \mathcal N\big(x + \tfrac12 \Sigma\,(\nabla\mu(x) + \nabla\log p(x)),\ \Sigma\big),
+        \qquad \Sigma = \lambda^2 C,
+
+    with :math:`\nabla\mu` the gradient of the GP mean (:meth:`GPSurrogate.predict_gradient`) and
+    the exact prior gradient. The preconditioner :math:`C` and the scale :math:`\lambda` are learned
+    scale-free, as for :class:`GPDelayedAcceptanceMH`
+    (:class:`~pymc_kameleon.core.scale_free.ScaleFreeKameleon`): the exact warm-up starts with a
+    coordinate scan (25 d + 50 random-walk steps, one coordinate each) that finds every
+    parameter's scale; then windows of doubling length (from ``adapt_interval``) re-estimate
+    :math:`C` from their own draws (a walk in from a far start is forgotten), the GP's inputs are
+    whitened by :math:`C`, and :math:`\lambda` follows Robbins-Monro toward ``target_accept`` with
+    the importance-weighted signal described for :class:`GPDelayedAcceptanceMH`. All frozen after
+    tuning.
+    When the model has gradients the GP also carries the exact gradient :math:`\nabla\ell` at each
+    evaluated point as derivative observations (PyTensor differentiates the likelihood part, so
+    every evaluation returns value and gradient), and at a training point the drift is exact.
+
+    **Stage 1** marginalises the GP's joint law of :math:`(\ell(y), \nabla\ell(y))` in
+    :math:`e^{\ell(y)} Q_{\ell}(x \mid y)`, the closed form of the paper's Proposition 3.1
+    (corrected; :func:`~pymc_kameleon.core.delayed_acceptance.log_expected_langevin_term`):
+
+    .. math::
+        \alpha_1(x, y) = 1 \wedge \frac{p(y)\, E\big[e^{\tilde\ell(y)}\, Q_{\tilde\ell}(x \mid y)\big]}
+                                      {e^{\ell(x)}\, p(x)\, Q(y \mid x)}.
+
+    **Stage 2** is the delayed-acceptance correction with the proposal densities of the kernel
+    actually used and both :math:`\alpha_1` from the same GP
+    (:func:`~pymc_kameleon.core.delayed_acceptance.mala_delayed_acceptance_log_ratios`), so the
+    chain targets the exact posterior whatever the surrogate. The warm-up that seeds the GP is
+    plain MALA with the exact gradient.
+
+    Parameters
+    ----------
+    vars : list of variables, optional
+    gradient_observations : bool, default True
+        Give the GP the exact log-likelihood gradients. This needs a differentiable likelihood:
+        a model with a PseudoMarginalPotential or a black-box Op without ``grad`` raises a
+        ValueError that names :class:`GPDelayedAcceptanceMH`. With False the GP is fitted to
+        values only and the drift is the gradient of its mean (the prior must still be
+        differentiable).
+    target_accept : float, default 0.574
+        Target overall acceptance rate (the optimal rate of MALA).
+    max_points : int, optional
+        Cap on the GP's training points; with gradient observations each point adds
+        :math:`d + 1` rows, so the default is ``max(1000 // (d + 1), 2 * initial_points)``.
+    fit_max_points : int, optional
+        Default ``max(20, 300 // (d + 1))`` with gradient observations, else 300.
+    initial_scale : float, default 0.5
+        Starting step size of the coordinate scan (on the sampler's unconstrained space).
+    initial_points, fit_hyperparameters, hyperparameters, noise_variance, current_value : optional
+        As for :class:`GPDelayedAcceptanceMH`.
+    gp_after_tuning, jitter, adapt_interval, learning_rate, history_size : optional
+        As for :class:`GPDelayedAcceptanceMH`.
+    model, initial_point, compile_kwargs, rng, blocked
+        As for other PyMC step methods.
+
+    Notes
+    -----
+    The statistics are those of :class:`GPDelayedAcceptanceMH` (``gp_sd`` is the predictive sd of
+    :math:`\ell` at the proposal; ``scaling`` is :math:`\lambda`).
+    """
+
+    name = "gp_da_mala"
+    _default_target_accept = 0.574
+    _default_initial_scale = 0.5
+    _uses_prior_gradient = True
+
+    def __init__(self, vars=None, *, gradient_observations=True, **options):
+        if not isinstance(gradient_observations, bool):
+            raise ValueError(f"gradient_observations must be True or False, got {gradient_observations!r}.")
+        self.gradient_observations = gradient_observations
+        super().__init__(vars, **options)
+
+    def _langevin_draw(self, x, drift, L):
+        r"""Langevin draw :math:`y = x + \tfrac12 \Sigma g + L z`, :math:`z \sim \mathcal N(0, I)`.
+
+        Here :math:`\Sigma = L L^\top`. (A separate method so that tests can record the proposals.)
+        """
+        return LangevinProposal(L).draw(x, drift, self.rng)
+
+    def _proposal_chol(self):
+        r"""Factor :math:`\lambda L` of the Langevin covariance :math:`\lambda^2 C`, :math:`C = L L^\top`."""
+        return self._proposal.am_scale.value * self._proposal.chol
+
+    def _drift_exact(self, evaluation):
+        g = evaluation.grad_log_prior
+        if self.gradient_observations:
+            g = g + evaluation.grad_exact_loglik
+        return g
+
+    def _exact_step(self, x, cur, info):
+        """Warm-up: the coordinate scan (random-walk moves), then plain MALA with the exact gradient
+        (the prior gradient only without gradient observations)."""
+        if self._proposal.phase == "scan":
+            return super()._exact_step(x, cur, info)
+        info["component"] = _LANGEVIN
+        L = self._proposal_chol()
+        drift_x = self._drift_exact(cur)
+        y = self._langevin_draw(x, drift_x, L)
+        lq_f = langevin_log_density(y, x, drift_x, L)
+        prior_y = self._target.prior(y)
+        ev = self._target.evaluate(y, prior_y)
+        if math.isfinite(ev.logp):
+            drift_y = self._drift_exact(ev)
+            lq_r = langevin_log_density(x, y, drift_y, L) if np.all(np.isfinite(drift_y)) else math.nan
+            log_ratio = mh_log_ratio(ev.logp, cur.logp, lq_r, lq_f)
+        else:
+            log_ratio = -math.inf
+        accepted, prob = metropolis_accept(log_ratio, self.rng)
+        info["stage2"] = prob
+        evaluated = (y, ev) if math.isfinite(prior_y[0]) else None
+        return self._finish(x, y, accepted, ev), accepted, prob, evaluated
+
+    def _delayed_acceptance_step(self, x, cur, info):
+        info["component"] = _LANGEVIN
+        L = self._proposal_chol()
+        ll_x = cur.loglik
+        cur_pt = self._schedule.cached(
+            x, cur, lambda: mala_point(self.gp, x, cur.log_prior, cur.grad_log_prior, ll_x)
+        )
+        y = self._langevin_draw(x, cur_pt.drift(), L)
+        lp_y, glp_y = self._target.prior(y)
+        if math.isfinite(lp_y) and np.all(np.isfinite(glp_y)):
+            prop_pt = mala_point(self.gp, y, lp_y, glp_y)
+            info["gp_sd"] = math.sqrt(max(float(prop_pt.joint_cov[0, 0]), 0.0))
+            # A GP prediction that overflowed (far from every training point) cannot screen: alpha1 = 0
+            # if either end's is non-finite. The rule is symmetric in (x, y), so the chain stays exact.
+            if _finite_prediction(cur_pt) and _finite_prediction(prop_pt):
+                la1 = mala_log_alpha1(cur_pt, prop_pt, L, self.current_value)
+            else:
+                la1 = -math.inf
+        else:
+            prop_pt, la1 = None, -math.inf
+        passed, a1 = metropolis_accept(la1, self.rng)
+        info["stage1"] = a1
+        if not passed:
+            return x, False, 0.0, None
+
+        ev = self._target.evaluate(y, (lp_y, glp_y))
+        ll_y = ev.loglik
+        if not (math.isfinite(ll_y) and math.isfinite(ev.logp)):
+            info["stage2"] = 0.0
+            metropolis_accept(-math.inf, self.rng)
+            return x, False, 0.0, (y, ev)
+        ratios = self._stage2_log_ratios(cur_pt, prop_pt._replace(ll=ll_y), L)
+        accepted, a2 = metropolis_accept(ratios.log_ratio_stage2, self.rng)
+        info["stage2"] = a2
+        # Stage 1 passed with probability a1, so this is unbiased for the acceptance probability of
+        # plain MH with this (GP-drift) Langevin proposal.
+        lq_f = langevin_log_density(y, x, cur_pt.drift(), L)
+        lq_r = langevin_log_density(x, y, prop_pt.drift(), L)
+        info["adapt"] = accept_probability(mh_log_ratio(ll_y + lp_y, ll_x + cur.log_prior, lq_r, lq_f)) / a1
+        return self._finish(x, y, accepted, ev), accepted, a2, (y, ev)
+
+    def _stage2_log_ratios(self, current, proposal, proposal_chol):
+        return mala_delayed_acceptance_log_ratios(current, proposal, proposal_chol, self.current_value)
