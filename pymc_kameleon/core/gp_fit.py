@@ -1,0 +1,186 @@
+r"""Hyperparameters of :class:`~pymc_kameleon.core.gp.GPSurrogate` by maximum marginal likelihood.
+
+The functions take the surrogate ``gp`` and read its stored observations; only
+:func:`fit_hyperparameters` changes it (through ``gp.set_hyperparameters``, one refactorisation).
+The surrogate's :meth:`~pymc_kameleon.core.gp.GPSurrogate.log_marginal_likelihood`,
+:meth:`~pymc_kameleon.core.gp.GPSurrogate.default_bounds` and
+:meth:`~pymc_kameleon.core.gp.GPSurrogate.fit_hyperparameters` call them.
+
+The parameters are :math:`\eta = (\log\ell_1, \dots, \log\ell_d, \log s^2[, \log\sigma_n^2])`, the
+noise only with ``fit_noise=True``; the objective is the profile log marginal likelihood (the
+constant mean at its GLS estimate for ``mean="gls"``), maximised by L-BFGS-B with its analytic
+gradient.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from scipy.linalg import solve_triangular
+from scipy.optimize import minimize
+
+from pymc_kameleon.core.gp_covariance import (
+    _assemble,
+    _dcov_dlog_lengthscale,
+    _inverse_from_cholesky,
+    _se_parts,
+)
+from pymc_kameleon.core.linalg import SingularCovarianceError
+
+__all__ = [
+    "default_bounds",
+    "fit_hyperparameters",
+    "hyperparameters_from_log",
+    "log_hyperparameters",
+    "log_marginal_likelihood",
+    "neg_log_marginal_likelihood_and_grad",
+]
+
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+def log_marginal_likelihood(gp) -> float:
+    r"""Log marginal likelihood :math:`\log \mathcal N(y;\, m h,\, K)` of ``gp`` at its current state.
+
+    .. math::
+        -\tfrac12 \|L^{-1}(y - m h)\|^2 - \sum_i \log L_{ii} - \tfrac n2 \log 2\pi,
+
+    with :math:`m = \hat m` for ``mean="gls"`` (the profile likelihood). :math:`O(n)` given
+    the stored :math:`L^{-1}y, L^{-1}h`.
+    """
+    n = gp._y.shape[0]
+    if n == 0:
+        return 0.0
+    r = gp._zy - gp.mean_value * gp._zh
+    return float(-0.5 * r @ r - np.log(np.diagonal(gp._L)).sum() - 0.5 * n * _LOG_2PI)
+
+
+def log_hyperparameters(gp):
+    """The current parameters :math:`\\eta` of ``gp``; a zero noise starts at ``1e-4`` times :math:`s^2`."""
+    p = [*np.log(gp._ell), math.log(gp._s2)]
+    if gp.fit_noise:
+        p.append(math.log(gp._noise if gp._noise > 0 else 1e-4 * gp._s2))
+    return np.array(p)
+
+
+def hyperparameters_from_log(gp, params):
+    """``(lengthscales, signal_variance, noise_variance)`` from :math:`\\eta` (``gp``'s noise if fixed)."""
+    d = gp.dim
+    ell = np.exp(params[:d])
+    s2 = float(np.exp(params[d]))
+    noise = float(np.exp(params[d + 1])) if gp.fit_noise else gp._noise
+    return ell, s2, noise
+
+
+def neg_log_marginal_likelihood_and_grad(gp, params):
+    r"""Negative profile log marginal likelihood and its gradient in the log hyperparameters.
+
+    :math:`\partial \log p / \partial \eta = \tfrac12 \operatorname{tr}\big((\alpha\alpha^\top - K^{-1})
+    \partial K/\partial\eta\big)`; for ``mean="gls"`` the envelope theorem lets
+    :math:`\hat m` be held fixed when differentiating. ``1e25`` (zero gradient) where :math:`K`
+    cannot be factorised or the value is not finite.
+    """
+    ell, s2, noise = hyperparameters_from_log(gp, params)
+    g = gp.gradients
+    n = gp._y.shape[0]
+    try:
+        L, _ = gp._factorise(ell, s2, noise)
+    except SingularCovarianceError:
+        return 1e25, np.zeros_like(params)
+    zy = solve_triangular(L, gp._y, lower=True, check_finite=False)
+    zh = solve_triangular(L, gp._h, lower=True, check_finite=False)
+    m = gp._mean_spec if not isinstance(gp._mean_spec, str) else float(zh @ zy) / float(zh @ zh)
+    r = zy - m * zh
+    lml = -0.5 * r @ r - np.log(np.diagonal(L)).sum() - 0.5 * n * _LOG_2PI
+
+    alpha = solve_triangular(L, r, lower=True, trans="T", check_finite=False)
+    G = np.outer(alpha, alpha) - _inverse_from_cholesky(L)
+    R, U, Kv = _se_parts(gp._X, gp._X, ell, s2)
+    C = _assemble(Kv, U, ell, g, g)
+    grad = np.empty_like(params)
+    for mdx in range(gp.dim):
+        dK = _dcov_dlog_lengthscale(R, U, Kv, C, ell, mdx, g).reshape(n, n)
+        # The nugget is jitter x the prior variance of each row, so it moves with it.
+        grad[mdx] = 0.5 * (np.sum(G * dK) + gp.jitter * np.sum(np.diagonal(G) * np.diagonal(dK)))
+    # Every block scales with s^2, so dK/dlog s^2 is K itself (nugget included, noise not).
+    Cm = C.reshape(n, n)
+    grad[gp.dim] = 0.5 * (np.sum(G * Cm) + gp.jitter * np.sum(np.diagonal(G) * np.diagonal(Cm)))
+    if gp.fit_noise:
+        grad[gp.dim + 1] = 0.5 * noise * np.sum(np.diagonal(G) * gp._h)
+    if not np.isfinite(lml):
+        return 1e25, np.zeros_like(params)
+    return -float(lml), -grad
+
+
+def default_bounds(gp):
+    """Box bounds (in log space) used by :func:`fit_hyperparameters` when none are given.
+
+    Length scales within ``[1e-2, 1e2]`` times the spread of the stored points in each
+    coordinate, :math:`s^2` within ``[1e-4, 1e4]`` times the variance of the stored values,
+    the noise within ``[1e-8, 1]`` times that variance.
+    """
+    X = gp._X
+    spread = np.ptp(X, axis=0) if X.shape[0] > 1 else np.ones(gp.dim)
+    spread = np.where(spread > 0, spread, 1.0)
+    vals = gp.values
+    vy = float(np.var(vals)) if vals.size > 1 else 1.0
+    vy = vy if vy > 0 else 1.0
+    b = [(math.log(1e-2 * s), math.log(1e2 * s)) for s in spread]
+    b.append((math.log(1e-4 * vy), math.log(1e4 * vy)))
+    if gp.fit_noise:
+        b.append((math.log(1e-8 * vy), math.log(vy)))
+    return b
+
+
+def fit_hyperparameters(gp, *, n_restarts: int = 0, rng=None, bounds=None, maxiter: int = 200):
+    r"""Maximise the log marginal likelihood of ``gp`` over the log hyperparameters, then refactorise.
+
+    Optimises :math:`(\log\ell_1, \dots, \log\ell_d, \log s^2[, \log\sigma_n^2])` with L-BFGS-B
+    from the current values (clipped into the bounds), plus ``n_restarts`` starts drawn
+    uniformly in the bounds. The best result is kept only if it beats the current value,
+    so the log marginal likelihood never decreases. Costs :math:`O(n^3)` per evaluation:
+    call it during tuning only.
+
+    Parameters
+    ----------
+    gp : GPSurrogate
+    n_restarts : int
+        Extra random starts.
+    rng : numpy.random.Generator, optional
+        For the restarts.
+    bounds : sequence of (low, high), optional
+        Bounds in log space, one pair per parameter; :func:`default_bounds` if omitted.
+    maxiter : int
+        L-BFGS-B iteration limit per start.
+
+    Returns
+    -------
+    float
+        The log marginal likelihood after fitting.
+    """
+    if gp.n_points < 2:
+        return log_marginal_likelihood(gp)
+    bounds = list(default_bounds(gp) if bounds is None else bounds)
+    x_cur = log_hyperparameters(gp)
+    if len(bounds) != x_cur.size:
+        raise ValueError(f"fit_hyperparameters: expected {x_cur.size} bounds, got {len(bounds)}.")
+    lo = np.array([b[0] for b in bounds])
+    hi = np.array([b[1] for b in bounds])
+    starts = [np.clip(x_cur, lo, hi)]
+    if n_restarts:
+        rng = np.random.default_rng(rng)
+        for _ in range(int(n_restarts)):
+            starts.append(rng.uniform(lo, hi))
+    objective = functools.partial(neg_log_marginal_likelihood_and_grad, gp)
+    best_f, best_x = objective(x_cur)[0], x_cur
+    for x0 in starts:
+        res = minimize(
+            objective, x0, jac=True, method="L-BFGS-B", bounds=bounds, options={"maxiter": int(maxiter)}
+        )
+        if np.isfinite(res.fun) and res.fun < best_f:
+            best_f, best_x = float(res.fun), res.x
+    ell, s2, noise = hyperparameters_from_log(gp, best_x)
+    gp.set_hyperparameters(lengthscales=ell, signal_variance=s2, noise_variance=noise)
+    return log_marginal_likelihood(gp)

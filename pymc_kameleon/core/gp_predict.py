@@ -1,0 +1,143 @@
+r"""Posterior predictions of :class:`~pymc_kameleon.core.gp.GPSurrogate`: mean, variance, gradient.
+
+The predictive equations are derived in the module docstring of :mod:`pymc_kameleon.core.gp`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.linalg import solve_triangular
+
+from pymc_kameleon.core.gp_covariance import se_ard_covariance
+
+__all__ = ["GPPredictionMixin"]
+
+
+class GPPredictionMixin:
+    r"""The prediction methods of :class:`~pymc_kameleon.core.gp.GPSurrogate`.
+
+    Points come in, and gradients go out, in the caller's coordinates. Uses the host's stored
+    points and factor (:class:`~pymc_kameleon.core.gp_factor.GPFactor`) and its input whitening
+    (``_inputs``, ``_gradient_out``, ``_whitening``).
+    """
+
+    def _as_batch(self, theta):
+        theta = np.asarray(theta, dtype=float)
+        single = theta.ndim == 1
+        x = np.atleast_2d(theta)
+        if x.ndim != 2 or x.shape[1] != self.dim:
+            raise ValueError(
+                f"GPSurrogate: expected points of dimension {self.dim}, got shape {theta.shape}."
+            )
+        return self._inputs(x), single
+
+    def predict_mean(self, theta):
+        r"""Predictive mean :math:`\mu(\theta) = m + k_\theta^\top\alpha`, :math:`O(t p d)` per point.
+
+        ``theta`` of shape ``(d,)`` gives a float, ``(n, d)`` an array of shape ``(n,)``.
+        """
+        x, single = self._as_batch(theta)
+        mean = np.full(x.shape[0], self.mean_value)
+        if self.n_points:
+            Kx = se_ard_covariance(x, self._X, self._ell, self._s2, False, self.gradients)
+            mean += Kx @ self._get_alpha()
+        return float(mean[0]) if single else mean
+
+    def predict(self, theta):
+        r"""Predictive mean and variance of the latent :math:`f(\theta)`.
+
+        .. math::
+            \mu = m + k_\theta^\top \alpha, \qquad
+            \sigma^2 = \max\big(0,\; s^2 - \|L^{-1} k_\theta\|^2\big),
+
+        where :math:`k_\theta` is the covariance of :math:`f(\theta)` with the observations.
+        The variance excludes the observation noise.
+
+        Parameters
+        ----------
+        theta : array of shape (d,) or (n, d)
+
+        Returns
+        -------
+        mean, var : floats, or arrays of shape (n,)
+        """
+        x, single = self._as_batch(theta)
+        if self.n_points == 0:
+            mean = np.full(x.shape[0], self.mean_value)
+            var = np.full(x.shape[0], self._s2)
+        else:
+            Kx = se_ard_covariance(x, self._X, self._ell, self._s2, False, self.gradients)
+            mean = self.mean_value + Kx @ self._get_alpha()
+            V = solve_triangular(self._L, Kx.T, lower=True, check_finite=False)
+            # Rounding can push s^2 - |v|^2 slightly below zero near the data.
+            var = np.maximum(self._s2 - np.einsum("ij,ij->j", V, V), 0.0)
+        if single:
+            return float(mean[0]), float(var[0])
+        return mean, var
+
+    def predict_gradient(self, theta):
+        r"""Gradient of the predictive mean.
+
+        .. math::
+            \nabla_\theta \mu(\theta) = (\partial_\theta k_\theta)^\top \alpha
+
+        It equals the predictive mean of :math:`\nabla f(\theta)` (differentiation commutes with
+        conditioning), which is the MALA drift of the GP variant.
+
+        Parameters
+        ----------
+        theta : array of shape (d,) or (n, d)
+
+        Returns
+        -------
+        array of shape (d,) or (n, d)
+        """
+        x, single = self._as_batch(theta)
+        if self.n_points == 0:
+            out = np.zeros_like(x)
+        else:
+            C = se_ard_covariance(x, self._X, self._ell, self._s2, True, self.gradients)
+            out = self._gradient_out((C @ self._get_alpha()).reshape(x.shape[0], self.dim + 1)[:, 1:])
+        return out[0] if single else out
+
+    def predict_joint(self, theta):
+        r"""Joint predictive mean and covariance of :math:`(f(\theta), \nabla f(\theta))`.
+
+        Prior covariance at one point is :math:`\operatorname{diag}(s^2, s^2/\ell_1^2, \dots)`;
+        the posterior is :math:`\Sigma_0 - V^\top V`, :math:`V = L^{-1} C^\top`, with :math:`C` the
+        covariance of :math:`(f, \nabla f)(\theta)` with the observations. Needed by the
+        GP-MALA stage 1 (Proposition 3.1).
+
+        Parameters
+        ----------
+        theta : array of shape (d,)
+
+        Returns
+        -------
+        mean : array of shape (d + 1,)
+            ``[μ(θ), ∇μ(θ)]``.
+        cov : array of shape (d + 1, d + 1)
+            Symmetrised, with the diagonal clipped at 0.
+        """
+        x, single = self._as_batch(theta)
+        if not single:
+            raise ValueError("GPSurrogate.predict_joint takes one point of shape (d,).")
+        prior = se_ard_covariance(x, x, self._ell, self._s2, True, True)
+        mean = np.zeros(self.dim + 1)
+        mean[0] = self.mean_value
+        if self.n_points == 0:
+            cov = prior
+        else:
+            C = se_ard_covariance(x, self._X, self._ell, self._s2, True, self.gradients)
+            mean += C @ self._get_alpha()
+            V = solve_triangular(self._L, C.T, lower=True, check_finite=False)
+            cov = prior - V.T @ V
+        if self._whitening is not None:
+            # (f, grad_theta f) = J (f, grad_w f) with J = diag(1, L^{-T}).
+            J = np.eye(self.dim + 1)
+            J[1:, 1:] = self._gradient_out(np.eye(self.dim)).T  # L^{-T}
+            mean, cov = J @ mean, J @ cov @ J.T
+        cov = 0.5 * (cov + cov.T)
+        idx = np.diag_indices_from(cov)
+        cov[idx] = np.maximum(cov[idx], 0.0)
+        return mean, cov
