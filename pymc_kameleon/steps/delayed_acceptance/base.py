@@ -320,6 +320,23 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         evaluated = (y, ev) if math.isfinite(ev.log_prior) else None
         return self._finish(x, y, accepted, ev), accepted, prob, evaluated
 
+    def _stage1_then_exact(self, x, y, log_alpha1, prior, info):
+        """Stage 1 (accept with :math:`\alpha_1`), then the exact evaluation of a survivor.
+
+        Returns ``(evaluation, None)`` for a survivor whose log density is finite, else
+        ``(None, result)`` with the step's result, a rejection (a non-finite one costs no stage 2).
+        """
+        passed, a1 = metropolis_accept(log_alpha1, self.rng)
+        info["stage1"] = a1
+        if not passed:
+            return None, (x, False, 0.0, None)
+        ev = self._target.evaluate(y, prior)
+        if not (math.isfinite(ev.loglik) and math.isfinite(ev.logp)):
+            info["stage2"] = 0.0
+            metropolis_accept(-math.inf, self.rng)
+            return None, (x, False, 0.0, (y, ev))
+        return ev, None
+
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list]:
         x = q0.data
         schedule = self._schedule

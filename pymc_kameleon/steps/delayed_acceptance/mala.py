@@ -168,17 +168,10 @@ class GPDelayedAcceptanceMALA(GPDelayedAcceptanceStep):
                 la1 = -math.inf
         else:
             prop_pt, la1 = None, -math.inf
-        passed, a1 = metropolis_accept(la1, self.rng)
-        info["stage1"] = a1
-        if not passed:
-            return x, False, 0.0, None
-
-        ev = self._target.evaluate(y, (lp_y, glp_y))
-        ll_y = ev.loglik
-        if not (math.isfinite(ll_y) and math.isfinite(ev.logp)):
-            info["stage2"] = 0.0
-            metropolis_accept(-math.inf, self.rng)
-            return x, False, 0.0, (y, ev)
+        ev, rejected = self._stage1_then_exact(x, y, la1, (lp_y, glp_y), info)
+        if ev is None:
+            return rejected
+        ll_y, a1 = ev.loglik, info["stage1"]
         ratios = self._stage2_log_ratios(cur_pt, prop_pt._replace(ll=ll_y), L)
         accepted, a2 = metropolis_accept(ratios.log_ratio_stage2, self.rng)
         info["stage2"] = a2

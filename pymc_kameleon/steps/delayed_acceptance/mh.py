@@ -280,17 +280,10 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
             la1 = log_alpha1(cur_pt, prop_pt, lq_f, lq_r, self.current_value)
         else:
             prop_pt, la1 = None, -math.inf
-        passed, a1 = metropolis_accept(la1, self.rng)
-        info["stage1"] = a1
-        if not passed:
-            return x, False, 0.0, None
-
-        ev = self._target.evaluate(y, (lp_y, None))
-        ll_y = ev.loglik
-        if not (math.isfinite(ll_y) and math.isfinite(ev.logp)):
-            info["stage2"] = 0.0
-            metropolis_accept(-math.inf, self.rng)
-            return x, False, 0.0, (y, ev)
+        ev, rejected = self._stage1_then_exact(x, y, la1, (lp_y, None), info)
+        if ev is None:
+            return rejected
+        ll_y, a1 = ev.loglik, info["stage1"]
         if self.current_value == "exact":
             # mu(x), var(x) from the same GP (y is not in it yet), for alpha1(y, x).
             cur_pt = self._schedule.cached(x, cur, lambda: surrogate_point(self.gp, x, cur.log_prior, ll_x))
