@@ -30,6 +30,7 @@ __all__ = [
     "PopulationMove",
     "adapt_log_scale",
     "evidence_relative_variance",
+    "genealogy_stats",
     "population_mh_move",
     "steps_for_acceptance",
     "tempered_log_density",
@@ -213,3 +214,18 @@ def evidence_relative_variance(weights, eve, n_weightings: int) -> float:
     lineage_mass = np.bincount(np.asarray(eve).reshape(-1), weights=weights, minlength=n)
     same_eve = float(np.sum(lineage_mass**2))
     return 1.0 - math.exp(n_weightings * math.log(n / (n - 1))) * (1.0 - same_eve)
+
+
+def genealogy_stats(weights, eve, n_weightings: int, multinomial: bool = True) -> dict:
+    """The evidence's genealogy statistics at a reweighting, taken before the particles are resampled.
+
+    ``evidence_relative_variance`` is :func:`evidence_relative_variance` (NaN unless the particles are
+    resampled multinomially, the only scheme for which it is unbiased); ``distinct_ancestors`` is the
+    number of distinct Eve indices, the initial draws that still have descendants.
+    """
+    return {
+        "evidence_relative_variance": (
+            evidence_relative_variance(weights, eve, n_weightings) if multinomial else np.nan
+        ),
+        "distinct_ancestors": int(np.unique(eve).size),
+    }

@@ -11,6 +11,7 @@ from pymc_kameleon.core.kernels import GaussianKernel
 from pymc_kameleon.core.smc import (
     adapt_log_scale,
     evidence_relative_variance,
+    genealogy_stats,
     population_mh_move,
     steps_for_acceptance,
     tempered_log_density,
@@ -229,3 +230,14 @@ def test_evidence_relative_variance_negative_control_systematic_resampling():
     assert _z_score(ratio, 1.0) < 4  # Z_hat itself is still unbiased
     assert _z_score(z_squared, 1.0) > 8
     assert rel_var.mean() < 0.5 * ratio.var(ddof=1)
+
+
+def test_genealogy_stats():
+    """The variance estimate only for multinomial resampling; the distinct Eve indices either way."""
+    weights = np.array([0.1, 0.2, 0.3, 0.4])
+    eve = np.array([0, 0, 2, 3])
+    stats = genealogy_stats(weights, eve, 2)
+    assert stats["evidence_relative_variance"] == evidence_relative_variance(weights, eve, 2)
+    assert stats["distinct_ancestors"] == 3 and type(stats["distinct_ancestors"]) is int
+    systematic = genealogy_stats(weights, eve, 2, multinomial=False)
+    assert np.isnan(systematic["evidence_relative_variance"]) and systematic["distinct_ancestors"] == 3

@@ -1,0 +1,248 @@
+"""The PyMC side of :class:`~pymc_kameleon.smc.KASS`: an SMC kernel base that evaluates the log densities
+of all proposals at once (:class:`BatchedSMCKernel`), and checks on the model and its prior draws.
+
+The batched log density is one PyTensor function mapping an (m, D) array of particles to their
+(prior, likelihood) log densities, built with ``vectorize_graph``. Where the model does not
+vectorise, or the vectorised function disagrees with PyMC's per-particle functions, the kernel
+evaluates the particles one by one (:func:`evaluate_each`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytensor.tensor as pt
+from pymc.model import modelcontext
+from pymc.pytensorf import compile, floatX, join_nonshared_inputs, make_shared_replacements
+from pymc.smc.kernels import SMC_KERNEL
+from pymc.vartypes import discrete_types
+from pytensor import shared
+from pytensor.graph.replace import vectorize_graph
+from pytensor.tensor.random.type import RandomGeneratorType
+
+from pymc_kameleon.pseudo_marginal import PseudoMarginalOp
+from pymc_kameleon.steps.reporting import StepWarnings
+
+# KASS's logger: its messages name KASS.
+_log = logging.getLogger("pymc_kameleon.smc.kass")
+
+# Rows per vectorised log-density call: bounds the memory of models with many observations.
+_LOGP_BATCH_ROWS = 1024
+# Particles compared between the vectorised and PyMC's per-particle log densities (per chain).
+_BATCH_CHECK_POINTS = 8
+
+
+class BatchedSMCKernel(SMC_KERNEL):
+    """An SMC kernel whose proposals' log densities are evaluated all at once, where the model allows it.
+
+    With ``batch_logp`` (``"auto"``, True or False) one vectorised PyTensor function evaluates an
+    (m, D) array of proposals (:func:`compile_batch_logp`); ``"auto"`` uses it when the model
+    vectorises and the function agrees with PyMC's per-particle ones on each chain's first particles,
+    and never with pseudo-marginal terms (their estimates are random); ``True`` insists. Otherwise
+    :meth:`_evaluate` loops over the proposals. Pseudo-marginal estimators draw from generators
+    spawned from the chain's. Each chain starts with a check that the prior draws vary, and with
+    fresh :class:`~pymc_kameleon.steps.reporting.StepWarnings` (``_warnings``).
+    """
+
+    def __init__(self, *args, batch_logp="auto", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.batch_logp = batch_logp
+        self._evaluations = 0  # running count of likelihood evaluations at proposals
+        self._use_batch = False
+        self._warnings = StepWarnings()
+        self._pseudo_marginal_ops = pseudo_marginal_ops(self.likelihood_logp_func)
+        self._batch_logp_func = None
+        if batch_logp is True or (batch_logp == "auto" and not self._pseudo_marginal_ops):
+            self._batch_logp_func = compile_batch_logp(
+                modelcontext(kwargs.get("model")),
+                self.variables,
+                kwargs.get("compile_kwargs"),
+                strict=batch_logp is True,
+            )
+
+    def set_rng(self, rng: np.random.Generator):
+        """Give this chain's generator to PyMC's functions, the batched function and the estimators."""
+        super().set_rng(rng)
+        if self._batch_logp_func is not None:
+            self._batch_logp_func = with_rng(self._batch_logp_func, rng)
+        # The estimators draw from their Op's own generator when PyMC's functions run them.
+        self._pseudo_marginal_ops = pseudo_marginal_ops(self.likelihood_logp_func)
+        for op, child in zip(
+            self._pseudo_marginal_ops, rng.spawn(len(self._pseudo_marginal_ops)), strict=True
+        ):
+            op.set_rng(child)
+
+    def setup_kernel(self):
+        """Check the prior draws, and choose between batched and per-particle evaluation for this chain."""
+        if self.start is None:
+            check_prior_draws(self.tempered_posterior, self.variables, self.var_info)
+        self._warnings = StepWarnings()
+        # A model without observed terms has a float32 ``datalogp`` (PyMC's constant 0); float32
+        # weights then sum to less than 1 and PyMC's systematic resampling indexes past the end.
+        self.prior_logp = np.asarray(self.prior_logp, dtype=np.float64).reshape(self.draws)
+        self.likelihood_logp = np.asarray(self.likelihood_logp, dtype=np.float64).reshape(self.draws)
+        self._use_batch = self._batch_logp_func is not None and batch_matches(
+            self._batch_logp_func,
+            self.tempered_posterior,
+            self.prior_logp,
+            self.likelihood_logp,
+            strict=self.batch_logp is True,
+            warnings=self._warnings,
+        )
+
+    def _evaluate(self, proposals):
+        """Prior and likelihood log densities at the proposals (likelihood only inside the prior's
+        support)."""
+        proposals = floatX(np.ascontiguousarray(proposals))
+        if self._use_batch:
+            prior, loglik = evaluate_batch(self._batch_logp_func, proposals)
+            self._evaluations += proposals.shape[0]
+            return prior, loglik
+        prior, loglik, n_evals = evaluate_each(self.prior_logp_func, self.likelihood_logp_func, proposals)
+        self._evaluations += n_evals
+        return prior, loglik
+
+
+def check_continuous(model, sampler: str) -> None:
+    """A clear error if the model has discrete variables, which the Kameleon moves cannot move."""
+    discrete = [v.name for v in model.value_vars if v.dtype in discrete_types]
+    if discrete:
+        raise ValueError(
+            f"{sampler} moves continuous variables only, but {discrete} "
+            f"{'is' if len(discrete) == 1 else 'are'} discrete. Use pm.smc.kernels.MH or IMH "
+            "for models with discrete variables."
+        )
+
+
+def check_prior_draws(X, variables, var_info) -> None:
+    """A clear error if the initial particles do not vary: SMC starts from prior draws, and an improper
+    prior (``pm.Flat``, ``pm.HalfFlat``) has none; PyMC puts every particle at its initial value."""
+    X = np.asarray(X, dtype=float)
+    if X.shape[0] < 2:
+        return
+    constant = np.all(X == X[0], axis=0)
+    if not constant.any():
+        return
+    names, offset = [], 0
+    for v in variables:
+        size = var_info[v.name][1]
+        if constant[offset : offset + size].any():
+            names.append(v.name)
+        offset += size
+    raise ValueError(
+        f"All {X.shape[0]} initial particles are identical in {names}: SMC starts from draws of the "
+        "prior, and these variables have none (an improper prior such as pm.Flat or pm.HalfFlat, "
+        "whose 'draws' are its initial value). Give them a proper prior (for example a wide "
+        "pm.Normal), or sample the model with pm.sample."
+    )
+
+
+def compile_batch_logp(model, variables, compile_kwargs, strict: bool):
+    """One PyTensor function mapping an (m, D) array of particles to their (prior, likelihood) log
+    densities; None if the model does not vectorise (a ValueError instead with ``strict``)."""
+    try:
+        point = model.initial_point(random_seed=0)  # only the shapes are used
+        replacements = make_shared_replacements(point, variables, model)
+        outputs, joined = join_nonshared_inputs(
+            point=point,
+            outputs=[model.varlogp, model.datalogp],
+            inputs=variables,
+            shared_inputs=replacements,
+        )
+        particles = pt.matrix("particles", dtype=joined.dtype)
+        batched = vectorize_graph(outputs, replace={joined: particles})
+        kwargs = {**(compile_kwargs or {}), "on_unused_input": "ignore"}
+        fn = compile([particles], batched, **kwargs)
+    except Exception as err:  # the model does not vectorise: loop over particles instead
+        if strict:
+            raise ValueError(
+                f"batch_logp=True, but the model's log density could not be vectorised: {err}"
+            ) from err
+        _log.info(
+            "KASS: the model's log density does not vectorise (%s); evaluating particles one by one.", err
+        )
+        return None
+    fn.trust_input = True
+    return fn
+
+
+def with_rng(fn, rng: np.random.Generator):
+    """``fn``, drawing its random variables from generators spawned from ``rng`` (a copy if it has any)."""
+    rngs = [v for v in fn.get_shared() if isinstance(v.type, RandomGeneratorType)]
+    swaps = {old: shared(new, borrow=True) for old, new in zip(rngs, rng.spawn(len(rngs)), strict=True)}
+    return fn.copy(swap=swaps) if swaps else fn
+
+
+def pseudo_marginal_ops(fn) -> list:
+    """The pseudo-marginal Ops inside a compiled PyTensor function, in graph order."""
+    ops = []
+    for node in fn.maker.fgraph.toposort():
+        if isinstance(node.op, PseudoMarginalOp) and all(node.op is not op for op in ops):
+            ops.append(node.op)
+    return ops
+
+
+def batch_logp(fn, particles):
+    """The vectorised (prior, likelihood) log densities of an (m, D) array, each of shape (m,).
+
+    A term that does not depend on the particles (``datalogp`` of a model without observed
+    variables is the constant 0) comes out of ``vectorize_graph`` as a scalar: broadcast it.
+    """
+    m = particles.shape[0]
+    outputs = fn(particles)
+    return tuple(np.broadcast_to(np.asarray(out, dtype=np.float64), (m,)) for out in outputs)
+
+
+def evaluate_batch(fn, proposals):
+    """:func:`batch_logp` over blocks of at most ``_LOGP_BATCH_ROWS`` rows, concatenated."""
+    priors, logliks = [], []
+    for s in range(0, proposals.shape[0], _LOGP_BATCH_ROWS):
+        prior, loglik = batch_logp(fn, proposals[s : s + _LOGP_BATCH_ROWS])
+        priors.append(prior)
+        logliks.append(loglik)
+    return np.concatenate(priors), np.concatenate(logliks)
+
+
+def evaluate_each(prior_fn, likelihood_fn, proposals):
+    """Prior and likelihood log densities of the proposals one by one, with the number of likelihood
+    evaluations: the likelihood only inside the prior's support."""
+    prior = np.array([float(prior_fn(x)) for x in proposals])
+    loglik = np.full(proposals.shape[0], -np.inf)
+    # Never ask an expensive (or estimated) likelihood about a point the prior rules out.
+    inside = np.flatnonzero(np.isfinite(prior))
+    for i in inside:
+        loglik[i] = float(likelihood_fn(proposals[i]))
+    return prior, loglik, inside.size
+
+
+def batch_matches(fn, X, prior_logp, likelihood_logp, strict: bool, warnings) -> bool:
+    """Whether the vectorised function reproduces PyMC's per-particle log densities at the first particles.
+
+    ``warnings`` (a :class:`~pymc_kameleon.steps.reporting.StepWarnings`) gets a disagreement; with
+    ``strict`` (``batch_logp=True``) a failure or disagreement raises instead.
+    """
+    k = min(_BATCH_CHECK_POINTS, X.shape[0])
+    try:
+        prior, loglik = batch_logp(fn, floatX(X[:k]))
+    except Exception as err:
+        if strict:
+            raise
+        _log.info("KASS: the vectorised log density failed (%s); evaluating particles one by one.", err)
+        return False
+    same = same_values(prior, prior_logp[:k]) and same_values(loglik, likelihood_logp[:k])
+    if not same:
+        message = (
+            "KASS: the vectorised model log density disagrees with PyMC's per-particle one "
+            "(a random term?); evaluating particles one by one."
+        )
+        if strict:
+            raise ValueError(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
+    return same
+
+
+def same_values(a, b) -> bool:
+    """Equal up to rounding; equal infinities count as equal."""
+    a, b = np.asarray(a, dtype=float).reshape(-1), np.asarray(b, dtype=float).reshape(-1)
+    return a.shape == b.shape and bool(np.allclose(a, b, rtol=1e-8, atol=1e-8, equal_nan=True))

@@ -1,0 +1,181 @@
+"""One KASS stage without PyMC: fitting the stage's proposal, the sweeps and their stopping rules, and the
+record of stages that barely mixed."""
+
+import numpy as np
+import pytest
+
+from pymc_kameleon.core.kernels import GaussianKernel, LinearKernel
+from pymc_kameleon.core.smc import population_mh_move, tempered_log_density
+from pymc_kameleon.core.smc_rejuvenation import (
+    MIN_STAGE_ACCEPT,
+    CollapsedParticlesError,
+    PoorMixingLog,
+    check_rejuvenation_options,
+    fit_stage_proposal,
+    rejuvenate,
+)
+
+# A correlated Gaussian target, evaluated like KASS's log densities: (log prior, log likelihood).
+COV = np.array([[4.0, 1.8], [1.8, 1.0]])
+PREC = np.linalg.inv(COV)
+
+
+def evaluate(P):
+    return -0.005 * np.sum(P**2, axis=1), -0.5 * np.einsum("ij,jk,ik->i", P, PREC, P)
+
+
+def particles(n=120, seed=0):
+    X = np.random.default_rng(seed).multivariate_normal([1.0, -2.0], COV, size=n)
+    log_prior, loglik = evaluate(X)
+    return X, log_prior, loglik, tempered_log_density(log_prior, loglik, 0.7)
+
+
+def fit(X, scale=1.0, n_subsample=1000, seed=5, kernel=None):
+    kernel = GaussianKernel(1.0) if kernel is None else kernel
+    return fit_stage_proposal(X, kernel, "median", "auto", n_subsample, scale, np.random.default_rng(seed))
+
+
+def test_stage_proposal_does_not_depend_on_the_units():
+    """An affine change of units x -> A x + b carries the fitted proposal along: the same whitened
+    bandwidth, gamma and nu2, and covariances A Sigma(x) A^T."""
+    X = particles()[0]
+    A, b = np.array([[1e3, 0.0], [2.0, 1e-3]]), np.array([5.0, -7.0])
+    plain, moved = fit(X), fit(X @ A.T + b)
+    for name in ("bandwidth", "gamma", "nu2", "scale", "subsample_size"):
+        assert moved.stats()[name] == pytest.approx(plain.stats()[name], rel=1e-6), name
+    x = X[3]
+    np.testing.assert_allclose(
+        moved.family.covariance(A @ x + b), A @ plain.family.covariance(x) @ A.T, rtol=1e-6
+    )
+
+
+def test_stage_proposal_scale_and_subsample():
+    X = particles(n=300)[0]
+    small, large = fit(X, scale=0.5), fit(X, scale=2.0)
+    assert small.subsample_size == 300 and small.scale == 0.5 and large.scale == 2.0
+    assert large.nu2 > small.nu2  # a larger s^2 means a wider kernel term
+    assert fit(X, n_subsample=50).subsample_size == 50
+    # The linear kernel has no bandwidth.
+    assert np.isnan(fit(X, kernel=LinearKernel()).bandwidth)
+
+
+def test_collapsed_particles_raise():
+    X = particles()[0]
+    X[:, 1] = 3.0
+    with pytest.raises(CollapsedParticlesError, match="120 particles do not vary in every coordinate"):
+        fit(X)
+    assert issubclass(CollapsedParticlesError, ValueError)
+
+
+def test_fixed_sweeps_are_population_moves_applied_in_place():
+    """n_steps=3: the same stream as three population_mh_move calls, the accepted proposals copied in."""
+    X, log_prior, loglik, log_target = particles()
+    family = fit(X).family
+    expected = [a.copy() for a in (X, log_prior, loglik, log_target)]
+    rng = np.random.default_rng(11)
+    accept = []
+    for _ in range(3):
+        move = population_mh_move(expected[0], expected[3], family, evaluate, 0.7, rng)
+        acc = move.accepted
+        for array, new in zip(expected, (move.proposals, move.log_prior, move.loglik, move.log_target)):
+            array[acc] = new[acc]
+        accept.append(np.mean(move.accept_prob))
+    out = rejuvenate(
+        X, log_prior, loglik, log_target, family, evaluate, 0.7, np.random.default_rng(11),
+        n_steps=3, max_steps=100, move_probability=0.99,
+    )
+    assert out.sweeps == 3 and out.mean_accept == pytest.approx(np.mean(accept), rel=1e-14)
+    for array, exact in zip((X, log_prior, loglik, log_target), expected):
+        np.testing.assert_array_equal(array, exact)
+
+
+def test_cached_factors_give_the_same_sweeps():
+    runs = []
+    for cache in (False, True):
+        arrays = particles()
+        family = fit(arrays[0]).family
+        out = rejuvenate(
+            *arrays, family, evaluate, 0.7, np.random.default_rng(2),
+            n_steps=4, max_steps=100, move_probability=0.99, cache_factors=cache, chunk_size=7,
+        )
+        runs.append((arrays[0], out.mean_accept))
+    np.testing.assert_allclose(runs[0][0], runs[1][0], rtol=1e-10)
+    assert runs[0][1] == pytest.approx(runs[1][1], rel=1e-10)
+
+
+def run_rule(n_steps, evaluate_fn=evaluate, **kwargs):
+    arrays = particles()
+    family = fit(arrays[0]).family
+    options = {"max_steps": 20, "move_probability": 0.99, **kwargs}
+    return rejuvenate(*arrays, family, evaluate_fn, 0.7, np.random.default_rng(4), n_steps=n_steps, **options)
+
+
+def test_acceptance_rule():
+    """One sweep, then enough for a particle to have moved with probability 0.99; capped by max_steps."""
+    out = run_rule("acceptance")
+    assert 1 < out.sweeps < 20 and 0 < out.mean_accept < 1
+
+    def nowhere(P):  # every proposal is outside the prior's support: nothing is ever accepted
+        return np.full(len(P), -np.inf), np.zeros(len(P))
+
+    stuck = run_rule("acceptance", nowhere)
+    assert stuck.sweeps == 20 and stuck.mean_accept == 0.0
+
+
+class Correlations:
+    """Stands in for PyMC's Pearson: scripted correlations with the starting particles, sweep by sweep."""
+
+    def __init__(self, values):
+        self.values = iter(values)
+
+    def get(self, X):
+        return np.full(X.shape[1], next(self.values))
+
+
+def test_correlation_rule_stops_when_the_correlations_stop_dropping():
+    # Drops of 1.1, 0.5, 0.2 pass the 0.01 threshold; the drop of 0.001 stops after the 4th sweep.
+    out = run_rule("correlation", correlation=Correlations([0.9, 0.4, 0.2, 0.199, 0.0]))
+    assert out.sweeps == 4
+    capped = run_rule("correlation", correlation=Correlations(np.linspace(0.9, -5.0, 30)), max_steps=6)
+    assert capped.sweeps == 6
+
+
+def test_poor_mixing_log():
+    log = PoorMixingLog(max_steps=10, adaptive=True)
+    assert not log and "Use more draws" in log.collapse_cause(1.0)
+    log.record(1, 0.01, 0.3, 4)  # mixed well
+    log.record(2, 0.05, MIN_STAGE_ACCEPT / 2, 4)  # barely accepted
+    log.record(3, 0.2, 0.1, 10)  # hit the cap
+    log.record(4, 0.5, 0.001, 10)  # both: the worst
+    assert len(log) == 3 and log.worst() == (4, 0.5, 0.001, 10)
+    message = log.warning("KASS", 5)
+    assert message.startswith("KASS: the rejuvenation moves barely mixed in 3 of 5 stages")
+    assert "stage 4 (beta=0.5), accepted 0.10%" in message
+    assert "2 stages hit the cap of max_steps=10" in message
+    assert "stage 4 (beta=0.5) accepted 0.10%" in log.collapse_cause(1e6)
+    assert "1e+06 times the optimal" in log.collapse_cause(1e6)
+    # A fixed number of sweeps is no cap to hit.
+    fixed = PoorMixingLog(max_steps=10, adaptive=False)
+    fixed.record(1, 0.1, 0.5, 10)
+    fixed.record(2, 0.2, 0.0, 10)
+    assert len(fixed) == 1 and "hit the cap" not in fixed.warning("ASMC", 2)
+
+
+VALID = dict(
+    bandwidth="median", gamma="auto", n_subsample=1000, learning_rate=3.0, initial_scale=1.0,
+    target_accept=0.234, n_steps="acceptance", correlation_threshold=0.01, move_probability=0.99,
+    max_steps=100, chunk_size=None, batch_logp="auto", resampling="multinomial",
+)
+
+
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("n_steps", "sometimes"), ("n_steps", 0), ("max_steps", 0), ("initial_scale", 0.0),
+        ("chunk_size", 0), ("batch_logp", "yes"), ("resampling", "stratified"), ("gamma", "x"),
+    ],
+)
+def test_invalid_options_are_named(option, value):
+    check_rejuvenation_options(**VALID)
+    with pytest.raises(ValueError, match=option):
+        check_rejuvenation_options(**{**VALID, option: value})
