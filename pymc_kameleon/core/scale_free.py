@@ -35,16 +35,23 @@ After tuning everything is frozen, so the chain is an exact Metropolis-Hastings 
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
 
-from pymc_kameleon.core.adaptation import HistoryBuffer, RobbinsMonro
+from pymc_kameleon.core.adaptation import RobbinsMonro
+from pymc_kameleon.core.coordinate_scan import MAX_LOG_STEP, SCAN_TARGET, CoordinateScan, scan_steps_for
 from pymc_kameleon.core.kameleon import check_subsample_size, fit_proposal, matched_nu2
 from pymc_kameleon.core.linalg import SingularCovarianceError, same_array
 from pymc_kameleon.core.proposals import KameleonMoves, Move, Proposal
-from pymc_kameleon.core.whitening import WhitenedFamily, Whitening, shrunk_covariance, whitened_drift
+from pymc_kameleon.core.whitening import (
+    DRIFT_STATES,
+    AdaptationWindow,
+    WhitenedFamily,
+    Whitening,
+    shrunk_covariance,
+    whitened_drift,
+)
 
 __all__ = [
     "DRIFT_STATES",
@@ -58,34 +65,13 @@ __all__ = [
     "whitened_drift",
 ]
 
-#: Acceptance rate the per-coordinate scan steps aim at (optimal for one-dimensional moves).
-SCAN_TARGET = 0.44
-# Robbins-Monro gain of the scan's log step sizes: 3 at a coordinate's first move (a step size
-# grows about 5x per accepted move, so 1e-4..1e4 is covered in a few moves), settling to 0.7.
-_SCAN_GAIN, _SCAN_GAIN_START, _SCAN_GAIN_MOVES = 0.7, 3.0, 8.0
-# A window whose chain moved in fewer than this fraction of its steps says nothing about the
-# posterior's covariance: it keeps the previous whitening (a stuck chain must not shrink C to zero).
-_MIN_WINDOW_ACCEPT = 0.02
 _LOG_2PI = math.log(2.0 * math.pi)
-# A window ends early when its draws' sd in whitened coordinates is off by more than this factor.
-_WHITENING_TOLERANCE = 3.0
-# The last this many tuning states are kept for the end-of-tuning drift check (TuningReport.drift).
-DRIFT_STATES = 1000
-
-
-# Largest move of a Robbins-Monro log-scale in one step.
-_MAX_LOG_STEP = 0.5
 
 
 def _bounded_update(rm: RobbinsMonro, signal: float) -> None:
     """Robbins-Monro step with the signal capped so that the log-scale moves by at most 0.5."""
     gain = rm.learning_rate * (rm.t + 1) ** (-rm.decay)
-    rm.update(min(signal, rm.target + _MAX_LOG_STEP / gain))
-
-
-def scan_steps_for(dim: int) -> int:
-    """Default length of the coordinate scan: 25 moves per coordinate, plus 50."""
-    return 25 * int(dim) + 50
+    rm.update(min(signal, rm.target + MAX_LOG_STEP / gain))
 
 
 @dataclass(frozen=True)
@@ -191,9 +177,7 @@ class ScaleFreeKameleon(Proposal):
         self.scan_steps = scan_steps_for(d) if scan_steps is None else int(scan_steps)
         self.on_jitter = on_jitter
         self.whitening = Whitening.identity(d)
-        self._scan_log_scale = np.full(d, math.log(initial_scan_scale))
-        self._scan_counts = np.zeros(d, dtype=int)
-        self._coordinate = 0
+        self.scan = CoordinateScan(d, initial_scan_scale, self.learning_rate)
         self.am_scale = RobbinsMonro(2.38 / math.sqrt(d), self.target_accept, self.learning_rate)
         self.nu2 = None  # RobbinsMonro once the Kameleon component exists
         self.moves: KameleonMoves | None = None  # in whitened coordinates
@@ -202,17 +186,10 @@ class ScaleFreeKameleon(Proposal):
         self._probe_variance = math.nan
         self._gamma_ratio = None  # gamma^2 / nu^2 when gamma="auto"
         self._current_white = None  # (model point, its whitened coordinates) of the last accepted move
-        self._history = HistoryBuffer(d, max(int(history_size), 2))
         self.tune_steps = 0
-        self._window = 0
-        self._window_end = self.scan_steps
-        self._window_accept = []
-        self._window_moves = 0  # steps of this window whose state differs from the previous one
-        self._last_state = None
-        self._recent = deque(maxlen=DRIFT_STATES)  # the last tuning states, for report().drift
+        first_end = self.scan_steps if self.scan_steps > 0 else self.first_window
+        self._windows = AdaptationWindow(d, history_size, self.first_window, first_end)
         self.last_component = "scan" if self.scan_steps > 0 else "adaptive_metropolis"
-        if self.scan_steps == 0:
-            self._window_end = self.first_window
 
     # ------------------------------------------------------------------ state
     @property
@@ -225,12 +202,12 @@ class ScaleFreeKameleon(Proposal):
     @property
     def window(self) -> int:
         """Adaptation windows completed (the scan counts as the first)."""
-        return self._window
+        return self._windows.index
 
     @property
     def scan_scales(self) -> np.ndarray:
         """Per-coordinate step sizes of the coordinate scan."""
-        return np.exp(self._scan_log_scale)
+        return self.scan.scales
 
     @property
     def wants_kameleon(self) -> bool:
@@ -241,7 +218,7 @@ class ScaleFreeKameleon(Proposal):
     def typical_scale(self) -> float:
         """Root mean proposal variance per coordinate, in the model's units (for GP length-scale defaults)."""
         if self.phase == "scan":
-            return float(np.exp(self._scan_log_scale).mean())
+            return float(self.scan.scales.mean())
         return self.am_scale.value * math.sqrt(float(np.sum(self.chol**2)) / self.dim)
 
     @property
@@ -297,10 +274,7 @@ class ScaleFreeKameleon(Proposal):
     def propose(self, y, rng) -> Move:
         if self.phase == "scan":
             self.last_component = "scan"
-            j = self._coordinate
-            x = np.array(y, dtype=float, copy=True)
-            x[j] += math.exp(self._scan_log_scale[j]) * rng.standard_normal()
-            return Move(x)
+            return self.scan.propose(y, rng)
         cur = self._current_white
         # The accepted proposal's own whitened coordinates (whitening the model point again would
         # differ in the last bits and miss the Kameleon cache at the current state).
@@ -345,12 +319,7 @@ class ScaleFreeKameleon(Proposal):
         r""":math:`\log q(x \mid y)` of the proposal in its current phase."""
         x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
         if self.phase == "scan":
-            j = self._coordinate
-            others = np.delete(x - y, j)
-            if np.any(others != 0.0):
-                return -math.inf
-            s = math.exp(self._scan_log_scale[j])
-            return -0.5 * _LOG_2PI - math.log(s) - 0.5 * ((x[j] - y[j]) / s) ** 2
+            return self.scan.log_density(x, y)
         w_x, w_y = self.whiten(x), self.whiten(y)
         if self.moves is None:
             return self._am_log_density(w_x, w_y) - self.whitening.log_det
@@ -369,33 +338,17 @@ class ScaleFreeKameleon(Proposal):
         """
         accept_prob = float(accept_prob)
         self.tune_steps += 1
-        self._history.append(y_new)
-        self._window_accept.append(float(accept_prob))
-        y_new = np.asarray(y_new, dtype=float)
-        if self._last_state is not None and not np.array_equal(y_new, self._last_state):
-            self._window_moves += 1
-        self._last_state = y_new.copy()
-        self._recent.append(self._last_state)
+        self._windows.record(y_new, accept_prob)
         if component is None:
             component = self.last_component
         if component == "scan":
-            j = self._coordinate
-            gain = _SCAN_GAIN + (_SCAN_GAIN_START - _SCAN_GAIN) * math.exp(
-                -self._scan_counts[j] / _SCAN_GAIN_MOVES
-            )
-            gain *= self.learning_rate
-            self._scan_log_scale[j] += gain * (
-                min(accept_prob, SCAN_TARGET + _MAX_LOG_STEP / gain) - SCAN_TARGET
-            )
-            self._scan_log_scale[j] = min(max(self._scan_log_scale[j], -700.0), 700.0)
-            self._scan_counts[j] += 1
-            self._coordinate = (j + 1) % self.dim
+            self.scan.adapt(accept_prob)
         elif component == "kameleon":
             _bounded_update(self.nu2, accept_prob)
             self._set_kameleon_scales()
         else:
             _bounded_update(self.am_scale, accept_prob)
-        if self.tune_steps < self._window_end and not self._whitening_is_off():
+        if self.tune_steps < self._windows.end and not self._whitening_is_off():
             return False
         return self._end_window(rng)
 
@@ -414,27 +367,8 @@ class ScaleFreeKameleon(Proposal):
         return self.tune_steps > 0 and self._end_window(rng)
 
     def _whitening_is_off(self) -> bool:
-        r"""Whether this window's draws so far say the learned covariance is off by a factor 3 in sd.
-
-        Checked every ``first_window`` draws once a window has ``2 first_window`` (not in the scan).
-        The geometric mean variance :math:`|\hat C_w|^{1/d}` of the later half of the window's
-        draws, in whitened coordinates, is about 1 when :math:`C` fits. Far below, the chain has
-        settled into a region much smaller than :math:`C` (estimated while walking in from a far
-        start); far above, it is still walking. Either way the window ends early, so that a tuning
-        run shorter than the window schedule does not end with a covariance from the transient
-        (an unstandardised regression from a far start: sds 2-100x the posterior's before).
-        """
-        n = len(self._history)
-        if self.phase == "scan" or self._window == 0 or n < 2 * self.first_window or n % self.first_window:
-            return False
-        points = self._history.points
-        estimate = shrunk_covariance(self.whiten(points[points.shape[0] // 2 :]))
-        if estimate is None:
-            return False
-        sign, log_det = np.linalg.slogdet(estimate[1])
-        # The geometric mean of the variances (rotation-invariant, unlike the diagonal, and not
-        # dominated by one wide direction, like the trace).
-        return sign <= 0 or abs(log_det / self.dim) > 2.0 * math.log(_WHITENING_TOLERANCE)
+        """Whether the window's draws say the learned covariance is off (never in the scan)."""
+        return self.phase != "scan" and self._windows.whitening_is_off(self.whitening)
 
     def _end_window(self, rng) -> bool:
         """Re-estimate :math:`m, C` and :math:`Z` from this window's draws, then start a longer window.
@@ -443,17 +377,16 @@ class ScaleFreeKameleon(Proposal):
         forgotten after the window it falls in. Only the first window after the scan starts from
         the scan, whose step sizes bound each coordinate's variance from below.
         """
-        points = self._history.points
-        after_scan = self._window == 0 and self.scan_steps > 0
+        windows = self._windows
+        points = windows.draws.points
+        after_scan = windows.index == 0 and self.scan_steps > 0
         if after_scan:
             points = points[points.shape[0] // 2 :]
-        # Counted from the draws, not from the adaptation signal: delayed acceptance's signal is an
-        # importance weight that one rare pass can make large in a window where the chain never moved.
-        stuck = not after_scan and self._window_moves < _MIN_WINDOW_ACCEPT * len(self._window_accept)
+        stuck = not after_scan and windows.stuck
         estimate = None if stuck else shrunk_covariance(points)
         if after_scan:
             # The scan's step sizes are about 2.4 conditional sds: a floor for coordinates it barely moved.
-            floor = (np.exp(self._scan_log_scale) / 2.4) ** 2
+            floor = (self.scan.scales / 2.4) ** 2
             var = floor if estimate is None else np.maximum(np.diag(estimate[1]), floor)
             # Diagonal: one-coordinate moves say little about correlations.
             estimate = (points.mean(axis=0), np.diag(var))
@@ -465,12 +398,8 @@ class ScaleFreeKameleon(Proposal):
             self.am_scale.restart()
             if self.nu2 is not None:
                 self.nu2.restart()
-        length = self.first_window * 2 ** (self._window - (1 if self.scan_steps > 0 else 0))
-        self._window += 1
-        self._window_end = self.tune_steps + (self.first_window if after_scan else 2 * length)
-        self._history.clear()
-        self._window_accept = []
-        self._window_moves = 0
+        length = self.first_window * 2 ** (windows.index - (1 if self.scan_steps > 0 else 0))
+        windows.start_next(self.tune_steps + (self.first_window if after_scan else 2 * length))
         return changed
 
     def _set_kameleon_scales(self) -> None:
@@ -522,16 +451,18 @@ class ScaleFreeKameleon(Proposal):
     # ------------------------------------------------------------------ diagnostics
     def report(self) -> TuningReport:
         """Diagnostics at the end of tuning (see :class:`TuningReport`)."""
-        accept = float(np.mean(self._window_accept)) if self._window_accept else math.nan
+        windows = self._windows
         uncovered = math.nan
-        if self.moves is not None and math.isfinite(self.bandwidth) and len(self._history) > 0:
-            W = self.whiten(self._history.points[-500:])
+        if self.moves is not None and math.isfinite(self.bandwidth) and len(windows.draws) > 0:
+            W = self.whiten(windows.draws.points[-500:])
             Zw = self.moves.family.Z
             sq = (W * W).sum(1)[:, None] - 2.0 * W @ Zw.T + (Zw * Zw).sum(1)[None, :]
             nearest = np.sqrt(np.maximum(sq.min(axis=1), 0.0))
             uncovered = float(np.mean(nearest > 3.0 * self.bandwidth))
-        drift = whitened_drift(self.whiten(np.array(self._recent))) if self._recent else math.nan
-        return TuningReport(self.tune_steps, self.phase, accept, self.wants_kameleon, uncovered, drift)
+        drift = whitened_drift(self.whiten(np.array(windows.recent))) if windows.recent else math.nan
+        return TuningReport(
+            self.tune_steps, self.phase, windows.accept_rate, self.wants_kameleon, uncovered, drift
+        )
 
     def required_tune_steps(self) -> int:
         """Tuning steps for the scan and three windows (AM, then two Kameleon refreshes)."""

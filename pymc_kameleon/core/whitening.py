@@ -10,17 +10,33 @@ Kameleon family built on whitened points, used in model coordinates (with the Ja
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
 from scipy.linalg import solve_triangular
 
+from pymc_kameleon.core.adaptation import HistoryBuffer
 from pymc_kameleon.core.linalg import jittered_cholesky
 
-__all__ = ["WhitenedFamily", "Whitening", "shrunk_covariance", "whitened_drift"]
+__all__ = [
+    "DRIFT_STATES",
+    "AdaptationWindow",
+    "WhitenedFamily",
+    "Whitening",
+    "shrunk_covariance",
+    "whitened_drift",
+]
 
 # Effective draws per window draw, for the covariance shrinkage (random-walk draws are correlated).
 _EFFECTIVE_FRACTION = 0.1
+# A window whose chain moved in fewer than this fraction of its steps says nothing about the
+# posterior's covariance: it keeps the previous whitening (a stuck chain must not shrink C to zero).
+_MIN_WINDOW_MOVES = 0.02
+# A window ends early when its draws' sd in whitened coordinates is off by more than this factor.
+_WHITENING_TOLERANCE = 3.0
+# The last this many tuning states are kept for the end-of-tuning drift check (TuningReport.drift).
+DRIFT_STATES = 1000
 
 
 def shrunk_covariance(points):
@@ -161,3 +177,77 @@ def whitened_drift(W) -> float:
         return math.nan
     half = W.shape[0] // 2
     return float(np.sqrt(np.mean((W[:half].mean(axis=0) - W[half:].mean(axis=0)) ** 2)))
+
+
+class AdaptationWindow:
+    """The draws of the current adaptation window, and the signs that it should end.
+
+    ``index`` counts the windows completed (the coordinate scan counts as the first) and ``end``
+    is the tuning step at which the current one ends. ``recent`` keeps the last
+    :data:`DRIFT_STATES` tuning states across windows, for the drift check.
+    """
+
+    def __init__(self, dim: int, history_size: int, first_window: int, end: int):
+        self.draws = HistoryBuffer(dim, max(int(history_size), 2))
+        self.first_window = first_window
+        self.index = 0
+        self.end = end
+        self.accept = []  # acceptance probabilities (or their estimates) of this window's steps
+        self.moves = 0  # steps of this window whose state differs from the previous one
+        self._last_state = None
+        self.recent = deque(maxlen=DRIFT_STATES)
+
+    def record(self, y_new, accept_prob: float) -> None:
+        """One tuning step's state and acceptance probability."""
+        self.draws.append(y_new)
+        self.accept.append(float(accept_prob))
+        y_new = np.asarray(y_new, dtype=float)
+        if self._last_state is not None and not np.array_equal(y_new, self._last_state):
+            self.moves += 1
+        self._last_state = y_new.copy()
+        self.recent.append(self._last_state)
+
+    @property
+    def stuck(self) -> bool:
+        """Whether the chain moved in fewer than 2% of this window's steps.
+
+        Counted from the draws, not from the adaptation signal: delayed acceptance's signal is an
+        importance weight that one rare pass can make large in a window where the chain never moved.
+        """
+        return self.moves < _MIN_WINDOW_MOVES * len(self.accept)
+
+    @property
+    def accept_rate(self) -> float:
+        """Mean acceptance probability of this window's steps (NaN if none)."""
+        return float(np.mean(self.accept)) if self.accept else math.nan
+
+    def whitening_is_off(self, whitening: Whitening) -> bool:
+        r"""Whether this window's draws so far say the learned covariance is off by a factor 3 in sd.
+
+        Checked every ``first_window`` draws once a window (after the first) has ``2 first_window``.
+        The geometric mean variance :math:`|\hat C_w|^{1/d}` of the later half of the window's
+        draws, in whitened coordinates, is about 1 when :math:`C` fits. Far below, the chain has
+        settled into a region much smaller than :math:`C` (estimated while walking in from a far
+        start); far above, it is still walking. Either way the window should end early, so that a
+        tuning run shorter than the window schedule does not end with a covariance from the
+        transient (an unstandardised regression from a far start: sds 2-100x the posterior's before).
+        """
+        n = len(self.draws)
+        if self.index == 0 or n < 2 * self.first_window or n % self.first_window:
+            return False
+        points = self.draws.points
+        estimate = shrunk_covariance(whitening.whiten(points[points.shape[0] // 2 :]))
+        if estimate is None:
+            return False
+        sign, log_det = np.linalg.slogdet(estimate[1])
+        # The geometric mean of the variances (rotation-invariant, unlike the diagonal, and not
+        # dominated by one wide direction, like the trace).
+        return sign <= 0 or abs(log_det / points.shape[1]) > 2.0 * math.log(_WHITENING_TOLERANCE)
+
+    def start_next(self, end: int) -> None:
+        """Close this window and start the next, which ends at tuning step ``end``."""
+        self.index += 1
+        self.end = end
+        self.draws.clear()
+        self.accept = []
+        self.moves = 0

@@ -201,8 +201,8 @@ class _NotWhitened(ScaleFreeKameleon):
     """Negative control: the same proposal without the learned covariance (identity whitening)."""
 
     def _set_whitening(self, mean, cov):
-        changed = self.moves is None and self._window > 0
-        return changed or self._window == 0
+        changed = self.moves is None and self.window > 0
+        return changed or self.window == 0
 
 
 @pytest.mark.slow
