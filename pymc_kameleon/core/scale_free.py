@@ -47,6 +47,7 @@ from pymc_kameleon.core.proposals import KameleonMoves, Move, Proposal
 from pymc_kameleon.core.whitening import (
     DRIFT_STATES,
     AdaptationWindow,
+    WhitenedCoordinates,
     WhitenedFamily,
     Whitening,
     shrunk_covariance,
@@ -106,7 +107,7 @@ class TuningReport:
     drift: float = math.nan
 
 
-class ScaleFreeKameleon(Proposal):
+class ScaleFreeKameleon(WhitenedCoordinates, Proposal):
     r"""The scale-free, windowed Kameleon proposal with an Adaptive Metropolis fallback.
 
     Parameters
@@ -242,29 +243,6 @@ class ScaleFreeKameleon(Proposal):
         (NaN before the first Kameleon proposal). It, not :math:`\nu^2`, is what carries over to a new
         :math:`Z` (see :meth:`_refresh_kameleon`)."""
         return math.nan if self.nu2 is None else self.nu2.value * self._probe_variance
-
-    @property
-    def mean(self) -> np.ndarray:
-        """The learned mean :math:`m`."""
-        return self.whitening.mean
-
-    @property
-    def chol(self) -> np.ndarray:
-        """Lower Cholesky factor :math:`L` of the learned covariance."""
-        return self.whitening.chol
-
-    @property
-    def covariance(self) -> np.ndarray:
-        """The learned covariance :math:`C = L L^\\top`."""
-        return self.chol @ self.chol.T
-
-    def whiten(self, x) -> np.ndarray:
-        """:math:`w = L^{-1}(x - m)` for a point (d,) or rows (n, d)."""
-        return self.whitening.whiten(x)
-
-    def to_model(self, w) -> np.ndarray:
-        """:math:`x = m + L w` for a point (d,) or rows (n, d)."""
-        return self.whitening.to_model(w)
 
     # ------------------------------------------------------------------ moves
     def _am_log_density(self, w_to, w_from) -> float:

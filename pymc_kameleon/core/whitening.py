@@ -22,6 +22,7 @@ from pymc_kameleon.core.linalg import jittered_cholesky
 __all__ = [
     "DRIFT_STATES",
     "AdaptationWindow",
+    "WhitenedCoordinates",
     "WhitenedFamily",
     "Whitening",
     "shrunk_covariance",
@@ -251,3 +252,30 @@ class AdaptationWindow:
         self.draws.clear()
         self.accept = []
         self.moves = 0
+
+
+class WhitenedCoordinates:
+    """Mixin: the learned mean, covariance and coordinate maps of an object with a ``whitening``."""
+
+    @property
+    def mean(self) -> np.ndarray:
+        """The learned mean :math:`m`."""
+        return self.whitening.mean
+
+    @property
+    def chol(self) -> np.ndarray:
+        """Lower Cholesky factor :math:`L` of the learned covariance."""
+        return self.whitening.chol
+
+    @property
+    def covariance(self) -> np.ndarray:
+        """The learned covariance :math:`C = L L^\\top`."""
+        return self.chol @ self.chol.T
+
+    def whiten(self, x) -> np.ndarray:
+        """:math:`w = L^{-1}(x - m)` for a point (d,) or rows (n, d)."""
+        return self.whitening.whiten(x)
+
+    def to_model(self, w) -> np.ndarray:
+        """:math:`x = m + L w` for a point (d,) or rows (n, d)."""
+        return self.whitening.to_model(w)
