@@ -1,22 +1,27 @@
 """GPDelayedAcceptanceMH / GPDelayedAcceptanceMALA as PyMC steps.
 
 Exact stage-1/stage-2 ratios on fixed inputs, the incrementally grown GP, evaluation counts,
-PyMC contract (errors, seeds, pickling, chains), pseudo-marginal likelihoods, and (slow)
-invariance on known targets with MCSE tolerances, with good and deliberately poor surrogates,
-plus a negative control that skips the alpha1 correction.
+errors particular to these steps, pseudo-marginal likelihoods, and (slow) invariance on known
+targets with MCSE tolerances, with good and deliberately poor surrogates, plus a negative control
+that skips the alpha1 correction. The contract every step keeps (discrete variables, invalid
+options, a non-finite start, per-chain reset, seeds, pickling, cores=2) is in test_step_contract.py.
 """
 
 import copy
 import math
 import warnings
 
-import cloudpickle
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 import pytest
-from conftest import invariance_z_scores
-from pymc.step_methods.compound import Competence
+from conftest import (
+    SAMPLE_KW,
+    gaussian_data_model,
+    invariance_z_scores,
+    latent_gaussian_model,
+    latent_gaussian_z_scores,
+)
 from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 from scipy.stats import multivariate_normal, norm
@@ -27,7 +32,6 @@ from pymc_kameleon.core.mh import mh_log_ratio
 from pymc_kameleon.core.scale_free import WhitenedFamily, scan_steps_for
 from pymc_kameleon.targets import banana, correlated_gaussian
 
-SAMPLE_KW = dict(progressbar=False, compute_convergence_checks=False)
 Z_MAX = 4.0
 STEPS = [GPDelayedAcceptanceMH, GPDelayedAcceptanceMALA]
 
@@ -52,14 +56,6 @@ def grad_log_prior(x):
 
 def loglik(x):
     return float(norm.logpdf(DATA, x, 1.0).sum())
-
-
-def gaussian_data_model(seed=0, n=30):
-    data = np.random.default_rng(seed).normal([0.5, -1.0], 1.0, size=(n, 2))
-    with pm.Model() as model:
-        mu = pm.Normal("mu", 0, 10, shape=2)
-        pm.Normal("y", mu, 1, observed=data)
-    return model
 
 
 def drive(model, step, n_steps, stop_tuning_at=None, before=None):
@@ -354,67 +350,6 @@ def test_mala_without_gradients_names_the_alternative():
             GPDelayedAcceptanceMALA()
 
 
-@pytest.mark.parametrize("cls", STEPS)
-def test_discrete_variables_are_rejected(cls):
-    with pm.Model():
-        k = pm.Poisson("k", 3.0)
-        x = pm.Normal("x", 0, 1)
-        pm.Normal("y", x, 1, observed=[0.5])
-        with pytest.raises(ValueError, match=r"continuous variables only.*\['k'\]"):
-            cls([k])
-        assert cls.competence(k, False) == Competence.INCOMPATIBLE
-        assert cls.competence(x, True) == Competence.COMPATIBLE
-
-
-@pytest.mark.parametrize(
-    "kwargs, option",
-    [
-        (dict(proposal="hmc"), "proposal"),
-        (dict(target_accept=1.5), "target_accept"),
-        (dict(initial_points=0), "initial_points"),
-        (dict(max_points=0), "max_points"),
-        (dict(initial_points=20, max_points=10), "max_points"),
-        (dict(fit_hyperparameters="yes"), "fit_hyperparameters"),
-        (dict(hyperparameters={"lengthscale": 1.0}), "hyperparameters"),
-        (dict(hyperparameters={"lengthscales": [1.0, 2.0, 3.0]}), "lengthscales"),
-        (dict(hyperparameters={"signal_variance": -1.0}), "signal_variance"),
-        (dict(fit_max_points=1), "fit_max_points"),
-        (dict(noise_variance=-1.0), "noise_variance"),
-        (dict(noise_variance="estimate"), "noise_variance"),
-        (dict(current_value="mean"), "current_value"),
-        (dict(gp_after_tuning="stop"), "gp_after_tuning"),
-        (dict(jitter=-1e-8), "jitter"),
-        (dict(initial_scale=0.0), "initial_scale"),
-        (dict(adapt_interval=0), "adapt_interval"),
-        (dict(learning_rate=np.nan), "learning_rate"),
-        (dict(history_size=0), "history_size"),
-        (dict(proposal="kameleon", kernel="poly"), "kernel"),
-        (dict(proposal="kameleon", gamma=-0.1), "gamma"),
-        (dict(proposal="kameleon", bandwidth="mean"), "bandwidth"),
-    ],
-)
-def test_invalid_options_name_the_option(kwargs, option):
-    with gaussian_data_model():
-        with pytest.raises(ValueError, match=option):
-            GPDelayedAcceptanceMH(**kwargs)
-
-
-def test_invalid_mala_option():
-    with gaussian_data_model():
-        with pytest.raises(ValueError, match="gradient_observations"):
-            GPDelayedAcceptanceMALA(gradient_observations="yes")
-
-
-@pytest.mark.parametrize("cls", STEPS)
-def test_nonfinite_start_is_a_clear_error(cls):
-    model = tiny_model()
-    with model:
-        step = cls()
-    step.reset_tuning()
-    with pytest.raises(ValueError, match=r"log density at the current point is nan.*x="):
-        step.step({"x": np.array(np.nan)})
-
-
 @pytest.mark.parametrize("bad", [np.nan, -np.inf])
 @pytest.mark.parametrize("cls", STEPS)
 def test_nonfinite_likelihood_at_proposals_is_rejected(cls, bad):
@@ -449,45 +384,7 @@ def test_prior_outside_support_is_rejected_without_a_likelihood_evaluation():
     assert rows[-1][2]["n_exact_evals"] == len(calls)
 
 
-# ---------------------------------------------------- chains, pickling, seeds
-@pytest.mark.parametrize("cls", STEPS)
-def test_per_chain_state_is_reset(cls):
-    with gaussian_data_model():
-        idata = pm.sample(step=cls(initial_points=8), draws=50, tune=150, chains=2, cores=1, random_seed=3,
-                          discard_tuned_samples=False, **SAMPLE_KW)
-    warm = idata.warmup_sample_stats
-    # Each chain starts with its own exact warm-up and a fresh GP and counter. Both steps screen
-    # from the step after their coordinate scan (2 x 25 + 50 steps in 2-d).
-    warm_steps = scan_steps_for(2) + 1
-    assert (warm["n_exact_evals"].values[:, 0] == 2).all()
-    assert (warm["gp_points"].values[:, 0] == 2).all()
-    assert not warm["screened"].values[:, :warm_steps].any()
-    assert warm["screened"].values[:, warm_steps:].all()
-
-
-@pytest.mark.parametrize("cls", STEPS)
-def test_pickle_and_parallel_chains_are_reproducible(cls):
-    model = gaussian_data_model()
-    with model:
-        step = cls(max_points=100, rng=19)
-        clone = cloudpickle.loads(cloudpickle.dumps(step))
-        assert isinstance(clone, cls) and clone.max_points == 100
-        rows = drive(model, clone, 120)  # past MH's coordinate scan (100 steps in 2-d)
-        assert rows[-1][2]["screened"]
-        runs = [
-            pm.sample(step=cls(max_points=100), draws=100, tune=100, chains=2, cores=2, random_seed=9,
-                      **SAMPLE_KW)
-            for _ in range(2)
-        ]
-        other = pm.sample(step=cls(max_points=100), draws=100, tune=100, chains=2, cores=1, random_seed=10,
-                          **SAMPLE_KW)
-    np.testing.assert_array_equal(runs[0].posterior["mu"].values, runs[1].posterior["mu"].values)
-    np.testing.assert_array_equal(
-        runs[0].sample_stats["n_exact_evals"].values, runs[1].sample_stats["n_exact_evals"].values
-    )
-    assert not np.array_equal(runs[0].posterior["mu"].values, other.posterior["mu"].values)
-
-
+# ------------------------------------------------------------ compound steps
 def test_compound_step_with_metropolis():
     """Inside a CompoundStep: the current likelihood is recomputed when the other block moves."""
     with pm.Model():
@@ -635,16 +532,14 @@ def test_negative_control_skipping_the_alpha1_correction_is_caught():
 
 @pytest.mark.slow
 def test_invariance_pseudo_marginal():
-    """Latent Gaussian model with a noisy importance-sampling likelihood (as in test_pseudo_marginal_step)."""
-    from test_pseudo_marginal_step import _posterior_z_scores, latent_gaussian_model
-
+    """Latent Gaussian model with a noisy importance-sampling likelihood (conftest.py)."""
     model = latent_gaussian_model()
     with model:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             idata = pm.sample(step=GPDelayedAcceptanceMH(max_points=300), draws=2500, tune=1000, chains=4,
                               cores=2, random_seed=5, **SAMPLE_KW)
-    scores = _posterior_z_scores(idata.posterior["theta"].values)
+    scores = latent_gaussian_z_scores(idata.posterior["theta"].values)
     assert max(scores.values()) < Z_MAX, scores
     assert idata.sample_stats["exact_eval"].values.mean() < 0.6
 

@@ -1,19 +1,20 @@
-"""KameleonMetropolis as a PyMC step: contract, caching, bad input, reproducibility."""
+"""KameleonMetropolis as a PyMC step: statistics, caching, non-finite proposals, kernels, adaptation.
+
+The contract it shares with the other steps (discrete variables, invalid options, a non-finite start,
+per-chain reset, seeds, pickling, cores=2) is in test_step_contract.py.
+"""
 
 import copy
 import warnings
 
-import cloudpickle
 import numpy as np
 import pymc as pm
 import pytest
-from pymc.step_methods.compound import Competence
+from conftest import SAMPLE_KW
 
 from pymc_kameleon import KameleonMetropolis
 from pymc_kameleon.core.proposals import KameleonMoves
 from pymc_kameleon.core.scale_free import ScaleFreeKameleon
-
-SAMPLE_KW = dict(progressbar=False, compute_convergence_checks=False)
 
 
 def banana_model(b=0.5, dim=2):
@@ -154,51 +155,7 @@ def test_current_logp_recomputed_when_other_block_changes():
     assert np.all(evals[1:][~a_moved[:-1]] == 1)
 
 
-# -------------------------------------------------------------- PyMC contract
-def test_discrete_variables_are_rejected_with_clear_error():
-    with pm.Model():
-        k = pm.Poisson("k", 3.0)
-        pm.Normal("x", 0, 1)
-        with pytest.raises(ValueError, match=r"continuous variables only.*\['k'\]"):
-            KameleonMetropolis([k])
-        assert KameleonMetropolis.competence(k, False) == Competence.INCOMPATIBLE
-        # Without vars it takes the continuous ones; PyMC assigns a step to `k`.
-        idata = pm.sample(step=KameleonMetropolis(), draws=50, tune=50, chains=1, random_seed=1, **SAMPLE_KW)
-    assert "k" in idata.posterior and "x" in idata.posterior
-
-
-def test_model_without_continuous_variables():
-    with pm.Model():
-        pm.Poisson("k", 3.0)
-        with pytest.raises(ValueError, match="has none"):
-            KameleonMetropolis()
-
-
-@pytest.mark.parametrize(
-    "kwargs, option",
-    [
-        (dict(kernel="poly"), "kernel"),
-        (dict(bandwidth=-1.0), "bandwidth"),
-        (dict(bandwidth="mean"), "bandwidth"),
-        (dict(n_subsample=0), "n_subsample"),
-        (dict(n_subsample=2.5), "n_subsample"),
-        (dict(gamma=-0.1), "gamma"),
-        (dict(gamma="big"), "gamma"),
-        (dict(nu2=0.0), "nu2"),
-        (dict(target_accept=1.5), "target_accept"),
-        (dict(adaptation="forever"), "adaptation"),
-        (dict(vanishing_decay=2.0), "decay"),
-        (dict(adapt_interval=0), "adapt_interval"),
-        (dict(learning_rate=np.nan), "learning_rate"),
-        (dict(history_size=1), "history_size"),
-    ],
-)
-def test_invalid_options_name_the_option(kwargs, option):
-    with banana_model():
-        with pytest.raises(ValueError, match=option):
-            KameleonMetropolis(**kwargs)
-
-
+# ------------------------------------------ non-finite densities, singular covariances
 @pytest.mark.parametrize("bad", [np.nan, -np.inf])
 def test_nonfinite_log_density_at_proposal_is_rejected(bad):
     """The region x > 1 has NaN / -inf density; the chain must never enter it."""
@@ -211,15 +168,6 @@ def test_nonfinite_log_density_at_proposal_is_rejected(bad):
     draws = idata.posterior["x"].values
     assert np.all(np.isfinite(draws)) and draws.max() <= 1.0
     assert draws.min() < -1.0  # it did move
-
-
-def test_nonfinite_start_is_a_clear_error():
-    model = banana_model()
-    with model:
-        step = KameleonMetropolis()
-        step.reset_tuning()
-    with pytest.raises(ValueError, match=r"log density at the current point is nan.*x="):
-        step.step({"x": np.array([np.nan, 0.0])})
 
 
 def test_singular_covariance_gets_jitter_and_never_crashes():
@@ -236,56 +184,7 @@ def test_singular_covariance_gets_jitter_and_never_crashes():
     assert idata.sample_stats["jitter"].values.max() > 0
 
 
-# ------------------------------------------------- chains, pickling, seeds
-def test_per_chain_state_is_reset_between_chains():
-    with banana_model():
-        step = KameleonMetropolis(adapt_interval=100)
-        idata = pm.sample(
-            step=step, draws=100, tune=500, chains=2, cores=1, random_seed=6,
-            discard_tuned_samples=False, **SAMPLE_KW,
-        )
-    warm = idata.warmup_sample_stats
-    # Each chain starts with the coordinate scan (100 steps in 2-d) and one Adaptive Metropolis
-    # window (100 steps); its first Z is drawn at step 200.
-    assert not warm["kameleon"].values[:, :200].any()
-    assert warm["kameleon"].values[:, 200:].mean() > 0.8
-    # The first subsample of chain 1 comes from chain 1's own window of 100 steps, not chain 0's history.
-    # (Stats are reported after the step's adaptation, so Z shows from the 200th step on.)
-    assert (warm["subsample_size"].values[:, 198] == 0).all()
-    assert (warm["subsample_size"].values[:, 199] <= 100).all()
-
-
-def test_same_seed_same_draws_sequential():
-    with banana_model():
-        a = pm.sample(
-            step=KameleonMetropolis(), draws=200, tune=200, chains=2, cores=1, random_seed=7, **SAMPLE_KW
-        )
-        b = pm.sample(
-            step=KameleonMetropolis(), draws=200, tune=200, chains=2, cores=1, random_seed=7, **SAMPLE_KW
-        )
-        c = pm.sample(
-            step=KameleonMetropolis(), draws=200, tune=200, chains=2, cores=1, random_seed=8, **SAMPLE_KW
-        )
-    np.testing.assert_array_equal(a.posterior["x"].values, b.posterior["x"].values)
-    assert not np.array_equal(a.posterior["x"].values, c.posterior["x"].values)
-
-
-def test_pickle_and_parallel_chains_are_reproducible():
-    with banana_model():
-        step = KameleonMetropolis()
-        # PyMC ships steps to worker processes with cloudpickle (plain pickle fails for stock steps too).
-        clone = cloudpickle.loads(cloudpickle.dumps(step))
-        assert isinstance(clone, KameleonMetropolis) and clone.n_subsample == step.n_subsample
-        runs = [
-            pm.sample(
-                step=KameleonMetropolis(), draws=200, tune=200, chains=2, cores=2, random_seed=9, **SAMPLE_KW
-            )
-            for _ in range(2)
-        ]
-    np.testing.assert_array_equal(runs[0].posterior["x"].values, runs[1].posterior["x"].values)
-    assert runs[0].posterior["x"].shape == (2, 200, 2)
-
-
+# ------------------------------------------------- compound steps, kernels, adaptation
 def test_compound_step_with_nuts():
     with pm.Model():
         mu = pm.Normal("mu", 0, 1)

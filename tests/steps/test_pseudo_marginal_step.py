@@ -1,51 +1,22 @@
 """KameleonMetropolis with a PseudoMarginalPotential is the exact pseudo-marginal chain.
 
-The exactness tests use a latent Gaussian model with a known marginal likelihood:
-z_j ~ N(theta, I), y_j | z_j ~ N(z_j, I), so y_j | theta ~ N(theta, 2I), and with the prior
-theta ~ N(0, I) the posterior is N(sum(y) / (2 + J), I / (1 + J/2)). The likelihood is estimated
-by importance sampling from p(z | theta), deliberately noisily (sd of the log-estimate ~1-1.4).
+The exactness tests use the latent Gaussian model of conftest.py (a known marginal likelihood,
+estimated deliberately noisily by importance sampling). Per-chain reset, seeds, pickling and cores=2
+with a pseudo-marginal model are in the step contract (test_step_contract.py), for every step.
 """
 
 import math
 import warnings
 
-import cloudpickle
 import numpy as np
 import pymc as pm
 import pytest
-from conftest import _mcse_of_mean
+from conftest import SAMPLE_KW, latent_gaussian_log_estimator, latent_gaussian_model, latent_gaussian_z_scores
 from scipy.stats import norm
 
-from pymc_kameleon import KameleonMetropolis, PseudoMarginalPotential, log_mean_exp
+from pymc_kameleon import KameleonMetropolis, PseudoMarginalPotential
 
-SAMPLE_KW = dict(progressbar=False, compute_convergence_checks=False)
 Z_MAX = 4.0
-
-J, D = 10, 2
-_Y = np.array([0.5, -0.5]) + math.sqrt(2.0) * np.random.default_rng(2024).normal(size=(J, D))
-POST_MEAN = _Y.sum(0) / 2 / (1 + J / 2)
-POST_VAR = 1 / (1 + J / 2)
-
-
-def latent_gaussian_log_estimator(n_importance=20):
-    def log_est(*args):
-        *thetas, rng = args
-        theta = np.hstack([np.ravel(t) for t in thetas])
-        z = theta + rng.standard_normal((n_importance, J, D))  # z ~ p(z | theta)
-        log_w = -0.5 * ((_Y - z) ** 2).sum(-1) - math.log(2 * math.pi)  # log p(y_j | z_j)
-        return float(log_mean_exp(log_w, axis=0).sum())
-
-    return log_est
-
-
-def latent_gaussian_model(split=False, n_importance=20):
-    with pm.Model() as model:
-        if split:  # two scalar variables, for two-block CompoundSteps
-            inputs = [pm.Normal("theta0", 0, 1), pm.Normal("theta1", 0, 1)]
-        else:
-            inputs = [pm.Normal("theta", 0, 1, shape=D)]
-        PseudoMarginalPotential("lik", latent_gaussian_log_estimator(n_importance), inputs=inputs)
-    return model
 
 
 class Recorder:
@@ -169,48 +140,6 @@ def test_compound_step_shares_the_kept_estimate_between_our_blocks():
     assert stats[0]["estimator_calls"] == 1 and stats[1]["estimator_calls"] == 1
 
 
-def test_reset_between_chains_and_stats_in_sample_stats():
-    model = latent_gaussian_model()
-    with model:
-        idata = pm.sample(
-            step=KameleonMetropolis(), draws=200, tune=200, chains=2, cores=1, random_seed=3, **SAMPLE_KW
-        )
-    stats = idata.sample_stats
-    assert stats["loglik_estimate"].shape == (2, 200) and np.isfinite(stats["loglik_estimate"]).all()
-    assert set(np.unique(stats["estimator_calls"].values)) <= {1}
-    # Models without a PseudoMarginalPotential do not get these statistics.
-    with pm.Model():
-        pm.Normal("x")
-        assert "loglik_estimate" not in KameleonMetropolis().stats_dtypes_shapes
-
-
-# -------------------------------------------------------------- reproducibility
-def test_same_seed_same_draws_and_estimates_sequential_and_parallel():
-    model = latent_gaussian_model()
-    runs = {}
-    with model:
-        for key, seed, cores in [("a", 11, 1), ("b", 11, 1), ("c", 12, 1), ("p1", 11, 2), ("p2", 11, 2)]:
-            runs[key] = pm.sample(
-                step=KameleonMetropolis(), draws=150, tune=150, chains=2, cores=cores, random_seed=seed,
-                **SAMPLE_KW,
-            )
-
-    def values(key):
-        return runs[key].posterior["theta"].values, runs[key].sample_stats["loglik_estimate"].values
-
-    for left, right in [("a", "b"), ("p1", "p2")]:
-        for u, v in zip(values(left), values(right)):
-            np.testing.assert_array_equal(u, v)
-    assert not np.array_equal(values("a")[0], values("c")[0])
-
-
-def test_step_with_pseudo_marginal_model_pickles():
-    with latent_gaussian_model():
-        step = KameleonMetropolis()
-    clone = cloudpickle.loads(cloudpickle.dumps(step))
-    assert clone._target.has_estimates and clone._target.terms[0].name == "lik"
-
-
 # -------------------------------------------------------------- exactness (slow)
 class MonteCarloWithinMetropolis(KameleonMetropolis):
     """Negative control: re-estimates the likelihood at the current state at every step."""
@@ -220,17 +149,6 @@ class MonteCarloWithinMetropolis(KameleonMetropolis):
         for term in self._target.terms:
             term.op.current.clear()
         return super().astep(q0)
-
-
-def _posterior_z_scores(draws):
-    """|error| / MCSE for the posterior mean and the posterior variance of each coordinate."""
-    scores = {}
-    for j in range(draws.shape[-1]):
-        x = draws[..., j]
-        scores[f"mean_{j}"] = abs(x.mean() - POST_MEAN[j]) / _mcse_of_mean(x)
-        sq = (x - POST_MEAN[j]) ** 2
-        scores[f"var_{j}"] = abs(sq.mean() - POST_VAR) / _mcse_of_mean(sq)
-    return scores
 
 
 def _sample_latent(step_factory, seed, split=False):
@@ -251,7 +169,7 @@ def _sample_latent(step_factory, seed, split=False):
 @pytest.mark.slow
 def test_exact_posterior_with_a_noisy_estimator():
     draws = _sample_latent(lambda m: KameleonMetropolis(), seed=5)
-    scores = _posterior_z_scores(draws)
+    scores = latent_gaussian_z_scores(draws)
     assert max(scores.values()) < Z_MAX, scores
 
 
@@ -260,7 +178,7 @@ def test_exact_posterior_with_two_kameleon_blocks():
     draws = _sample_latent(
         lambda m: [KameleonMetropolis([m["theta0"]]), KameleonMetropolis([m["theta1"]])], seed=6, split=True
     )
-    scores = _posterior_z_scores(draws)
+    scores = latent_gaussian_z_scores(draws)
     assert max(scores.values()) < Z_MAX, scores
 
 
@@ -269,5 +187,5 @@ def test_negative_control_monte_carlo_within_metropolis_is_wrong():
     """Re-estimating at the current state (what stock PyMC steps would do) inflates the posterior
     variance by ~35% here; the same MCSE check that the exact chain passes must reject it."""
     draws = _sample_latent(lambda m: MonteCarloWithinMetropolis(), seed=5)
-    scores = _posterior_z_scores(draws)
+    scores = latent_gaussian_z_scores(draws)
     assert min(scores["var_0"], scores["var_1"]) > Z_MAX, scores
