@@ -193,18 +193,6 @@ def test_pseudo_marginal_posterior_evidence_and_estimator_bookkeeping():
     assert idata.sample_stats.attrs["batch_logp"] == 0
 
 
-def test_pseudo_marginal_runs_are_reproducible():
-    draws = []
-    for _ in range(2):
-        particles, log_z, _ = run_smc(
-            pseudo_marginal_model(CountingEstimator()), KASS, chains=1, draws=100, seed=4, var="theta",
-            n_steps=2,
-        )
-        draws.append((particles, log_z))
-    np.testing.assert_array_equal(draws[0][0], draws[1][0])
-    np.testing.assert_array_equal(draws[0][1], draws[1][1])
-
-
 # ----------------------------------------------------------------- PyMC integration
 def test_sample_stats_per_stage():
     _, log_z, idata = run_smc(linear_model(), KASS, chains=1, draws=200, n_steps=3)
@@ -364,19 +352,6 @@ def test_subsample_and_step_rules():
     assert np.all((n_steps >= 1) & (n_steps <= 6))
 
 
-def test_cores_2_equals_sequential_chains_and_seeds_reproduce():
-    """Sequential chains reuse one kernel instance; parallel chains each unpickle a fresh one."""
-    model = linear_model()
-    kw = dict(draws=150, kernel=KASS, chains=2, random_seed=7, n_steps=2, **SMC_KW)
-    with model:
-        sequential = pm.sample_smc(cores=1, **kw)
-        parallel = pm.sample_smc(cores=2, **kw)
-        again = pm.sample_smc(cores=1, **kw)
-    np.testing.assert_array_equal(sequential.posterior["w"].values, parallel.posterior["w"].values)
-    np.testing.assert_array_equal(sequential.posterior["w"].values, again.posterior["w"].values)
-    assert not np.array_equal(sequential.posterior["w"].values[0], sequential.posterior["w"].values[1])
-
-
 def test_factor_cache_does_not_change_the_draws(monkeypatch):
     """Keeping accepted proposals' factors between sweeps must give the draws of recomputing them."""
     import pymc_kameleon.smc.kass as kass_module
@@ -460,42 +435,7 @@ def test_non_vectorisable_model_falls_back_and_runs():
 
 
 # ----------------------------------------------------------------- errors
-@pytest.mark.parametrize(
-    "kwargs, message",
-    [
-        ({"proposal_kernel": "nope"}, "not a known kernel"),
-        ({"bandwidth": -1.0}, "bandwidth"),
-        ({"gamma": "x"}, "gamma"),
-        ({"n_subsample": 0}, "n_subsample"),
-        ({"learning_rate": -1.0}, "learning_rate"),
-        ({"target_accept": 1.5}, "target_accept"),
-        ({"n_steps": 0}, "n_steps"),
-        ({"n_steps": "sometimes"}, "n_steps"),
-        ({"max_steps": 0}, "max_steps"),
-        ({"move_probability": 1.0}, "move_probability"),
-        ({"chunk_size": 0}, "chunk_size"),
-        ({"batch_logp": "yes"}, "batch_logp"),
-        ({"threshold": 2.0}, "Threshold"),
-    ],
-)
-def test_invalid_options_raise_clear_errors(kwargs, message):
-    with pytest.raises(ValueError, match=message):
-        KASS(draws=20, model=linear_model(), **kwargs)
-
-
-def test_kernel_keyword_is_redirected():
-    with pytest.raises(TypeError, match="proposal_kernel"):
-        KASS(draws=20, model=linear_model(), kernel="linear")
-
-
-def test_discrete_variables_are_refused():
-    with pm.Model() as model:
-        k = pm.Poisson("k", 3.0)
-        pm.Normal("y", k, 1.0, observed=[2.0, 3.0])
-    with pytest.raises(ValueError, match=r"\['k'\].*discrete"):
-        KASS(draws=20, model=model)
-
-
+# (invalid options, discrete variables, reproducibility and cores=2: tests/test_contract_smc.py)
 def test_improper_prior_gives_a_clear_error():
     """With an initval, PyMC 'draws' a pm.Flat prior as that value (without one it raises), so every
     particle was the same point and KASS failed later: 'do not vary in every coordinate after
