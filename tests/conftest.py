@@ -157,8 +157,10 @@ CHAIN_HOOKS = {
     "reset_tuning": lambda step, rng, tune: (_set_rng(step, rng), step.reset_tuning()),
     # PyMC 6: setup_chain(rng, tune, draws), alone here (pm.sample calls reset_tuning after it too).
     "setup_chain": lambda step, rng, tune: step.setup_chain(rng, tune, 0),
-    # A new generator and nothing else (PyMC 5's worker processes, on a freshly unpickled step).
-    "rng_only": lambda step, rng, tune: _set_rng(step, rng),
+    # PyMC 5's worker processes: set_rng alone (our steps reset there too).
+    "set_rng": lambda step, rng, tune: _set_rng(step, rng),
+    # Negative control: a new generator and nothing else (no hook of ours runs).
+    "rng_only": lambda step, rng, tune: setattr(step, "rng", rng),
 }
 
 

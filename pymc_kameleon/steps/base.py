@@ -9,10 +9,10 @@ pseudo-marginal statistics when the model has a PseudoMarginalPotential.
 from __future__ import annotations
 
 import numpy as np
-import pymc as pm
 from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence
-from pymc.util import get_value_vars_from_user_vars
+from pymc.util import get_random_generator, get_value_vars_from_user_vars
+from pymc.vartypes import discrete_types
 
 from pymc_kameleon.steps.reporting import progressbar_config, progressbar_update_functions
 
@@ -46,22 +46,39 @@ def declare_pseudo_marginal_stats(step, target):
 class PerChainReset:
     """Mixin for steps that keep per-chain state in ``_reset_chain_state()``.
 
-    PyMC 5 calls ``reset_tuning`` before each chain (after setting the chain's rng); PyMC 6
-    calls ``setup_chain(rng, tune, draws)`` instead. Worker processes (``cores>1``) get a fresh
-    copy of the step and neither call, so ``_reset_chain_state`` must also run in ``__init__``.
+    Before each chain, PyMC 5 calls ``set_rng`` then (in this process) sets ``tune`` and calls
+    ``reset_tuning``, but in a worker process (``cores>1``) only ``set_rng``; PyMC 6 calls
+    ``setup_chain(rng, tune, draws)`` in both. So every one of these hooks resets the state, and
+    the ones that run in workers also set ``tune``: a step object that has already sampled arrives
+    there with ``tune=False`` and its old adaptation. ``_reset_chain_state`` also runs in ``__init__``.
     """
 
     def reset_tuning(self):
-        """Reset per-chain state (PyMC 5 calls this before each chain)."""
+        """Reset per-chain state (PyMC 5 calls this before each chain in this process)."""
+        self._reset_chain_state()
+
+    def set_rng(self, rng):
+        """PyMC 5 hook before each chain (the only one in a worker process): set the rng, reset.
+
+        ``tune`` is set to True: a worker calls ``stop_tuning`` at draw ``tune`` (draw 0 for
+        ``tune=0``), and in this process PyMC sets ``tune`` itself after this call.
+        """
+        parent = getattr(super(), "set_rng", None)
+        if parent is not None:
+            parent(rng)
+        else:  # PyMC 6 has no set_rng
+            self.rng = get_random_generator(rng, copy=False)
+        self.tune = True
         self._reset_chain_state()
 
     def setup_chain(self, rng, tune, draws):
-        """PyMC 6 hook called before each chain: set the rng and reset per-chain state."""
+        """PyMC 6 hook before each chain, here and in workers: set the rng and ``tune``, reset."""
         parent = getattr(super(), "setup_chain", None)
         if parent is not None:
             parent(rng, tune, draws)
         else:
             self.set_rng(rng)
+        self.tune = bool(tune)
         self._reset_chain_state()
 
 
@@ -76,7 +93,7 @@ def continuous_value_vars(vars, model, step_name: str):
             )
         return vars
     vars = get_value_vars_from_user_vars(vars, model)
-    discrete = [v.name for v in vars if v.dtype in pm.discrete_types]
+    discrete = [v.name for v in vars if v.dtype in discrete_types]
     if discrete:
         raise ValueError(
             f"{step_name} samples continuous variables only, but {discrete} "
@@ -119,7 +136,7 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
 
     @staticmethod
     def competence(var, has_grad):
-        if var.dtype in pm.discrete_types:
+        if var.dtype in discrete_types:
             return Competence.INCOMPATIBLE
         return Competence.COMPATIBLE
 

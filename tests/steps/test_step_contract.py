@@ -375,11 +375,13 @@ def test_nonfinite_start_is_a_clear_error(case, model_name):
 
 
 @each_step
-# Both hooks on the plain model; the pseudo-marginal state (the kept estimate, the estimators' generator)
-# is reset by the same call in both.
+# Every hook on the plain model (set_rng alone is PyMC 5's in worker processes, and PyMC 6 has no
+# set_rng); the pseudo-marginal state (the kept estimate, the estimators' generator) is reset by the
+# same call in all.
 @pytest.mark.parametrize(
     "model_name, hook",
-    [("plain", "reset_tuning"), ("plain", "setup_chain"), ("pseudo_marginal", "setup_chain")],
+    [("plain", "reset_tuning"), ("plain", "setup_chain"), ("pseudo_marginal", "setup_chain")]
+    + ([("plain", "set_rng")] if int(pm.__version__.split(".")[0]) < 6 else []),
 )
 @short_tuning
 def test_a_new_chain_starts_afresh(case, model_name, hook):
@@ -502,3 +504,19 @@ def test_per_chain_state_is_reset_between_chains(sampled):
         assert set(np.unique(post["estimator_calls"].values)) <= case.estimates_per_draw
     else:  # models without a PseudoMarginalPotential do not get its statistics
         assert "loglik_estimate" not in sampled.step.stats_dtypes_shapes and "loglik_estimate" not in post
+
+
+@pytest.mark.parametrize("cls", [KameleonMetropolis, GPDelayedAcceptanceMH])
+def test_a_step_reused_by_another_pm_sample_starts_afresh_in_worker_processes(cls):
+    """PyMC 5's worker processes call only set_rng before a chain, PyMC 6's only setup_chain; neither
+    calls reset_tuning or sets `tune`. A step object that has already sampled once must still start
+    each parallel chain afresh, tuning included: it draws what a fresh step draws. (It used to go on
+    from its old state: Kameleon moves from the first step on PyMC 5, and no tuning at all on PyMC 6.)"""
+    model = gaussian_data_model()
+    with model:
+        used, fresh = cls(), cls()
+    kw = dict(tune=250, draws=10, cores=2, discard_tuned_samples=False)
+    sample_with_seed(model, used, 5, **{**kw, "cores": 1})
+    assert not used.tune  # the first run ended its tuning
+    assert_same_records(recorded(sample_with_seed(model, used, 11, **kw)),
+                        recorded(sample_with_seed(model, fresh, 11, **kw)))
