@@ -8,7 +8,8 @@ PYTHON312 ?= $(shell for p in $$(command -v python3.12 2>/dev/null) $$HOME/.pyen
                 "$$p" -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1 && echo "$$p" && break; done)
 VENV312   ?= .venv312
 PY312     := $(VENV312)/bin/python
-PYTEST_ARGS ?=
+# The 15 slowest tests are listed, so that CI time stays visible (keep `.ci/run` under 25 minutes).
+PYTEST_ARGS ?= --durations=15
 # Small dense linear algebra (GP surrogates, the Glass estimator) is many times slower with
 # multi-threaded BLAS on a small, busy machine; sampling runs one process per chain anyway.
 export OPENBLAS_NUM_THREADS ?= 1
