@@ -357,15 +357,19 @@ class GPTrainingSchedule:
             return False
         return not tune or self.resume_window is None or window >= self.resume_window
 
-    def after_exact_evaluation(self, *, tune: bool, may_end_warm_up, typical_step, rng) -> bool:
+    def after_exact_evaluation(
+        self, *, tune: bool, scanning: bool, window: int, typical_step: float, rng
+    ) -> bool:
         """The schedule after a new point: end the warm-up, or fit if the set doubled (tuning only).
 
-        ``may_end_warm_up()`` and ``typical_step()`` are asked only when needed. Returns whether
-        the hyperparameters were fitted.
+        ``scanning`` and ``window`` describe the base proposal (:meth:`warm_up_may_end`),
+        ``typical_step`` is :meth:`end_warm_up`'s. Returns whether the hyperparameters were fitted.
         """
         if self.warm:
-            if self.gp.n_points >= self.options.initial_points and may_end_warm_up():
-                return self.end_warm_up(tune=tune, typical_step=typical_step(), rng=rng)
+            if self.gp.n_points >= self.options.initial_points and self.warm_up_may_end(
+                scanning=scanning, window=window, tune=tune
+            ):
+                return self.end_warm_up(tune=tune, typical_step=typical_step, rng=rng)
             return False
         if self.options.fit_hyperparameters and tune and self.gp.n_points >= self.next_fit:
             self.fit(rng)

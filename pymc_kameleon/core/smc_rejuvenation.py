@@ -144,11 +144,12 @@ def fit_stage_proposal(X, kernel, bandwidth, gamma, n_subsample: int, scale: flo
     """
     X = np.asarray(X, dtype=float)
     N, d = X.shape
+    cov = np.atleast_2d(np.cov(X, rowvar=False))
     try:
-        whitening = Whitening.from_moments(X.mean(axis=0), np.atleast_2d(np.cov(X, rowvar=False)))
+        whitening = Whitening.from_moments(X.mean(axis=0), cov)
     except SingularCovarianceError:
         whitening = None
-    if whitening is None or not np.all(np.diag(np.atleast_2d(np.cov(X, rowvar=False))) > 0):
+    if whitening is None or not np.all(np.diag(cov) > 0):
         raise CollapsedParticlesError(f"The {N} particles do not vary in every coordinate")
     Z = X if N <= n_subsample else X[rng.choice(N, size=n_subsample, replace=False)]
     W = whitening.whiten(Z)

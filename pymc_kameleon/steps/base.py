@@ -76,10 +76,10 @@ class PerChainReset:
         parent = getattr(super(), "setup_chain", None)
         if parent is not None:
             parent(rng, tune, draws)
+            self._reset_chain_state()
         else:
-            self.set_rng(rng)
+            self.set_rng(rng)  # resets too
         self.tune = bool(tune)
-        self._reset_chain_state()
 
 
 def continuous_value_vars(vars, model, step_name: str):

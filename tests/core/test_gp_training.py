@@ -90,15 +90,15 @@ def test_warm_up_ends_at_initial_points_only_when_allowed_then_fits_as_the_set_d
     for i in range(40):
         s.add(x[i], y[i], tune=True)
         allowed = i >= 7  # e.g. the coordinate scan ends after the 8th point
-        fits.append(s.after_exact_evaluation(tune=True, may_end_warm_up=lambda a=allowed: a,
-                                             typical_step=lambda: 1.0, rng=rng))
+        fits.append(s.after_exact_evaluation(tune=True, scanning=not allowed, window=0,
+                                             typical_step=1.0, rng=rng))
         assert s.warm == (i < 7)
     assert np.flatnonzero(fits).tolist() == [7, 15, 31]  # 8 points, then 16, then 32
     assert s.n_fits == 3 and s.next_fit == 64
     # After tuning the hyperparameters are frozen: no fit however much the set grows.
     for i in range(40):
         s.add(x[i] + 10.0, y[i], tune=False)
-        assert not s.after_exact_evaluation(tune=False, may_end_warm_up=None, typical_step=None, rng=rng)
+        assert not s.after_exact_evaluation(tune=False, scanning=False, window=0, typical_step=1.0, rng=rng)
 
 
 def test_warm_up_heuristics_set_the_lengthscales_to_the_points_spread():

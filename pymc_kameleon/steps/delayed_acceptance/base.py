@@ -191,7 +191,6 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
             ),
         )
         self._seeded = False  # whether the chain's starting point is in the GP
-        self._tune_steps = 0
         self._target.reset()
         self._evals_at_reset = self._target.n_evals
         self._proposal = self._base_proposal()
@@ -217,7 +216,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
     def stop_tuning(self):
         """End of tuning: a last hyperparameter fit if the training set grew, then freeze everything."""
         schedule = self._schedule
-        tuned = self.tune and self._tune_steps > 0
+        tuned = self.tune and self._proposal.tune_steps > 0
         if tuned and schedule.paused:
             self._end_warm_up()  # tuning ended during an exact fallback: screen from here on
             self._warnings.warn(
@@ -232,8 +231,9 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
             schedule.end_tuning(self.rng)
             if schedule.warm:
                 self._warnings.warn(
-                    f"{type(self).__name__}: tuning ended after {self._tune_steps} steps, still in the exact "
-                    f"warm-up ({self.gp.n_points} of initial_points={self.initial_points} GP points). "
+                    f"{type(self).__name__}: tuning ended after {self._proposal.tune_steps} steps, still in "
+                    f"the exact warm-up ({self.gp.n_points} of initial_points={self.initial_points} GP "
+                    "points). "
                     "The GP screens proposals from now on, but its hyperparameters were never fitted; "
                     "increase `tune` or lower `initial_points`.",
                     UserWarning,
@@ -278,10 +278,9 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         proposal = self._proposal
         return self._schedule.after_exact_evaluation(
             tune=self.tune,
-            may_end_warm_up=lambda: self._schedule.warm_up_may_end(
-                scanning=proposal.phase == "scan", window=proposal.window, tune=self.tune
-            ),
-            typical_step=lambda: proposal.typical_scale,
+            scanning=proposal.phase == "scan",
+            window=proposal.window,
+            typical_step=proposal.typical_scale,
             rng=self.rng,
         )
 
@@ -292,7 +291,6 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         """
         if not self.tune:
             return False
-        self._tune_steps += 1
         window = self._proposal.window
         changed = self._proposal.adapt(y_new, adapt_value, self.rng, component=component)
         if self._proposal.window == window:
