@@ -151,13 +151,13 @@ class MonteCarloWithinMetropolis(KameleonMetropolis):
         return super().astep(q0)
 
 
-def _sample_latent(step_factory, seed, split=False):
+def _sample_latent(step_factory, seed, split=False, draws=5000):
     model = latent_gaussian_model(split=split)
     with model:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             idata = pm.sample(
-                step=step_factory(model), draws=5000, tune=2000, chains=4, cores=2, random_seed=seed,
+                step=step_factory(model), draws=draws, tune=2000, chains=4, cores=2, random_seed=seed,
                 **SAMPLE_KW,
             )
     post = idata.posterior
@@ -176,7 +176,10 @@ def test_exact_posterior_with_a_noisy_estimator():
 @pytest.mark.slow
 def test_exact_posterior_with_two_kameleon_blocks():
     draws = _sample_latent(
-        lambda m: [KameleonMetropolis([m["theta0"]]), KameleonMetropolis([m["theta1"]])], seed=6, split=True
+        lambda m: [KameleonMetropolis([m["theta0"]]), KameleonMetropolis([m["theta1"]])],
+        seed=6,
+        split=True,
+        draws=2500,  # the MCSE tolerance scales with the draws; the negative control keeps 5000
     )
     scores = latent_gaussian_z_scores(draws)
     assert max(scores.values()) < Z_MAX, scores
