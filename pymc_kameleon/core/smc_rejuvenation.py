@@ -32,6 +32,7 @@ __all__ = [
     "RESAMPLING",
     "STEP_RULES",
     "CollapsedParticlesError",
+    "GlobalWalkMixture",
     "PoorMixingLog",
     "StageProposal",
     "StageSweeps",
@@ -61,6 +62,7 @@ def check_rejuvenation_options(
     chunk_size,
     batch_logp,
     resampling,
+    am_weight=None,
 ) -> None:
     """Raise a ValueError naming the first invalid option of :class:`pymc_kameleon.smc.KASS`."""
     check_kameleon_options(bandwidth, gamma, n_subsample)
@@ -79,12 +81,85 @@ def check_rejuvenation_options(
         check_number("chunk_size", chunk_size, integer=True, minimum=1, strict=False)
     if not (isinstance(batch_logp, bool) or (isinstance(batch_logp, str) and batch_logp == "auto")):
         raise ValueError(f'batch_logp must be "auto", True or False, got {batch_logp!r}.')
+    if am_weight is not None:
+        check_number("am_weight", am_weight, minimum=0, strict=False)
+        if am_weight >= 1:
+            raise ValueError(
+                f"am_weight must be in [0, 1) (1 would never use the Kameleon moves), got {am_weight!r}."
+            )
     if resampling not in RESAMPLING:
         raise ValueError(f"resampling must be one of {RESAMPLING}, got {resampling!r}.")
 
 
 class CollapsedParticlesError(ValueError):
     """The particles do not vary enough to fit a proposal to them (the message says how)."""
+
+
+class GlobalWalkMixture:
+    r"""A batched Kameleon family mixed with a global random walk, both in whitened coordinates.
+
+    .. math::
+        q(x \mid y) = (1 - \rho)\, q_K(x \mid y) + \rho\, \mathcal N(x;\ y,\ \sigma^2 I),
+
+    with :math:`q_K` the Kameleon family and :math:`\sigma^2` the optimal random-walk variance
+    of the stage (so the walk is ASMC's move in whitened coordinates). Both Hastings terms are the
+    full mixture density, so the MH ratio is exact whichever component drew the move. The walk
+    moves particles where the Kameleon covariance carries little information (far from
+    :math:`Z`), as in :class:`~pymc_kameleon.core.scale_free.ScaleFreeKameleon`.
+
+    It has the batch methods of :class:`~pymc_kameleon.core.kameleon.KameleonProposal`
+    (``factor_batch``, ``sample_batch``, ``log_density_batch``; factors are the Kameleon's).
+
+    Parameters
+    ----------
+    family : KameleonProposal
+    walk_variance : float
+        :math:`\sigma^2`.
+    weight : float
+        :math:`\rho` in (0, 1).
+    """
+
+    def __init__(self, family, walk_variance: float, weight: float):
+        self.family = family
+        self.walk_variance = float(walk_variance)
+        self.weight = float(weight)
+        self.dim = family.dim
+
+    Z = property(lambda self: self.family.Z)
+    nu2 = property(lambda self: self.family.nu2)
+    gamma2 = property(lambda self: self.family.gamma2)
+    kernel = property(lambda self: self.family.kernel)
+
+    def covariance(self, y) -> np.ndarray:
+        """Covariance of the move from ``y``: the components' covariances, weighted."""
+        rho = self.weight
+        return (1 - rho) * self.family.covariance(y) + rho * self.walk_variance * np.eye(self.dim)
+
+    def factor_batch(self, Y, chunk_size=None):
+        return self.family.factor_batch(Y, chunk_size=chunk_size)
+
+    def _log_mixture(self, X, Y, log_kameleon) -> np.ndarray:
+        r2 = np.einsum("ij,ij->i", X - Y, X - Y)
+        log_walk = -0.5 * (r2 / self.walk_variance + self.dim * np.log(2 * np.pi * self.walk_variance))
+        return np.logaddexp(np.log1p(-self.weight) + log_kameleon, np.log(self.weight) + log_walk)
+
+    def sample_batch(self, Y, rng, chunk_size=None, factors=None):
+        # Both components draw for every row and a uniform picks one, so the random stream does not
+        # depend on which component wins.
+        kameleon, log_kameleon = self.family.sample_batch(Y, rng, chunk_size=chunk_size, factors=factors)
+        walk = Y + np.sqrt(self.walk_variance) * rng.standard_normal(Y.shape)
+        walked = rng.random(Y.shape[0]) < self.weight
+        X = np.where(walked[:, None], walk, kameleon)
+        if walked.any():  # the Kameleon density of the walk's draws (its own draws know theirs)
+            rows = None if factors is None else (factors[0][walked], factors[1][walked])
+            log_kameleon[walked] = self.family.log_density_batch(
+                X[walked], Y[walked], chunk_size=chunk_size, factors=rows
+            )
+        return X, self._log_mixture(X, Y, log_kameleon)
+
+    def log_density_batch(self, X, Y, chunk_size=None, factors=None):
+        log_kameleon = self.family.log_density_batch(X, Y, chunk_size=chunk_size, factors=factors)
+        return self._log_mixture(np.asarray(X, dtype=float), np.asarray(Y, dtype=float), log_kameleon)
 
 
 @dataclass(frozen=True)
@@ -109,7 +184,9 @@ class StageProposal:
         }
 
 
-def fit_stage_proposal(X, kernel, bandwidth, gamma, n_subsample: int, scale: float, rng) -> StageProposal:
+def fit_stage_proposal(
+    X, kernel, bandwidth, gamma, n_subsample: int, scale: float, rng, am_weight: float = 0.0
+) -> StageProposal:
     r"""Fit the Kameleon proposal family to the particles of a stage, in their whitened coordinates.
 
     The particles' mean :math:`m` and covariance :math:`C = L L^\top` define
@@ -135,6 +212,9 @@ def fit_stage_proposal(X, kernel, bandwidth, gamma, n_subsample: int, scale: flo
         :math:`s^2`, relative to the optimal random-walk scale.
     rng : numpy.random.Generator
         Draws the subsample (only when :math:`N >` ``n_subsample``), then the fit's own draws.
+    am_weight : float
+        With :math:`\rho` = ``am_weight`` > 0 the family is a :class:`GlobalWalkMixture`: a move
+        is, with probability :math:`\rho`, the global random walk of the optimal variance.
 
     Raises
     ------
@@ -159,7 +239,8 @@ def fit_stage_proposal(X, kernel, bandwidth, gamma, n_subsample: int, scale: flo
     mean_variance = float(np.mean(np.var(W, axis=0)))
     rw_variance = scale * 2.38**2 / d * mean_variance
     fit.family.nu2 = matched_nu2(rw_variance, fit.gamma, fit.probe_variance)
-    family = WhitenedFamily(fit.family, whitening)
+    moves = GlobalWalkMixture(fit.family, rw_variance, am_weight) if am_weight > 0 else fit.family
+    family = WhitenedFamily(moves, whitening)
     return StageProposal(family, fit.bandwidth, fit.gamma, fit.family.nu2, scale, Z.shape[0])
 
 

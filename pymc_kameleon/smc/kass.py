@@ -117,6 +117,14 @@ class KASS(BatchedSMCKernel):
         How particles are resampled at each stage. Multinomial resampling is what the evidence's
         single-run standard error (:func:`~pymc_kameleon.smc.log_evidence`) needs; PyMC's systematic
         resampling adds less noise to the particles, but then ``log_evidence`` has no standard error.
+    am_weight : float, default 0
+        Probability that a move is the global random walk of the stage's optimal variance in
+        whitened coordinates (ASMC's move) instead of a Kameleon move; both Hastings terms are the
+        mixture's density (:class:`~pymc_kameleon.core.smc_rejuvenation.GlobalWalkMixture`).
+        **Use 0.1 when the evidence matters:** without the walk the local moves lag behind the
+        tempered targets at small beta and log Z is biased low. On the 8-d banana bridge
+        (N = 1000, the same 20 seeds) the mean log Z error was -0.35 +- 0.11 with 0 and
+        -0.03 +- 0.08 with 0.1, at the same cost and quantile error.
     **kwargs
         ``pm.sample_smc``'s own kernel options (``threshold``, ...).
     """
@@ -137,6 +145,9 @@ class KASS(BatchedSMCKernel):
     }
 
     _default_proposal_kernel = "gaussian"
+    # 0.1 removes the evidence bias on the banana bridge (docstring); it becomes the default once it
+    # is checked at N = 2000 and on the conjugate model, and the tests' seeds are re-chosen.
+    _default_am_weight = 0.0
 
     def __init__(
         self,
@@ -155,6 +166,7 @@ class KASS(BatchedSMCKernel):
         chunk_size: int | None = None,
         batch_logp="auto",
         resampling: str = "multinomial",
+        am_weight: float | None = None,
         **kwargs,
     ):
         if "kernel" in kwargs:
@@ -183,6 +195,7 @@ class KASS(BatchedSMCKernel):
             chunk_size=chunk_size,
             batch_logp=batch_logp,
             resampling=resampling,
+            am_weight=am_weight,
         )
 
         super().__init__(*args, batch_logp=batch_logp, **kwargs)
@@ -200,6 +213,7 @@ class KASS(BatchedSMCKernel):
         self.max_steps = int(max_steps)
         self.chunk_size = chunk_size
         self.resampling = resampling
+        self.am_weight = self._default_am_weight if am_weight is None else float(am_weight)
         self._reset_chain_state()
 
     # ---------------------------------------------------------------- set-up
@@ -256,7 +270,8 @@ class KASS(BatchedSMCKernel):
         X, kernel = self.tempered_posterior, self._kernel_template
         try:
             fit = fit_stage_proposal(
-                X, kernel, self.bandwidth_spec, self.gamma_spec, self.n_subsample, scale, self.rng
+                X, kernel, self.bandwidth_spec, self.gamma_spec, self.n_subsample, scale, self.rng,
+                am_weight=self.am_weight,
             )
         except CollapsedParticlesError as err:  # name the stalled moves if they caused the collapse
             cause = self._poor_stages.collapse_cause(scale)

@@ -554,3 +554,25 @@ def test_numpy_scalar_options_are_accepted_and_small_subsamples_refused():
     assert kernel.target_accept == pytest.approx(0.3) and type(kernel.target_accept) is float
     with pytest.raises(ValueError, match=r"n_subsample must be at least d \+ 1 = 3"):
         KASS(draws=20, model=linear_model(), n_subsample=2)
+
+
+def test_am_weight_mixes_in_the_global_walk(monkeypatch):
+    """KASS(am_weight=0.3) moves with the GlobalWalkMixture at every stage and still finds the
+    conjugate model's posterior and evidence; an am_weight of 1 is refused (it would never make a
+    Kameleon move)."""
+    from pymc_kameleon.core import smc_rejuvenation
+
+    weights = []
+    real = smc_rejuvenation.GlobalWalkMixture.__init__
+
+    def spy(self, family, walk_variance, weight):
+        weights.append(weight)
+        real(self, family, walk_variance, weight)
+
+    monkeypatch.setattr(smc_rejuvenation.GlobalWalkMixture, "__init__", spy)
+    particles, log_z, idata = run_smc(linear_model(), KASS, chains=1, draws=1000, seed=3, am_weight=0.3)
+    assert len(weights) == len(stage_stats(idata, "beta")[0]) and set(weights) == {0.3}
+    assert np.all(np.abs(particles[0].mean(axis=0) - POST_MEAN) < 4 * np.sqrt(np.diag(POST_COV) / 100))
+    assert abs(log_z[0] - LOG_Z) < 1.0
+    with linear_model(), pytest.raises(ValueError, match="am_weight"):
+        KASS(am_weight=1.0, draws=200)
