@@ -255,6 +255,10 @@ def banana_experiment(args) -> dict:
     for label, kernel in (("MH", FixedSweepsMH), ("IMH", FixedSweepsIMH)):
         for rep in range(args.reps):
             record(f"PyMC {label}, {sweeps} sweeps/stage (KASS budget)", kernel, {"n_sweeps": sweeps}, rep)
+    for weight in args.am_weights:
+        # KASS with another share of global-walk moves (the evidence's bias, issue 14).
+        for rep in range(args.reps):
+            record(f"KASS, am_weight={weight:g} (variant)", KASS, {"am_weight": weight}, rep)
     if args.tuned:
         # PyMC's own rule for the number of sweeps (and the paper's constant learning rate 1), for comparison.
         for rep in range(args.reps):
@@ -579,6 +583,13 @@ def main(argv=None):
         "--tuned",
         action="store_true",
         help="banana: an extra, labelled KASS row with PyMC's correlation rule and learning_rate=1",
+    )
+    parser.add_argument(
+        "--am-weights",
+        type=float,
+        nargs="*",
+        default=[],
+        help="banana: an extra, labelled KASS row for each of these am_weight values",
     )
     parser.add_argument("--sensor-particles", type=int, default=10_000)
     parser.add_argument("--sensor-reps", type=int, default=2)

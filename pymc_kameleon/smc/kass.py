@@ -117,14 +117,14 @@ class KASS(BatchedSMCKernel):
         How particles are resampled at each stage. Multinomial resampling is what the evidence's
         single-run standard error (:func:`~pymc_kameleon.smc.log_evidence`) needs; PyMC's systematic
         resampling adds less noise to the particles, but then ``log_evidence`` has no standard error.
-    am_weight : float, default 0
+    am_weight : float, default 0.25 (0 for :class:`ASMC`)
         Probability that a move is the global random walk of the stage's optimal variance in
         whitened coordinates (ASMC's move) instead of a Kameleon move; both Hastings terms are the
         mixture's density (:class:`~pymc_kameleon.core.smc_rejuvenation.GlobalWalkMixture`).
-        **Use 0.1 when the evidence matters:** without the walk the local moves lag behind the
-        tempered targets at small beta and log Z is biased low. On the 8-d banana bridge
-        (N = 1000, the same 20 seeds) the mean log Z error was -0.35 +- 0.11 with 0 and
-        -0.03 +- 0.08 with 0.1, at the same cost and quantile error.
+        With 0 (pure Kameleon moves, the paper's kernel) the local moves lag behind the tempered
+        targets at small beta and log Z is biased low: on the 8-d banana bridge (N = 2000, the
+        same 30 seeds) the mean log Z error was -0.187 +- 0.057 with 0, -0.138 +- 0.049 with 0.1
+        and -0.036 +- 0.038 with 0.25, at the same cost (``benchmarks/RESULTS.md``).
     **kwargs
         ``pm.sample_smc``'s own kernel options (``threshold``, ...).
     """
@@ -145,9 +145,7 @@ class KASS(BatchedSMCKernel):
     }
 
     _default_proposal_kernel = "gaussian"
-    # 0.1 removes the evidence bias on the banana bridge (docstring); it becomes the default once it
-    # is checked at N = 2000 and on the conjugate model, and the tests' seeds are re-chosen.
-    _default_am_weight = 0.0
+    _default_am_weight = 0.25  # removes the evidence's low bias (docstring, design.md)
 
     def __init__(
         self,
@@ -359,3 +357,4 @@ class ASMC(KASS):
     """
 
     _default_proposal_kernel = "linear"
+    _default_am_weight = 0.0  # its moves are already the global walk
