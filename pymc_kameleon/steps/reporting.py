@@ -62,8 +62,11 @@ def tuning_problems(report, target_accept: float, required_steps: int, dim: int)
     if math.isfinite(rate) and not (
         _LOW_ACCEPT_FACTOR * target_accept <= rate <= 0.5 * (1.0 + target_accept)
     ):
+        # Delayed acceptance records an unbiased estimate of each step's acceptance probability (an
+        # importance weight), whose window mean can exceed 1; a rate is shown as at most 1.
+        shown = f"{min(rate, 1.0):.3f}" + (f" (estimated as {rate:.3g}, capped at 1)" if rate > 1.0 else "")
         problems.append(
-            f"the acceptance rate over the last tuning window was {rate:.3f}, far from "
+            f"the acceptance rate over the last tuning window was {shown}, far from "
             f"target_accept={target_accept:.3g}; increase `tune` so that the adaptation can settle"
         )
     if math.isfinite(report.uncovered) and report.uncovered > _UNCOVERED_LIMIT:

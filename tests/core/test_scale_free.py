@@ -277,6 +277,18 @@ def test_report_drift_flags_a_chain_still_walking_at_the_end_of_tuning(walking):
         assert report.drift < 0.5 and "still moving" not in problems
 
 
+@pytest.mark.parametrize("rate, shown", [(1.37, "1.000 (estimated as 1.37, capped at 1)"), (0.02, "0.020,")])
+def test_report_never_shows_an_acceptance_rate_above_one(rate, shown):
+    """GP-DA records an importance-weighted estimate of each step's acceptance probability, whose
+    window mean can exceed 1: the warning shows a rate of at most 1 and says what it estimated."""
+    from pymc_kameleon.core.scale_free import TuningReport
+    from pymc_kameleon.steps.reporting import tuning_problems
+
+    report = TuningReport(5000, "adaptive_metropolis", rate, False, math.nan)
+    (problem,) = tuning_problems(report, 0.234, 0, 2)
+    assert f"the acceptance rate over the last tuning window was {shown}" in problem
+
+
 @pytest.mark.parametrize("tuned_steps", [0, 10])
 def test_tuning_that_ends_inside_the_scan_leaves_every_coordinate_moving(tuned_steps):
     """A frozen scan moved one coordinate for ever (its coordinate advances only as it adapts)."""
