@@ -47,6 +47,7 @@ __all__ = [
     "Proposal",
     "RandomWalkProposal",
     "langevin_log_density",
+    "mixture_log_density",
 ]
 
 
@@ -275,3 +276,17 @@ def langevin_log_density(theta_to, theta_from, drift_gradient, proposal_chol) ->
     L = np.asarray(proposal_chol, dtype=float)
     mean = np.asarray(theta_from, dtype=float) + 0.5 * (L @ (L.T @ np.asarray(drift_gradient, dtype=float)))
     return gaussian_logpdf_chol(np.asarray(theta_to, dtype=float), mean, L)
+
+
+def mixture_log_density(log_q_main, log_q_walk, walk_weight: float):
+    r"""Log density of a two-component proposal mixture, for scalars or arrays.
+
+    .. math::
+        \log\big((1 - \rho)\, q_{\mathrm{main}} + \rho\, q_{\mathrm{walk}}\big),
+        \qquad \rho = \text{walk\_weight} \in (0, 1).
+
+    The Kameleon moves mixed with a random walk in :class:`~pymc_kameleon.core.scale_free.ScaleFreeKameleon`
+    (KAMH, GP-DA) and in :class:`~pymc_kameleon.core.smc_rejuvenation.GlobalWalkMixture` (KASS) use
+    it for both Hastings terms, so the MH ratio is exact whichever component drew the move.
+    """
+    return np.logaddexp(math.log1p(-walk_weight) + log_q_main, math.log(walk_weight) + log_q_walk)

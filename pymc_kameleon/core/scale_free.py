@@ -43,7 +43,7 @@ from pymc_kameleon.core.adaptation import RobbinsMonro
 from pymc_kameleon.core.coordinate_scan import MAX_LOG_STEP, SCAN_TARGET, CoordinateScan, scan_steps_for
 from pymc_kameleon.core.kameleon import check_subsample_size, fit_proposal, matched_nu2
 from pymc_kameleon.core.linalg import SingularCovarianceError, same_array
-from pymc_kameleon.core.proposals import KameleonMoves, Move, Proposal
+from pymc_kameleon.core.proposals import KameleonMoves, Move, Proposal, mixture_log_density
 from pymc_kameleon.core.whitening import (
     DRIFT_STATES,
     AdaptationWindow,
@@ -283,10 +283,7 @@ class ScaleFreeKameleon(WhitenedCoordinates, Proposal):
         log_am = self._am_log_density(w_to, w_from)
         if rho >= 1.0:
             return log_am - self.whitening.log_det
-        return (
-            float(np.logaddexp(math.log1p(-rho) + log_kameleon, math.log(rho) + log_am))
-            - self.whitening.log_det
-        )
+        return float(mixture_log_density(log_kameleon, log_am, rho)) - self.whitening.log_det
 
     def accept(self, move: Move) -> None:
         if move.cache is not None and self.moves is not None:

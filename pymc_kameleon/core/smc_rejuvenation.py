@@ -23,6 +23,7 @@ import numpy as np
 
 from pymc_kameleon.core.kameleon import fit_proposal, matched_nu2
 from pymc_kameleon.core.linalg import SingularCovarianceError
+from pymc_kameleon.core.proposals import mixture_log_density
 from pymc_kameleon.core.scale_free import WhitenedFamily, Whitening
 from pymc_kameleon.core.smc import population_mh_move, steps_for_acceptance
 from pymc_kameleon.core.validation import check_kameleon_options, check_number, check_probability
@@ -62,7 +63,7 @@ def check_rejuvenation_options(
     chunk_size,
     batch_logp,
     resampling,
-    am_weight=None,
+    am_weight,
 ) -> None:
     """Raise a ValueError naming the first invalid option of :class:`pymc_kameleon.smc.KASS`."""
     check_kameleon_options(bandwidth, gamma, n_subsample)
@@ -81,12 +82,11 @@ def check_rejuvenation_options(
         check_number("chunk_size", chunk_size, integer=True, minimum=1, strict=False)
     if not (isinstance(batch_logp, bool) or (isinstance(batch_logp, str) and batch_logp == "auto")):
         raise ValueError(f'batch_logp must be "auto", True or False, got {batch_logp!r}.')
-    if am_weight is not None:
-        check_number("am_weight", am_weight, minimum=0, strict=False)
-        if am_weight >= 1:
-            raise ValueError(
-                f"am_weight must be in [0, 1) (1 would never use the Kameleon moves), got {am_weight!r}."
-            )
+    check_number("am_weight", am_weight, minimum=0, strict=False)
+    if am_weight >= 1:
+        raise ValueError(
+            f"am_weight must be in [0, 1) (1 would never use the Kameleon moves), got {am_weight!r}."
+        )
     if resampling not in RESAMPLING:
         raise ValueError(f"resampling must be one of {RESAMPLING}, got {resampling!r}.")
 
@@ -141,7 +141,7 @@ class GlobalWalkMixture:
     def _log_mixture(self, X, Y, log_kameleon) -> np.ndarray:
         r2 = np.einsum("ij,ij->i", X - Y, X - Y)
         log_walk = -0.5 * (r2 / self.walk_variance + self.dim * np.log(2 * np.pi * self.walk_variance))
-        return np.logaddexp(np.log1p(-self.weight) + log_kameleon, np.log(self.weight) + log_walk)
+        return mixture_log_density(log_kameleon, log_walk, self.weight)
 
     def sample_batch(self, Y, rng, chunk_size=None, factors=None):
         # Both components draw for every row and a uniform picks one, so the random stream does not

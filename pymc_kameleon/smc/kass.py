@@ -179,6 +179,7 @@ class KASS(BatchedSMCKernel):
         self.proposal_kernel = (
             proposal_kernel if isinstance(proposal_kernel, str) else type(proposal_kernel).__name__
         )
+        am_weight = self._default_am_weight if am_weight is None else am_weight
         check_rejuvenation_options(
             bandwidth=bandwidth,
             gamma=gamma,
@@ -211,7 +212,7 @@ class KASS(BatchedSMCKernel):
         self.max_steps = int(max_steps)
         self.chunk_size = chunk_size
         self.resampling = resampling
-        self.am_weight = self._default_am_weight if am_weight is None else float(am_weight)
+        self.am_weight = float(am_weight)
         self._reset_chain_state()
 
     # ---------------------------------------------------------------- set-up

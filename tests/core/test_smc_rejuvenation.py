@@ -165,7 +165,7 @@ def test_poor_mixing_log():
 VALID = dict(
     bandwidth="median", gamma="auto", n_subsample=1000, learning_rate=3.0, initial_scale=1.0,
     target_accept=0.234, n_steps="acceptance", correlation_threshold=0.01, move_probability=0.99,
-    max_steps=100, chunk_size=None, batch_logp="auto", resampling="multinomial",
+    max_steps=100, chunk_size=None, batch_logp="auto", resampling="multinomial", am_weight=0.25,
 )
 
 

@@ -249,7 +249,7 @@ def test_results_helpers_for_any_chains_stages_and_cores(chains, cores, seed, st
         idata = pm.sample_smc(
             draws=60, kernel=KASS, chains=chains, cores=cores, random_seed=seed, n_steps=2, am_weight=0.0,
             **SMC_KW,
-        )  # am_weight=0: the seeds were chosen for these stage counts before the default became 0.1
+        )  # am_weight=0: the seeds were chosen for these stage counts before the default became 0.25
     betas = stage_stats(idata, "beta")
     assert [len(b) for b in betas] == stages
     assert all(b[-1] == 1 and np.all(np.diff(b) > 0) for b in betas)
