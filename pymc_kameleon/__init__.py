@@ -17,12 +17,14 @@ from pymc_kameleon.pseudo_marginal import (
     PseudoMarginalEstimatorError,
     PseudoMarginalMisuseError,
     PseudoMarginalPotential,
+    correlated_importance_sampling_estimator,
     importance_sampling_estimator,
     log_estimate_spread,
     log_mean_exp,
 )
 from pymc_kameleon.smc import ASMC, KASS
 from pymc_kameleon.steps import (
+    DiscreteMetropolis,
     GPDelayedAcceptanceMALA,
     GPDelayedAcceptanceMH,
     KameleonMetropolis,
@@ -33,6 +35,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ASMC",
+    "DiscreteMetropolis",
     "GPDelayedAcceptanceMALA",
     "GPDelayedAcceptanceMH",
     "KASS",
@@ -41,6 +44,7 @@ __all__ = [
     "PseudoMarginalMisuseError",
     "PseudoMarginalPotential",
     "__version__",
+    "correlated_importance_sampling_estimator",
     "importance_sampling_estimator",
     "log_estimate_spread",
     "log_mean_exp",

@@ -40,11 +40,15 @@ from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 from scipy.special import logsumexp
 
+from pymc_kameleon.core.proposals import crank_nicolson_move
+from pymc_kameleon.core.validation import check_number
+
 __all__ = [
     "PseudoMarginalEstimatorError",
     "PseudoMarginalMisuseError",
     "PseudoMarginalOp",
     "PseudoMarginalPotential",
+    "correlated_importance_sampling_estimator",
     "importance_sampling_estimator",
     "log_estimate_spread",
     "log_mean_exp",
@@ -68,8 +72,9 @@ def _right_step_advice(name: str) -> str:
     return (
         f"Sample models with PseudoMarginalPotential {name!r} with "
         "pm.sample(step=pymc_kameleon.KameleonMetropolis()) (KameleonMetropolis(kernel='linear') "
-        "is the adaptive random-walk baseline) or GPDelayedAcceptanceMH(); both keep the estimate "
-        "at the current state and so target the exact posterior."
+        "is the adaptive random-walk baseline) or GPDelayedAcceptanceMH(), and give discrete "
+        "variables pymc_kameleon.DiscreteMetropolis() (assigned automatically inside `with model:`); "
+        "they keep the estimate at the current state and so target the exact posterior."
     )
 
 
@@ -84,19 +89,23 @@ class CurrentEstimate:
 
     inputs: tuple | None = None
     log_estimate: float = math.nan
+    # The auxiliary normals the estimate was computed with (correlated estimators only).
+    auxiliary: np.ndarray | None = None
 
     def matches(self, inputs) -> bool:
         return self.inputs is not None and all(
             a.shape == b.shape and bool((a == b).all()) for a, b in zip(self.inputs, inputs)
         )
 
-    def set(self, inputs, log_estimate: float):
+    def set(self, inputs, log_estimate: float, auxiliary=None):
         self.inputs = tuple(np.array(v, copy=True) for v in inputs)
         self.log_estimate = float(log_estimate)
+        self.auxiliary = auxiliary
 
     def clear(self):
         self.inputs = None
         self.log_estimate = math.nan
+        self.auxiliary = None
 
 
 class PseudoMarginalOp(Op):
@@ -111,11 +120,23 @@ class PseudoMarginalOp(Op):
     # No __props__: two potentials are never the same Op, even with equal estimators, so
     # PyTensor's graph merging can never fuse them.
 
-    def __init__(self, log_estimator, name: str, input_names, on_misuse: str = "raise", seed=None):
+    def __init__(
+        self,
+        log_estimator,
+        name: str,
+        input_names,
+        on_misuse: str = "raise",
+        seed=None,
+        auxiliary_shape=None,
+        correlation: float = 0.0,
+    ):
         self.log_estimator = log_estimator
         self.potential_name = name
         self.input_names = tuple(input_names)
         self.on_misuse = on_misuse
+        # Correlated estimators take standard normals u of this shape instead of a generator.
+        self.auxiliary_shape = auxiliary_shape
+        self.correlation = float(correlation)
         self.current = CurrentEstimate()
         self._fallback_rng = np.random.default_rng(seed)
         self._warned = False
@@ -132,7 +153,9 @@ class PseudoMarginalOp(Op):
         step = _foreign_step_in_stack()
         if step is not None:
             self._misuse(step)
-        output_storage[0][0] = np.asarray(self.estimate(inputs, self._fallback_rng), dtype="float64")
+        rng = self._fallback_rng
+        auxiliary = self.fresh_auxiliary(rng)  # one-off estimates (and SMC) draw u afresh
+        output_storage[0][0] = np.asarray(self.estimate(inputs, rng, auxiliary), dtype="float64")
 
     def grad(self, inputs, output_grads):
         self._no_gradient()
@@ -171,15 +194,35 @@ class PseudoMarginalOp(Op):
         text = ", ".join(parts)
         return text if len(text) <= max_len else text[: max_len - 3] + "..."
 
-    def estimate(self, inputs, rng) -> float:
+    @property
+    def correlated(self) -> bool:
+        """Whether the estimator takes auxiliary normals ``u`` (``auxiliary_shape`` was given)."""
+        return self.auxiliary_shape is not None
+
+    def fresh_auxiliary(self, rng):
+        """Independent standard normals of ``auxiliary_shape`` (None for an ``rng`` estimator)."""
+        return rng.standard_normal(self.auxiliary_shape) if self.correlated else None
+
+    def moved_auxiliary(self, auxiliary, rng):
+        """The proposal's auxiliary normals: a Crank-Nicolson move from ``auxiliary``
+        (:func:`~pymc_kameleon.core.proposals.crank_nicolson_move`); None for an ``rng`` estimator."""
+        if not self.correlated:
+            return None
+        if auxiliary is None:
+            return self.fresh_auxiliary(rng)
+        return crank_nicolson_move(auxiliary, self.correlation, rng)
+
+    def estimate(self, inputs, rng, auxiliary=None) -> float:
         """Call the estimator and check its answer.
 
-        Returns the log-estimate as a float; ``-inf`` (a zero estimate) is allowed and makes a
-        proposal be rejected. Raises :class:`PseudoMarginalEstimatorError`, naming the input
-        values, if the estimator raises or returns NaN, +inf or something that is not a scalar.
+        A correlated estimator is called as ``log_estimator(*inputs, auxiliary)``, any other as
+        ``log_estimator(*inputs, rng)``. Returns the log-estimate as a float; ``-inf`` (a zero
+        estimate) is allowed and makes a proposal be rejected. Raises
+        :class:`PseudoMarginalEstimatorError`, naming the input values, if the estimator raises or
+        returns NaN, +inf or something that is not a scalar.
         """
         try:
-            value = self.log_estimator(*inputs, rng)
+            value = self.log_estimator(*inputs, auxiliary if self.correlated else rng)
         except Exception as err:
             raise PseudoMarginalEstimatorError(
                 f"The log_estimator of PseudoMarginalPotential {self.potential_name!r} raised "
@@ -220,7 +263,16 @@ def _foreign_step_in_stack():
     return None
 
 
-def PseudoMarginalPotential(name: str, log_estimator, inputs, *, on_misuse: str = "raise", model=None):
+def PseudoMarginalPotential(
+    name: str,
+    log_estimator,
+    inputs,
+    *,
+    auxiliary_shape=None,
+    correlation: float | None = None,
+    on_misuse: str = "raise",
+    model=None,
+):
     r"""Add the log of an unbiased, random likelihood estimate to a PyMC model.
 
     The term's value is :math:`\log \hat L(\theta)`, where ``log_estimator(*input_values, rng)``
@@ -232,18 +284,44 @@ def PseudoMarginalPotential(name: str, log_estimator, inputs, *, on_misuse: str 
     accepted, so its stationary :math:`\theta`-marginal is the exact posterior
     :math:`\propto p(\theta) L(\theta)`, however noisy the estimate.
 
+    **Correlated pseudo-marginal** (Deligiannidis, Doucet and Pitt 2018). If the estimator's
+    randomness can be written as a fixed array :math:`u` of standard normals, declare its shape
+    with ``auxiliary_shape``; the estimator is then called as ``log_estimator(*input_values, u)``
+    and must be a deterministic function of its arguments. The steps keep :math:`(\theta, u,
+    \log\hat L(\theta, u))` as the current state and propose :math:`u` jointly with
+    :math:`\theta` by a Crank-Nicolson move,
+    :math:`u' = \rho u + \sqrt{1 - \rho^2}\,\varepsilon` (:math:`\rho` = ``correlation``).
+    The estimates at the current and the proposed :math:`\theta` then share most of their
+    randomness, so their ratio is far less noisy and the chain mixes with far fewer samples per
+    estimate. The move is reversible with respect to :math:`\mathcal N(0, I)`, so the
+    acceptance ratio is the same pseudo-marginal ratio, with no :math:`u` term, and the chain
+    stays exact (:func:`~pymc_kameleon.core.proposals.crank_nicolson_move`).
+
     Parameters
     ----------
     name : str
         Name of the potential in the model.
     log_estimator : callable
-        ``log_estimator(*input_values, rng) -> float``. ``input_values`` are the current values
-        of ``inputs`` as NumPy arrays, and ``rng`` is a :class:`numpy.random.Generator` derived
-        from the sampler's, so ``pm.sample(random_seed=...)`` reproduces a run. Return ``-inf``
-        for a zero estimate. Raising, or returning NaN or ``+inf``, stops sampling with an error
-        that names the input values.
+        ``log_estimator(*input_values, rng) -> float``, or with ``auxiliary_shape``
+        ``log_estimator(*input_values, u) -> float``. ``input_values`` are the current values
+        of ``inputs`` as NumPy arrays; ``rng`` is a :class:`numpy.random.Generator` and ``u`` an
+        array of standard normals, both derived from the sampler's generator, so
+        ``pm.sample(random_seed=...)`` reproduces a run. Return ``-inf`` for a zero estimate.
+        Raising, or returning NaN or ``+inf``, stops sampling with an error that names the input
+        values.
     inputs : variable or list of variables
         Model variables (or expressions of them) that the estimator depends on.
+    auxiliary_shape : int or tuple of int, optional
+        Shape of the estimator's auxiliary standard normals ``u``; giving it makes the estimator a
+        correlated one (see above). Defaults to ``log_estimator.auxiliary_shape`` if the estimator
+        has that attribute (:func:`correlated_importance_sampling_estimator` sets it).
+    correlation : float in [0, 1), optional
+        :math:`\rho` of the Crank-Nicolson move; default 0.99 with ``auxiliary_shape`` (and only
+        allowed with it). 0 draws ``u`` afresh at every proposal: standard pseudo-marginal. The
+        best :math:`\rho` grows with the size of ``u``: Deligiannidis et al. take
+        :math:`1 - \rho` of order :math:`N / T` (:math:`N` samples for each of :math:`T`
+        observations); the sampler statistic ``loglik_estimate`` shows how noisy the kept
+        estimate is.
     on_misuse : {"raise", "warn"}, default "raise"
         What happens when a PyMC step method other than this package's evaluates the term
         (stock ``pm.Metropolis``, ``pm.Slice``, ...), which would re-estimate it at the current
@@ -267,7 +345,8 @@ def PseudoMarginalPotential(name: str, log_estimator, inputs, *, on_misuse: str 
       by something that is not one of our steps (possible only with ``on_misuse="warn"``), is a
       fresh estimate drawn at the current state.
     - ``pm.sample_smc`` keeps each particle's likelihood between moves, so its kernels treat the
-      term exactly too.
+      term exactly too. They draw ``u`` afresh for every estimate: a correlated estimator is
+      exact there, but not correlated.
 
     Examples
     --------
@@ -300,8 +379,51 @@ def PseudoMarginalPotential(name: str, log_estimator, inputs, *, on_misuse: str 
         except (TypeError, ValueError) as err:
             raise TypeError(f"inputs[{i}] is not a model variable or tensor expression: {err}") from None
     input_names = [t.name or f"inputs[{i}]" for i, t in enumerate(tensors)]
-    op = PseudoMarginalOp(log_estimator, name, input_names, on_misuse=on_misuse)
+    if auxiliary_shape is None:  # estimators built by correlated_importance_sampling_estimator carry it
+        auxiliary_shape = getattr(log_estimator, "auxiliary_shape", None)
+    auxiliary_shape, correlation = _check_auxiliary(auxiliary_shape, correlation)
+    op = PseudoMarginalOp(
+        log_estimator,
+        name,
+        input_names,
+        on_misuse=on_misuse,
+        auxiliary_shape=auxiliary_shape,
+        correlation=correlation,
+    )
     return pm.Potential(name, op(*tensors), model=model)
+
+
+DEFAULT_CORRELATION = 0.99
+
+
+def _check_auxiliary(auxiliary_shape, correlation):
+    """Validated ``(auxiliary_shape, correlation)``: a tuple of positive ints or None, and a float."""
+    if auxiliary_shape is None:
+        if correlation not in (None, 0, 0.0):
+            raise ValueError(
+                f"correlation={correlation!r} needs auxiliary_shape: a correlated estimator takes its "
+                "randomness as an array u of standard normals, log_estimator(*inputs, u), and "
+                "auxiliary_shape gives u's shape."
+            )
+        return None, 0.0
+    shape = (auxiliary_shape,) if isinstance(auxiliary_shape, int | np.integer) else auxiliary_shape
+    try:
+        shape = tuple(shape)
+    except TypeError:
+        raise TypeError(
+            f"auxiliary_shape must be an int or a tuple of ints, got {auxiliary_shape!r}."
+        ) from None
+    if not shape or any(isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1 for n in shape):
+        raise ValueError(f"auxiliary_shape must be one or more positive integers, got {auxiliary_shape!r}.")
+    if correlation is None:
+        correlation = DEFAULT_CORRELATION
+    check_number("correlation", correlation, minimum=0, strict=False)
+    if not correlation < 1:
+        raise ValueError(
+            f"correlation must be in [0, 1), got {correlation!r}: at 1 the auxiliary variables never "
+            "move and the chain targets the likelihood of one fixed u, not the posterior."
+        )
+    return tuple(int(n) for n in shape), float(correlation)
 
 
 @dataclass
@@ -377,7 +499,9 @@ def importance_sampling_estimator(log_weight, sample, n_samples: int = 100):
     ----------
     log_weight : callable
         ``log_weight(f, *params) -> array (N,)``: :math:`\log p(y, f_i \mid \theta) - \log g(f_i \mid \theta)`
-        for the ``N`` draws stacked along axis 0 of ``f``.
+        for the ``N`` draws stacked along axis 0 of ``f``. For a product of independent
+        per-group likelihoods return shape ``(N, T)``: the estimate is then
+        :math:`\prod_t \frac1N \sum_i w_{ti}`, unbiased when the groups' draws are independent.
     sample : callable
         ``sample(*params, n, rng) -> f``: ``n`` draws from :math:`g(\cdot \mid \theta)`, stacked along axis 0.
     n_samples : int, default 100
@@ -397,13 +521,75 @@ def importance_sampling_estimator(log_weight, sample, n_samples: int = 100):
 
     def log_estimator(*args):
         *params, rng = args
-        draws = sample(*params, n_samples, rng)
-        log_w = np.asarray(log_weight(draws, *params), dtype=float)
-        if log_w.shape != (n_samples,):
-            raise ValueError(f"log_weight must return shape ({n_samples},), got {log_w.shape}.")
-        return float(log_mean_exp(log_w))
+        return _log_importance_estimate(log_weight(sample(*params, n_samples, rng), *params), n_samples)
 
     log_estimator.n_samples = n_samples
+    return log_estimator
+
+
+def _log_importance_estimate(log_weights, n_samples: int) -> float:
+    """log of prod_t mean_i w_ti for log-weights of shape (N,) or (N, T...)."""
+    log_w = np.asarray(log_weights, dtype=float)
+    if log_w.ndim == 0 or log_w.shape[0] != n_samples:
+        raise ValueError(
+            f"log_weight must return an array of shape ({n_samples},) or ({n_samples}, ...) "
+            f"(one row per importance sample), got {log_w.shape}."
+        )
+    return float(np.sum(log_mean_exp(log_w, axis=0)))
+
+
+def correlated_importance_sampling_estimator(log_weight, transform, n_samples: int, latent_shape=()):
+    r"""Build ``log_estimator(*params, u)``: an importance-sampling estimate driven by normals ``u``.
+
+    The correlated version of :func:`importance_sampling_estimator`. The proposal draws are a
+    deterministic transform of standard normals, :math:`f_i = T(u_i, \theta)` with
+    :math:`u_i \sim \mathcal N(0, I)` (for a Gaussian proposal :math:`T(u, \theta) = m(\theta) +
+    S(\theta) u`; other laws through their quantile function of :math:`\Phi(u)`), and
+
+    .. math::
+        \hat L(\theta, u) = \frac1N \sum_{i=1}^N w(T(u_i, \theta), \theta)
+
+    is unbiased for :math:`L(\theta)` when :math:`u` is standard normal. Passed to
+    :func:`PseudoMarginalPotential`, the estimator's ``auxiliary_shape`` (an attribute of the
+    returned function, ``(n_samples, *latent_shape)``) is picked up automatically, and the sampler
+    moves ``u`` by Crank-Nicolson steps.
+
+    Correlation pays most for a likelihood that is a product over many independent groups, each
+    estimated on its own, :math:`\hat L = \prod_t \frac1N \sum_i w_t(f_{ti}, \theta)` (random
+    effects, latent variables per observation): use ``latent_shape=(T, ...)`` and return the
+    log-weights with shape ``(N, T)``.
+
+    Parameters
+    ----------
+    log_weight : callable
+        ``log_weight(f, *params) -> array (N,) or (N, T)``, as for :func:`importance_sampling_estimator`.
+    transform : callable
+        ``transform(u, *params) -> f``: the ``N`` proposal draws from ``u`` of shape
+        ``(n_samples, *latent_shape)``.
+    n_samples : int
+        :math:`N`.
+    latent_shape : tuple of int, default ()
+        Shape of one draw's normals.
+
+    Returns
+    -------
+    callable
+        ``log_estimator(*params, u) -> float`` with attribute ``auxiliary_shape``.
+    """
+    if not (callable(log_weight) and callable(transform)):
+        raise TypeError("log_weight and transform must be callables.")
+    if isinstance(n_samples, bool) or not isinstance(n_samples, int | np.integer) or n_samples < 1:
+        raise ValueError(f"n_samples must be a positive integer, got {n_samples!r}.")
+    n_samples = int(n_samples)
+    latent = (latent_shape,) if isinstance(latent_shape, int | np.integer) else tuple(latent_shape)
+    auxiliary_shape, _ = _check_auxiliary((n_samples, *latent), None)
+
+    def log_estimator(*args):
+        *params, u = args
+        return _log_importance_estimate(log_weight(transform(u, *params), *params), n_samples)
+
+    log_estimator.n_samples = n_samples
+    log_estimator.auxiliary_shape = auxiliary_shape
     return log_estimator
 
 

@@ -108,6 +108,24 @@ def latent_gaussian_model(split=False, n_importance=20):
     return model
 
 
+def latent_gaussian_correlated_model(n_importance=2, correlation=0.9):
+    """The latent Gaussian model with a correlated estimator: z = theta + u, u of shape (N, J, D)."""
+    import pymc as pm
+
+    from pymc_kameleon import PseudoMarginalPotential, correlated_importance_sampling_estimator
+
+    def log_weight(z, theta):  # log p(y_j | z_j) per importance sample and group: shape (N, J)
+        return -0.5 * ((LATENT_Y - z) ** 2).sum(-1) - math.log(2 * math.pi)
+
+    estimator = correlated_importance_sampling_estimator(
+        log_weight, lambda u, theta: theta + u, n_importance, latent_shape=(LATENT_J, LATENT_D)
+    )
+    with pm.Model() as model:
+        theta = pm.Normal("theta", 0, 1, shape=LATENT_D)
+        PseudoMarginalPotential("lik", estimator, inputs=[theta], correlation=correlation)
+    return model
+
+
 def latent_gaussian_z_scores(draws):
     """|error| / MCSE for the exact posterior mean and variance of each coordinate of theta."""
     scores = {}

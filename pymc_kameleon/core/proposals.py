@@ -22,6 +22,10 @@ Implementations
     current state cached between steps.
 :class:`LangevinProposal`
     :math:`\mathcal N(y + \tfrac12 \Sigma g(y), \Sigma)` for a drift gradient :math:`g`.
+:func:`crank_nicolson_move`
+    :math:`u' = \rho u + \sqrt{1 - \rho^2}\,\varepsilon` for the auxiliary normals of a correlated
+    pseudo-marginal estimator; reversible with respect to :math:`\mathcal N(0, I)`, so it adds no
+    Hastings term.
 
 Adding a proposal means writing one small class with :meth:`~Proposal.propose` (and
 :meth:`~Proposal.log_density`), and one line in the shared test harness
@@ -46,6 +50,7 @@ __all__ = [
     "Move",
     "Proposal",
     "RandomWalkProposal",
+    "crank_nicolson_move",
     "langevin_log_density",
     "mixture_log_density",
 ]
@@ -290,3 +295,38 @@ def mixture_log_density(log_q_main, log_q_walk, walk_weight: float):
     it for both Hastings terms, so the MH ratio is exact whichever component drew the move.
     """
     return np.logaddexp(math.log1p(-walk_weight) + log_q_main, math.log(walk_weight) + log_q_walk)
+
+
+def crank_nicolson_move(u, correlation: float, rng) -> np.ndarray:
+    r"""Crank-Nicolson move of standard-normal auxiliary variables (correlated pseudo-marginal).
+
+    .. math::
+        u' = \rho\, u + \sqrt{1 - \rho^2}\, \varepsilon, \qquad \varepsilon \sim \mathcal N(0, I).
+
+    The kernel :math:`K(u' \mid u) = \mathcal N(u';\ \rho u,\ (1 - \rho^2) I)` is reversible with
+    respect to :math:`\varphi = \mathcal N(0, I)`: :math:`\varphi(u) K(u' \mid u)` is the density of a
+    centred normal pair with unit variances and correlation :math:`\rho`, symmetric in
+    :math:`(u, u')`. So in the Metropolis-Hastings ratio of the extended target
+    :math:`\pi(\theta)\, \hat L(\theta, u)\, \varphi(u)` under the joint proposal
+    :math:`q(\theta' \mid \theta) K(u' \mid u)`, the factor
+    :math:`\varphi(u') K(u \mid u') / (\varphi(u) K(u' \mid u))` is 1: the ratio is the
+    pseudo-marginal one, with no :math:`u` terms (Deligiannidis, Doucet and Pitt 2018).
+
+    Parameters
+    ----------
+    u : array
+        The current auxiliary variables.
+    correlation : float
+        :math:`\rho \in [0, 1)`; 0 draws :math:`u'` afresh (standard pseudo-marginal).
+    rng : numpy.random.Generator
+
+    References
+    ----------
+    Deligiannidis, G., Doucet, A. and Pitt, M. K. (2018). The correlated pseudomarginal method.
+    J. R. Statist. Soc. B 80(5), 839-870.
+    """
+    u = np.asarray(u, dtype=float)
+    noise = rng.standard_normal(u.shape)
+    if correlation == 0:
+        return noise
+    return correlation * u + math.sqrt(1.0 - correlation**2) * noise

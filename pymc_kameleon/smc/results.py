@@ -72,6 +72,25 @@ class LogEvidence(NamedTuple):
         return float(math.sqrt(math.log1p(np.sum(weights * rel_var))))
 
 
+# Below this many distinct initial draws behind the final particles, the genealogy estimate is not trusted.
+MIN_DISTINCT_ANCESTORS = 10
+
+
+def _warn_collapsed_genealogy(distinct: list[int]) -> None:
+    few = {c: n for c, n in enumerate(distinct) if n < MIN_DISTINCT_ANCESTORS}
+    if not few:
+        return
+    listing = ", ".join(f"chain {c}: {n}" for c, n in few.items())
+    warnings.warn(
+        f"The final particles descend from fewer than {MIN_DISTINCT_ANCESTORS} of the initial draws "
+        f"({listing}), so the genealogy has collapsed and the standard error of log Z is not reliable "
+        "(with one ancestor it is always sqrt(log 2) = 0.83, whatever the true error). log Z itself may "
+        "be far off. Use more particles (draws=), or compare several independent chains.",
+        UserWarning,
+        stacklevel=3,
+    )
+
+
 def log_evidence(idata) -> LogEvidence:
     r"""The log evidence :math:`\log \hat Z` of each chain, with a standard error from the same run.
 
@@ -89,6 +108,12 @@ def log_evidence(idata) -> LogEvidence:
     :math:`\log Z` in about 95% of runs when the moves mix (measured in ``benchmarks/RESULTS.md``).
     Samples from PyMC's own kernels, or from ``resampling="systematic"``, have no valid genealogy
     estimate: their standard errors are NaN, with a warning.
+
+    The estimate needs the final particles to descend from many initial draws. When they
+    descend from fewer than :data:`MIN_DISTINCT_ANCESTORS` (the ``distinct_ancestors``
+    statistic), :math:`V` is computed from a handful of lineages and cannot be trusted; with a
+    single one it is exactly 1 whatever the true variance, so :math:`\sigma = \sqrt{\log 2}
+    \approx 0.83`. A warning then names the chains and their counts.
 
     Returns
     -------
@@ -113,6 +138,8 @@ def log_evidence(idata) -> LogEvidence:
         )
         return LogEvidence(log_z, np.full_like(log_z, np.nan))
     rel_var = np.array([chain[-1] for chain in stage_stats(idata, "evidence_relative_variance")])
+    if "distinct_ancestors" in idata.sample_stats:
+        _warn_collapsed_genealogy([int(chain[-1]) for chain in stage_stats(idata, "distinct_ancestors")])
     if np.isnan(rel_var).any():
         warnings.warn(
             "The particles were resampled systematically (resampling='systematic'), for which the "

@@ -33,7 +33,8 @@ class Evaluation:
     """The target's log density at one point, split into its exact and estimated parts.
 
     ``logp = exact + sum(log_estimates)``. ``estimator_inputs`` holds, per pseudo-marginal term,
-    the values its estimator was called with; both are empty for models without such terms.
+    the values its estimator was called with, and ``auxiliaries`` the auxiliary normals ``u`` of
+    a correlated estimator (None for the others); all are empty for models without such terms.
 
     A :class:`SplitTargetDensity` also fills the prior/likelihood split: ``log_prior`` (the free
     variables' terms, Jacobians included), ``exact_loglik`` (observed terms and ordinary
@@ -49,6 +50,7 @@ class Evaluation:
     exact_loglik: float = math.nan
     grad_log_prior: np.ndarray | None = None
     grad_exact_loglik: np.ndarray | None = None
+    auxiliaries: tuple = ()
 
     @property
     def log_estimate(self) -> float:
@@ -167,20 +169,41 @@ class TargetDensity:
             start += count
         return float(out[0]), tuple(grouped)
 
-    def _estimate(self, term, inputs) -> float:
+    def _estimate(self, term, inputs, auxiliary) -> float:
         self.n_estimates += 1
-        return term.op.estimate(inputs, self.estimator_rng)
+        return term.op.estimate(inputs, self.estimator_rng, auxiliary)
+
+    def _proposal_estimates(self, inputs) -> tuple[tuple, tuple]:
+        """Log-estimates and auxiliary normals at a proposal whose estimators get ``inputs``.
+
+        A term whose inputs equal the current state's keeps its current estimate (a proposal that
+        leaves ``u`` unchanged): the step's block does not feed that estimator, and redrawing it
+        would only add noise and cost. Every other term gets a fresh estimate, a correlated one
+        with ``u`` moved by Crank-Nicolson from the current state's ``u``.
+        """
+        cur = self._cur
+        estimates, auxiliaries = [], []
+        for i, (term, values) in enumerate(zip(self.terms, inputs)):
+            kept = cur is not None and i < len(cur.log_estimates)
+            if kept and _same_arrays(cur.estimator_inputs[i], values):
+                estimates.append(cur.log_estimates[i])
+                auxiliaries.append(cur.auxiliaries[i])
+                continue
+            auxiliary = term.op.moved_auxiliary(cur.auxiliaries[i] if kept else None, self.estimator_rng)
+            estimates.append(self._estimate(term, values, auxiliary))
+            auxiliaries.append(auxiliary)
+        return tuple(estimates), tuple(auxiliaries)
 
     def evaluate(self, x) -> Evaluation:
         """Log density at a proposal ``x``, with fresh estimates (skipped where the exact part is not
-        finite)."""
+        finite; see :meth:`_proposal_estimates`)."""
         exact, inputs = self._exact_and_inputs(x)
         if not self.terms:
             return Evaluation(exact, exact)
         if not math.isfinite(exact):
             return Evaluation(exact if exact != math.inf else math.nan, exact, (), inputs)
-        estimates = tuple(self._estimate(t, v) for t, v in zip(self.terms, inputs))
-        return Evaluation(exact + sum(estimates), exact, estimates, inputs)
+        estimates, auxiliaries = self._proposal_estimates(inputs)
+        return Evaluation(exact + sum(estimates), exact, estimates, inputs, auxiliaries=auxiliaries)
 
     def __call__(self, x) -> float:
         """Log density at ``x`` with fresh estimates (see :meth:`evaluate`)."""
@@ -192,8 +215,10 @@ class TargetDensity:
         self._cur_q = np.array(x, dtype=float, copy=True)
         self._cur = evaluation
         self._cur_shared = self._snapshot()
-        for term, inputs, value in zip(self.terms, evaluation.estimator_inputs, evaluation.log_estimates):
-            term.op.current.set(inputs, value)
+        for term, inputs, value, auxiliary in zip(
+            self.terms, evaluation.estimator_inputs, evaluation.log_estimates, evaluation.auxiliaries
+        ):
+            term.op.current.set(inputs, value, auxiliary)
 
     def current(self, y, point_map_info, rng) -> Evaluation:
         """Evaluation at the current state ``y``, cached; never a fresh estimate at an unchanged point.
@@ -207,19 +232,27 @@ class TargetDensity:
         if cur is not None and same_array(self._cur_q, y) and self._shared_unchanged():
             return cur
         exact, inputs, parts = self._current_parts(y)
-        estimates = []
+        estimates, auxiliaries = [], []
         for i, (term, values) in enumerate(zip(self.terms, inputs)):
-            if (
+            if term.op.current.matches(values):
+                # The latest estimate any of our steps kept (ours, or one written since by another
+                # block of a CompoundStep, which may have changed it while these inputs stood still).
+                estimates.append(term.op.current.log_estimate)
+                auxiliaries.append(term.op.current.auxiliary)
+            elif (
                 cur is not None
                 and i < len(cur.estimator_inputs)
                 and _same_arrays(cur.estimator_inputs[i], values)
             ):
-                estimates.append(cur.log_estimates[i])  # inputs unchanged: keep our estimate
-            elif term.op.current.matches(values):
-                estimates.append(term.op.current.log_estimate)  # written by another of our steps
-            elif math.isfinite(exact):
-                estimates.append(self._estimate(term, values))  # start of the chain
-        evaluation = Evaluation(exact + sum(estimates), exact, tuple(estimates), inputs, **parts)
+                estimates.append(cur.log_estimates[i])
+                auxiliaries.append(cur.auxiliaries[i])
+            elif math.isfinite(exact):  # the start of the chain
+                auxiliary = term.op.fresh_auxiliary(self.estimator_rng)
+                estimates.append(self._estimate(term, values, auxiliary))
+                auxiliaries.append(auxiliary)
+        evaluation = Evaluation(
+            exact + sum(estimates), exact, tuple(estimates), inputs, **parts, auxiliaries=tuple(auxiliaries)
+        )
         if not math.isfinite(evaluation.logp):
             raise ValueError(
                 f"{self.step_name}: the model log density at the current point is {evaluation.logp} "
@@ -401,9 +434,9 @@ class SplitTargetDensity(TargetDensity):
         if not math.isfinite(ll):
             bad = -math.inf if ll == -math.inf else math.nan
             return Evaluation(bad, bad, (), inputs, lp, ll, glp, gll)
-        estimates = tuple(self._estimate(t, v) for t, v in zip(self.terms, inputs))
+        estimates, auxiliaries = self._proposal_estimates(inputs)
         exact = lp + ll
-        return Evaluation(exact + sum(estimates), exact, estimates, inputs, lp, ll, glp, gll)
+        return Evaluation(exact + sum(estimates), exact, estimates, inputs, lp, ll, glp, gll, auxiliaries)
 
     def _current_parts(self, y):
         lp, glp = self.prior(y)

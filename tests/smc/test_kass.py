@@ -580,3 +580,16 @@ def test_am_weight_mixes_in_the_global_walk(monkeypatch):
     assert abs(log_z[0] - LOG_Z) < 1.0
     with linear_model(), pytest.raises(ValueError, match="am_weight"):
         KASS(am_weight=1.0, draws=200)
+
+
+def test_log_evidence_warns_when_the_genealogy_has_collapsed():
+    """With a single ancestor V is exactly 1 (SE sqrt(log 2), whatever the true error): the warning
+    names the chain and its count; chains with many ancestors do not warn."""
+    _, _, idata = run_smc(linear_model(), KASS, chains=1, draws=200, n_steps=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # many ancestors: no warning
+        log_evidence(idata)
+    collapsed = idata.copy()
+    collapsed.sample_stats["distinct_ancestors"] = collapsed.sample_stats["distinct_ancestors"] * 0 + 1
+    with pytest.warns(UserWarning, match=r"fewer than 10 of the initial draws \(chain 0: 1\)"):
+        log_evidence(collapsed)

@@ -1,0 +1,201 @@
+r"""``DiscreteMetropolis``: Metropolis-within-Gibbs for discrete variables, exact beside estimates.
+
+PyMC gives discrete variables ``BinaryGibbsMetropolis``, ``CategoricalGibbsMetropolis`` or
+``Metropolis``. With a :func:`~pymc_kameleon.PseudoMarginalPotential` in the model those would
+re-estimate the likelihood at the current state, which is biased, so the potential refuses them.
+This step updates the discrete variables through the same
+:class:`~pymc_kameleon.steps.target_density.TargetDensity` as our continuous steps: the estimate
+at the current state is kept, and a proposal is accepted with the pseudo-marginal ratio.
+
+Importing :mod:`pymc_kameleon` registers the step with PyMC's automatic assignment. Its
+competence is ``IDEAL`` for a discrete variable of a model (the active ``with model:`` context)
+that has a pseudo-marginal term, and ``INCOMPATIBLE`` otherwise, so
+``pm.sample(step=KameleonMetropolis())`` gives the discrete variables this step in such models
+and changes nothing in any other model.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pymc as pm
+from pymc.blocking import RaveledVars
+from pymc.step_methods.compound import Competence
+from pymc.util import get_value_vars_from_user_vars
+from pymc.vartypes import discrete_types
+
+from pymc_kameleon.core.adaptation import RobbinsMonro
+from pymc_kameleon.core.mh import metropolis_accept, mh_log_ratio
+from pymc_kameleon.core.validation import check_number, check_probability
+from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
+from pymc_kameleon.steps.base import AdaptiveStep
+from pymc_kameleon.steps.target_density import TargetDensity
+
+__all__ = ["DiscreteMetropolis", "register_with_pymc"]
+
+
+class DiscreteMetropolis(AdaptiveStep):
+    r"""Metropolis-within-Gibbs for integer and binary variables, with exact pseudo-marginal terms.
+
+    One step visits every element of the block once, in random order, and for element :math:`j`
+    proposes
+
+    - a flip :math:`x_j' = 1 - x_j` if the variable is binary (Bernoulli, or Categorical with two
+      categories);
+    - otherwise :math:`x_j' = x_j + \delta`, with :math:`\delta = \operatorname{round}(s_j Z)`,
+      :math:`Z \sim \mathcal N(0, 1)`, and :math:`\delta = 0` replaced by :math:`\pm 1` with equal
+      probability.
+
+    Both proposals are symmetric, so element :math:`j`'s move is accepted with probability
+    :math:`\min\{1, \pi(x')\hat L(x') / (\pi(x) \hat L_{\text{kept}}(x))\}`, where
+    :math:`\hat L_{\text{kept}}` is the estimate kept at the current state (Andrieu & Roberts
+    2009). A proposal outside the support (zero prior density) is rejected without calling the
+    estimator. During tuning each :math:`s_j` follows a Robbins-Monro rule toward
+    ``target_accept``; after tuning it is fixed, so the chain is an exact Metropolis-within-Gibbs
+    chain. Each element's move costs one log-density evaluation and, when it changes an
+    estimator's inputs, one estimate.
+
+    Parameters
+    ----------
+    vars : list of variables, optional
+        Discrete variables to sample. Defaults to all discrete free variables.
+    scaling : float, default 1.0
+        Initial :math:`s_j` of the integer moves.
+    target_accept : float, default 0.44
+        Acceptance rate the integer moves' scales are tuned toward (the one-dimensional optimum).
+    model, initial_point, compile_kwargs, rng, blocked
+        As for :class:`~pymc_kameleon.KameleonMetropolis`.
+
+    Examples
+    --------
+    >>> with pm.Model():  # doctest: +SKIP
+    ...     k = pm.Poisson("k", 3.0)
+    ...     theta = pm.Normal("theta", 0, 1)
+    ...     PseudoMarginalPotential("lik", log_estimator, inputs=[theta, k])
+    ...     idata = pm.sample(step=KameleonMetropolis())  # k gets DiscreteMetropolis
+    """
+
+    name = "discrete_metropolis"
+    stats_dtypes_shapes = {**AdaptiveStep.stats_dtypes_shapes, "logp_evals": (np.int64, [])}
+
+    def __init__(
+        self,
+        vars=None,
+        *,
+        scaling: float = 1.0,
+        target_accept: float = 0.44,
+        model=None,
+        initial_point=None,
+        compile_kwargs=None,
+        rng=None,
+        blocked: bool = True,
+    ):
+        model = pm.modelcontext(model)
+        check_number("scaling", scaling, minimum=0)
+        check_probability("target_accept", target_accept)
+        self.scaling_initial = float(scaling)
+        self.target_accept = float(target_accept)
+        if initial_point is None:
+            initial_point = model.initial_point()
+        vars = _discrete_value_vars(vars, model)
+        self._binary = np.concatenate(
+            [np.full(np.size(initial_point[v.name]), _is_binary(model.values_to_rvs[v])) for v in vars]
+        )
+        self.dim = int(self._binary.size)
+        target = TargetDensity(model, vars, initial_point, compile_kwargs, type(self).__name__)
+        self._join_pymc(vars, target, blocked, rng)
+
+    def _reset_chain_state(self):
+        self._scales = [RobbinsMonro(self.scaling_initial, self.target_accept) for _ in range(self.dim)]
+        self._target.reset()
+
+    @staticmethod
+    def competence(var, has_grad):
+        """``IDEAL`` for a discrete variable of the active model when it has a pseudo-marginal term."""
+        if var.dtype not in discrete_types:
+            return Competence.INCOMPATIBLE
+        try:
+            model = pm.modelcontext(None)
+            has_terms = bool(pseudo_marginal_terms(model))
+        except (TypeError, ValueError):  # no active model, or a misused potential (reported elsewhere)
+            return Competence.INCOMPATIBLE
+        if has_terms and any(rv is var for rv in model.free_RVs):
+            return Competence.IDEAL
+        return Competence.INCOMPATIBLE
+
+    def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list]:
+        evals_before = self._target.n_evals
+        estimates_before = self._target.n_estimates
+        y = np.array(q0.data, copy=True)
+        logp_y = self._target.current(y, q0.point_map_info, self.rng).logp
+        accept_probs = np.empty(self.dim)
+        n_accepted = 0
+        for j in self.rng.permutation(self.dim):
+            x = y.copy()
+            x[j] = 1 - y[j] if self._binary[j] else y[j] + self._jump(j)
+            evaluation = self._target.evaluate(x)
+            accepted, accept_probs[j] = metropolis_accept(mh_log_ratio(evaluation.logp, logp_y), self.rng)
+            if accepted:
+                self._target.accept(x, evaluation)
+                y, logp_y = x, evaluation.logp
+                n_accepted += 1
+            if self.tune and not self._binary[j]:
+                self._scales[j].update(accept_probs[j])
+        stats = {
+            "accept": float(np.mean(accept_probs)),
+            "accepted": n_accepted / self.dim,
+            "tune": self.tune,
+            "scaling": float(np.mean([s.value for s in self._scales])),
+            "model_logp": self._target.current_logp,
+            "logp_evals": self._target.n_evals - evals_before,
+        }
+        stats.update(self._target.estimate_stats(estimates_before))
+        return RaveledVars(y, q0.point_map_info), [stats]
+
+    def _jump(self, j: int) -> int:
+        """Symmetric integer jump: round(s_j Z), with 0 replaced by +-1."""
+        jump = int(round(self._scales[j].value * self.rng.standard_normal()))
+        return jump if jump != 0 else (1 if self.rng.random() < 0.5 else -1)
+
+
+def _is_binary(rv) -> bool:
+    """Bernoulli, or Categorical with two categories: the flip is the natural move."""
+    op = getattr(rv.owner, "op", None)
+    name = type(op).__name__
+    if name == "BernoulliRV":
+        return True
+    if name == "CategoricalRV":
+        try:
+            return int(rv.owner.inputs[-1].shape[-1].eval()) == 2
+        except Exception:  # probabilities that depend on other variables: treat as integer
+            return False
+    return False
+
+
+def _discrete_value_vars(vars, model):
+    if vars is None:
+        vars = model.discrete_value_vars
+        if not vars:
+            raise ValueError("DiscreteMetropolis samples discrete variables, and this model has none.")
+        return vars
+    vars = get_value_vars_from_user_vars(vars, model)
+    continuous = [v.name for v in vars if v.dtype not in discrete_types]
+    if continuous:
+        raise ValueError(
+            f"DiscreteMetropolis samples discrete variables only, but {continuous} "
+            f"{'is' if len(continuous) == 1 else 'are'} continuous; give them KameleonMetropolis."
+        )
+    return vars
+
+
+def register_with_pymc() -> None:
+    """Put :class:`DiscreteMetropolis` first in PyMC's list of step methods for automatic assignment.
+
+    First, so that it wins ties with PyMC's own discrete steps; its competence is ``INCOMPATIBLE``
+    for every model without a pseudo-marginal term, so no other assignment changes.
+    """
+    methods = pm.step_methods.STEP_METHODS
+    if DiscreteMetropolis not in methods:
+        methods.insert(0, DiscreteMetropolis)
+
+
+register_with_pymc()

@@ -1,0 +1,225 @@
+"""Correlated pseudo-marginal: (theta, u) proposed jointly, u by Crank-Nicolson, and the chain stays exact.
+
+Exact tests drive a step by hand with a scripted, deterministic estimator of (theta, u); the slow
+tests check the latent Gaussian model of conftest.py (known posterior) with the MCSE tolerance,
+and a negative control that drops the kept state.
+"""
+
+import math
+import warnings
+
+import numpy as np
+import pymc as pm
+import pytest
+from conftest import SAMPLE_KW, latent_gaussian_correlated_model, latent_gaussian_z_scores
+from scipy.stats import norm
+
+from pymc_kameleon import (
+    GPDelayedAcceptanceMH,
+    KameleonMetropolis,
+    PseudoMarginalPotential,
+    correlated_importance_sampling_estimator,
+)
+from pymc_kameleon.core.proposals import crank_nicolson_move
+
+Z_MAX = 4.0
+
+
+class ScriptedEstimator:
+    """log L_hat(theta, u) = log N(0.3; theta, 1) + c mean(u), deterministic in (theta, u); records calls."""
+
+    def __init__(self, c=1.5):
+        self.c = c
+        self.calls = []
+
+    def __call__(self, theta, u):
+        value = float(norm.logpdf(0.3, theta, 1.0) + self.c * u.mean())
+        self.calls.append((float(theta), np.array(u, copy=True), value))
+        return value
+
+
+def drive(model, step, n_steps):
+    point = model.initial_point()
+    rows = []
+    for _ in range(n_steps):
+        point, stats = step.step(point)
+        rows.append((dict(point), stats[0]))
+    return rows
+
+
+def scripted_run(correlation, n_steps=400, shape=(50,)):
+    estimator = ScriptedEstimator()
+    with pm.Model() as model:
+        theta = pm.Normal("theta", 0, 2)
+        PseudoMarginalPotential(
+            "lik", estimator, inputs=[theta], auxiliary_shape=shape, correlation=correlation
+        )
+        step = KameleonMetropolis(adapt_interval=10_000, rng=1)
+    return estimator, drive(model, step, n_steps)
+
+
+# ------------------------------------------------------------------- exact bookkeeping
+def test_exact_ratio_and_the_kept_u():
+    """log alpha = log p(x) + log L_hat(x, u') - log p(y) - log L_hat(y, u_kept), with no u term; u_kept
+    changes only on acceptance, and each proposal's u' is drawn around u_kept."""
+    estimator, rows = scripted_run(0.95)
+    calls = estimator.calls
+    assert len(calls) == 1 + len(rows)
+    y, u_kept, kept = calls[0]
+    residuals, n_accepted = [], 0
+    for (point, stats), (x, u_new, value) in zip(rows, calls[1:]):
+        assert u_new.shape == (50,)
+        residuals.append((u_new - 0.95 * u_kept) / math.sqrt(1 - 0.95**2))
+        log_alpha = norm.logpdf(x, 0, 2) + value - norm.logpdf(y, 0, 2) - kept
+        assert stats["accept"] == pytest.approx(math.exp(min(0.0, log_alpha)), rel=1e-12, abs=1e-300)
+        if stats["accepted"]:
+            y, u_kept, kept = x, u_new, value
+            n_accepted += 1
+        assert point["theta"] == y and stats["loglik_estimate"] == kept
+    assert 40 < n_accepted < 360
+    # Monte Carlo check of the u proposal: the residuals are N(0, 1) and independent of u_kept.
+    eps = np.concatenate(residuals)
+    n = eps.size
+    assert abs(eps.mean()) < 4 / math.sqrt(n)
+    assert abs(eps.var() - 1) < 4 * math.sqrt(2 / n)
+
+
+def test_u_proposal_check_can_fail():
+    """Negative control for the check above: reconstructing with the wrong correlation is caught."""
+    estimator, rows = scripted_run(0.95)
+    u_kept, residuals = estimator.calls[0][1], []
+    for (_, stats), (_, u_new, _) in zip(rows, estimator.calls[1:]):
+        residuals.append((u_new - 0.8 * u_kept) / math.sqrt(1 - 0.8**2))
+        if stats["accepted"]:
+            u_kept = u_new
+    eps = np.concatenate(residuals)
+    assert abs(eps.var() - 1) > 4 * math.sqrt(2 / eps.size)
+
+
+def test_correlation_zero_draws_u_afresh():
+    """correlation=0 is standard pseudo-marginal: each proposal's u is independent of the kept one."""
+    estimator, rows = scripted_run(0.0, n_steps=200)
+    pairs = []
+    u_kept = estimator.calls[0][1]
+    for (_, stats), (_, u_new, _) in zip(rows, estimator.calls[1:]):
+        pairs.append((u_kept, u_new))
+        if stats["accepted"]:
+            u_kept = u_new
+    a = np.concatenate([p[0] for p in pairs])
+    b = np.concatenate([p[1] for p in pairs])
+    assert abs(np.corrcoef(a, b)[0, 1]) < 4 / math.sqrt(a.size)
+
+
+def test_crank_nicolson_move_keeps_the_standard_normal():
+    """u ~ N(0, I) and u' = rho u + sqrt(1 - rho^2) eps: u' ~ N(0, I) with corr(u, u') = rho (Monte Carlo)."""
+    rng = np.random.default_rng(0)
+    u = rng.standard_normal(200_000)
+    moved = crank_nicolson_move(u, 0.9, rng)
+    assert abs(moved.mean()) < 0.01 and abs(moved.var() - 1) < 0.01
+    assert np.corrcoef(u, moved)[0, 1] == pytest.approx(0.9, abs=0.005)
+
+
+def test_options_are_checked():
+    def estimator(theta, u):
+        return 0.0
+
+    with pm.Model():
+        theta = pm.Normal("theta")
+        with pytest.raises(ValueError, match="correlation=0.9 needs auxiliary_shape"):
+            PseudoMarginalPotential("a", estimator, inputs=[theta], correlation=0.9)
+        with pytest.raises(ValueError, match=r"correlation must be in \[0, 1\)"):
+            PseudoMarginalPotential("b", estimator, inputs=[theta], auxiliary_shape=3, correlation=1.0)
+        with pytest.raises(ValueError, match="correlation must be a finite number >= 0"):
+            PseudoMarginalPotential("c", estimator, inputs=[theta], auxiliary_shape=3, correlation=-0.1)
+        with pytest.raises(ValueError, match="auxiliary_shape must be one or more positive integers"):
+            PseudoMarginalPotential("d", estimator, inputs=[theta], auxiliary_shape=(3, 0))
+        with pytest.raises(TypeError, match="auxiliary_shape must be an int or a tuple"):
+            PseudoMarginalPotential("e", estimator, inputs=[theta], auxiliary_shape=2.5)
+        op = PseudoMarginalPotential("f", estimator, inputs=[theta], auxiliary_shape=3).owner.op
+        assert op.auxiliary_shape == (3,) and op.correlation == 0.99  # the default
+
+
+def test_helper_estimator_carries_its_shape_and_is_unbiased():
+    """correlated_importance_sampling_estimator: auxiliary_shape is picked up by the potential, and
+    exp(log L_hat) averages to the exact likelihood over u ~ N(0, I) (Monte Carlo)."""
+    y = np.array([0.4, -0.2, 1.1])
+
+    def log_weight(z, theta):
+        return norm.logpdf(y, z, 1.0)  # (N, T)
+
+    est = correlated_importance_sampling_estimator(
+        log_weight, lambda u, theta: theta + u, 3, latent_shape=(3,)
+    )
+    assert est.auxiliary_shape == (3, 3)
+    with pm.Model():
+        theta = pm.Normal("theta")
+        op = PseudoMarginalPotential("lik", est, inputs=[theta]).owner.op
+    assert op.auxiliary_shape == (3, 3) and op.correlation == 0.99
+    rng = np.random.default_rng(1)
+    values = np.exp([est(np.float64(0.2), rng.standard_normal((3, 3))) for _ in range(40_000)])
+    exact = np.prod(norm.pdf(y, 0.2, math.sqrt(2.0)))
+    assert abs(values.mean() - exact) < 4 * values.std() / math.sqrt(values.size)
+
+
+def test_kept_estimate_reused_by_a_block_that_does_not_feed_the_estimator():
+    """A block whose variables are not the estimator's inputs keeps the current estimate and u (no call)."""
+    estimator = ScriptedEstimator()
+    with pm.Model() as model:
+        theta = pm.Normal("theta", 0, 2)
+        other = pm.Normal("other", 0, 1)
+        PseudoMarginalPotential("lik", estimator, inputs=[theta], auxiliary_shape=(5,))
+        step = pm.CompoundStep([KameleonMetropolis([theta], rng=1), KameleonMetropolis([other], rng=2)])
+    point = model.initial_point()
+    for _ in range(50):
+        before = len(estimator.calls)
+        point, stats = step.step(point)
+        assert len(estimator.calls) - before == (2 if before == 0 else 1)  # only the theta block calls it
+        assert stats[1]["estimator_calls"] == 0
+        assert stats[1]["loglik_estimate"] == stats[0]["loglik_estimate"]
+
+
+# ------------------------------------------------------------------- exactness (slow)
+class ReEstimatesTheCurrentState(KameleonMetropolis):
+    """Negative control: drops the kept (theta, u, estimate) state at every step, so the current state
+    is re-estimated with fresh u and the proposal's u is moved from that (a correlated
+    Monte-Carlo-within-Metropolis, which targets a wrong, wider distribution)."""
+
+    def astep(self, q0):
+        self._target._cur = None
+        for term in self._target.terms:
+            term.op.current.clear()
+        return super().astep(q0)
+
+
+def _sample(step_factory, seed, draws=5000, **model_kw):
+    model = latent_gaussian_correlated_model(**model_kw)
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        idata = pm.sample(
+            step=step_factory(), draws=draws, tune=2000, chains=4, cores=2, random_seed=seed, **SAMPLE_KW
+        )
+    return idata.posterior["theta"].values, idata
+
+
+@pytest.mark.slow
+def test_exact_posterior_with_a_correlated_estimator():
+    """Two importance samples per group (a log-estimate sd of about 3 at the posterior mean, where
+    standard pseudo-marginal sticks), correlation 0.9: the posterior's means and variances within
+    4 MCSE."""
+    draws, idata = _sample(KameleonMetropolis, seed=11)
+    scores = latent_gaussian_z_scores(draws)
+    assert max(scores.values()) < Z_MAX, scores
+
+
+@pytest.mark.slow
+def test_exact_posterior_gp_delayed_acceptance_with_a_correlated_estimator():
+    draws, _ = _sample(GPDelayedAcceptanceMH, seed=12, draws=4000)
+    scores = latent_gaussian_z_scores(draws)
+    assert max(scores.values()) < Z_MAX, scores
+
+
+@pytest.mark.slow
+def test_negative_control_re_estimating_the_current_state_is_wrong():
+    draws, _ = _sample(ReEstimatesTheCurrentState, seed=11)
+    scores = latent_gaussian_z_scores(draws)
+    assert max(scores.values()) > Z_MAX, scores
