@@ -1,6 +1,7 @@
 """The benchmark scripts run (tiny budget), so they never rot."""
 
 import importlib.util
+import math
 from pathlib import Path
 
 import numpy as np
@@ -114,3 +115,39 @@ def test_real_posteriors_metropolis_count_matches_pymc():
         )
     # each delta_logp call evaluates logp(proposal) and logp(current)
     assert bench.log_density_evaluations("Metropolis", idata, model) == 2 * len(calls) == 2 * 4 * 2 * 30
+
+
+@pytest.mark.slow
+def test_correlated_pseudo_marginal_quick_mode(capsys):
+    bench = _load("correlated_pseudo_marginal")
+    rows = bench.main(["--quick"])
+    out = capsys.readouterr().out
+    assert "| standard | 8 |" in out and "| correlated | 2 | 0.99 |" in out and "goal >= 5x" in out
+    correlated = rows[("correlated", 2, 0.99)]
+    assert correlated["corr"] > 0.9 and abs(rows[("standard", 8, None)]["corr"]) < 0.3
+    for row in rows.values():
+        median = row["median"]
+        assert median["ESS/1e6 samples"] > 0 and median["min ESS"] > 0 and np.isfinite(median["mean err"])
+
+
+def test_correlated_benchmark_exact_posterior_matches_monte_carlo():
+    """The quadrature reference of the correlated pseudo-marginal benchmark against a brute-force
+    importance-sampling check from the prior (mean of mu within 4 MC standard errors)."""
+    bench = _load("correlated_pseudo_marginal")
+    y = bench.make_data(50)
+    exact = bench.exact_posterior(y)
+    rng = np.random.default_rng(0)
+    mu = rng.normal(y.mean(), 0.5, 200_000)
+    sigma = np.abs(rng.normal(1.0, 0.6, 200_000))
+    var = sigma**2 + 1
+    log_w = -0.5 * (y.size * np.log(var) + ((y[:, None] - mu) ** 2).sum(0) / var)
+    log_w += -0.5 * (mu / bench.PRIOR_MU_SD) ** 2 - 0.5 * (sigma / bench.PRIOR_SIGMA_SD) ** 2
+    # minus the proposal's log density up to a constant: normal mu, folded-normal sigma
+    log_w += 0.5 * ((mu - y.mean()) / 0.5) ** 2 + 0.5 * ((sigma - 1.0) / 0.6) ** 2
+    log_w -= np.log1p(np.exp(-2 * sigma / 0.36))
+    w = np.exp(log_w - log_w.max())
+    w /= w.sum()
+    for name, values in (("mu", mu), ("sigma", sigma)):
+        mean = float((w * values).sum())
+        se = math.sqrt(float((w**2 * (values - mean) ** 2).sum()))
+        assert abs(mean - exact[name][0]) < 4 * se + 1e-3, (name, mean, exact[name])

@@ -206,3 +206,84 @@ def test_minus_inf_estimate_at_the_start_is_a_clear_error():
         step = KameleonMetropolis()
         with pytest.raises(ValueError, match="log-estimates .*-inf"):
             step.step(model.initial_point())
+
+
+# ------------------------------------------------------------------ correlated particle filter
+def _linear_gaussian_ssm(n_steps=50, seed=0):
+    """x_t = a x_{t-1} + sx e_t, y_t = x_t + sy n_t: data and the Kalman filter's exact log-likelihood."""
+    a, sx, sy = 0.8, 1.0, 0.5
+    rng = np.random.default_rng(seed)
+    x = np.zeros(n_steps)
+    x[0] = rng.normal() * sx / math.sqrt(1 - a * a)
+    for t in range(1, n_steps):
+        x[t] = a * x[t - 1] + sx * rng.normal()
+    y = x + sy * rng.normal(size=n_steps)
+
+    def kalman(a, sx, sy):
+        m, p, ll = 0.0, sx**2 / (1 - a * a), 0.0
+        for t in range(n_steps):
+            if t:
+                m, p = a * m, a * a * p + sx**2
+            s = p + sy**2
+            ll += -0.5 * (math.log(2 * math.pi * s) + (y[t] - m) ** 2 / s)
+            gain = p / s
+            m, p = m + gain * (y[t] - m), (1 - gain) * p
+        return ll
+
+    return y, (a, sx, sy), kalman
+
+
+def _filter(y, n_particles=20, sort_particles=True):
+    from pymc_kameleon import correlated_particle_filter
+
+    return correlated_particle_filter(
+        lambda v, a, sx, sy: v * sx / math.sqrt(1 - a * a),
+        lambda x, v, t, a, sx, sy: a * x + sx * v,
+        lambda x, t, a, sx, sy: -0.5 * (math.log(2 * math.pi * sy * sy) + (y[t] - x) ** 2 / sy**2),
+        n_particles,
+        y.size,
+        sort_particles=sort_particles,
+    )
+
+
+def test_particle_filter_is_unbiased_against_the_kalman_filter():
+    """E[L_hat / L] = 1 over u ~ N(0, I) (Monte Carlo, 4 SE), with L from the Kalman filter."""
+    y, params, kalman = _linear_gaussian_ssm()
+    pf = _filter(y)
+    assert pf.auxiliary_shape == (50, 21)
+    rng = np.random.default_rng(1)
+    log_l = kalman(*params)
+    ratio = np.exp([pf(*params, rng.standard_normal(pf.auxiliary_shape)) - log_l for _ in range(3000)])
+    assert abs(ratio.mean() - 1) < 4 * ratio.std() / math.sqrt(ratio.size)
+
+
+def test_sorted_particle_filter_keeps_estimates_correlated():
+    """After a Crank-Nicolson move (rho = 0.99) and a small change of a, the sorted filter's log-estimates
+    stay strongly correlated (measured 0.92); the unsorted filter, the negative control, much less so
+    (measured 0.73): the variance of its log-ratio, 2 (1 - corr) sd^2, is 3.4 times larger."""
+    from pymc_kameleon.core.proposals import crank_nicolson_move
+
+    y, (a, sx, sy), _ = _linear_gaussian_ssm()
+    rng = np.random.default_rng(2)
+    corr = {}
+    for sort in (True, False):
+        pf, pairs = _filter(y, sort_particles=sort), []
+        for _ in range(300):
+            u = rng.standard_normal(pf.auxiliary_shape)
+            pairs.append((pf(a, sx, sy, u), pf(a + 0.01, sx, sy, crank_nicolson_move(u, 0.99, rng))))
+        corr[sort] = np.corrcoef(np.array(pairs).T)[0, 1]
+    assert corr[True] > 0.85 and (1 - corr[False]) > 2 * (1 - corr[True]), corr
+
+
+def test_particle_filter_options_are_checked():
+    from pymc_kameleon import correlated_particle_filter
+
+    f = lambda *args: None  # noqa: E731
+    with pytest.raises(ValueError, match="n_particles must be a positive integer"):
+        correlated_particle_filter(f, f, f, 0, 10)
+    with pytest.raises(TypeError, match="must be callables"):
+        correlated_particle_filter(f, None, f, 10, 10)
+    y, params, _ = _linear_gaussian_ssm(5)
+    bad = correlated_particle_filter(lambda v, *p: np.zeros((v.size, 2)), f, f, 4, 5)
+    with pytest.raises(ValueError, match="scalar states"):
+        bad(*params, np.zeros((5, 5)))
