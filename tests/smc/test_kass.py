@@ -194,6 +194,27 @@ def test_pseudo_marginal_posterior_evidence_and_estimator_bookkeeping():
     assert idata.sample_stats.attrs["batch_logp"] == 0
 
 
+def test_correlated_estimator_gets_fresh_normals_in_smc():
+    """pm.sample_smc runs the Op, which calls a correlated estimator with fresh u ~ N(0, I) of its shape
+    (exact, not correlated: the particles keep their likelihoods, not their u)."""
+    seen = []
+
+    def estimator(theta, u):
+        seen.append(np.array(u, copy=True))
+        z = theta + u  # u: (n_importance, J, D)
+        return float(log_mean_exp(-0.5 * ((PM_Y - z) ** 2).sum(-1) - math.log(2 * math.pi), axis=0).sum())
+
+    with pm.Model():
+        theta = pm.Normal("theta", 0, 1, shape=PM_D)
+        PseudoMarginalPotential("lik", estimator, inputs=[theta], auxiliary_shape=(5, PM_J, PM_D))
+        idata = pm.sample_smc(draws=50, kernel=KASS, chains=1, random_seed=2, n_steps=2, **SMC_KW)
+    assert all(u.shape == (5, PM_J, PM_D) for u in seen)
+    pooled = np.stack(seen[:200])
+    assert abs(pooled.mean()) < 0.05 and abs(pooled.std() - 1) < 0.05
+    assert np.corrcoef(pooled[:-1].ravel(), pooled[1:].ravel())[0, 1] < 0.05  # afresh, not moved
+    assert np.all(np.isfinite(idata.posterior["theta"].values))
+
+
 # ----------------------------------------------------------------- PyMC integration
 def test_sample_stats_per_stage():
     _, log_z, idata = run_smc(linear_model(), KASS, chains=1, draws=200, n_steps=3)
