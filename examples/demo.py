@@ -50,10 +50,17 @@ def main():
     print("-" * len(header))
     print("error  " + "".join(f"{np.mean(np.abs(coverages[n] - QS)):>22.4f}" for n in results))
     print("\nmean |coverage - q| over q = 0.1..0.9: lower is better.")
+    # Log-density evaluations as each sampler makes them: KameleonMetropolis one per iteration
+    # (the current value is cached); pm.Metropolis updates element by element, two per element.
+    evals_per_iteration = {"KameleonMetropolis": 1, "pm.Metropolis": 2 * target.dim}
     for name, idata in results.items():
         ess = az.ess(idata, var_names=["x"])["x"].values
+        evals = evals_per_iteration[name] * CHAINS * DRAWS
         print(f"{name:>20}: acceptance {float(idata.sample_stats['accepted'].mean()):.2f}, "
-              f"min bulk ESS {ess.min():.0f}, ESS of x[0] {ess[0]:.0f}")
+              f"min bulk ESS {ess.min():.0f}, ESS of x[0] {ess[0]:.0f}, "
+              f"min ESS per 1000 log-density evaluations {1000 * ess.min() / evals:.3f}")
+    print("(pm.Metropolis makes 16 log-density evaluations per iteration here, KameleonMetropolis one: "
+          "at equal iterations pm.Metropolis can reach a higher ESS, at 16 times the cost.)")
 
 
 if __name__ == "__main__":
