@@ -84,6 +84,32 @@ def test_exact_ratio_and_the_kept_u():
     assert abs(eps.var() - 1) < 4 * math.sqrt(2 / n)
 
 
+def test_gp_delayed_acceptance_keeps_u_with_the_accepted_estimate():
+    """GP-DA draws an estimate (and a moved u) only where stage 1 passes; the kept u is the accepted
+    proposal's, and each estimate's u is a Crank-Nicolson move from the kept one (Monte Carlo)."""
+    estimator = ScriptedEstimator()
+    with pm.Model() as model:
+        theta = pm.Normal("theta", 0, 2)
+        PseudoMarginalPotential("lik", estimator, inputs=[theta], auxiliary_shape=(50,), correlation=0.9)
+        step = GPDelayedAcceptanceMH(initial_points=6, rng=18)
+    rows = drive(model, step, 400)
+    calls = estimator.calls
+    assert len(calls) == 1 + sum(s["exact_eval"] for _, s in rows)
+    _, u_kept, kept = calls[0]
+    k, residuals = 1, []
+    for _, stats in rows:
+        if stats["exact_eval"]:
+            _, u_new, value = calls[k]
+            k += 1
+            residuals.append((u_new - 0.9 * u_kept) / math.sqrt(1 - 0.81))
+            if stats["accepted"]:
+                u_kept, kept = u_new, value
+        assert stats["loglik_estimate"] == kept
+    eps = np.concatenate(residuals)
+    assert len(residuals) > 50
+    assert abs(eps.mean()) < 4 / math.sqrt(eps.size) and abs(eps.var() - 1) < 4 * math.sqrt(2 / eps.size)
+
+
 def test_u_proposal_check_can_fail():
     """Negative control for the check above: reconstructing with the wrong correlation is caught."""
     estimator, rows = scripted_run(0.95)
