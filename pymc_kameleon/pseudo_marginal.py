@@ -229,7 +229,19 @@ class PseudoMarginalOp(Op):
                 f"The log_estimator of PseudoMarginalPotential {self.potential_name!r} raised "
                 f"{type(err).__name__}: {err} (at {self.describe_inputs(inputs)})."
             ) from err
-        array = np.asarray(value, dtype="float64") if not isinstance(value, float) else None
+        if isinstance(value, float):
+            array = None
+        else:
+            try:  # None, strings and complex numbers are not log-estimates: say what came back
+                if value is None or np.iscomplexobj(value):
+                    raise TypeError(f"a {type(value).__name__}")
+                array = np.asarray(value, dtype="float64")
+            except (TypeError, ValueError) as err:
+                raise PseudoMarginalEstimatorError(
+                    f"The log_estimator of PseudoMarginalPotential {self.potential_name!r} returned "
+                    f"{value!r} ({err}) at {self.describe_inputs(inputs)}; it must return a real number, "
+                    "the log of a non-negative estimate."
+                ) from None
         if array is not None:
             if array.size != 1:
                 raise PseudoMarginalEstimatorError(
@@ -380,9 +392,15 @@ def PseudoMarginalPotential(
         except (TypeError, ValueError) as err:
             raise TypeError(f"inputs[{i}] is not a model variable or tensor expression: {err}") from None
     input_names = [t.name or f"inputs[{i}]" for i, t in enumerate(tensors)]
-    if auxiliary_shape is None:  # estimators built by correlated_importance_sampling_estimator carry it
-        auxiliary_shape = getattr(log_estimator, "auxiliary_shape", None)
+    own_shape = getattr(log_estimator, "auxiliary_shape", None)  # set by this module's helpers
+    if auxiliary_shape is None:
+        auxiliary_shape = own_shape
     auxiliary_shape, correlation = _check_auxiliary(auxiliary_shape, correlation)
+    if own_shape is not None and tuple(own_shape) != auxiliary_shape:
+        raise ValueError(
+            f"auxiliary_shape={auxiliary_shape} differs from the estimator's own auxiliary_shape "
+            f"{tuple(own_shape)}; leave auxiliary_shape out to use the estimator's."
+        )
     op = PseudoMarginalOp(
         log_estimator,
         name,
@@ -418,6 +436,8 @@ def _check_auxiliary(auxiliary_shape, correlation):
         raise ValueError(f"auxiliary_shape must be one or more positive integers, got {auxiliary_shape!r}.")
     if correlation is None:
         correlation = DEFAULT_CORRELATION
+    if isinstance(correlation, np.ndarray) and correlation.ndim == 0:
+        correlation = correlation.item()
     check_number("correlation", correlation, minimum=0, strict=False)
     if not correlation < 1:
         raise ValueError(
@@ -599,12 +619,13 @@ def correlated_particle_filter(
 ):
     r"""Build ``log_estimator(*params, u)``: a bootstrap particle filter driven by standard normals.
 
-    For a state-space model :math:`x_1 \sim \mu_\theta`, :math:`x_t \mid x_{t-1} \sim
-    f_\theta(\cdot \mid x_{t-1})`, :math:`y_t \mid x_t \sim g_\theta(y_t \mid x_t)`, the
-    bootstrap filter's estimate
+    For a state-space model :math:`x_0 \sim \mu_\theta`, :math:`x_t \mid x_{t-1} \sim
+    f_\theta(\cdot \mid x_{t-1})`, :math:`y_t \mid x_t \sim g_\theta(y_t \mid x_t)`,
+    :math:`t = 0, \dots, T-1` (zero-based, as the callbacks receive ``t``), the bootstrap filter's
+    estimate
 
     .. math::
-        \hat L(\theta, u) = \prod_{t=1}^{T} \frac1N \sum_{i=1}^N g_\theta(y_t \mid x_t^i)
+        \hat L(\theta, u) = \prod_{t=0}^{T-1} \frac1N \sum_{i=1}^N g_\theta(y_t \mid x_t^i)
 
     is unbiased for :math:`p(y_{1:T} \mid \theta)`. All its randomness comes from ``u`` of shape
     ``(T, N + 1)``: ``u[t, :N]`` drive the particles (``initial`` at :math:`t = 0`, then
@@ -662,14 +683,16 @@ def correlated_particle_filter(
                     f"The particle filter needs scalar states: x and log_observation must have shape ({n},), "
                     f"got {x.shape} and {log_w.shape} at step {t}."
                 )
-            step_log_z = float(log_mean_exp(log_w))
-            total += step_log_z
-            if not math.isfinite(step_log_z) or t == steps - 1:
+            top = log_w.max()
+            if not top > -math.inf:  # every particle has zero weight: a zero estimate
+                return -math.inf
+            weights = np.exp(log_w - top)  # log_mean_exp by hand: SciPy's costs more than the filter
+            total += float(top + math.log(weights.mean()))
+            if t == steps - 1:
                 break
             # sorted, so that resampling keeps the correlation
             order = np.argsort(x, kind="stable") if sort_particles else offsets
-            weights = np.exp(log_w[order] - log_w.max())
-            cumulative = np.cumsum(weights / weights.sum())
+            cumulative = np.cumsum(weights[order] / weights.sum())
             positions = (offsets + ndtr(u[t, n])) / n  # systematic: one uniform per step
             x = x[order][np.minimum(np.searchsorted(cumulative, positions), n - 1)]
         return total

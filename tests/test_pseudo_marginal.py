@@ -190,6 +190,14 @@ def test_non_scalar_estimate_is_an_error():
         _sample(simple_model(lambda theta, rng: np.zeros(2)))
 
 
+@pytest.mark.parametrize(
+    ("bad", "what"), [(None, "a NoneType"), ("failed", "could not convert"), (1j, "a complex")]
+)
+def test_non_number_estimate_is_an_error_that_says_what_came_back(bad, what):
+    with pytest.raises(PseudoMarginalEstimatorError, match=rf"returned {bad!r} \({what}.*at theta="):
+        _sample(simple_model(lambda theta, rng: bad))
+
+
 def test_minus_inf_estimate_is_a_rejection():
     def zero_above_half(theta, rng):
         return -np.inf if theta > 0.5 else float(norm.logpdf(0.3, theta, 1.0))

@@ -98,8 +98,9 @@ def continuous_value_vars(vars, model, step_name: str):
         raise ValueError(
             f"{step_name} samples continuous variables only, but {discrete} "
             f"{'is' if len(discrete) == 1 else 'are'} discrete. Give the discrete variables "
-            "their own step (e.g. pm.Metropolis or pm.BinaryGibbsMetropolis) and pass "
-            f"both steps to pm.sample: step=[{step_name}([...continuous...]), pm.Metropolis([...])]."
+            "their own step and pass both steps to pm.sample: "
+            f"step=[{step_name}([...continuous...]), pymc_kameleon.DiscreteMetropolis([...])] "
+            "(or pm.Metropolis instead, if the model has no PseudoMarginalPotential)."
         )
     return vars
 

@@ -163,6 +163,13 @@ def test_options_are_checked():
             PseudoMarginalPotential("e", estimator, inputs=[theta], auxiliary_shape=2.5)
         op = PseudoMarginalPotential("f", estimator, inputs=[theta], auxiliary_shape=3).owner.op
         assert op.auxiliary_shape == (3,) and op.correlation == 0.99  # the default
+        op = PseudoMarginalPotential(
+            "g", estimator, inputs=[theta], auxiliary_shape=3, correlation=np.array(0.5)
+        ).owner.op
+        assert op.correlation == 0.5
+        estimator.auxiliary_shape = (4, 3)
+        with pytest.raises(ValueError, match=r"auxiliary_shape=\(3,\) differs from the estimator's own"):
+            PseudoMarginalPotential("h", estimator, inputs=[theta], auxiliary_shape=3)
 
 
 def test_helper_estimator_carries_its_shape_and_is_unbiased():

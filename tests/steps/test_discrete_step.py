@@ -154,6 +154,8 @@ def test_outside_the_model_context_the_error_names_the_step():
 
 def test_bad_options_and_variables():
     with poisson_model() as model:
+        with pytest.raises(ValueError, match=r"\['k'\] is discrete.*DiscreteMetropolis"):
+            KameleonMetropolis([model["theta"], model["k"]])
         with pytest.raises(ValueError, match=r"discrete variables only, but \['theta'\]"):
             DiscreteMetropolis([model["theta"]])
         with pytest.raises(ValueError, match="scaling must be a finite number > 0"):
