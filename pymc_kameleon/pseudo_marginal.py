@@ -425,15 +425,7 @@ def _check_auxiliary(auxiliary_shape, correlation):
                 "auxiliary_shape gives u's shape."
             )
         return None, 0.0
-    shape = (auxiliary_shape,) if isinstance(auxiliary_shape, int | np.integer) else auxiliary_shape
-    try:
-        shape = tuple(shape)
-    except TypeError:
-        raise TypeError(
-            f"auxiliary_shape must be an int or a tuple of ints, got {auxiliary_shape!r}."
-        ) from None
-    if not shape or any(isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1 for n in shape):
-        raise ValueError(f"auxiliary_shape must be one or more positive integers, got {auxiliary_shape!r}.")
+    shape = _auxiliary_shape(auxiliary_shape)
     if correlation is None:
         correlation = DEFAULT_CORRELATION
     if isinstance(correlation, np.ndarray) and correlation.ndim == 0:
@@ -444,7 +436,32 @@ def _check_auxiliary(auxiliary_shape, correlation):
             f"correlation must be in [0, 1), got {correlation!r}: at 1 the auxiliary variables never "
             "move and the chain targets the likelihood of one fixed u, not the posterior."
         )
-    return tuple(int(n) for n in shape), float(correlation)
+    return shape, float(correlation)
+
+
+def _auxiliary_shape(auxiliary_shape) -> tuple:
+    """``auxiliary_shape`` as a tuple of positive ints (an int is a 1-d shape)."""
+    shape = (auxiliary_shape,) if isinstance(auxiliary_shape, int | np.integer) else auxiliary_shape
+    try:
+        shape = tuple(shape)
+    except TypeError:
+        raise TypeError(
+            f"auxiliary_shape must be an int or a tuple of ints, got {auxiliary_shape!r}."
+        ) from None
+    if not shape or any(not _is_positive_int(n) for n in shape):
+        raise ValueError(f"auxiliary_shape must be one or more positive integers, got {auxiliary_shape!r}.")
+    return tuple(int(n) for n in shape)
+
+
+def _is_positive_int(value) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | np.integer) and value >= 1
+
+
+def _check_positive_int(name: str, value) -> int:
+    """``value`` as an int, or a ValueError naming the option."""
+    if not _is_positive_int(value):
+        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+    return int(value)
 
 
 @dataclass
@@ -536,9 +553,7 @@ def importance_sampling_estimator(log_weight, sample, n_samples: int = 100):
     """
     if not (callable(log_weight) and callable(sample)):
         raise TypeError("log_weight and sample must be callables.")
-    if isinstance(n_samples, bool) or not isinstance(n_samples, int | np.integer) or n_samples < 1:
-        raise ValueError(f"n_samples must be a positive integer, got {n_samples!r}.")
-    n_samples = int(n_samples)
+    n_samples = _check_positive_int("n_samples", n_samples)
 
     def log_estimator(*args):
         *params, rng = args
@@ -599,11 +614,9 @@ def correlated_importance_sampling_estimator(log_weight, transform, n_samples: i
     """
     if not (callable(log_weight) and callable(transform)):
         raise TypeError("log_weight and transform must be callables.")
-    if isinstance(n_samples, bool) or not isinstance(n_samples, int | np.integer) or n_samples < 1:
-        raise ValueError(f"n_samples must be a positive integer, got {n_samples!r}.")
-    n_samples = int(n_samples)
+    n_samples = _check_positive_int("n_samples", n_samples)
     latent = (latent_shape,) if isinstance(latent_shape, int | np.integer) else tuple(latent_shape)
-    auxiliary_shape, _ = _check_auxiliary((n_samples, *latent), None)
+    auxiliary_shape = _auxiliary_shape((n_samples, *latent))
 
     def log_estimator(*args):
         *params, u = args
@@ -663,10 +676,8 @@ def correlated_particle_filter(
     """
     if not (callable(initial) and callable(transition) and callable(log_observation)):
         raise TypeError("initial, transition and log_observation must be callables.")
-    for name, value in (("n_particles", n_particles), ("n_steps", n_steps)):
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}.")
-    n, steps = int(n_particles), int(n_steps)
+    n = _check_positive_int("n_particles", n_particles)
+    steps = _check_positive_int("n_steps", n_steps)
     offsets = np.arange(n)
 
     def log_estimator(*args):

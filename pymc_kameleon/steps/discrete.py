@@ -22,6 +22,7 @@ from pymc.blocking import RaveledVars
 from pymc.step_methods.compound import Competence
 from pymc.util import get_value_vars_from_user_vars
 from pymc.vartypes import discrete_types
+from pytensor.tensor.random.basic import BernoulliRV, CategoricalRV
 
 from pymc_kameleon.core.adaptation import RobbinsMonro
 from pymc_kameleon.core.mh import metropolis_accept, mh_log_ratio
@@ -160,10 +161,9 @@ class DiscreteMetropolis(AdaptiveStep):
 def _is_binary(rv) -> bool:
     """Bernoulli, or Categorical with two categories: the flip is the natural move."""
     op = getattr(rv.owner, "op", None)
-    name = type(op).__name__
-    if name == "BernoulliRV":
+    if isinstance(op, BernoulliRV):
         return True
-    if name == "CategoricalRV":
+    if isinstance(op, CategoricalRV):
         try:
             return int(rv.owner.inputs[-1].shape[-1].eval()) == 2
         except Exception:  # probabilities that depend on other variables: treat as integer

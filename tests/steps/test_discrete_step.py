@@ -121,6 +121,20 @@ def test_binary_variables_flip():
         point = new
 
 
+def test_which_variables_are_flipped():
+    """Bernoulli and two-category Categorical elements flip; other integers jump."""
+    with pm.Model():
+        pm.Bernoulli("b", 0.5, shape=2)
+        pm.Categorical("c2", p=[0.4, 0.6])
+        pm.Categorical("c3", p=[0.2, 0.3, 0.5])
+        pm.Poisson("k", 2.0)
+        pm.Potential("flat", pm.math.constant(0.0))
+        step = DiscreteMetropolis()
+    flags = dict(zip([v.name for v in step.vars], np.split(step._binary, [2, 3, 4])))
+    assert flags["b"].tolist() == [True, True] and flags["c2"].tolist() == [True]
+    assert flags["c3"].tolist() == [False] and flags["k"].tolist() == [False]
+
+
 # ------------------------------------------------------------------- assignment and errors
 def test_pm_sample_assigns_the_discrete_step_automatically():
     with poisson_model(), warnings.catch_warnings():
