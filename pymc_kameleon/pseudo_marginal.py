@@ -42,6 +42,7 @@ from scipy.special import logsumexp, ndtr
 
 from pymc_kameleon.core.proposals import crank_nicolson_move
 from pymc_kameleon.core.validation import check_number
+from pymc_kameleon.executors import as_executor_option
 
 __all__ = [
     "PseudoMarginalEstimatorError",
@@ -130,12 +131,20 @@ class PseudoMarginalOp(Op):
         seed=None,
         auxiliary_shape=None,
         correlation: float = 0.0,
+        replicates: int = 1,
+        executor=None,
     ):
         self.log_estimator = log_estimator
         self.potential_name = name
         self.input_names = tuple(input_names)
         self.on_misuse = on_misuse
-        # Correlated estimators take standard normals u of this shape instead of a generator.
+        # An estimate is the mean of this many independent estimates (evaluated on the executor).
+        self.replicates = int(replicates)
+        self.executor = as_executor_option(executor, f"PseudoMarginalPotential {name!r}")
+        # Correlated estimators take standard normals u of this shape instead of a generator; with
+        # replicates, each replicate takes one slice u[r] of the leading axis.
+        if auxiliary_shape is not None and self.split:
+            auxiliary_shape = (self.replicates, *auxiliary_shape)
         self.auxiliary_shape = auxiliary_shape
         self.correlation = float(correlation)
         self.current = CurrentEstimate()
@@ -196,6 +205,11 @@ class PseudoMarginalOp(Op):
         return text if len(text) <= max_len else text[: max_len - 3] + "..."
 
     @property
+    def split(self) -> bool:
+        """Whether an estimate is split into replicates (``replicates > 1`` or an executor)."""
+        return self.replicates > 1 or self.executor is not None
+
+    @property
     def correlated(self) -> bool:
         """Whether the estimator takes auxiliary normals ``u`` (``auxiliary_shape`` was given)."""
         return self.auxiliary_shape is not None
@@ -214,21 +228,58 @@ class PseudoMarginalOp(Op):
         return crank_nicolson_move(auxiliary, self.correlation, rng)
 
     def estimate(self, inputs, rng, auxiliary=None) -> float:
-        """Call the estimator and check its answer.
+        r"""Call the estimator and check its answer.
 
         A correlated estimator is called as ``log_estimator(*inputs, auxiliary)``, any other as
         ``log_estimator(*inputs, rng)``. Returns the log-estimate as a float; ``-inf`` (a zero
         estimate) is allowed and makes a proposal be rejected. Raises
         :class:`PseudoMarginalEstimatorError`, naming the input values, if the estimator raises or
         returns NaN, +inf or something that is not a scalar.
+
+        With ``replicates`` :math:`R > 1` (or an executor) the estimate is
+        :math:`\log \frac1R \sum_r \hat L_r`, the mean of :math:`R` independent estimates, still
+        unbiased for :math:`L`. Replicate :math:`r` gets the generator ``rng.spawn(R)[r]`` (or the
+        auxiliary normals ``auxiliary[r]``), made here, so the value does not depend on where, or on
+        how many workers, the replicates run.
         """
+        if self.split:
+            return self._replicated_estimate(inputs, rng, auxiliary)
         try:
             value = self.log_estimator(*inputs, auxiliary if self.correlated else rng)
         except Exception as err:
-            raise PseudoMarginalEstimatorError(
-                f"The log_estimator of PseudoMarginalPotential {self.potential_name!r} raised "
-                f"{type(err).__name__}: {err} (at {self.describe_inputs(inputs)})."
-            ) from err
+            raise self._raised(f"{type(err).__name__}: {err}", inputs) from err
+        return self._checked(value, inputs)
+
+    def _replicated_estimate(self, inputs, rng, auxiliary) -> float:
+        """The log of the mean of ``replicates`` estimates, on the executor if there is one."""
+        inputs = [np.asarray(x) for x in inputs]
+        randomness = auxiliary if self.correlated else rng.spawn(self.replicates)
+        rows = [(*inputs, randomness[r]) for r in range(self.replicates)]
+        if self.executor is None:
+            values = []
+            for row in rows:
+                try:
+                    values.append(self.log_estimator(*row))
+                except Exception as err:
+                    raise self._raised(f"{type(err).__name__}: {err}", inputs) from err
+        else:
+            values = self.executor.map_rows(self.log_estimator, rows)
+            failure = self.executor.first_failure(values)
+            if failure is not None:
+                where = f"replicate {failure.index}, on a worker; its traceback:\n{failure.traceback}"
+                raise self._raised(failure.error, inputs, where)
+        return float(log_mean_exp([self._checked(v, inputs) for v in values]))
+
+    def _raised(self, error: str, inputs, where: str = "") -> PseudoMarginalEstimatorError:
+        """The error for an estimator that raised ``error`` (``"TypeName: message"``) at ``inputs``."""
+        where = f"; {where}" if where else ""
+        return PseudoMarginalEstimatorError(
+            f"The log_estimator of PseudoMarginalPotential {self.potential_name!r} raised "
+            f"{error} (at {self.describe_inputs(inputs)}{where})."
+        )
+
+    def _checked(self, value, inputs) -> float:
+        """``value`` as a float log-estimate, or a :class:`PseudoMarginalEstimatorError` naming the inputs."""
         if isinstance(value, float):
             array = None
         else:
@@ -283,6 +334,8 @@ def PseudoMarginalPotential(
     *,
     auxiliary_shape=None,
     correlation: float | None = None,
+    replicates: int = 1,
+    executor=None,
     on_misuse: str = "raise",
     model=None,
 ):
@@ -335,6 +388,20 @@ def PseudoMarginalPotential(
         :math:`1 - \rho` of order :math:`N / T` (:math:`N` samples for each of :math:`T`
         observations); the sampler statistic ``loglik_estimate`` shows how noisy the kept
         estimate is.
+    replicates : int, default 1
+        Split every estimate into this many independent estimates :math:`\hat L_1, \dots, \hat L_R`
+        and use their mean, :math:`\log \frac1R \sum_r \hat L_r`, which is still unbiased. Each
+        replicate gets its own generator spawned from the sampler's (or its slice ``u[r]`` of the
+        auxiliary normals, whose shape gains a leading axis of length ``replicates``), so the value
+        is the same wherever the replicates run. An estimator of ``n`` samples split into ``R``
+        replicates of ``n / R`` samples has the same variance.
+    executor : concurrent.futures.Executor or callable, optional
+        Evaluate the replicates in parallel on this executor (needs ``replicates >= 2``): Dask's
+        ``client.get_executor()``, a ``ProcessPoolExecutor``, ... or a zero-argument callable that
+        returns one (an executor instance other than Dask's cannot travel to PyMC's worker processes
+        with ``cores > 1``). The estimator is pickled once and cached on each worker, so data it
+        closes over travels once per worker on Dask. Draws are identical to ``executor=None`` with
+        the same ``replicates``, whatever the number of workers (:mod:`pymc_kameleon.executors`).
     on_misuse : {"raise", "warn"}, default "raise"
         What happens when a PyMC step method other than this package's evaluates the term
         (stock ``pm.Metropolis``, ``pm.Slice``, ...), which would re-estimate it at the current
@@ -396,6 +463,12 @@ def PseudoMarginalPotential(
     if auxiliary_shape is None:
         auxiliary_shape = own_shape
     auxiliary_shape, correlation = _check_auxiliary(auxiliary_shape, correlation)
+    replicates = _check_positive_int("replicates", replicates)
+    if executor is not None and replicates < 2:
+        raise ValueError(
+            f"An executor needs replicates >= 2 (got replicates={replicates}): an estimate is split into "
+            "that many independent parts, which are the tasks the executor runs in parallel."
+        )
     if own_shape is not None and tuple(own_shape) != auxiliary_shape:
         raise ValueError(
             f"auxiliary_shape={auxiliary_shape} differs from the estimator's own auxiliary_shape "
@@ -408,6 +481,8 @@ def PseudoMarginalPotential(
         on_misuse=on_misuse,
         auxiliary_shape=auxiliary_shape,
         correlation=correlation,
+        replicates=replicates,
+        executor=executor,
     )
     return pm.Potential(name, op(*tensors), model=model)
 

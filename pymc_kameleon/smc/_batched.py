@@ -10,6 +10,7 @@ evaluates the particles one by one (:func:`evaluate_each`).
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 import numpy as np
 import pytensor.tensor as pt
@@ -21,6 +22,7 @@ from pytensor import shared
 from pytensor.graph.replace import vectorize_graph
 from pytensor.tensor.random.type import RandomGeneratorType
 
+from pymc_kameleon.executors import as_executor_option
 from pymc_kameleon.pseudo_marginal import PseudoMarginalOp
 from pymc_kameleon.steps.reporting import StepWarnings
 
@@ -43,16 +45,30 @@ class BatchedSMCKernel(SMC_KERNEL):
     :meth:`_evaluate` loops over the proposals. Pseudo-marginal estimators draw from generators
     spawned from the chain's. Each chain starts with a check that the prior draws vary, and with
     fresh :class:`~pymc_kameleon.steps.reporting.StepWarnings` (``_warnings``).
+
+    With an ``executor`` (:class:`~pymc_kameleon.executors.ExecutorOption`) the likelihoods of the
+    initial particles and of every sweep's proposals are evaluated on it, one task per worker, and the
+    prior in this process; the values, hence the draws and the evidence, are the serial ones.
     """
 
-    def __init__(self, *args, batch_logp="auto", **kwargs):
+    def __init__(self, *args, batch_logp="auto", executor=None, **kwargs):
+        name = type(self).__name__
+        self.executor = as_executor_option(executor, name)
         super().__init__(*args, **kwargs)
         self.batch_logp = batch_logp
         self._evaluations = 0  # running count of likelihood evaluations at proposals
         self._use_batch = False
         self._warnings = StepWarnings()
         self._pseudo_marginal_ops = pseudo_marginal_ops(self.likelihood_logp_func)
+        if self.executor is not None and self._pseudo_marginal_ops:
+            raise ValueError(
+                f"{name}: an executor cannot evaluate a model with a PseudoMarginalPotential particle by "
+                "particle (each estimate's random stream must come from this chain). Give the executor to "
+                "the potential instead: PseudoMarginalPotential(..., replicates=k, executor=...) splits "
+                "every estimate into k independent parts evaluated in parallel."
+            )
         self._batch_logp_func = None
+        self._batch_on_worker = None
         if batch_logp is True or (batch_logp == "auto" and not self._pseudo_marginal_ops):
             self._batch_logp_func = compile_batch_logp(
                 modelcontext(kwargs.get("model")),
@@ -91,10 +107,57 @@ class BatchedSMCKernel(SMC_KERNEL):
             warnings=self._warnings,
         )
 
+    def _initialize_kernel(self):
+        """PyMC's initialisation; with an executor, the initial likelihoods are evaluated on it."""
+        if self.executor is None:
+            return super()._initialize_kernel()
+        likelihood = self.likelihood_logp_func
+        self.likelihood_logp_func = _not_evaluated  # PyMC's loop is skipped, the values come next
+        try:
+            super()._initialize_kernel()
+        finally:
+            self.likelihood_logp_func = likelihood
+        self.likelihood_logp = self._likelihoods_on_executor(self.tempered_posterior)
+
+    def _likelihoods_on_executor(self, particles) -> np.ndarray:
+        """The likelihood log densities of an (m, D) array, evaluated on the executor."""
+        rows = [(x,) for x in particles]
+        def describe(row):
+            return self._describe_particle(row[0])
+
+        values = self.executor.map_rows(self.likelihood_logp_func, rows, describe=describe)
+        self.executor.raise_failure(values, rows, describe=describe)
+        return np.array(values, dtype=np.float64).reshape(len(rows))
+
+    def _describe_particle(self, x) -> str:
+        """A particle as ``name=value`` pairs (values of the transformed variables), for error messages."""
+        parts, offset = [], 0
+        x = np.asarray(x)
+        for v in self.variables:
+            shape, size = self.var_info[v.name][0], self.var_info[v.name][1]
+            value = x[offset : offset + size].reshape(shape)
+            parts.append(f"{v.name}={np.array2string(value, precision=4, threshold=8)}")
+            offset += size
+        return ", ".join(parts)
+
     def _evaluate(self, proposals):
         """Prior and likelihood log densities at the proposals (likelihood only inside the prior's
         support)."""
         proposals = floatX(np.ascontiguousarray(proposals))
+        if self.executor is not None and self._use_batch:  # the serial arithmetic, block by block
+            if getattr(self._batch_on_worker, "args", (None,))[0] is not self._batch_logp_func:
+                self._batch_on_worker = partial(evaluate_batch, self._batch_logp_func)  # pickled once
+            blocks = self.executor.map_blocks(self._batch_on_worker, proposals)
+            self.executor.raise_failure(blocks, proposals, describe=self._describe_particle)
+            self._evaluations += proposals.shape[0]
+            return tuple(np.concatenate(parts) for parts in zip(*blocks, strict=True))
+        if self.executor is not None:
+            prior = np.array([float(self.prior_logp_func(x)) for x in proposals])
+            loglik = np.full(proposals.shape[0], -np.inf)
+            inside = np.flatnonzero(np.isfinite(prior))
+            loglik[inside] = self._likelihoods_on_executor(proposals[inside])
+            self._evaluations += inside.size
+            return prior, loglik
         if self._use_batch:
             prior, loglik = evaluate_batch(self._batch_logp_func, proposals)
             self._evaluations += proposals.shape[0]
@@ -102,6 +165,11 @@ class BatchedSMCKernel(SMC_KERNEL):
         prior, loglik, n_evals = evaluate_each(self.prior_logp_func, self.likelihood_logp_func, proposals)
         self._evaluations += n_evals
         return prior, loglik
+
+
+def _not_evaluated(x):
+    """Stands in for the likelihood while PyMC sets up the initial particles (evaluated afterwards)."""
+    return np.array(0.0)
 
 
 def check_continuous(model, sampler: str) -> None:

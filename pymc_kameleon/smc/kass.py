@@ -125,6 +125,15 @@ class KASS(BatchedSMCKernel):
         targets at small beta and log Z is biased low: on the 8-d banana bridge (N = 2000, the
         same 30 seeds) the mean log Z error was -0.187 +- 0.057 with 0, -0.138 +- 0.049 with 0.1
         and -0.036 +- 0.038 with 0.25, at the same cost (``benchmarks/RESULTS.md``).
+    executor : concurrent.futures.Executor or callable, optional
+        Evaluates the likelihoods of the initial particles and of every sweep's proposals on this
+        executor (one task per worker per sweep), for expensive likelihoods: Dask's
+        ``client.get_executor()``, a ``ProcessPoolExecutor``, ``mpi4py.futures.MPIPoolExecutor``, or a
+        zero-argument callable that returns one (needed with ``cores > 1`` for executors that do not
+        pickle; a Dask executor pickles as its scheduler's address). The prior is evaluated here. The
+        draws and the evidence are those of the serial run, whatever the number of workers
+        (:mod:`pymc_kameleon.executors`). Not with ``batch_logp=True``, nor with pseudo-marginal terms
+        (give the executor to :func:`~pymc_kameleon.PseudoMarginalPotential` instead).
     **kwargs
         ``pm.sample_smc``'s own kernel options (``threshold``, ...).
     """

@@ -1,0 +1,363 @@
+r"""Independent evaluations on a ``concurrent.futures`` executor: Dask, a process pool, MPI, ...
+
+``executor=`` options (:class:`~pymc_kameleon.smc.KASS`, :class:`~pymc_kameleon.smc.ASMC`,
+:func:`~pymc_kameleon.PseudoMarginalPotential`) take a :class:`concurrent.futures.Executor`, or a
+zero-argument callable that returns one. :class:`ExecutorOption` holds either and does the work:
+
+- **Chunks, not rows.** :meth:`ExecutorOption.map_rows` splits the rows (the argument tuples of
+  independent calls ``function(*row)``) into one chunk per worker and submits one task per chunk.
+- **What travels.** The function is pickled once (``cloudpickle``) into a payload with a token;
+  each worker process unpickles it once and caches it by token, so a compiled PyTensor function
+  is not rebuilt per task. On Dask the payload is scattered to every worker once
+  (``broadcast=True``), so large data travels once per worker, not once per task.
+- **Seeds.** Nothing random happens on a worker that the caller did not put into the row: callers
+  spawn generators (or draw auxiliary normals) in the main process and pass them in, so results do
+  not depend on the executor or the number of workers. Dask tasks are submitted with
+  ``pure=False``, so Dask never serves a cached result for a repeated call.
+- **Faults.** A row whose call raises comes back as a failure naming the row, and
+  :class:`ParallelEvaluationError` (or the caller's own error) names the input values; a task that
+  the executor itself loses (a killed worker after Dask's own retries, a broken process pool) raises
+  :class:`ParallelEvaluationError` naming the rows. Nothing waits for ever on a failure.
+- **Pickling.** PyMC pickles steps and SMC kernels into worker processes (``cores > 1``).
+  :class:`ExecutorOption` pickles as its factory; a Dask ``ClientExecutor`` pickles as its
+  scheduler's address (:class:`DaskExecutor`); any other executor *instance* refuses to pickle, with
+  an error that says to pass a factory.
+
+This module imports neither PyMC nor Dask (a Dask client only when :class:`DaskExecutor` needs one).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import sys
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import cloudpickle
+import numpy as np
+
+__all__ = ["DaskExecutor", "ExecutorOption", "ParallelEvaluationError", "RowFailure", "as_executor_option"]
+
+# Functions a worker process keeps unpickled, by token (a long-lived worker serves many runs).
+_WORKER_CACHE_SIZE = 16
+_worker_functions: OrderedDict[str, object] = OrderedDict()
+
+
+class ParallelEvaluationError(RuntimeError):
+    """An evaluation on an executor failed: the executor lost the task, or the function raised."""
+
+
+@dataclass(frozen=True)
+class RowFailure:
+    """What a worker sends back for a row whose call raised (re-raised in the main process)."""
+
+    index: int  # the row's position in the whole batch
+    error: str  # "TypeName: first line of the message"
+    traceback: str
+
+
+def _worker_function(token: str, payload: bytes):
+    """The function of ``payload``, unpickled once per worker process and cached by ``token``."""
+    function = _worker_functions.get(token)
+    if function is None:
+        function = cloudpickle.loads(payload)
+        _worker_functions[token] = function
+        while len(_worker_functions) > _WORKER_CACHE_SIZE:
+            _worker_functions.popitem(last=False)
+    else:
+        _worker_functions.move_to_end(token)
+    return function
+
+
+def _failure(index: int, err: Exception) -> RowFailure:
+    import traceback
+
+    headline = (str(err).splitlines() or [""])[0]  # PyTensor appends pages of graph details
+    return RowFailure(index, f"{type(err).__name__}: {headline}", traceback.format_exc())
+
+
+def _aligned(value):
+    """Arrays as aligned, C-contiguous copies: Dask's zero-copy transport can deliver unaligned buffers,
+    which PyTensor functions compiled with ``trust_input`` reject."""
+    if isinstance(value, np.ndarray) and not (value.flags.aligned and value.flags.c_contiguous):
+        return np.require(value, requirements=["A", "C", "O"])
+    return value
+
+
+def _run_chunk(token: str, payload: bytes, start: int, rows: list) -> list:
+    """Worker side: ``function(*row)`` for each row, in order; a raising row returns a :class:`RowFailure`
+    (and the rest of the chunk is not evaluated)."""
+    function = _worker_function(token, payload)
+    results = []
+    for offset, row in enumerate(rows):
+        try:
+            results.append(function(*(_aligned(value) for value in row)))
+        except Exception as err:  # sent back, so the main process can name the inputs
+            results.append(_failure(start + offset, err))
+            break
+    return results
+
+
+def _run_block(token: str, payload: bytes, start: int, block) -> list:
+    """Worker side: ``[function(block)]``, or ``[RowFailure]`` naming the block's first row."""
+    function = _worker_function(token, payload)
+    try:
+        return [function(_aligned(block))]
+    except Exception as err:
+        return [_failure(start, err)]
+
+
+class _Payload:
+    """A function pickled once, with the token workers cache it by."""
+
+    def __init__(self, function):
+        self.function = function
+        self.token = uuid.uuid4().hex
+        self.data = cloudpickle.dumps(function)
+
+
+def _is_dask_executor(executor) -> bool:
+    module = sys.modules.get("distributed.cfexecutor")
+    return module is not None and isinstance(executor, module.ClientExecutor)
+
+
+class DaskExecutor:
+    """A picklable factory of Dask executors: ``DaskExecutor(client)()`` is
+    ``client.get_executor(pure=False)``.
+
+    In another process (PyMC's chains with ``cores > 1``) it connects a new client to the same
+    scheduler address, once per process.
+
+    Parameters
+    ----------
+    client : dask.distributed.Client or str
+        A client, or a scheduler address such as ``"tcp://127.0.0.1:8786"``.
+    **kwargs
+        Options of ``Client.get_executor`` (``retries``, ``workers``, ``resources``, ...); ``pure``
+        is always False.
+    """
+
+    # (process id, scheduler address) -> Client. Keyed by process too: a forked child (PyMC's chains)
+    # inherits the parent's client, whose event-loop thread did not survive the fork.
+    _clients: dict = {}
+
+    def __init__(self, client, **kwargs):
+        if "pure" in kwargs and kwargs["pure"]:
+            raise ValueError(
+                "DaskExecutor submits with pure=False: a cached result would reuse a random estimate."
+            )
+        kwargs.pop("pure", None)
+        self.address = client if isinstance(client, str) else client.scheduler.address
+        if not isinstance(client, str):
+            DaskExecutor._clients.setdefault((os.getpid(), self.address), client)
+        self.kwargs = kwargs
+
+    def client(self):
+        """This process's client of the scheduler (connected on first use)."""
+        key = (os.getpid(), self.address)
+        client = DaskExecutor._clients.get(key)
+        if client is None or client.status not in ("running", "connecting", "newly-created"):
+            from distributed import Client
+
+            client = Client(self.address, set_as_default=False)
+            DaskExecutor._clients[key] = client
+        return client
+
+    def __call__(self):
+        return self.client().get_executor(pure=False, **self.kwargs)
+
+    def __getstate__(self):
+        return {"address": self.address, "kwargs": self.kwargs}
+
+    def __setstate__(self, state):
+        self.address = state["address"]
+        self.kwargs = state["kwargs"]
+
+    def __repr__(self):
+        return f"DaskExecutor({self.address!r})"
+
+
+class ExecutorOption:
+    """An ``executor=`` option: an executor instance or a zero-argument factory of one.
+
+    Parameters
+    ----------
+    executor : concurrent.futures.Executor or callable
+    owner : str
+        Who takes the option, for error messages (e.g. ``"KASS"``).
+    """
+
+    def __init__(self, executor, owner: str):
+        self.owner = owner
+        self._executor = None
+        self._factory = None
+        if isinstance(executor, cf.Executor):
+            self._executor = executor
+            if _is_dask_executor(executor):  # picklable as its address; never pure
+                kwargs = {k: v for k, v in executor._kwargs.items() if k != "pure"}
+                self._factory = DaskExecutor(executor._client, **kwargs)
+                self._executor = None
+        elif callable(executor):
+            self._factory = executor
+        else:
+            raise TypeError(
+                f"{owner}: executor must be a concurrent.futures.Executor (for example "
+                "dask.distributed.Client(...).get_executor() or ProcessPoolExecutor()) or a zero-argument "
+                f"callable that returns one, got {type(executor).__name__}."
+            )
+        self._payloads: dict[int, _Payload] = {}
+        self._scattered: dict[str, object] = {}
+
+    # ------------------------------------------------------------ the executor
+    def get(self) -> cf.Executor:
+        """The executor (made by the factory on first use in this process)."""
+        if self._executor is None:
+            executor = self._factory()
+            if not isinstance(executor, cf.Executor):
+                raise TypeError(
+                    f"{self.owner}: the executor factory returned a {type(executor).__name__}, "
+                    "not a concurrent.futures.Executor."
+                )
+            self._executor = executor
+        return self._executor
+
+    def n_workers(self) -> int:
+        """How many tasks can run at once: Dask's total threads, a pool's ``max_workers``, else the CPUs."""
+        executor = self.get()
+        if _is_dask_executor(executor):
+            n = sum(executor._client.nthreads().values())
+        else:
+            n = getattr(executor, "_max_workers", None) or os.cpu_count() or 1
+        return max(int(n), 1)
+
+    # ------------------------------------------------------------ evaluation
+    def payload(self, function) -> _Payload:
+        """``function`` pickled once (cached per function object)."""
+        payload = self._payloads.get(id(function))
+        if payload is None or payload.function is not function:
+            payload = _Payload(function)
+            self._payloads = {id(function): payload}  # one function at a time per option
+            self._scattered = {}
+        return payload
+
+    def _shipped(self, executor, payload: _Payload):
+        """The payload's data as a task argument: on Dask, scattered to every worker once."""
+        if not _is_dask_executor(executor):
+            return payload.data
+        future = self._scattered.get(payload.token)
+        if future is None:
+            future = executor._client.scatter(payload.data, broadcast=True, hash=False)
+            self._scattered = {payload.token: future}
+        return future
+
+    def _submit_chunks(self, runner, function, items, describe) -> list:
+        """Split ``items`` into one chunk per worker, run ``runner`` on each, and gather in order."""
+        executor = self.get()
+        payload = self.payload(function)
+        data = self._shipped(executor, payload)
+        n_chunks = min(self.n_workers(), len(items))
+        bounds = [round(i * len(items) / n_chunks) for i in range(n_chunks + 1)]
+        futures = []
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            futures.append((a, b, executor.submit(runner, payload.token, data, a, items[a:b])))
+        results = []
+        try:
+            for a, b, future in futures:
+                try:
+                    chunk = future.result()
+                except Exception as err:
+                    where = f" (first row: {describe(items[a])})" if describe is not None else ""
+                    raise ParallelEvaluationError(
+                        f"{self.owner}: the executor failed to evaluate rows {a}..{b - 1} of {len(items)}"
+                        f"{where}: {type(err).__name__}: {err}"
+                    ) from err
+                results.append(chunk)
+        finally:
+            for *_, future in futures:
+                future.cancel()
+        return results
+
+    def map_blocks(self, function, array, describe=None) -> list:
+        """``function`` applied to consecutive blocks of rows of ``array``, one block per worker.
+
+        For vectorised functions; returns the per-block results in order, or a list holding one
+        :class:`RowFailure` (the first row of the failed block) that :meth:`raise_failure` turns into
+        an error.
+        """
+        if len(array) == 0:
+            return []
+        blocks = [block[0] for block in self._submit_chunks(_run_block, function, array, describe)]
+        failure = self.first_failure(blocks)
+        return blocks if failure is None else [failure]
+
+    def map_rows(self, function, rows: list, describe=None) -> list:
+        """``[function(*row) for row in rows]``, evaluated on the executor in one task per worker.
+
+        Parameters
+        ----------
+        function : callable
+            Pickled once (``cloudpickle``); must not depend on state of the main process that it
+            does not carry.
+        rows : list of tuples
+            The arguments of each call.
+        describe : callable, optional
+            ``describe(row) -> str`` names a row's inputs in error messages.
+
+        Returns
+        -------
+        list
+            The results in row order; a row whose call raised is a :class:`RowFailure` (the rows
+            after it in the same chunk are then missing, so callers must check with :meth:`raise_failure`).
+
+        Raises
+        ------
+        ParallelEvaluationError
+            When the executor loses a task (a killed worker beyond Dask's retries, a broken pool).
+        """
+        if not rows:
+            return []
+        chunks = self._submit_chunks(_run_chunk, function, rows, describe)
+        return [result for chunk in chunks for result in chunk]
+
+    @staticmethod
+    def first_failure(results) -> RowFailure | None:
+        """The first :class:`RowFailure` among ``results``, if any."""
+        return next((r for r in results if isinstance(r, RowFailure)), None)
+
+    def raise_failure(self, results, rows, describe=None, error=ParallelEvaluationError) -> None:
+        """Raise ``error`` naming the inputs of the first failed row, if any."""
+        failure = self.first_failure(results)
+        if failure is None:
+            return
+        where = describe(rows[failure.index]) if describe is not None else f"row {failure.index}"
+        raise error(f"{self.owner}: {failure.error} (at {where}). Worker traceback:\n{failure.traceback}")
+
+    # ------------------------------------------------------------ pickling
+    def __getstate__(self):
+        if self._factory is None:
+            raise TypeError(
+                f"{self.owner}: executor={type(self._executor).__name__}(...) cannot be sent to PyMC's "
+                "worker processes (cores > 1). Pass a zero-argument callable that returns the executor "
+                "instead, for example executor=lambda: ProcessPoolExecutor(2), or "
+                "executor=pymc_kameleon.distributed.DaskExecutor(client), or sample with cores=1."
+            )
+        return {"owner": self.owner, "factory": self._factory}
+
+    def __setstate__(self, state):
+        self.owner = state["owner"]
+        self._factory = state["factory"]
+        self._executor = None
+        self._payloads = {}
+        self._scattered = {}
+
+    def __repr__(self):
+        return f"ExecutorOption({self._factory or self._executor!r})"
+
+
+def as_executor_option(executor, owner: str) -> ExecutorOption | None:
+    """``None`` for ``None``; otherwise an :class:`ExecutorOption` (a TypeError for anything else)."""
+    if executor is None or isinstance(executor, ExecutorOption):
+        return executor
+    return ExecutorOption(executor, owner)

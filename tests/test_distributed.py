@@ -1,0 +1,208 @@
+"""Likelihoods evaluated on a real Dask cluster (issue 13): same answers as serial, clear faults.
+
+A ``LocalCluster`` with two single-threaded worker processes is started once for the module;
+nothing is mocked.
+"""
+
+import os
+import sys
+
+import cloudpickle
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+import pytest
+from pytensor.graph.basic import Apply
+from pytensor.graph.op import Op
+
+from pymc_kameleon import KameleonMetropolis, PseudoMarginalPotential, importance_sampling_estimator
+from pymc_kameleon.executors import DaskExecutor, ExecutorOption, ParallelEvaluationError
+from pymc_kameleon.pseudo_marginal import PseudoMarginalEstimatorError
+from pymc_kameleon.smc import KASS, log_evidence
+
+distributed = pytest.importorskip("distributed")
+
+# The workers unpickle this module's functions and Ops by value (the tests directory is not importable
+# there).
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+Y = np.array([0.3, -1.2, 0.8, 0.1])
+
+
+@pytest.fixture(scope="module")
+def client():
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster, distributed.Client(cluster) as client:
+        yield client
+
+
+class GaussianLoglik(Op):
+    """log N(Y | mu, 1) in Python (a black box to PyTensor), with two ways to fail on purpose:
+    it raises where mu > ``raise_above``, and ends its worker process once if ``kill_marker`` (a path)
+    does not exist yet."""
+
+    def __init__(self, raise_above=np.inf, kill_marker=None):
+        self.raise_above = raise_above
+        self.kill_marker = kill_marker
+
+    def make_node(self, mu):
+        return Apply(self, [pt.as_tensor_variable(mu)], [pt.dscalar()])
+
+    def perform(self, node, inputs, output_storage):
+        mu = float(inputs[0])
+        if mu > self.raise_above:
+            raise FloatingPointError(f"solver diverged at mu={mu}")
+        if self.kill_marker is not None and "distributed" in sys.modules and not os.path.exists(
+            self.kill_marker
+        ):
+            from distributed import get_worker
+
+            try:
+                get_worker()
+            except ValueError:  # not on a worker: never kill the test process
+                pass
+            else:
+                open(self.kill_marker, "w").close()
+                os._exit(1)
+        output_storage[0][0] = np.asarray(-0.5 * np.sum((Y - mu) ** 2) - 2 * np.log(2 * np.pi))
+
+
+def black_box_model(op=None):
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 2)
+        pm.Normal("other", 0, 1)
+        pm.Potential("lik", (op or GaussianLoglik())(mu))
+    return model
+
+
+def run_kass(model, executor, cores=1, draws=150, chains=2):
+    with model:
+        return pm.sample_smc(
+            draws,
+            kernel=KASS,
+            chains=chains,
+            cores=cores,
+            random_seed=11,
+            executor=executor,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+
+
+def same_run(a, b):
+    return np.array_equal(a.posterior["mu"].values, b.posterior["mu"].values) and np.array_equal(
+        log_evidence(a).log_z, log_evidence(b).log_z
+    )
+
+
+def test_kass_on_dask_equals_serial_with_one_and_two_workers(client):
+    model = black_box_model()
+    serial = run_kass(model, None)
+    one_worker = [next(iter(client.scheduler_info()["workers"]))]
+    assert same_run(serial, run_kass(model, client.get_executor()))
+    assert same_run(serial, run_kass(model, client.get_executor(workers=one_worker)))
+    # The chains in PyMC's worker processes (cores=2) reach the cluster through its address.
+    assert same_run(serial, run_kass(model, DaskExecutor(client), cores=2))
+    # Negative control: another seed's run differs, so the comparison can fail.
+    with model:
+        other = pm.sample_smc(150, kernel=KASS, chains=2, random_seed=12, progressbar=False,
+                              compute_convergence_checks=False)
+    assert not same_run(serial, other)
+
+
+def test_tasks_are_chunks_one_per_worker(client):
+    option = ExecutorOption(client.get_executor(), "test")
+    assert option.n_workers() == 2
+    pids = option.map_rows(lambda x: (x, os.getpid()), [(i,) for i in range(10)])
+    assert [x for x, _ in pids] == list(range(10))
+    # rows 0-4 in one task, 5-9 in the other: each chunk ran in one process
+    assert len({pid for _, pid in pids[:5]}) == 1 and len({pid for _, pid in pids[5:]}) == 1
+
+
+def test_an_evaluation_that_raises_names_its_inputs(client):
+    model = black_box_model(GaussianLoglik(raise_above=3.0))
+    message = r"FloatingPointError: solver diverged.*\(at mu="
+    with pytest.raises(ParallelEvaluationError, match=message) as info:
+        run_kass(model, client.get_executor(), chains=1)
+    assert "Worker traceback" in str(info.value)
+    # Serially PyMC raises the Op's own error.
+    with pytest.raises(FloatingPointError):
+        run_kass(model, None, chains=1)
+
+
+def test_a_killed_worker_is_replaced_and_the_run_is_unchanged(client, tmp_path):
+    marker = str(tmp_path / "killed")
+    op = GaussianLoglik(kill_marker=marker)
+    serial = run_kass(black_box_model(op), None, chains=1)
+    assert not os.path.exists(marker)  # the serial run never kills
+    on_dask = run_kass(black_box_model(op), client.get_executor(), chains=1)
+    assert os.path.exists(marker), "no worker was killed: the test did not test anything"
+    assert same_run(serial, on_dask)
+    client.wait_for_workers(2, timeout=60)
+
+
+def noisy_estimator():
+    return importance_sampling_estimator(
+        log_weight=lambda z, theta: -0.5 * ((Y - z) ** 2).sum(-1) - 2 * np.log(2 * np.pi),
+        sample=lambda theta, n, rng: theta + rng.standard_normal((n, Y.size)),
+        n_samples=5,
+    )
+
+
+def run_pseudo_marginal(executor, cores=1, replicates=4):
+    with pm.Model():
+        theta = pm.Normal("theta", 0, 1)
+        PseudoMarginalPotential(
+            "lik", noisy_estimator(), inputs=[theta], replicates=replicates, executor=executor
+        )
+        return pm.sample(
+            60, tune=60, step=KameleonMetropolis(), chains=2, cores=cores, random_seed=5,
+            progressbar=False, compute_convergence_checks=False,
+        )
+
+
+def test_pseudo_marginal_replicates_on_dask_equal_serial(client):
+    serial = run_pseudo_marginal(None)
+    for executor, cores in [(client.get_executor(), 1), (DaskExecutor(client), 2)]:
+        on_dask = run_pseudo_marginal(executor, cores=cores)
+        np.testing.assert_array_equal(serial.posterior["theta"].values, on_dask.posterior["theta"].values)
+    # Negative control: without the split the chain is another one.
+    unsplit = run_pseudo_marginal(None, replicates=1)
+    assert not np.array_equal(serial.posterior["theta"].values, unsplit.posterior["theta"].values)
+
+
+def test_dask_never_reuses_a_result(client):
+    """A call repeated with the same arguments is evaluated again: the submissions are impure."""
+
+    def draw():
+        return np.random.default_rng().random()  # fresh OS entropy on every call
+
+    option = ExecutorOption(client.get_executor(), "test")  # pure=True is Dask's default
+    assert option.map_rows(draw, [()]) != option.map_rows(draw, [()])
+    # Negative control: Dask's pure submission of the same call returns the cached result.
+    pure = client.get_executor(pure=True)
+    assert pure.submit(draw).result() == pure.submit(draw).result()
+    # A re-estimate at the same theta is a new estimate.
+    with pm.Model():
+        theta = pm.Normal("theta", 0, 1)
+        lik = PseudoMarginalPotential(
+            "lik", noisy_estimator(), inputs=[theta], replicates=2, executor=client.get_executor()
+        )
+    op = lik.owner.op
+    rng = np.random.default_rng(0)
+    assert op.estimate([np.array(0.5)], rng) != op.estimate([np.array(0.5)], rng)
+
+
+def test_pseudo_marginal_estimator_that_raises_on_a_worker(client):
+    def failing(theta, rng):
+        raise ValueError("no particles survived")
+
+    with pm.Model():
+        theta = pm.Normal("theta", 0, 1)
+        lik = PseudoMarginalPotential(
+            "lik", failing, inputs=[theta], replicates=2, executor=client.get_executor()
+        )
+    message = r"ValueError: no particles survived \(at theta=0\.5"
+    with pytest.raises(PseudoMarginalEstimatorError, match=message):
+        lik.owner.op.estimate([np.array(0.5)], np.random.default_rng(0))
