@@ -22,14 +22,14 @@ PYTEST6_ARGS ?=
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]' 'pymc>=5.28,<6' 'arviz<1'
+	$(PY) -m pip install -q -e '.[test,distributed]' 'pymc>=5.28,<6' 'arviz<1'
 	touch $@
 
 $(VENV312)/.installed: pyproject.toml
 	@test -n "$(PYTHON312)" || (echo "python3.12 not found: install it (e.g. pyenv install 3.12) or set PYTHON312=..." && exit 1)
 	$(PYTHON312) -m venv $(VENV312)
 	$(PY312) -m pip install -q --upgrade pip
-	$(PY312) -m pip install -q -e '.[test]' 'pymc>=6' 'arviz>=1'
+	$(PY312) -m pip install -q -e '.[test,distributed]' 'pymc>=6' 'arviz>=1'
 	touch $@
 
 ## demo: sample the 8-d banana with KameleonMetropolis and pm.Metropolis, print ArviZ summaries and quantile errors

@@ -206,3 +206,29 @@ def test_pseudo_marginal_estimator_that_raises_on_a_worker(client):
     message = r"ValueError: no particles survived \(at theta=0\.5"
     with pytest.raises(PseudoMarginalEstimatorError, match=message):
         lik.owner.op.estimate([np.array(0.5)], np.random.default_rng(0))
+
+
+def test_sample_chains_equals_pm_sample(client):
+    from pymc_kameleon.distributed import sample_chains
+
+    with pm.Model() as model:
+        pm.Normal("x", 0, 1, shape=2)
+    kwargs = dict(draws=40, tune=40, random_seed=7)
+    with model:
+        reference = pm.sample(
+            step=KameleonMetropolis(), chains=3, cores=1, progressbar=False, compute_convergence_checks=False,
+            **kwargs,
+        )
+    on_dask = sample_chains(model, KameleonMetropolis, client, chains=3, **kwargs)
+    np.testing.assert_array_equal(on_dask.posterior["x"].values, reference.posterior["x"].values)
+    np.testing.assert_array_equal(
+        on_dask.sample_stats["accepted"].values, reference.sample_stats["accepted"].values
+    )
+    assert list(on_dask.posterior["chain"].values) == [0, 1, 2]
+    # Negative control: another seed gives other chains.
+    other = sample_chains(model, KameleonMetropolis, client, chains=3, draws=40, tune=40, random_seed=8)
+    assert not np.array_equal(other.posterior["x"].values, reference.posterior["x"].values)
+    with pytest.raises(ValueError, match="sets \\['cores'\\] itself"):
+        sample_chains(model, KameleonMetropolis, client, chains=2, cores=2)
+    with pytest.raises(TypeError, match="step_factory must be a callable"):
+        sample_chains(model, object.__new__(KameleonMetropolis), client)

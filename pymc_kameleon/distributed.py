@@ -1,0 +1,129 @@
+"""Scale out over Dask: likelihood evaluations on a cluster, and chains as cluster tasks.
+
+Two lines take an expensive model from one machine to a Dask cluster:
+
+.. code-block:: python
+
+    client = dask.distributed.Client("tcp://scheduler:8786")  # or LocalCluster().get_client()
+    idata = pm.sample_smc(kernel=KASS, executor=client.get_executor())
+
+``executor=`` (of :class:`~pymc_kameleon.smc.KASS`, :class:`~pymc_kameleon.smc.ASMC` and
+:func:`~pymc_kameleon.PseudoMarginalPotential`) takes any ``concurrent.futures.Executor``; how the
+work is split, what travels and why the answer equals the serial one is in
+:mod:`pymc_kameleon.executors`. :class:`DaskExecutor` is the picklable form of a Dask executor, and
+:func:`sample_chains` runs whole MCMC chains as Dask tasks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pymc_kameleon.executors import DaskExecutor
+
+__all__ = ["DaskExecutor", "sample_chains"]
+
+
+def _chain_seed(random_seed, chain: int) -> np.random.Generator:
+    """A generator whose first spawned child is the one ``pm.sample(random_seed=...)`` gives ``chain``.
+
+    ``pm.sample`` seeds chain :math:`c` with child :math:`c` of ``SeedSequence(random_seed)``
+    (``get_random_generator(random_seed).spawn(chains)``); a SeedSequence that has already spawned
+    :math:`c` children spawns exactly that child next.
+    """
+    if isinstance(random_seed, np.random.Generator):
+        root = random_seed.bit_generator.seed_seq
+    else:
+        root = np.random.SeedSequence(random_seed)
+    seq = np.random.SeedSequence(
+        root.entropy, spawn_key=root.spawn_key, n_children_spawned=root.n_children_spawned + chain
+    )
+    return np.random.Generator(np.random.PCG64(seq))
+
+
+def _sample_one_chain(model, step_factory, chain: int, random_seed, kwargs):
+    import pymc as pm
+
+    with model:
+        return pm.sample(
+            step=step_factory(),
+            chains=1,
+            cores=1,
+            random_seed=_chain_seed(random_seed, chain),
+            progressbar=False,
+            compute_convergence_checks=False,
+            **kwargs,
+        )
+
+
+def _concat_chains(results):
+    """One ArviZ object with the chains of ``results`` (each one chain), numbered 0, 1, ..."""
+    import xarray as xr
+
+    def joined(datasets):
+        if "chain" not in datasets[0].dims:
+            return datasets[0]
+        ds = xr.concat(datasets, dim="chain", combine_attrs="drop_conflicts")
+        return ds.assign_coords(chain=np.arange(ds.sizes["chain"]))
+
+    first = results[0]
+    if hasattr(first, "groups") and callable(first.groups) and not hasattr(first, "children"):
+        import arviz as az  # ArviZ 0.x: InferenceData
+
+        groups = {g: joined([getattr(r, g) for r in results]) for g in first.groups()}
+        return az.InferenceData(**groups)
+    # ArviZ 1: a DataTree whose children are the groups
+    groups = {f"/{name}": joined([r[name].to_dataset() for r in results]) for name in first.children}
+    return xr.DataTree.from_dict(groups)
+
+
+def sample_chains(model, step_factory, client, chains: int = 4, random_seed=None, **sample_kwargs):
+    """Run MCMC chains as Dask tasks (each one ``pm.sample`` call) and return them as one ArviZ object.
+
+    For models whose chains are long and expensive, on machines a single ``pm.sample(cores=...)``
+    cannot reach. Each task calls ``pm.sample(step=step_factory(), chains=1, ...)`` with the random
+    stream that ``pm.sample(chains=chains, random_seed=random_seed)`` gives that chain, so the result
+    equals ``pm.sample``'s, chain for chain.
+
+    Parameters
+    ----------
+    model : pymc.Model
+        Pickled to the workers (with ``cloudpickle``).
+    step_factory : callable
+        ``step_factory() -> step``, called inside the model's context on the worker; for example
+        ``KameleonMetropolis`` or ``lambda: KameleonMetropolis(target_accept=0.3)``.
+    client : dask.distributed.Client
+    chains : int, default 4
+    random_seed : int or numpy.random.Generator, optional
+        As for ``pm.sample``. ``None`` draws one from the operating system here, so all chains still
+        come from one seed.
+    **sample_kwargs
+        Passed to ``pm.sample`` (``draws``, ``tune``, ``idata_kwargs``, ...); not ``step``,
+        ``chains``, ``cores`` or ``random_seed``.
+
+    Returns
+    -------
+    arviz.InferenceData (ArviZ 0.x) or xarray.DataTree (ArviZ 1)
+        The chains in order, numbered ``0 .. chains - 1``.
+
+    Raises
+    ------
+    ValueError
+        For options that this function sets itself.
+    """
+    taken = sorted({"step", "chains", "cores", "random_seed", "model"} & set(sample_kwargs))
+    if taken:
+        raise ValueError(f"sample_chains sets {taken} itself; pass only other pm.sample options.")
+    if not callable(step_factory):
+        raise TypeError(
+            "step_factory must be a callable that returns a step (for example KameleonMetropolis), "
+            f"got {type(step_factory).__name__}: one step object cannot serve chains on several machines."
+        )
+    if isinstance(chains, bool) or not isinstance(chains, int | np.integer) or chains < 1:
+        raise ValueError(f"chains must be a positive integer, got {chains!r}.")
+    if random_seed is None:
+        random_seed = int(np.random.SeedSequence().generate_state(1)[0])
+    futures = [
+        client.submit(_sample_one_chain, model, step_factory, c, random_seed, sample_kwargs, pure=False)
+        for c in range(int(chains))
+    ]
+    return _concat_chains(client.gather(futures))
