@@ -52,7 +52,7 @@ test-pymc6: $(VENV312)/.installed lint
 	$(PY312) -m pytest -q $(PYTEST6_ARGS) $(PYTEST_ARGS)
 
 BENCHMARKS := kameleon_nonlinear_targets pseudo_marginal_gp_glass gp_delayed_acceptance_table1 kass_smc \
-              correlated_pseudo_marginal
+              correlated_pseudo_marginal scale_out
 
 ## benchmark: every benchmark, full budget (about 2 h 30 min; tables to stdout; see benchmarks/README.md)
 benchmark: $(VENV)/.installed

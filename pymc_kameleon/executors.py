@@ -31,6 +31,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import os
 import sys
+import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -43,6 +44,8 @@ __all__ = ["DaskExecutor", "ExecutorOption", "ParallelEvaluationError", "RowFail
 # Functions a worker process keeps unpickled, by token (a long-lived worker serves many runs).
 _WORKER_CACHE_SIZE = 16
 _worker_functions: OrderedDict[str, object] = OrderedDict()
+# How long the number of workers of an executor is trusted before it is asked again.
+_WORKER_COUNT_SECONDS = 10.0
 
 
 class ParallelEvaluationError(RuntimeError):
@@ -209,6 +212,7 @@ class ExecutorOption:
             )
         self._payloads: dict[int, _Payload] = {}
         self._scattered: dict[str, object] = {}
+        self._n_workers = None  # (count, time asked)
 
     # ------------------------------------------------------------ the executor
     def get(self) -> cf.Executor:
@@ -224,13 +228,21 @@ class ExecutorOption:
         return self._executor
 
     def n_workers(self) -> int:
-        """How many tasks can run at once: Dask's total threads, a pool's ``max_workers``, else the CPUs."""
+        """How many tasks can run at once: Dask's total threads, a pool's ``max_workers``, else the CPUs.
+
+        Asking Dask's scheduler costs a round trip, so its answer is kept for ``_WORKER_COUNT_SECONDS``
+        (a cluster that scales is followed with that delay; the results never depend on it).
+        """
+        now = time.monotonic()
+        if self._n_workers is not None and now - self._n_workers[1] < _WORKER_COUNT_SECONDS:
+            return self._n_workers[0]
         executor = self.get()
         if _is_dask_executor(executor):
             n = sum(executor._client.nthreads().values())
         else:
             n = getattr(executor, "_max_workers", None) or os.cpu_count() or 1
-        return max(int(n), 1)
+        self._n_workers = (max(int(n), 1), now)
+        return self._n_workers[0]
 
     # ------------------------------------------------------------ evaluation
     def payload(self, function) -> _Payload:
@@ -351,6 +363,7 @@ class ExecutorOption:
         self._executor = None
         self._payloads = {}
         self._scattered = {}
+        self._n_workers = None
 
     def __repr__(self):
         return f"ExecutorOption({self._factory or self._executor!r})"

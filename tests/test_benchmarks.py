@@ -151,3 +151,13 @@ def test_correlated_benchmark_exact_posterior_matches_monte_carlo():
         mean = float((w * values).sum())
         se = math.sqrt(float((w**2 * (values - mean) ** 2).sum()))
         assert abs(mean - exact[name][0]) < 4 * se + 1e-3, (name, mean, exact[name])
+
+
+@pytest.mark.slow
+def test_scale_out_quick_mode(capsys):
+    pytest.importorskip("distributed")
+    bench = _load("scale_out")
+    rows = bench.main(["--quick"])
+    out = capsys.readouterr().out
+    assert "| 2 Dask workers (s) |" in out
+    assert len(rows) == 2 and all(r.rstrip().endswith("| yes |") for r in rows)  # identical draws
