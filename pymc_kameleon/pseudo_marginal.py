@@ -458,6 +458,7 @@ def PseudoMarginalPotential(
             tensors.append(pt.as_tensor_variable(x))
         except (TypeError, ValueError) as err:
             raise TypeError(f"inputs[{i}] is not a model variable or tensor expression: {err}") from None
+    _check_inputs_depend_on_variables(tensors, pm.modelcontext(model))
     input_names = [t.name or f"inputs[{i}]" for i, t in enumerate(tensors)]
     own_shape = getattr(log_estimator, "auxiliary_shape", None)  # set by this module's helpers
     if auxiliary_shape is None:
@@ -488,6 +489,20 @@ def PseudoMarginalPotential(
 
 
 DEFAULT_CORRELATION = 0.99
+
+
+def _check_inputs_depend_on_variables(tensors, model) -> None:
+    """A ValueError if no input depends on a free variable of ``model``: the estimate could never change
+    with the parameters, so it would be a constant random term, not a likelihood (``inputs=[1.0]``)."""
+    from pytensor.graph.traversal import ancestors
+
+    free = set(model.free_RVs)
+    if not any(v in free for v in ancestors(tensors)):
+        raise ValueError(
+            "None of the inputs depends on a free variable of the model, so the estimate would never change "
+            "with the parameters. Pass the model variables the likelihood depends on, e.g. inputs=[theta] "
+            "(data that the estimator needs belongs in its closure, not in inputs)."
+        )
 
 
 def _check_auxiliary(auxiliary_shape, correlation):

@@ -5,6 +5,7 @@ import warnings
 
 import numpy as np
 import pymc as pm
+import pytensor.tensor as pt
 import pytest
 from scipy.stats import norm
 
@@ -295,3 +296,14 @@ def test_particle_filter_options_are_checked():
     bad = correlated_particle_filter(lambda v, *p: np.zeros((v.size, 2)), f, f, 4, 5)
     with pytest.raises(ValueError, match="scalar states"):
         bad(*params, np.zeros((5, 5)))
+
+
+def test_inputs_must_depend_on_a_free_variable():
+    with pm.Model():
+        theta = pm.Normal("theta")
+        with pytest.raises(ValueError, match="None of the inputs depends on a free variable"):
+            PseudoMarginalPotential("lik", lambda c, rng: 0.0, inputs=[1.0])
+        with pytest.raises(ValueError, match="None of the inputs depends on a free variable"):
+            PseudoMarginalPotential("lik2", lambda c, rng: 0.0, inputs=[pt.as_tensor_variable(np.ones(3))])
+        # an expression of a variable, next to a constant, is fine
+        PseudoMarginalPotential("lik3", lambda a, c, rng: 0.0, inputs=[2 * theta, 1.0])
