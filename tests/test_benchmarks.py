@@ -159,5 +159,6 @@ def test_scale_out_quick_mode(capsys):
     bench = _load("scale_out")
     rows = bench.main(["--quick"])
     out = capsys.readouterr().out
-    assert "| 2 Dask workers (s) |" in out
-    assert len(rows) == 2 and all(r.rstrip().endswith("| yes |") for r in rows)  # identical draws
+    assert "| 2 workers | parallel (s) |" in out
+    assert len(rows) == 3 and all(r.rstrip().endswith("| yes |") for r in rows)  # identical draws
+    assert [r.split("|")[5].strip() for r in rows] == ["Dask", "Dask", "ProcessPoolExecutor"]
