@@ -86,8 +86,8 @@ def sample_chains(model, step_factory, client, chains: int = 4, random_seed=None
 
     Parameters
     ----------
-    model : pymc.Model
-        Pickled to the workers (with ``cloudpickle``).
+    model : pymc.Model or None
+        Pickled to the workers (with ``cloudpickle``); None takes the model of the ``with`` context.
     step_factory : callable
         ``step_factory() -> step``, called inside the model's context on the worker; for example
         ``KameleonMetropolis`` or ``lambda: KameleonMetropolis(target_accept=0.3)``.
@@ -98,7 +98,8 @@ def sample_chains(model, step_factory, client, chains: int = 4, random_seed=None
         come from one seed.
     **sample_kwargs
         Passed to ``pm.sample`` (``draws``, ``tune``, ``idata_kwargs``, ...); not ``step``,
-        ``chains``, ``cores`` or ``random_seed``.
+        ``chains``, ``cores``, ``random_seed``, ``progressbar`` or ``compute_convergence_checks``
+        (set here), nor ``return_inferencedata=False``.
 
     Returns
     -------
@@ -109,10 +110,23 @@ def sample_chains(model, step_factory, client, chains: int = 4, random_seed=None
     ------
     ValueError
         For options that this function sets itself.
+    TypeError
+        For a ``client`` that is not a Dask client, or a ``step_factory`` that is not callable.
     """
-    taken = sorted({"step", "chains", "cores", "random_seed", "model"} & set(sample_kwargs))
+    import pymc as pm
+
+    model = pm.modelcontext(model)
+    own = {"step", "chains", "cores", "random_seed", "model", "progressbar", "compute_convergence_checks"}
+    taken = sorted(own & set(sample_kwargs))
     if taken:
         raise ValueError(f"sample_chains sets {taken} itself; pass only other pm.sample options.")
+    if sample_kwargs.get("return_inferencedata", True) is not True:
+        raise ValueError("sample_chains returns InferenceData (ArviZ 0) or a DataTree (ArviZ 1) only.")
+    if not (hasattr(client, "submit") and hasattr(client, "gather")):
+        raise TypeError(
+            f"client must be a dask.distributed.Client, got {type(client).__name__} (pass the client, "
+            "not client.get_executor())."
+        )
     if not callable(step_factory):
         raise TypeError(
             "step_factory must be a callable that returns a step (for example KameleonMetropolis), "

@@ -29,6 +29,7 @@ This module imports neither PyMC nor Dask (a Dask client only when :class:`DaskE
 from __future__ import annotations
 
 import concurrent.futures as cf
+import multiprocessing
 import os
 import sys
 import time
@@ -46,6 +47,15 @@ _WORKER_CACHE_SIZE = 16
 _worker_functions: OrderedDict[str, object] = OrderedDict()
 # How long the number of workers of an executor is trusted before it is asked again.
 _WORKER_COUNT_SECONDS = 10.0
+
+
+# What to do when an executor cannot reach PyMC's worker processes (``cores > 1``).
+_WORKER_PROCESS_ADVICE = (
+    "PyMC's worker processes (cores > 1) cannot use an executor instance made in this process, nor "
+    "start process pools of their own. Use a Dask executor (client.get_executor(), or "
+    "pymc_kameleon.distributed.DaskExecutor(client)), which travels as the scheduler's address, or "
+    "sample with cores=1."
+)
 
 
 class ParallelEvaluationError(RuntimeError):
@@ -152,6 +162,14 @@ class DaskExecutor:
                 "DaskExecutor submits with pure=False: a cached result would reuse a random estimate."
             )
         kwargs.pop("pure", None)
+        if not isinstance(client, str) and (
+            getattr(client, "status", "running") not in ("running", "connecting", "newly-created")
+            or getattr(client, "scheduler", None) is None
+        ):
+            raise ValueError(
+                f"The Dask client is not connected (status {getattr(client, 'status', '?')!r}): connect a "
+                "new Client to the scheduler and pass client.get_executor()."
+            )
         self.address = client if isinstance(client, str) else client.scheduler.address
         if not isinstance(client, str):
             DaskExecutor._clients.setdefault((os.getpid(), self.address), client)
@@ -205,24 +223,45 @@ class ExecutorOption:
         elif callable(executor):
             self._factory = executor
         else:
+            is_client = hasattr(executor, "get_executor")
+            hint = " Pass client.get_executor(), not the client itself." if is_client else ""
             raise TypeError(
                 f"{owner}: executor must be a concurrent.futures.Executor (for example "
                 "dask.distributed.Client(...).get_executor() or ProcessPoolExecutor()) or a zero-argument "
-                f"callable that returns one, got {type(executor).__name__}."
+                f"callable that returns one, got {type(executor).__name__}.{hint}"
             )
         self._payloads: dict[int, _Payload] = {}
         self._scattered: dict[str, object] = {}
         self._n_workers = None  # (count, time asked)
+        self._pid = os.getpid()  # the process the executor instance belongs to
 
     # ------------------------------------------------------------ the executor
     def get(self) -> cf.Executor:
-        """The executor (made by the factory on first use in this process)."""
+        """The executor (made by the factory on first use in this process).
+
+        In a forked child (PyMC's chains with ``cores > 1`` on Linux) an instance from the parent is
+        not used: a forked process pool or client can hang. A factory makes a new executor there; a
+        plain instance raises a TypeError that says what to pass instead.
+        """
+        if os.getpid() != self._pid:
+            self._pid, self._n_workers, self._scattered = os.getpid(), None, {}
+            if self._factory is None:
+                raise TypeError(
+                    f"{self.owner}: executor={type(self._executor).__name__}(...) was made in another "
+                    f"process. {_WORKER_PROCESS_ADVICE}"
+                )
+            self._executor = None
         if self._executor is None:
             executor = self._factory()
             if not isinstance(executor, cf.Executor):
                 raise TypeError(
                     f"{self.owner}: the executor factory returned a {type(executor).__name__}, "
                     "not a concurrent.futures.Executor."
+                )
+            if isinstance(executor, cf.ProcessPoolExecutor) and multiprocessing.current_process().daemon:
+                executor.shutdown(wait=False)
+                raise TypeError(
+                    f"{self.owner}: a ProcessPoolExecutor cannot run here. {_WORKER_PROCESS_ADVICE}"
                 )
             self._executor = executor
         return self._executor
@@ -265,7 +304,22 @@ class ExecutorOption:
         return future
 
     def _submit_chunks(self, runner, function, items, describe) -> list:
-        """Split ``items`` into one chunk per worker, run ``runner`` on each, and gather in order."""
+        """Split ``items`` into one chunk per worker, run ``runner`` on each, and gather in order.
+
+        On Dask a failed round is run once more with the payload scattered afresh: a worker that dies
+        takes its copy of the scattered payload with it, and the scheduler then cancels every task
+        that needs it, although a restarted worker could run them.
+        """
+        try:
+            return self._submit_chunks_once(runner, function, items, describe)
+        except ParallelEvaluationError:
+            if not _is_dask_executor(self.get()):
+                raise
+            self._scattered = {}
+            self._n_workers = None
+            return self._submit_chunks_once(runner, function, items, describe)
+
+    def _submit_chunks_once(self, runner, function, items, describe) -> list:
         executor = self.get()
         payload = self.payload(function)
         data = self._shipped(executor, payload)
@@ -283,7 +337,8 @@ class ExecutorOption:
                     where = f" (first row: {describe(items[a])})" if describe is not None else ""
                     raise ParallelEvaluationError(
                         f"{self.owner}: the executor failed to evaluate rows {a}..{b - 1} of {len(items)}"
-                        f"{where}: {type(err).__name__}: {err}"
+                        f"{where}: {type(err).__name__}: {str(err) or 'no message'}. A worker may have "
+                        "died or the executor been shut down (Dask's scheduler log says which)."
                     ) from err
                 results.append(chunk)
         finally:
@@ -350,10 +405,9 @@ class ExecutorOption:
     def __getstate__(self):
         if self._factory is None:
             raise TypeError(
-                f"{self.owner}: executor={type(self._executor).__name__}(...) cannot be sent to PyMC's "
-                "worker processes (cores > 1). Pass a zero-argument callable that returns the executor "
-                "instead, for example executor=lambda: ProcessPoolExecutor(2), or "
-                "executor=pymc_kameleon.distributed.DaskExecutor(client), or sample with cores=1."
+                f"{self.owner}: executor={type(self._executor).__name__}(...) cannot be sent to another "
+                f"process. {_WORKER_PROCESS_ADVICE} Other executors can be given as a zero-argument "
+                "callable that makes one in the worker process (one that can run there)."
             )
         return {"owner": self.owner, "factory": self._factory}
 
@@ -364,6 +418,7 @@ class ExecutorOption:
         self._payloads = {}
         self._scattered = {}
         self._n_workers = None
+        self._pid = os.getpid()
 
     def __repr__(self):
         return f"ExecutorOption({self._factory or self._executor!r})"

@@ -39,12 +39,33 @@ def client():
 
 class GaussianLoglik(Op):
     """log N(Y | mu, 1) in Python (a black box to PyTensor), with two ways to fail on purpose:
-    it raises where mu > ``raise_above``, and ends its worker process once if ``kill_marker`` (a path)
-    does not exist yet."""
+    it raises where mu > ``raise_above``; and with ``kill_marker`` (a path) it ends its worker process,
+    twice in all: first on any worker, then on another process after 20 more evaluations there (the
+    marker file logs them)."""
 
     def __init__(self, raise_above=np.inf, kill_marker=None):
         self.raise_above = raise_above
         self.kill_marker = kill_marker
+
+    def _maybe_kill(self):
+        import time
+
+        from distributed import get_worker
+
+        try:
+            get_worker()
+        except ValueError:  # not on a worker: never kill the test process
+            return
+        log = open(self.kill_marker).read().split() if os.path.exists(self.kill_marker) else []
+        first = not log
+        second = False
+        if len(log) == 1 and int(log[0].split(":")[0]) != os.getpid():
+            self._after_first_kill = getattr(self, "_after_first_kill", 0) + 1  # this worker's own count
+            second = self._after_first_kill > 20
+        if first or second:
+            with open(self.kill_marker, "a") as f:
+                f.write(f"{os.getpid()}:{time.time()} ")
+            os._exit(1)
 
     def make_node(self, mu):
         return Apply(self, [pt.as_tensor_variable(mu)], [pt.dscalar()])
@@ -53,18 +74,8 @@ class GaussianLoglik(Op):
         mu = float(inputs[0])
         if mu > self.raise_above:
             raise FloatingPointError(f"solver diverged at mu={mu}")
-        if self.kill_marker is not None and "distributed" in sys.modules and not os.path.exists(
-            self.kill_marker
-        ):
-            from distributed import get_worker
-
-            try:
-                get_worker()
-            except ValueError:  # not on a worker: never kill the test process
-                pass
-            else:
-                open(self.kill_marker, "w").close()
-                os._exit(1)
+        if self.kill_marker is not None and "distributed" in sys.modules:
+            self._maybe_kill()
         output_storage[0][0] = np.asarray(-0.5 * np.sum((Y - mu) ** 2) - 2 * np.log(2 * np.pi))
 
 
@@ -131,13 +142,17 @@ def test_an_evaluation_that_raises_names_its_inputs(client):
         run_kass(model, None, chains=1)
 
 
-def test_a_killed_worker_is_replaced_and_the_run_is_unchanged(client, tmp_path):
+def test_killed_workers_are_replaced_and_the_run_is_unchanged(client, tmp_path):
+    """Both workers die, one after the other. The second death also loses the scattered likelihood
+    (the restarted first worker never got it), which cancelled every task until the payload was
+    scattered afresh (found by a new-user check)."""
     marker = str(tmp_path / "killed")
     op = GaussianLoglik(kill_marker=marker)
-    serial = run_kass(black_box_model(op), None, chains=1)
+    serial = run_kass(black_box_model(op), None, chains=1, draws=300)
     assert not os.path.exists(marker)  # the serial run never kills
-    on_dask = run_kass(black_box_model(op), client.get_executor(), chains=1)
-    assert os.path.exists(marker), "no worker was killed: the test did not test anything"
+    on_dask = run_kass(black_box_model(op), client.get_executor(), chains=1, draws=300)
+    kills = open(marker).read().split()
+    assert len(kills) == 2, f"expected two killed workers, got {kills}: the test did not test anything"
     assert same_run(serial, on_dask)
     client.wait_for_workers(2, timeout=60)
 
@@ -232,3 +247,22 @@ def test_sample_chains_equals_pm_sample(client):
         sample_chains(model, KameleonMetropolis, client, chains=2, cores=2)
     with pytest.raises(TypeError, match="step_factory must be a callable"):
         sample_chains(model, object.__new__(KameleonMetropolis), client)
+
+
+def test_a_closed_client_and_misused_arguments_get_clear_errors(client):
+    from pymc_kameleon.distributed import sample_chains
+
+    other = distributed.Client(client.scheduler.address, set_as_default=False)
+    other.close()
+    with pytest.raises(ValueError, match="client is not connected"):
+        DaskExecutor(other)
+    with pytest.raises(TypeError, match=r"Pass client.get_executor\(\), not the client itself"):
+        ExecutorOption(client, "KASS")
+    with pm.Model() as model:
+        pm.Normal("x")
+    with pytest.raises(ValueError, match="sets \\['progressbar'\\] itself"):
+        sample_chains(model, KameleonMetropolis, client, progressbar=True)
+    with pytest.raises(ValueError, match="returns InferenceData"):
+        sample_chains(model, KameleonMetropolis, client, return_inferencedata=False)
+    with pytest.raises(TypeError, match="not client.get_executor"):
+        sample_chains(model, KameleonMetropolis, client.get_executor())

@@ -147,3 +147,42 @@ def test_kass_refuses_an_executor_with_pseudo_marginal_terms():
         message = "Give the executor to the potential"
         with ThreadPoolExecutor(2) as pool, pytest.raises(ValueError, match=message):
             pm.sample_smc(100, kernel=KASS, executor=pool, progressbar=False)
+
+
+_FORKED_POOL_SCRIPT = """
+import numpy as np, pymc as pm
+from concurrent.futures import ProcessPoolExecutor
+from pymc_kameleon import KameleonMetropolis, PseudoMarginalPotential
+
+def estimate(theta, rng):
+    return -0.5 * float(np.sum(theta ** 2)) + 0.1 * rng.standard_normal()
+
+if __name__ == "__main__":
+    pool = ProcessPoolExecutor(2)
+    with pm.Model():
+        theta = pm.Normal("theta", 0, 1, shape=2)
+        PseudoMarginalPotential("lik", estimate, inputs=[theta], replicates=2, executor={executor})
+        kwargs = dict(step=KameleonMetropolis(), draws=20, tune=20, chains=2, progressbar=False,
+                      compute_convergence_checks=False)
+        pm.sample(cores=1, **kwargs)
+        try:
+            pm.sample(cores=2, **kwargs)
+        except Exception as err:
+            print("ERROR:", err)
+"""
+
+
+@pytest.mark.parametrize("executor", ["pool", "lambda: ProcessPoolExecutor(2)"])
+def test_process_pools_in_pymc_worker_processes_fail_clearly(executor, tmp_path):
+    """A used pool instance with pm.sample(cores=2) hung for ever (PyMC forks, so nothing was pickled);
+    a pool factory failed with 'daemonic processes are not allowed to have children'. Both now stop
+    with an error that names the remedy, in a subprocess with a time limit."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "run.py"
+    script.write_text(_FORKED_POOL_SCRIPT.replace("{executor}", executor))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    out = done.stdout + done.stderr
+    assert "ERROR:" in out, out[-3000:]
+    assert "sample with cores=1" in out, out[-3000:]

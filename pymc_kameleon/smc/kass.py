@@ -132,8 +132,10 @@ class KASS(BatchedSMCKernel):
         zero-argument callable that returns one (needed with ``cores > 1`` for executors that do not
         pickle; a Dask executor pickles as its scheduler's address). The prior is evaluated here. The
         draws and the evidence are those of the serial run, whatever the number of workers
-        (:mod:`pymc_kameleon.executors`). Not with ``batch_logp=True``, nor with pseudo-marginal terms
-        (give the executor to :func:`~pymc_kameleon.PseudoMarginalPotential` instead).
+        (:mod:`pymc_kameleon.executors`; "the same" needs the same compiled functions: on PyMC 6 a
+        cold compilation cache changed values by about 1e-15 in a new user's check, serial runs
+        included). Not with pseudo-marginal terms: give the executor to
+        :func:`~pymc_kameleon.PseudoMarginalPotential` instead.
     **kwargs
         ``pm.sample_smc``'s own kernel options (``threshold``, ...).
     """
