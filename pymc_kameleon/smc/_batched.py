@@ -98,6 +98,7 @@ class BatchedSMCKernel(SMC_KERNEL):
         # weights then sum to less than 1 and PyMC's systematic resampling indexes past the end.
         self.prior_logp = np.asarray(self.prior_logp, dtype=np.float64).reshape(self.draws)
         self.likelihood_logp = np.asarray(self.likelihood_logp, dtype=np.float64).reshape(self.draws)
+        self._check_initial_densities()
         self._use_batch = self._batch_logp_func is not None and batch_matches(
             self._batch_logp_func,
             self.tempered_posterior,
@@ -128,6 +129,19 @@ class BatchedSMCKernel(SMC_KERNEL):
         values = self.executor.map_rows(self.likelihood_logp_func, rows, describe=describe)
         self.executor.raise_failure(values, rows, describe=describe)
         return np.array(values, dtype=np.float64).reshape(len(rows))
+
+    def _check_initial_densities(self) -> None:
+        """A clear error if the prior or the likelihood is NaN at initial particles: PyMC's tempering would
+        fail later with 'cannot convert float NaN to integer', naming nothing."""
+        for what, values in (("prior", self.prior_logp), ("likelihood", self.likelihood_logp)):
+            bad = np.flatnonzero(np.isnan(values))
+            if bad.size:
+                raise ValueError(
+                    f"{type(self).__name__}: the log {what} is NaN at {bad.size} of the {self.draws} initial "
+                    f"particles (the first: {self._describe_particle(self.tempered_posterior[bad[0]])}, in "
+                    "the sampler's unconstrained coordinates). Make the model return -inf where the density "
+                    "is zero, and check it at those values."
+                )
 
     def _describe_particle(self, x) -> str:
         """A particle as ``name=value`` pairs (values of the transformed variables), for error messages."""

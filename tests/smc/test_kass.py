@@ -614,3 +614,15 @@ def test_log_evidence_warns_when_the_genealogy_has_collapsed():
     collapsed.sample_stats["distinct_ancestors"] = collapsed.sample_stats["distinct_ancestors"] * 0 + 1
     with pytest.warns(UserWarning, match=r"fewer than 10 of the initial draws \(chain 0: 1\)"):
         log_evidence(collapsed)
+
+
+def test_nan_likelihood_at_initial_particles_is_a_clear_error():
+    """PyMC's tempering failed with 'cannot convert float NaN to integer' (found by a new-user check)."""
+    import pytensor.tensor as pt
+
+    with pm.Model():
+        mu = pm.Normal("mu", 0, 1)
+        pm.Potential("lik", pt.switch(mu > 1.0, np.nan, -0.5 * mu**2))
+        message = r"log likelihood is NaN at \d+ of the 200 initial particles.*mu="
+        with pytest.raises(ValueError, match=message):
+            pm.sample_smc(200, kernel=KASS, chains=1, random_seed=1, progressbar=False)
