@@ -230,8 +230,12 @@ class ExecutorOption:
                 "dask.distributed.Client(...).get_executor() or ProcessPoolExecutor()) or a zero-argument "
                 f"callable that returns one, got {type(executor).__name__}.{hint}"
             )
-        self._payloads: dict[int, _Payload] = {}
-        self._scattered: dict[str, object] = {}
+        self._reset_process_state()
+
+    def _reset_process_state(self) -> None:
+        """Forget what belongs to one process: the pickled function, its scattered copy, the worker count."""
+        self._payload: _Payload | None = None
+        self._scattered = None  # the Dask future of self._payload's data, once scattered
         self._n_workers = None  # (count, time asked)
         self._pid = os.getpid()  # the process the executor instance belongs to
 
@@ -244,7 +248,7 @@ class ExecutorOption:
         plain instance raises a TypeError that says what to pass instead.
         """
         if os.getpid() != self._pid:
-            self._pid, self._n_workers, self._scattered = os.getpid(), None, {}
+            self._reset_process_state()
             if self._factory is None:
                 raise TypeError(
                     f"{self.owner}: executor={type(self._executor).__name__}(...) was made in another "
@@ -285,23 +289,19 @@ class ExecutorOption:
 
     # ------------------------------------------------------------ evaluation
     def payload(self, function) -> _Payload:
-        """``function`` pickled once (cached per function object)."""
-        payload = self._payloads.get(id(function))
-        if payload is None or payload.function is not function:
-            payload = _Payload(function)
-            self._payloads = {id(function): payload}  # one function at a time per option
-            self._scattered = {}
-        return payload
+        """``function`` pickled once (one function at a time per option: a new one replaces it)."""
+        if self._payload is None or self._payload.function is not function:
+            self._payload = _Payload(function)
+            self._scattered = None
+        return self._payload
 
     def _shipped(self, executor, payload: _Payload):
         """The payload's data as a task argument: on Dask, scattered to every worker once."""
         if not _is_dask_executor(executor):
             return payload.data
-        future = self._scattered.get(payload.token)
-        if future is None:
-            future = executor._client.scatter(payload.data, broadcast=True, hash=False)
-            self._scattered = {payload.token: future}
-        return future
+        if self._scattered is None:
+            self._scattered = executor._client.scatter(payload.data, broadcast=True, hash=False)
+        return self._scattered
 
     def _submit_chunks(self, runner, function, items, describe) -> list:
         """Split ``items`` into one chunk per worker, run ``runner`` on each, and gather in order.
@@ -315,7 +315,7 @@ class ExecutorOption:
         except ParallelEvaluationError:
             if not _is_dask_executor(self.get()):
                 raise
-            self._scattered = {}
+            self._scattered = None
             self._n_workers = None
             return self._submit_chunks_once(runner, function, items, describe)
 
@@ -393,13 +393,15 @@ class ExecutorOption:
         """The first :class:`RowFailure` among ``results``, if any."""
         return next((r for r in results if isinstance(r, RowFailure)), None)
 
-    def raise_failure(self, results, rows, describe=None, error=ParallelEvaluationError) -> None:
-        """Raise ``error`` naming the inputs of the first failed row, if any."""
+    def raise_failure(self, results, rows, describe=None) -> None:
+        """Raise a :class:`ParallelEvaluationError` naming the inputs of the first failed row, if any."""
         failure = self.first_failure(results)
         if failure is None:
             return
         where = describe(rows[failure.index]) if describe is not None else f"row {failure.index}"
-        raise error(f"{self.owner}: {failure.error} (at {where}). Worker traceback:\n{failure.traceback}")
+        raise ParallelEvaluationError(
+            f"{self.owner}: {failure.error} (at {where}). Worker traceback:\n{failure.traceback}"
+        )
 
     # ------------------------------------------------------------ pickling
     def __getstate__(self):
@@ -415,10 +417,7 @@ class ExecutorOption:
         self.owner = state["owner"]
         self._factory = state["factory"]
         self._executor = None
-        self._payloads = {}
-        self._scattered = {}
-        self._n_workers = None
-        self._pid = os.getpid()
+        self._reset_process_state()
 
     def __repr__(self):
         return f"ExecutorOption({self._factory or self._executor!r})"

@@ -244,25 +244,23 @@ class PseudoMarginalOp(Op):
         """
         if self.split:
             return self._replicated_estimate(inputs, rng, auxiliary)
+        return self._checked(self._call(inputs, auxiliary if self.correlated else rng), inputs)
+
+    def _call(self, inputs, randomness):
+        """``log_estimator(*inputs, randomness)``; an error naming the inputs if it raises."""
         try:
-            value = self.log_estimator(*inputs, auxiliary if self.correlated else rng)
+            return self.log_estimator(*inputs, randomness)
         except Exception as err:
             raise self._raised(f"{type(err).__name__}: {err}", inputs) from err
-        return self._checked(value, inputs)
 
     def _replicated_estimate(self, inputs, rng, auxiliary) -> float:
         """The log of the mean of ``replicates`` estimates, on the executor if there is one."""
         inputs = [np.asarray(x) for x in inputs]
         randomness = auxiliary if self.correlated else rng.spawn(self.replicates)
-        rows = [(*inputs, randomness[r]) for r in range(self.replicates)]
         if self.executor is None:
-            values = []
-            for row in rows:
-                try:
-                    values.append(self.log_estimator(*row))
-                except Exception as err:
-                    raise self._raised(f"{type(err).__name__}: {err}", inputs) from err
+            values = [self._call(inputs, randomness[r]) for r in range(self.replicates)]
         else:
+            rows = [(*inputs, randomness[r]) for r in range(self.replicates)]
             values = self.executor.map_rows(self.log_estimator, rows)
             failure = self.executor.first_failure(values)
             if failure is not None:

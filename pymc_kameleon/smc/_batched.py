@@ -68,7 +68,7 @@ class BatchedSMCKernel(SMC_KERNEL):
                 "every estimate into k independent parts evaluated in parallel."
             )
         self._batch_logp_func = None
-        self._batch_on_worker = None
+        self._batch_on_worker = None  # evaluate_batch bound to _batch_logp_func, for the executor
         if batch_logp is True or (batch_logp == "auto" and not self._pseudo_marginal_ops):
             self._batch_logp_func = compile_batch_logp(
                 modelcontext(kwargs.get("model")),
@@ -82,6 +82,7 @@ class BatchedSMCKernel(SMC_KERNEL):
         super().set_rng(rng)
         if self._batch_logp_func is not None:
             self._batch_logp_func = with_rng(self._batch_logp_func, rng)
+            self._batch_on_worker = partial(evaluate_batch, self._batch_logp_func)  # pickled once per chain
         # The estimators draw from their Op's own generator when PyMC's functions run them.
         self._pseudo_marginal_ops = pseudo_marginal_ops(self.likelihood_logp_func)
         for op, child in zip(
@@ -123,12 +124,17 @@ class BatchedSMCKernel(SMC_KERNEL):
     def _likelihoods_on_executor(self, particles) -> np.ndarray:
         """The likelihood log densities of an (m, D) array, evaluated on the executor."""
         rows = [(x,) for x in particles]
+
         def describe(row):
             return self._describe_particle(row[0])
 
         values = self.executor.map_rows(self.likelihood_logp_func, rows, describe=describe)
         self.executor.raise_failure(values, rows, describe=describe)
         return np.array(values, dtype=np.float64).reshape(len(rows))
+
+    def _likelihoods_here(self, particles) -> np.ndarray:
+        """The likelihood log densities of an (m, D) array, one PyMC call each, in this process."""
+        return np.array([float(self.likelihood_logp_func(x)) for x in particles], dtype=np.float64)
 
     def _check_initial_densities(self) -> None:
         """A clear error if the prior or the likelihood is NaN at initial particles: PyMC's tempering would
@@ -145,38 +151,27 @@ class BatchedSMCKernel(SMC_KERNEL):
 
     def _describe_particle(self, x) -> str:
         """A particle as ``name=value`` pairs (values of the transformed variables), for error messages."""
-        parts, offset = [], 0
         x = np.asarray(x)
-        for v in self.variables:
-            shape, size = self.var_info[v.name][0], self.var_info[v.name][1]
-            value = x[offset : offset + size].reshape(shape)
-            parts.append(f"{v.name}={np.array2string(value, precision=4, threshold=8)}")
-            offset += size
-        return ", ".join(parts)
+        return ", ".join(
+            f"{name}={np.array2string(x[part].reshape(shape), precision=4, threshold=8)}"
+            for name, part, shape in variable_slices(self.variables, self.var_info)
+        )
 
     def _evaluate(self, proposals):
         """Prior and likelihood log densities at the proposals (likelihood only inside the prior's
         support)."""
         proposals = floatX(np.ascontiguousarray(proposals))
-        if self.executor is not None and self._use_batch:  # the serial arithmetic, block by block
-            if getattr(self._batch_on_worker, "args", (None,))[0] is not self._batch_logp_func:
-                self._batch_on_worker = partial(evaluate_batch, self._batch_logp_func)  # pickled once
-            blocks = self.executor.map_blocks(self._batch_on_worker, proposals)
-            self.executor.raise_failure(blocks, proposals, describe=self._describe_particle)
-            self._evaluations += proposals.shape[0]
-            return tuple(np.concatenate(parts) for parts in zip(*blocks, strict=True))
-        if self.executor is not None:
-            prior = np.array([float(self.prior_logp_func(x)) for x in proposals])
-            loglik = np.full(proposals.shape[0], -np.inf)
-            inside = np.flatnonzero(np.isfinite(prior))
-            loglik[inside] = self._likelihoods_on_executor(proposals[inside])
-            self._evaluations += inside.size
-            return prior, loglik
         if self._use_batch:
-            prior, loglik = evaluate_batch(self._batch_logp_func, proposals)
+            if self.executor is None:
+                prior, loglik = evaluate_batch(self._batch_logp_func, proposals)
+            else:  # the serial arithmetic, block by block
+                blocks = self.executor.map_blocks(self._batch_on_worker, proposals)
+                self.executor.raise_failure(blocks, proposals, describe=self._describe_particle)
+                prior, loglik = (np.concatenate(parts) for parts in zip(*blocks, strict=True))
             self._evaluations += proposals.shape[0]
             return prior, loglik
-        prior, loglik, n_evals = evaluate_each(self.prior_logp_func, self.likelihood_logp_func, proposals)
+        likelihoods = self._likelihoods_here if self.executor is None else self._likelihoods_on_executor
+        prior, loglik, n_evals = evaluate_each(self.prior_logp_func, likelihoods, proposals)
         self._evaluations += n_evals
         return prior, loglik
 
@@ -197,6 +192,15 @@ def check_continuous(model, sampler: str) -> None:
         )
 
 
+def variable_slices(variables, var_info):
+    """``(name, slice, shape)`` of each variable in PyMC's flat particle vector, in order."""
+    offset = 0
+    for v in variables:
+        shape, size = var_info[v.name][0], var_info[v.name][1]
+        yield v.name, slice(offset, offset + size), shape
+        offset += size
+
+
 def check_prior_draws(X, variables, var_info) -> None:
     """A clear error if the initial particles do not vary: SMC starts from prior draws, and an improper
     prior (``pm.Flat``, ``pm.HalfFlat``) has none; PyMC puts every particle at its initial value."""
@@ -206,12 +210,7 @@ def check_prior_draws(X, variables, var_info) -> None:
     constant = np.all(X == X[0], axis=0)
     if not constant.any():
         return
-    names, offset = [], 0
-    for v in variables:
-        size = var_info[v.name][1]
-        if constant[offset : offset + size].any():
-            names.append(v.name)
-        offset += size
+    names = [name for name, part, _ in variable_slices(variables, var_info) if constant[part].any()]
     raise ValueError(
         f"All {X.shape[0]} initial particles are identical in {names}: SMC starts from draws of the "
         "prior, and these variables have none (an improper prior such as pm.Flat or pm.HalfFlat, "
@@ -286,15 +285,19 @@ def evaluate_batch(fn, proposals):
     return np.concatenate(priors), np.concatenate(logliks)
 
 
-def evaluate_each(prior_fn, likelihood_fn, proposals):
-    """Prior and likelihood log densities of the proposals one by one, with the number of likelihood
-    evaluations: the likelihood only inside the prior's support."""
+def evaluate_each(prior_fn, likelihoods, proposals):
+    """Prior log densities of the proposals one by one, and their likelihood log densities where the
+    prior is finite, with the number of likelihood evaluations.
+
+    ``likelihoods(points)`` maps an (m, D) array to its m likelihood log densities (here, one call
+    each, or on an executor).
+    """
     prior = np.array([float(prior_fn(x)) for x in proposals])
     loglik = np.full(proposals.shape[0], -np.inf)
     # Never ask an expensive (or estimated) likelihood about a point the prior rules out.
     inside = np.flatnonzero(np.isfinite(prior))
-    for i in inside:
-        loglik[i] = float(likelihood_fn(proposals[i]))
+    if inside.size:
+        loglik[inside] = likelihoods(proposals[inside])
     return prior, loglik, inside.size
 
 
