@@ -162,6 +162,7 @@ class GPSurrogate(GPPredictionMixin, GPFactor):
         super().__init__(d, ell, signal_variance, noise_variance, mean, jitter, gradients)
         self.fit_noise = bool(fit_noise)
         self.max_points = int(max_points)
+        self._factor.max_rows = self.max_points * self._p  # the factor's buffer never grows beyond
         self._whitening = None  # input map w = L^{-1}(theta - m); None is the identity
         self._X_model = np.empty((0, d))  # the stored points as given
         self._G_model = np.empty((0, d))  # their gradients as given (gradients=True only)
@@ -234,7 +235,7 @@ class GPSurrogate(GPPredictionMixin, GPFactor):
             if self.gradients:
                 rows[low, 1:] = 0.0
                 self._G_model[low] = 0.0
-            self._zy = solve_triangular(self._L, self._y, lower=True, check_finite=False)
+            self._zy = self._factor.solve(self._y)
             self._alpha = None
         return n_low
 

@@ -15,7 +15,8 @@ import numpy as np
 from scipy.linalg import solve_triangular
 
 from pymc_kameleon.core.gp_covariance import se_ard_covariance
-from pymc_kameleon.core.linalg import cholesky_append, cholesky_lower, jittered_cholesky
+from pymc_kameleon.core.linalg import bordered_blocks, cholesky_lower, jittered_cholesky, schur_factor
+from pymc_kameleon.core.triangular import GrowingCholesky
 
 __all__ = ["GPFactor"]
 
@@ -42,7 +43,7 @@ class GPFactor:
         self._y = np.empty(0)  # observations, point by point
         self._h = np.empty(0)  # mean design: 1 on value rows, 0 on gradient rows
         self._diag_add = np.empty(0)  # everything added to the diagonal of K (nugget, noise, extra)
-        self._L = np.empty((0, 0))
+        self._factor = GrowingCholesky()  # L, grown in place by appends
         self._zy = np.empty(0)  # L^{-1} y
         self._zh = np.empty(0)  # L^{-1} h
         self._alpha = None  # K^{-1} (y - m h), computed lazily after adds
@@ -77,6 +78,11 @@ class GPFactor:
     def values(self) -> np.ndarray:
         """Stored function values, shape ``(t,)``."""
         return self._y[:: self._p].copy()
+
+    @property
+    def _L(self) -> np.ndarray:
+        """The factor :math:`L` (a read-only view; solve with ``self._factor.solve``)."""
+        return self._factor.L
 
     @property
     def cholesky_factor(self) -> np.ndarray:
@@ -129,14 +135,19 @@ class GPFactor:
         k_self = se_ard_covariance(w[None], w[None], self._ell, self._s2, g, g)
         diag_new = self._base_diag_add(self._ell, self._s2, self._noise, 1)
         k_self[np.diag_indices_from(k_self)] += diag_new
-        L, extra = cholesky_append(self._L, k_new, k_self, jitter=10.0 * max(self.jitter, 1e-12), what="GP")
-        n = self._L.shape[0]
-        # Extend L^{-1} y and L^{-1} h by forward substitution with the new rows only.
-        L21, L22 = L[n:, :n], L[n:, n:]
+        # The bordered factor (linalg.cholesky_append), its new rows written in place: O(n^2 p).
+        k_new, k_self = bordered_blocks(self._factor.n, k_new, k_self, "GP")
+        B = self._factor.solve(k_new) if self._factor.n else k_new
+        L22, extra = schur_factor(B, k_self, jitter=10.0 * max(self.jitter, 1e-12), what="GP")
+        n = self._factor.n
+        self._factor.append(B.T, L22)
+        # Extend L^{-1} y and L^{-1} h by forward substitution with the new rows only (as stored:
+        # the memory layout decides the BLAS path, and so the last bits).
+        new_rows = self._factor.rows(n)
+        L21, L22 = new_rows[:, :n], new_rows[:, n:]
         h_new = self._h_block()
         zy_new = solve_triangular(L22, obs - L21 @ self._zy, lower=True, check_finite=False)
         zh_new = solve_triangular(L22, h_new - L21 @ self._zh, lower=True, check_finite=False)
-        self._L = L
         self._X = np.vstack([self._X, w[None]])
         self._y = np.concatenate([self._y, obs])
         self._h = np.concatenate([self._h, h_new])
@@ -152,7 +163,7 @@ class GPFactor:
             else:
                 r = self._zy - self.mean_value * self._zh
                 # alpha = L^{-T} L^{-1} (y - m h): one O(n^2) back substitution per batch of adds.
-                self._alpha = solve_triangular(self._L, r, lower=True, trans="T", check_finite=False)
+                self._alpha = self._factor.solve(r, trans=True)
         return self._alpha
 
     # ------------------------------------------------------------------ refactorising
@@ -172,9 +183,10 @@ class GPFactor:
         r"""Refactorise :math:`K` from scratch (:math:`O(n^3)`) with the current hyperparameters."""
         if self.n_points == 0:
             return
-        self._L, self._diag_add = self._factorise(self._ell, self._s2, self._noise)
-        self._zy = solve_triangular(self._L, self._y, lower=True, check_finite=False)
-        self._zh = solve_triangular(self._L, self._h, lower=True, check_finite=False)
+        L, self._diag_add = self._factorise(self._ell, self._s2, self._noise)
+        self._factor.set(L)
+        self._zy = self._factor.solve(self._y)
+        self._zh = self._factor.solve(self._h)
         self._alpha = None
 
     def set_hyperparameters(self, lengthscales=None, signal_variance=None, noise_variance=None):

@@ -6,7 +6,6 @@ The predictive equations are derived in the module docstring of :mod:`pymc_kamel
 from __future__ import annotations
 
 import numpy as np
-from scipy.linalg import solve_triangular
 
 from pymc_kameleon.core.gp_covariance import se_ard_covariance
 
@@ -68,7 +67,7 @@ class GPPredictionMixin:
         else:
             Kx = se_ard_covariance(x, self._X, self._ell, self._s2, False, self.gradients)
             mean = self.mean_value + Kx @ self._get_alpha()
-            V = solve_triangular(self._L, Kx.T, lower=True, check_finite=False)
+            V = self._factor.solve(Kx.T)
             # Rounding can push s^2 - |v|^2 slightly below zero near the data.
             var = np.maximum(self._s2 - np.einsum("ij,ij->j", V, V), 0.0)
         if single:
@@ -130,7 +129,7 @@ class GPPredictionMixin:
         else:
             C = se_ard_covariance(x, self._X, self._ell, self._s2, True, self.gradients)
             mean += C @ self._get_alpha()
-            V = solve_triangular(self._L, C.T, lower=True, check_finite=False)
+            V = self._factor.solve(C.T)
             cov = prior - V.T @ V
         if self._whitening is not None:
             # (f, grad_theta f) = J (f, grad_w f) with J = diag(1, L^{-T}).

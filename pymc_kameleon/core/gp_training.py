@@ -441,5 +441,15 @@ class GPTrainingSchedule:
         if cached is not None and cached[0] == self.version and cached[3] is key and same_array(cached[1], x):
             return cached[2]
         value = make()
-        self._cache = (self.version, np.array(x, copy=True), value, key)
+        self.remember(x, key, value)
         return value
+
+    def remember(self, x, key, value) -> None:
+        """Cache ``value``, made by the GP as it is now, as the prediction at ``x`` for ``key``.
+
+        A step that accepts its proposal has the prediction there already; unless the GP changes
+        (a new point, a refit), the next step starts from it instead of predicting again. At
+        ``max_points`` that saves GP-DA MALA a joint prediction (an O(n^2 (d+1)) solve) per
+        accepted step.
+        """
+        self._cache = (self.version, np.array(x, copy=True), value, key)

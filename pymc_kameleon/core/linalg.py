@@ -11,12 +11,14 @@ from scipy.linalg.lapack import dpotrf
 
 __all__ = [
     "SingularCovarianceError",
+    "bordered_blocks",
     "cholesky_append",
     "cholesky_lower",
     "gaussian_log_norm",
     "gaussian_logpdf_chol",
     "jittered_cholesky",
     "same_array",
+    "schur_factor",
     "solve_lower",
 ]
 
@@ -162,6 +164,20 @@ def cholesky_append(L, k_new, k_self, jitter: float = 1e-10, max_tries: int = 6,
     """
     L = np.asarray(L, dtype=float)
     n = L.shape[0] if L.ndim == 2 else 0
+    k_new, k_self = bordered_blocks(n, k_new, k_self, what)
+    # B = L^{-1} k: the only O(n^2 b) operation.
+    B = solve_triangular(L, k_new, lower=True, check_finite=False) if n else k_new
+    L22, added = schur_factor(B, k_self, jitter, max_tries, what)
+    b = k_self.shape[0]
+    out = np.zeros((n + b, n + b))
+    out[:n, :n] = L
+    out[n:, :n] = B.T
+    out[n:, n:] = L22
+    return out, added
+
+
+def bordered_blocks(n, k_new, k_self, what: str = "covariance"):
+    """The inputs of :func:`cholesky_append` checked: ``k_new`` as (n, b), ``k_self`` as (b, b), finite."""
     k_self = np.atleast_2d(np.asarray(k_self, dtype=float))
     b = k_self.shape[0]
     k_new = np.asarray(k_new, dtype=float)
@@ -174,17 +190,21 @@ def cholesky_append(L, k_new, k_self, jitter: float = 1e-10, max_tries: int = 6,
         )
     if not (np.all(np.isfinite(k_new)) and np.all(np.isfinite(k_self))):
         raise SingularCovarianceError(f"The new {what} entries are not finite; cannot extend the factor.")
-    if n:
-        # B = L^{-1} k: the only O(n^2 b) operation.
-        B = solve_triangular(L, k_new, lower=True, check_finite=False)
-        S = k_self - B.T @ B
-    else:
-        B = k_new
-        S = k_self.copy()
+    return k_new, k_self
+
+
+def schur_factor(B, k_self, jitter: float = 1e-10, max_tries: int = 6, what: str = "covariance"):
+    r"""Factor :math:`L_{22}` of the Schur complement :math:`c - B^\top B` of a bordered matrix.
+
+    The second half of :func:`cholesky_append` (see there for the jitter rule and the error),
+    for a caller that solved :math:`B = L^{-1} k` itself. Returns ``(L22, added)``.
+    """
+    S = k_self - B.T @ B if B.shape[0] else k_self.copy()
     S = 0.5 * (S + S.T)
     L22 = cholesky_lower(S)
     added = 0.0
     if L22 is None:
+        b = k_self.shape[0]
         scale = float(np.mean(np.abs(np.diag(k_self))))
         if not scale > 0:
             scale = 1.0
@@ -201,11 +221,7 @@ def cholesky_append(L, k_new, k_self, jitter: float = 1e-10, max_tries: int = 6,
                 f"positive even with jitter {added:.3g} on the diagonal. The new point(s) "
                 "duplicate existing ones numerically; add a nugget or noise variance, or skip them."
             )
-    out = np.zeros((n + b, n + b))
-    out[:n, :n] = L
-    out[n:, :n] = B.T
-    out[n:, n:] = L22
-    return out, added
+    return L22, added
 
 
 def same_array(a, b) -> bool:

@@ -315,6 +315,50 @@ def test_gp_after_tuning_freeze_and_cap():
     assert sum(s["exact_eval"] for _, _, s in rows) > 12  # still exact evaluations beyond the cap
 
 
+@pytest.mark.parametrize("cls", STEPS)
+def test_the_accepted_proposals_prediction_is_reused_bit_for_bit(cls, monkeypatch):
+    """At ``max_points`` the GP stops changing, so after an accepted step the prediction made at the
+    proposal is the next step's at its current state: the chain equals one that predicts afresh
+    every time (caching off), with one prediction per step instead of up to two."""
+    from pymc_kameleon.core.gp import GPSurrogate
+    from pymc_kameleon.core.gp_training import GPTrainingSchedule
+
+    model = gaussian_data_model()
+    calls = {"n": 0}
+    for name in ("predict", "predict_joint"):
+        original = getattr(GPSurrogate, name)
+
+        def counted(self, theta, _original=original):
+            calls["n"] += 1
+            return _original(self, theta)
+
+        monkeypatch.setattr(GPSurrogate, name, counted)
+
+    def run():
+        with model:
+            step = cls(initial_points=10, max_points=20, rng=22)
+        rows = drive(model, step, 900, stop_tuning_at=800)
+        calls["n"] = 0
+        more = drive_on(model, step, rows[-1][1], 300)
+        assert all(s["gp_points"] == 20 for s in more)
+        return np.array([p["mu"] for p in more]), calls["n"], sum(s["accepted"] for s in more)
+
+    draws, predictions, accepted = run()
+    monkeypatch.setattr(GPTrainingSchedule, "remember", lambda self, x, key, value: None)
+    fresh_draws, fresh_predictions, _ = run()
+    assert np.array_equal(draws, fresh_draws)
+    assert accepted > 30 and predictions <= 300 and fresh_predictions > predictions
+
+
+def drive_on(model, step, point, n_steps):
+    """Continue a chain by hand from ``point``; returns the points after each step."""
+    out = []
+    for _ in range(n_steps):
+        point, stats = step.step(point)
+        out.append({**{k: np.array(v, copy=True) for k, v in point.items()}, **stats[0]})
+    return out
+
+
 # ---------------------------------------------------------------- errors
 def test_model_without_likelihood_is_a_clear_error():
     with pm.Model():

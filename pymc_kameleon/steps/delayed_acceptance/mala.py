@@ -172,9 +172,12 @@ class GPDelayedAcceptanceMALA(GPDelayedAcceptanceStep):
         if ev is None:
             return rejected
         ll_y, a1 = ev.loglik, info["stage1"]
-        ratios = self._stage2_log_ratios(cur_pt, prop_pt._replace(ll=ll_y), L)
+        prop_pt = prop_pt._replace(ll=ll_y)
+        ratios = self._stage2_log_ratios(cur_pt, prop_pt, L)
         accepted, a2 = metropolis_accept(ratios.log_ratio_stage2, self.rng)
         info["stage2"] = a2
+        if accepted:
+            self._schedule.remember(y, ev, prop_pt)  # the next step's prediction at its current state
         # Stage 1 passed with probability a1, so this is unbiased for the acceptance probability of
         # plain MH with this (GP-drift) Langevin proposal.
         lq_f = langevin_log_density(y, x, cur_pt.drift(), L)

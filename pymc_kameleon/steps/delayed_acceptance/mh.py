@@ -287,13 +287,15 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
         if self.current_value == "exact":
             # mu(x), var(x) from the same GP (y is not in it yet), for alpha1(y, x).
             cur_pt = self._schedule.cached(x, cur, lambda: surrogate_point(self.gp, x, cur.log_prior, ll_x))
-        ratios = self._stage2_log_ratios(cur_pt, prop_pt._replace(ll=ll_y), lq_f, lq_r)
+        prop_pt = prop_pt._replace(ll=ll_y)
+        ratios = self._stage2_log_ratios(cur_pt, prop_pt, lq_f, lq_r)
         accepted, a2 = metropolis_accept(ratios.log_ratio_stage2, self.rng)
         info["stage2"] = a2
         # Stage 1 passed with probability a1, so this is unbiased for the plain MH acceptance probability.
         info["adapt"] = accept_probability(mh_log_ratio(ll_y + lp_y, ll_x + cur.log_prior, lq_r, lq_f)) / a1
         if accepted:
             self._proposal.accept(move)
+            self._schedule.remember(y, ev, prop_pt)  # the next step's prediction at its current state
         return self._finish(x, y, accepted, ev), accepted, a2, (y, ev)
 
     def _stage2_log_ratios(self, current, proposal, log_q_forward, log_q_reverse):
