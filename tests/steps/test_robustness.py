@@ -81,14 +81,16 @@ def regression_reference():
     }
 
 
-def check(idata, reference, rhat=True):
-    """Each mean within 0.15 posterior sd of the reference, each sd within 15%, R-hat < 1.02."""
+def check(idata, reference, rhat=True, strict=False):
+    """Each mean within 0.15 posterior sd of the reference, each sd within 15%, R-hat < 1.02; with
+    ``strict`` (issue 16's bar for GP-DA on the regression): 0.1 sd, 10% and R-hat < 1.01."""
+    tol, rhat_max = (0.1, 1.01) if strict else (0.15, 1.02)
     for name, (mean, sd) in reference.items():
         draws = idata.posterior[name].values
-        assert abs(draws.mean() - mean) / sd < 0.15, (name, draws.mean(), mean, sd)
-        assert abs(draws.std() / sd - 1) < 0.15, (name, draws.std(), sd)
+        assert abs(draws.mean() - mean) / sd < tol, (name, draws.mean(), mean, sd)
+        assert abs(draws.std() / sd - 1) < tol, (name, draws.std(), sd)
         if rhat:
-            assert float(az.rhat(idata, var_names=[name])[name]) < 1.02, name
+            assert float(az.rhat(idata, var_names=[name])[name]) < rhat_max, name
 
 
 def sample(model, step, tune, draws, chains=4, initvals=None, seed=3):
@@ -106,8 +108,13 @@ STEPS = {
     # R-hat(b0) was 1.024 at seed 3 once NumPy 2.5.5 / SciPy 1.18.1 came in (1.011-1.012 at seeds 4, 5);
     # with 4000 it is 1.011 (PyMC 6) and 1.006 (PyMC 5).
     "GPDelayedAcceptanceMH(kameleon)": (lambda: GPDelayedAcceptanceMH(proposal="kameleon"), 3000, 4000),
-    "GPDelayedAcceptanceMH": (GPDelayedAcceptanceMH, 3000, 2000),
+    # 4000 draws for issue 16's strict bar on the regression (ESS ~0.06 per draw there); from the far
+    # start at seeds 3-6: means within 0.06 sd, sds within 6%, R-hat <= 1.007.
+    "GPDelayedAcceptanceMH": (GPDelayedAcceptanceMH, 3000, 4000),
 }
+# Which of them meet issue 16's strict bar on the regression (the Kameleon-proposal variant does not
+# reliably: at seed 5 one chain of 4 learned a poor whitening, R-hat 1.03).
+STRICT_ON_REGRESSION = {"GPDelayedAcceptanceMH"}
 
 
 @pytest.mark.parametrize("name", sorted(STEPS))
@@ -123,7 +130,7 @@ def test_unstandardised_regression_from_a_far_start(name, regression_reference):
     value near -1e8, its mean turned pessimistic everywhere and stage 1 rejected every proposal."""
     step, tune, draws = STEPS[name]
     idata = sample(regression(), step, tune, draws, initvals=FAR)
-    check(idata, regression_reference)
+    check(idata, regression_reference, strict=name in STRICT_ON_REGRESSION)
 
 
 def test_kass_two_normals():
@@ -158,6 +165,7 @@ def test_tune_zero_warns():
 # GP-DA MALA (issue 16): the scale-free adaptation (scan, windows, whitened GP) made it right on
 # both models from PyMC's start. Before: sd(b) 4% of the truth on two normals, R-hat 1.95.
 MALA_TUNE, MALA_DRAWS = 1500, 750
+MALA_REGRESSION_DRAWS = 2000  # issue 16's strict bar: seeds 3-6 within 0.03 sd, 2%, R-hat <= 1.005
 
 
 @pytest.mark.parametrize("case", ["two_normals", "regression"])
@@ -165,10 +173,11 @@ def test_mala_on_scales_1e3_apart_and_an_unstandardised_regression(case, regress
     from pymc_kameleon import GPDelayedAcceptanceMALA
 
     if case == "two_normals":
-        model, reference = two_normals(), {"a": (0.0, A_SD), "b": (0.0, B_SD)}
+        idata = sample(two_normals(), GPDelayedAcceptanceMALA, MALA_TUNE, MALA_DRAWS)
+        check(idata, {"a": (0.0, A_SD), "b": (0.0, B_SD)})
     else:
-        model, reference = regression(), regression_reference
-    check(sample(model, GPDelayedAcceptanceMALA, MALA_TUNE, MALA_DRAWS), reference)
+        idata = sample(regression(), GPDelayedAcceptanceMALA, MALA_TUNE, MALA_REGRESSION_DRAWS)
+        check(idata, regression_reference, strict=True)
 
 
 def test_mala_from_a_far_start_converges_or_says_so(regression_reference):
