@@ -338,16 +338,19 @@ class GPSurrogate(GPPredictionMixin, GPFactor):
         """
         return gp_fit.default_bounds(self)
 
-    def fit_hyperparameters(self, *, n_restarts: int = 0, rng=None, bounds=None, maxiter: int = 200):
+    def fit_hyperparameters(
+        self, *, n_restarts: int = 0, rng=None, bounds=None, maxiter: int = 200, data_start: bool = True
+    ):
         r"""Maximise the log marginal likelihood over the log hyperparameters, then refactorise.
 
-        L-BFGS-B from the current values plus ``n_restarts`` random starts (``rng``) within
-        ``bounds`` (log space; :meth:`default_bounds` if omitted), ``maxiter`` iterations each; the
+        L-BFGS-B from the current values, from the data's scales (``data_start``) and ``n_restarts``
+        random starts (``rng``) within ``bounds`` (log space; :meth:`default_bounds` if omitted),
+        ``maxiter`` iterations each; the
         log marginal likelihood never decreases and is returned. :math:`O(n^3)` per evaluation:
         tuning only. See :func:`pymc_kameleon.core.gp_fit.fit_hyperparameters`.
         """
         return gp_fit.fit_hyperparameters(
-            self, n_restarts=n_restarts, rng=rng, bounds=bounds, maxiter=maxiter
+            self, n_restarts=n_restarts, rng=rng, bounds=bounds, maxiter=maxiter, data_start=data_start
         )
 
     def __repr__(self):

@@ -134,14 +134,38 @@ def default_bounds(gp):
     return b
 
 
-def fit_hyperparameters(gp, *, n_restarts: int = 0, rng=None, bounds=None, maxiter: int = 200):
+def data_scale_start(gp):
+    r"""Log hyperparameters from the data's own scales: :math:`\ell_j` the sd of the stored points in
+    coordinate :math:`j` (1 where they do not spread), :math:`s^2` the variance of the values (1 if
+    none), the noise as it is."""
+    X, vals = gp._X, gp.values
+    ell = np.std(X, axis=0) if X.shape[0] > 1 else np.ones(gp.dim)
+    ell = np.where(ell > 0, ell, 1.0)
+    vy = float(np.var(vals)) if vals.size > 1 else 1.0
+    p = [*np.log(ell), math.log(vy if vy > 0 else 1.0)]
+    if gp.fit_noise:
+        p.append(log_hyperparameters(gp)[-1])
+    return np.array(p)
+
+
+def fit_hyperparameters(
+    gp, *, n_restarts: int = 0, rng=None, bounds=None, maxiter: int = 200, data_start: bool = True
+):
     r"""Maximise the log marginal likelihood of ``gp`` over the log hyperparameters, then refactorise.
 
     Optimises :math:`(\log\ell_1, \dots, \log\ell_d, \log s^2[, \log\sigma_n^2])` with L-BFGS-B
-    from the current values (clipped into the bounds), plus ``n_restarts`` starts drawn
+    from the current values (clipped into the bounds), from the data's scales
+    (:func:`data_scale_start`, with ``data_start``) and from ``n_restarts`` starts drawn
     uniformly in the bounds. The best result is kept only if it beats the current value,
     so the log marginal likelihood never decreases. Costs :math:`O(n^3)` per evaluation:
     call it during tuning only.
+
+    Starting only from the current values, a fit that once fell into the white-noise optimum
+    (every :math:`\ell_j` at its lower bound, :math:`K \approx s^2 I`, where the likelihood is flat
+    in :math:`\ell`) stayed there at every later refit. On a Lotka-Volterra posterior from a far
+    start, two chains of four ended tuning with :math:`\ell \approx 0.05` posterior sds and a
+    predictive sd of 7 nats at every proposal, so stage 1 passed everything. The data's scales
+    found a log marginal likelihood 400 nats higher.
 
     Parameters
     ----------
@@ -154,6 +178,8 @@ def fit_hyperparameters(gp, *, n_restarts: int = 0, rng=None, bounds=None, maxit
         Bounds in log space, one pair per parameter; :func:`default_bounds` if omitted.
     maxiter : int
         L-BFGS-B iteration limit per start.
+    data_start : bool
+        Whether to start from the data's scales too.
 
     Returns
     -------
@@ -169,6 +195,8 @@ def fit_hyperparameters(gp, *, n_restarts: int = 0, rng=None, bounds=None, maxit
     lo = np.array([b[0] for b in bounds])
     hi = np.array([b[1] for b in bounds])
     starts = [np.clip(x_cur, lo, hi)]
+    if data_start:
+        starts.append(np.clip(data_scale_start(gp), lo, hi))
     if n_restarts:
         rng = np.random.default_rng(rng)
         for _ in range(int(n_restarts)):

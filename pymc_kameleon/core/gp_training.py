@@ -52,6 +52,9 @@ GP_FLOOR_NATS = 50.0
 # pauses screening (see GPTrainingSchedule.record_stage1).
 SCREENING_CHECK_STEPS = 100
 MIN_STAGE1_ACCEPT = 0.02
+# Mean stage-1 acceptance over the last SCREENING_CHECK_STEPS screened tuning steps above which the
+# GP screens (almost) nothing: every survivor costs an exact evaluation (the step warns).
+MAX_STAGE1_ACCEPT = 0.9
 
 
 def check_hyperparameters(hyperparameters, d: int) -> dict | None:
@@ -428,6 +431,11 @@ class GPTrainingSchedule:
         self.n_pauses += 1
         self.stage1_recent.clear()
         return True
+
+    def recent_stage1_rate(self) -> float:
+        """Mean stage-1 acceptance of the last SCREENING_CHECK_STEPS screened tuning steps (NaN: fewer)."""
+        recent = self.stage1_recent
+        return float(np.mean(recent)) if len(recent) >= SCREENING_CHECK_STEPS else math.nan
 
     @property
     def paused(self) -> bool:

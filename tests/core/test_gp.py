@@ -262,6 +262,34 @@ def test_fit_hyperparameters_recovers_lengthscales_of_a_gp_draw():
     np.testing.assert_allclose(gp.cholesky_factor @ gp.cholesky_factor.T, gp.covariance_matrix(), atol=1e-9)
 
 
+def test_a_fit_stuck_in_the_white_noise_optimum_gets_out():
+    """From length scales at their lower bound (K ~ s^2 I, where the marginal likelihood is flat in the
+    length scales) a refit that starts only there stays; the start from the data's scales escapes.
+    Seen on a Lotka-Volterra posterior: ell ~ 0.05 posterior sds, stage 1 passing every proposal."""
+    rng = np.random.default_rng(12)
+    X = rng.normal(size=(150, 8))  # 8-d: nearest neighbours ~1.5 apart, no pair closer than 0.5
+    y = -0.5 * np.sum(X**2, axis=1) - 0.3 * X[:, 0] * X[:, 1]  # a smooth log-likelihood bowl
+
+    def stuck():
+        gp = GPSurrogate(8, lengthscales=1.0, signal_variance=1.0)
+        for x, v in zip(X, y):
+            gp.add(x, v)
+        low = np.exp([b[0] for b in gp.default_bounds()[:8]])
+        gp.set_hyperparameters(lengthscales=low, signal_variance=float(np.var(y)))
+        return gp
+
+    control = stuck()
+    before = control.log_marginal_likelihood()
+    control.fit_hyperparameters(data_start=False)
+    assert control.log_marginal_likelihood() < before + 5 and np.all(control.lengthscales < 0.2)
+    gp = stuck()
+    after = gp.fit_hyperparameters()
+    assert after > before + 100 and np.all(gp.lengthscales > 0.5), gp.lengthscales
+    x = np.array([0.3, -0.2, 0.1, 0.0, 0.2, -0.1, 0.0, 0.1])
+    mean, var = gp.predict(x)
+    assert abs(mean - (-0.5 * x @ x - 0.3 * x[0] * x[1])) < 0.5 and var < 0.1, (mean, var)
+
+
 def test_fit_noise_variance_on_noisy_observations():
     rng = np.random.default_rng(11)
     X = rng.uniform(-2, 2, size=(80, 1))

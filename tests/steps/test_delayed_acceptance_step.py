@@ -624,9 +624,32 @@ def test_control_a_good_gp_never_falls_back():
     model = gaussian_data_model()
     with model:
         step = GPDelayedAcceptanceMH(rng=23)
-    rows = drive(model, step, 700)
+    rows = drive(model, step, 900)
     screened = np.array([s["screened"] for _, _, s in rows])
     assert screened[scan_steps_for(2) + 1 :].all() and step.gp_schedule.n_pauses == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nor does it warn that it screens nothing
+        step.stop_tuning()
+
+
+def test_a_gp_that_passes_everything_says_so_at_the_end_of_tuning(monkeypatch):
+    """A GP 1000 nats too optimistic passes every proposal at stage 1: exact, but each step pays an
+    exact evaluation. (A fit stuck in the white-noise optimum did this on a Lotka-Volterra posterior.)"""
+    import pymc_kameleon.steps.delayed_acceptance.mh as da
+
+    real = da.surrogate_point
+    monkeypatch.setattr(
+        da, "surrogate_point", lambda gp, theta, lp, ll=math.nan: real(gp, theta, lp, ll)._replace(
+            mu=real(gp, theta, lp, ll).mu + 1e3
+        )
+    )
+    model = gaussian_data_model()
+    with model:
+        step = GPDelayedAcceptanceMH(rng=23)
+    rows = drive(model, step, 900)
+    assert np.mean([s["exact_eval"] for _, _, s in rows[-100:]]) == 1.0
+    with pytest.warns(UserWarning, match=r"stage 1 passed 100% of the last 100 proposals.*Increase `tune`"):
+        step.stop_tuning()
 
 
 @pytest.mark.parametrize("cls", STEPS)

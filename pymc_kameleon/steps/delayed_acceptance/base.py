@@ -40,6 +40,7 @@ from pymc.blocking import RaveledVars
 from pymc_kameleon.core.delayed_acceptance import CURRENT_VALUES
 from pymc_kameleon.core.gp import GPSurrogate
 from pymc_kameleon.core.gp_training import (
+    MAX_STAGE1_ACCEPT,
     MIN_STAGE1_ACCEPT,
     SCREENING_CHECK_STEPS,
     GPTrainingOptions,
@@ -239,6 +240,20 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
                     UserWarning,
                     stacklevel=2,
                 )
+        if tuned and not schedule.warm and schedule.recent_stage1_rate() >= MAX_STAGE1_ACCEPT:
+            ell = np.array2string(self.gp.lengthscales, precision=2, max_line_width=200)
+            self._warnings.warn(
+                f"{type(self).__name__}: at the end of tuning the GP's stage 1 passed "
+                f"{schedule.recent_stage1_rate():.0%} of the last {SCREENING_CHECK_STEPS} proposals, so it "
+                "screens almost nothing and nearly every proposal costs an exact evaluation (the chain "
+                f"is still exact). Its length scales are {ell} "
+                + ("posterior sds" if self.gp.whitening is not None else "(model units)")
+                + f" and its signal variance {self.gp.signal_variance:.3g}: length scales far below the "
+                "spread of the training points mean it fitted noise. Increase `tune`, or pass "
+                "`hyperparameters=` (with `fit_hyperparameters=False`).",
+                UserWarning,
+                stacklevel=2,
+            )
         super().stop_tuning()
         if tuned:
             warn_after_tuning(type(self).__name__, self._proposal, self.target_accept, self._warnings)
