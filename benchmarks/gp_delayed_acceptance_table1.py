@@ -248,14 +248,19 @@ def main(argv=None):
     parser.add_argument("--draws", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="tiny budget, for smoke tests")
+    parser.add_argument("--target-accept", type=float, default=None,
+                        help="GP-DA-MH's target_accept (default: the step's own, 0.234)")
     args = parser.parse_args(argv)
     if args.quick:
         args.reps, args.tune, args.draws = 1, 100, 100
+    if args.target_accept is not None:
+        SAMPLERS["GP-DA-MH"] = (lambda: GPDelayedAcceptanceMH(target_accept=args.target_accept), False)
     logging.getLogger("pymc").setLevel(logging.ERROR)
 
     print(f"# {environment_line()}")
     print(f"# budget: 1 chain x ({args.tune} tune + {args.draws} draws), {args.reps} reps, "
-          f"seed {args.seed}, cores=1")
+          f"seed {args.seed}, cores=1" + ("" if args.target_accept is None else
+                                          f", GP-DA-MH target_accept {args.target_accept}"))
     results = {}
     for tname in args.targets:
         per_sampler = {}
