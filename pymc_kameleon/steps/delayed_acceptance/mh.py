@@ -245,10 +245,12 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
     def _base_proposal(self) -> ScaleFreeKameleon:
         return super()._base_proposal(
             self._kernel_template,
-            # Kameleon: the pure Kameleon component (gamma tied to nu2 is its AM-shaped fallback). With
-            # the Kameleon/AM mixture, delayed acceptance showed a bias on a 2-d banana with a poor GP
-            # (z 4.3 at 2500 draws, 6.6 at 6000; KAMH with the same mixture is exact): issue 16.
-            # Random walk: the AM component alone.
+            # Kameleon: the pure Kameleon component (gamma tied to nu2 is its AM-shaped fallback). The
+            # Kameleon/AM mixture was dropped for a bias seen on a 2-d banana with a poor GP (dc8b351);
+            # at 562678e it no longer shows (seeds 21-25, 24 000 draws: z <= 1.6; the pure component's
+            # z 4.1 at 6000 draws, seed 21, is a tail excursion, z 1.0 at 24 000), but the mixture did
+            # not make the far-start regression robust either (seed 7: a chain never arrived), so it
+            # stays off. Random walk: the AM component alone.
             am_weight=0.0 if self.proposal == "kameleon" else 1.0,
             bandwidth=self.bandwidth_spec,
             gamma=self.gamma_spec,
