@@ -246,12 +246,12 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
         return super()._base_proposal(
             self._kernel_template,
             # Kameleon: the pure Kameleon component (gamma tied to nu2 is its AM-shaped fallback). The
-            # Kameleon/AM mixture was dropped for a bias seen on a 2-d banana with a poor GP (dc8b351);
-            # at 562678e it no longer shows (seeds 21, 24, 25 at 24 000 draws: z <= 1.6; 22, 23 at 6000:
-            # z <= 2.5; the pure component's
-            # z 4.1 at 6000 draws, seed 21, is a tail excursion, z 1.0 at 24 000), but the mixture did
-            # not make the far-start regression robust either (seed 7: a chain never arrived), so it
-            # stays off. Random walk: the AM component alone.
+            # Kameleon/AM mixture was dropped for a bias seen on a 2-d banana with a poor GP (dc8b351).
+            # At 562678e it no longer shows: z <= 1.6 at seeds 21, 24, 25 with 24 000 draws, and
+            # z <= 2.5 at seeds 22, 23 with 6000. The pure component's z 4.1 at 6000 draws (seed 21)
+            # is a tail excursion: z 1.0 at 24 000. But the mixture did not make the far-start
+            # regression robust either (seed 7: a chain never arrived), so it stays off.
+            # Random walk: the AM component alone.
             am_weight=0.0 if self.proposal == "kameleon" else 1.0,
             bandwidth=self.bandwidth_spec,
             gamma=self.gamma_spec,
