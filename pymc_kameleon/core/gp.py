@@ -20,9 +20,10 @@ gradients :math:`\nabla f(\theta_i)`. Derivatives of a GP are jointly Gaussian w
 
 Observations are ordered point by point, ``[f(θ_1), ∇f(θ_1), f(θ_2), ∇f(θ_2), ...]``, so
 that adding a point appends one block of ``p = 1`` (values only) or ``p = d + 1`` rows to
-the covariance matrix :math:`K` and its Cholesky factor is extended by
-:func:`~pymc_kameleon.core.linalg.cholesky_append` in :math:`O(n^2 p)`,
-:math:`n = t p`, never refactorised from scratch (only a hyperparameter change does that).
+the covariance matrix :math:`K` and its Cholesky factor is extended as
+:func:`~pymc_kameleon.core.linalg.cholesky_append` does, in :math:`O(n^2 p)`, :math:`n = t p`, in
+place (:class:`~pymc_kameleon.core.triangular.GrowingCholesky`), never refactorised from scratch
+(only a hyperparameter change does that).
 
 Given :math:`K = L L^\top` (including the nugget below), :math:`h` the mean design vector
 (1 on value rows, 0 on gradient rows: a constant mean has zero gradient) and
@@ -345,9 +346,8 @@ class GPSurrogate(GPPredictionMixin, GPFactor):
 
         L-BFGS-B from the current values, from the data's scales (``data_start``) and ``n_restarts``
         random starts (``rng``) within ``bounds`` (log space; :meth:`default_bounds` if omitted),
-        ``maxiter`` iterations each; the
-        log marginal likelihood never decreases and is returned. :math:`O(n^3)` per evaluation:
-        tuning only. See :func:`pymc_kameleon.core.gp_fit.fit_hyperparameters`.
+        ``maxiter`` iterations each; the log marginal likelihood never decreases and is returned.
+        :math:`O(n^3)` per evaluation: tuning only. See :func:`pymc_kameleon.core.gp_fit.fit_hyperparameters`.
         """
         return gp_fit.fit_hyperparameters(
             self, n_restarts=n_restarts, rng=rng, bounds=bounds, maxiter=maxiter, data_start=data_start
