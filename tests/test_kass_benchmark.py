@@ -47,7 +47,8 @@ def test_counted_kernels_count_every_likelihood_call(bench):
 
 @pytest.mark.slow
 def test_kass_benchmark_quick_mode(bench, capsys):
-    out = bench.main(["--quick", "--experiments", "banana", "sensor", "glass", "--am-weights", "0"])
+    experiments = ["banana", "sensor", "glass", "regression20"]
+    out = bench.main(["--quick", "--experiments", *experiments, "--am-weights", "0"])
     text = capsys.readouterr().out
     rows = (
         "| KASS |", "| ASMC |", "| PyMC MH |", "| PyMC IMH |", "| KAMH (1 chain) |",
@@ -70,3 +71,6 @@ def test_kass_benchmark_quick_mode(bench, capsys):
     assert sensor["results"]["KAMH (1 chain)"][0]["evals"] == min(kass_evals, bench.QUICK_KAMH_STEPS)
     glass = out["glass"]["runs"]
     assert all(np.isfinite(r["log_z"]) for rs in glass.values() for r in rs)
+    regression = out["regression20"]["runs"]
+    assert set(regression) == {"KASS", "ASMC", "PyMC IMH"}
+    assert all(np.isfinite(r["log_z"]) and r["evals"] > 0 for rs in regression.values() for r in rs)
