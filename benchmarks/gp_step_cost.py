@@ -77,8 +77,8 @@ def measure(step_class, max_points, tune, steps, seed, **options):
 
 def report(name, rows, bands):
     print(f"\n## {name}\n")
-    print("| GP points | steps | bookkeeping µs/step | in steps with an exact evaluation | in the others "
-          "| steps evaluating |")
+    print("| GP points | steps | bookkeeping µs/step | µs/step, steps with an exact evaluation "
+          "| µs/step, the others | fraction of steps evaluating |")
     print("|---|---|---|---|---|---|")
     points, cost, added = rows[:, 0], rows[:, 1] * 1e6, rows[:, 2].astype(bool)
     for lo, hi in bands:
@@ -96,15 +96,17 @@ def main(argv=None):
     parser.add_argument("--max-points", type=int, default=None,
                         help="the steps' max_points (default theirs: 1000 GP rows, so 1000 // (d + 1) "
                              "points with MALA's gradient observations)")
-    parser.add_argument("--tune", type=int, default=1000)
-    parser.add_argument("--steps", type=int, default=6000)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--samplers", nargs="+", default=["GP-DA-MH", "GP-DA-MALA"])
+    parser.add_argument("--tune", type=int, default=1000, help="tuning steps before the timed ones")
+    parser.add_argument("--steps", type=int, default=6000, help="timed steps after tuning")
+    parser.add_argument("--seed", type=int, default=1, help="the chain's seed")
+    parser.add_argument("--samplers", nargs="+", default=["GP-DA-MH", "GP-DA-MALA"],
+                        choices=["GP-DA-MH", "GP-DA-MALA"])
     args = parser.parse_args(argv)
     import pymc_kameleon as pk
 
     print(f"# {environment_line()}")
-    print(f"# T5 (d = 5), tune {args.tune}, then {args.steps} timed steps, max_points {args.max_points}, "
+    cap = "the steps' default" if args.max_points is None else args.max_points
+    print(f"# T5 (d = 5), tune {args.tune}, then {args.steps} timed steps, max_points {cap}, "
           f"seed {args.seed}")
     classes = {"GP-DA-MH": pk.GPDelayedAcceptanceMH, "GP-DA-MALA": pk.GPDelayedAcceptanceMALA}
     for name in args.samplers:

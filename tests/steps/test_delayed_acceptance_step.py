@@ -652,6 +652,18 @@ def test_a_gp_that_passes_everything_says_so_at_the_end_of_tuning(monkeypatch):
         step.stop_tuning()
 
 
+def test_the_screens_nothing_warning_shows_tiny_length_scales_and_the_fitting_remedy():
+    """User-fixed length scales of 1e-3 (found by a new-user check: printed as [0. 0.] before)."""
+    model = gaussian_data_model()
+    with model:
+        step = GPDelayedAcceptanceMH(
+            hyperparameters=dict(lengthscales=1e-3, signal_variance=100.0), fit_hyperparameters=False, rng=24
+        )
+    drive(model, step, 900)
+    with pytest.warns(UserWarning, match=r"length scales are \[0.001, 0.001\].*`fit_hyperparameters=True`"):
+        step.stop_tuning()
+
+
 @pytest.mark.parametrize("cls", STEPS)
 def test_a_full_gp_keeps_learning_during_tuning_and_freezes_after(cls):
     """During tuning a GP at max_points drops its older half and keeps taking the new evaluations (a

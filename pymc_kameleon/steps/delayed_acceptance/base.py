@@ -234,23 +234,27 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
                 self._warnings.warn(
                     f"{type(self).__name__}: tuning ended after {self._proposal.tune_steps} steps, still in "
                     f"the exact warm-up ({self.gp.n_points} of initial_points={self.initial_points} GP "
-                    "points). "
-                    "The GP screens proposals from now on, but its hyperparameters were never fitted; "
-                    "increase `tune` or lower `initial_points`.",
+                    "points). Every step stays exact until the GP holds initial_points points; it then "
+                    "screens with the warm-up's heuristic hyperparameters, never fitted. Increase `tune` "
+                    "or lower `initial_points`.",
                     UserWarning,
                     stacklevel=2,
                 )
         if tuned and not schedule.warm and schedule.recent_stage1_rate() >= MAX_STAGE1_ACCEPT:
-            ell = np.array2string(self.gp.lengthscales, precision=2, max_line_width=200)
+            ell = ", ".join(f"{v:.2g}" for v in self.gp.lengthscales)
+            remedy = (
+                "Increase `tune`, or pass `hyperparameters=` (with `fit_hyperparameters=False`)."
+                if self.fit_hyperparameters
+                else "Let them be fitted (`fit_hyperparameters=True`), or pass other `hyperparameters=`."
+            )
             self._warnings.warn(
                 f"{type(self).__name__}: at the end of tuning the GP's stage 1 passed "
                 f"{schedule.recent_stage1_rate():.0%} of the last {SCREENING_CHECK_STEPS} proposals, so it "
                 "screens almost nothing and nearly every proposal costs an exact evaluation (the chain "
-                f"is still exact). Its length scales are {ell} "
+                f"is still exact). Its length scales are [{ell}] "
                 + ("posterior sds" if self.gp.whitening is not None else "(model units)")
                 + f" and its signal variance {self.gp.signal_variance:.3g}: length scales far below the "
-                "spread of the training points mean it fitted noise. Increase `tune`, or pass "
-                "`hyperparameters=` (with `fit_hyperparameters=False`).",
+                f"spread of the training points mean it fits noise. {remedy}",
                 UserWarning,
                 stacklevel=2,
             )

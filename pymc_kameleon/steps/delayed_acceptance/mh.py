@@ -128,7 +128,8 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
         ``hyperparameters`` (or the warm-up heuristics).
     hyperparameters : dict, optional
         Starting (with ``fit_hyperparameters=False``: fixed) values for ``lengthscales`` (a
-        number or one per coordinate), ``signal_variance`` and ``noise_variance``; and
+        number or one per coordinate, in learned posterior sds: the GP's inputs are whitened
+        before it screens anything), ``signal_variance`` and ``noise_variance``; and
         ``mean``, a fixed constant prior mean of the log-likelihood (by default the
         generalised-least-squares estimate from the training values, refreshed as points come).
     fit_max_points : int, optional
