@@ -360,6 +360,23 @@ def drive_on(model, step, point, n_steps):
 
 
 # ---------------------------------------------------------------- errors
+@pytest.mark.parametrize(
+    "cls, typo, suggestion",
+    [
+        (GPDelayedAcceptanceMH, "target_acceptance", "target_accept"),
+        (GPDelayedAcceptanceMH, "n_subsamples", "n_subsample"),
+        (GPDelayedAcceptanceMALA, "gradient_observation", "gradient_observations"),
+        (GPDelayedAcceptanceMALA, "zzz", None),
+    ],
+)
+def test_a_misspelt_option_names_the_step_and_the_closest_option(cls, typo, suggestion):
+    """Found by a new-user check: the TypeError named the private base class GPDelayedAcceptanceStep."""
+    hint = rf"; did you mean '{suggestion}'\?" if suggestion else r"$"
+    with gaussian_data_model(), pytest.raises(TypeError, match=rf"^{cls.__name__}\(\) got an unexpected "
+                                                                  rf"keyword argument '{typo}'{hint}"):
+        cls(**{typo: 1})
+
+
 def test_model_without_likelihood_is_a_clear_error():
     with pm.Model():
         pm.Normal("x", 0, 1, shape=2)

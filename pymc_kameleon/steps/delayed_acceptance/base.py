@@ -31,6 +31,8 @@ training schedule in :mod:`pymc_kameleon.core.gp_training`, the scale-free base 
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import math
 
 import numpy as np
@@ -159,6 +161,17 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         self.learning_rate = float(learning_rate)
         self.history_size = int(history_size)
         self._join_pymc(vars, target, blocked, rng)
+
+    @classmethod
+    def _check_option_names(cls, options, own=()):
+        """A subclass's ``**options`` must be this class's keywords: a TypeError naming the step the
+        user called (not this base class) and the closest keyword, for a misspelt one."""
+        known = [n for n in inspect.signature(GPDelayedAcceptanceStep.__init__).parameters if n != "self"]
+        for name in options:
+            if name not in known:
+                close = difflib.get_close_matches(name, [*known, *own], n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise TypeError(f"{cls.__name__}() got an unexpected keyword argument {name!r}{hint}")
 
     def _split_target(self, model, vars, initial_point, compile_kwargs) -> SplitTargetDensity:
         name = type(self).__name__
