@@ -109,11 +109,14 @@ def main(argv=None):
     print(f"# T5 (d = 5), tune {args.tune}, then {args.steps} timed steps, max_points {cap}, "
           f"seed {args.seed}")
     classes = {"GP-DA-MH": pk.GPDelayedAcceptanceMH, "GP-DA-MALA": pk.GPDelayedAcceptanceMALA}
+    out = {}
     for name in args.samplers:
         rows, cap, p = measure(classes[name], args.max_points, args.tune, args.steps, args.seed)
         edges = np.unique(np.round(np.array([0, 0.25, 0.5, 0.75, 0.9, 1.0]) * cap).astype(int))
         bands = [(lo, hi - 1) for lo, hi in zip(edges[:-1], edges[1:])] + [(cap, cap)]
         report(f"{name} (max_points {cap}, {p} GP row(s) per point)", rows, bands)
+        out[name] = rows
+    return out  # per sampler: (GP points, bookkeeping seconds, exact evaluation) per timed step
 
 
 if __name__ == "__main__":

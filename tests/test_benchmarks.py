@@ -59,6 +59,25 @@ def test_gp_delayed_acceptance_table1_quick_mode(capsys):
 
 
 @pytest.mark.slow
+def test_gp_delayed_acceptance_table1_target_accept_option(capsys):
+    bench = _load("gp_delayed_acceptance_table1")  # a fresh module: main's change of SAMPLERS stays in it
+    rows = bench.main(["--quick", "--targets", "T1", "--samplers", "GP-DA-MH", "--target-accept", "0.15"])
+    assert "GP-DA-MH target_accept 0.15" in capsys.readouterr().out
+    assert rows["T1"]["GP-DA-MH"]["count_check"]
+
+
+@pytest.mark.slow
+def test_gp_step_cost_runs(capsys):
+    bench = _load("gp_step_cost")
+    out = bench.main(["--tune", "60", "--steps", "150", "--samplers", "GP-DA-MH", "GP-DA-MALA"])
+    text = capsys.readouterr().out
+    assert "## GP-DA-MH (max_points 1000, 1 GP row(s) per point)" in text and "bookkeeping µs/step" in text
+    assert "## GP-DA-MALA (max_points 166, 6 GP row(s) per point)" in text
+    for rows in out.values():
+        assert rows.shape == (150, 3) and np.all(rows[:, 1] > 0) and np.all(np.isfinite(rows[:, 1]))
+
+
+@pytest.mark.slow
 def test_real_posteriors_quick_mode(capsys, tmp_path):
     bench = _load("real_posteriors")
     output = tmp_path / "table.md"
