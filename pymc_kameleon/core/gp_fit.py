@@ -134,15 +134,21 @@ def default_bounds(gp):
     return b
 
 
-def data_scale_start(gp):
-    r"""Log hyperparameters from the data's own scales: :math:`\ell_j` the sd of the stored points in
-    coordinate :math:`j` (1 where they do not spread), :math:`s^2` the variance of the values (1 if
-    none), the noise as it is."""
+def data_scales(gp, fallback: float = 1.0):
+    r"""The data's own scales ``(ell, s2)``: :math:`\ell_j` the sd of the stored points in coordinate
+    :math:`j` (kernel coordinates; ``fallback`` where they do not spread), :math:`s^2` the variance of
+    the values (1 if it is 0 or there is one value)."""
     X, vals = gp._X, gp.values
     ell = np.std(X, axis=0) if X.shape[0] > 1 else np.ones(gp.dim)
-    ell = np.where(ell > 0, ell, 1.0)
+    ell = np.where(ell > 0, ell, fallback)
     vy = float(np.var(vals)) if vals.size > 1 else 1.0
-    p = [*np.log(ell), math.log(vy if vy > 0 else 1.0)]
+    return ell, (vy if vy > 0 else 1.0)
+
+
+def data_scale_start(gp):
+    r"""Log hyperparameters at the data's scales (:func:`data_scales`), the noise as it is."""
+    ell, vy = data_scales(gp)
+    p = [*np.log(ell), math.log(vy)]
     if gp.fit_noise:
         p.append(log_hyperparameters(gp)[-1])
     return np.array(p)

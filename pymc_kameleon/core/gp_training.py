@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pymc_kameleon.core.gp import GPSurrogate
+from pymc_kameleon.core.gp_fit import data_scales
 from pymc_kameleon.core.linalg import SingularCovarianceError, same_array
 from pymc_kameleon.core.validation import check_number
 
@@ -310,12 +311,7 @@ class GPTrainingSchedule:
         """
         self.warm = False
         fixed = self.options.fixed_hyperparameters or {}
-        W, y = self.gp.W, self.gp.values  # in the kernel's (whitened) coordinates
-        ell = np.std(W, axis=0) if W.shape[0] > 1 else np.ones(self.options.dim)
-        fallback = typical_step if self.gp.whitening is None else 1.0
-        ell = np.where(ell > 0, ell, fallback)
-        vy = float(np.var(y)) if y.size > 1 else 1.0
-        vy = vy if vy > 0 else 1.0
+        ell, vy = data_scales(self.gp, fallback=typical_step if self.gp.whitening is None else 1.0)
         hyper = {
             "lengthscales": fixed.get("lengthscales", ell),
             "signal_variance": fixed.get("signal_variance", vy),
@@ -423,8 +419,7 @@ class GPTrainingSchedule:
         whether it paused.
         """
         self.stage1_recent.append(alpha1)
-        recent = self.stage1_recent
-        if len(recent) < SCREENING_CHECK_STEPS or np.mean(recent) >= MIN_STAGE1_ACCEPT:
+        if not self.recent_stage1_rate() < MIN_STAGE1_ACCEPT:  # NaN (too few steps yet) too
             return False
         self.warm = True
         self.resume_window = window + 1

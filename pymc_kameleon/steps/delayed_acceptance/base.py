@@ -163,13 +163,14 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         self._join_pymc(vars, target, blocked, rng)
 
     @classmethod
-    def _check_option_names(cls, options, own=()):
+    def _check_option_names(cls, options):
         """A subclass's ``**options`` must be this class's keywords: a TypeError naming the step the
-        user called (not this base class) and the closest keyword, for a misspelt one."""
-        known = [n for n in inspect.signature(GPDelayedAcceptanceStep.__init__).parameters if n != "self"]
+        user called (not this base class) and the closest of its keywords, for a misspelt one."""
+        shared = [n for n in inspect.signature(GPDelayedAcceptanceStep.__init__).parameters if n != "self"]
+        own = [n for n, p in inspect.signature(cls.__init__).parameters.items() if p.kind is p.KEYWORD_ONLY]
         for name in options:
-            if name not in known:
-                close = difflib.get_close_matches(name, [*known, *own], n=1)
+            if name not in shared:
+                close = difflib.get_close_matches(name, [*shared, *own], n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 raise TypeError(f"{cls.__name__}() got an unexpected keyword argument {name!r}{hint}")
 

@@ -103,7 +103,7 @@ class GPDelayedAcceptanceMALA(GPDelayedAcceptanceStep):
     _uses_prior_gradient = True
 
     def __init__(self, vars=None, *, gradient_observations=True, **options):
-        self._check_option_names(options, own=("gradient_observations",))
+        self._check_option_names(options)
         if not isinstance(gradient_observations, bool):
             raise ValueError(f"gradient_observations must be True or False, got {gradient_observations!r}.")
         self.gradient_observations = gradient_observations

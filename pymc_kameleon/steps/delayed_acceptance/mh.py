@@ -232,7 +232,7 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
         gamma="auto",
         **options,
     ):
-        self._check_option_names(options, own=("proposal", "kernel", "bandwidth", "n_subsample", "gamma"))
+        self._check_option_names(options)
         if proposal not in _PROPOSALS:
             raise ValueError(f"proposal must be one of {_PROPOSALS}, got {proposal!r}.")
         self.proposal = proposal
