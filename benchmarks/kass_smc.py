@@ -164,6 +164,14 @@ def run_smc(model, kernel, draws: int, seed: int, var: str, **kernel_kwargs) -> 
     )
 
 
+def kass_budget_sweeps(kass_runs, draws: int) -> int:
+    """Sweeps per stage with which a fixed-sweep PyMC kernel spends about KASS's likelihood evaluations
+    (equal budget), from KASS's mean evaluations and stages over its runs."""
+    kass_evals = np.mean([r["evals"] for r in kass_runs])
+    kass_stages = np.mean([r["stages"] for r in kass_runs])
+    return max(1, round((kass_evals - draws) / (draws * kass_stages)))
+
+
 def summarise(values) -> str:
     """'mean ± sd' over repetitions."""
     v = np.asarray(values, dtype=float)
@@ -253,10 +261,7 @@ def banana_experiment(args) -> dict:
     for rep in range(args.reps):
         for name, (kernel, kwargs) in samplers.items():
             record(name, kernel, kwargs, rep)
-    # Equal budget: PyMC's MH with a fixed number of sweeps per stage that spends about KASS's evaluations.
-    kass_evals = np.mean([r["evals"] for r in runs["KASS"]])
-    kass_stages = np.mean([r["stages"] for r in runs["KASS"]])
-    sweeps = max(1, round((kass_evals - draws) / (draws * kass_stages)))
+    sweeps = kass_budget_sweeps(runs["KASS"], draws)
     for label, kernel in (("MH", FixedSweepsMH), ("IMH", FixedSweepsIMH)):
         for rep in range(args.reps):
             record(f"PyMC {label}, {sweeps} sweeps/stage (KASS budget)", kernel, {"n_sweeps": sweeps}, rep)
@@ -264,6 +269,10 @@ def banana_experiment(args) -> dict:
         # KASS with another share of global-walk moves (the evidence's bias, issue 14).
         for rep in range(args.reps):
             record(f"KASS, am_weight={weight:g} (variant)", KASS, {"am_weight": weight}, rep)
+    for weight in args.independence_weights:
+        for rep in range(args.reps):
+            record(f"KASS, independence_weight={weight:g} (variant)", KASS,
+                   {"independence_weight": weight}, rep)
     if args.tuned:
         # PyMC's own rule for the number of sweeps (and the paper's constant learning rate 1), for comparison.
         for rep in range(args.reps):
@@ -318,17 +327,28 @@ def regression20_model(seed: int, dim: int = 20, n: int = 50):
 def regression20_experiment(args) -> dict:
     draws = 200 if args.quick else 1000
     samplers = {"KASS": (KASS, {}), "ASMC": (ASMC, {}), "PyMC IMH": (CountedIMH, {})}
+    samplers.update({
+        f"KASS, independence_weight={w:g} (variant)": (KASS, {"independence_weight": w})
+        for w in args.independence_weights
+    })
     print(f"\n## regression20: conjugate linear regression, d = 20, N = {draws} particles, exact log Z\n")
     runs = {name: [] for name in samplers}
-    for rep in range(args.reps):
+
+    def record(name, kernel, kwargs, rep):
         model, exact = regression20_model(args.seed + rep)
+        r = run_smc(model, kernel, draws, args.seed + rep, "b", **kwargs)
+        r["log_z"] -= exact  # errors, so one table serves every data set
+        del r["idata"], r["samples"]
+        runs.setdefault(name, []).append(r)
+        print(f"#   {name}, run {rep}: log Z error {r['log_z']:+.3f} (SE {r['se']:.3f}), "
+              f"{r['evals']} evals, {r['seconds']:.0f} s", file=sys.stderr, flush=True)
+
+    for rep in range(args.reps):
         for name, (kernel, kwargs) in samplers.items():
-            r = run_smc(model, kernel, draws, args.seed + rep, "b", **kwargs)
-            r["log_z"] -= exact  # errors, so one table serves every data set
-            del r["idata"], r["samples"]
-            runs[name].append(r)
-            print(f"#   {name}, run {rep}: log Z error {r['log_z']:+.3f} (SE {r['se']:.3f}), "
-                  f"{r['evals']} evals, {r['seconds']:.0f} s", file=sys.stderr, flush=True)
+            record(name, kernel, kwargs, rep)
+    sweeps = kass_budget_sweeps(runs["KASS"], draws)
+    for rep in range(args.reps):
+        record(f"PyMC IMH, {sweeps} sweeps/stage (KASS budget)", FixedSweepsIMH, {"n_sweeps": sweeps}, rep)
     print(evidence_table(runs))
     print("\n| sampler | likelihood evals | wall s |\n|---|---|---|")
     for name, rs in runs.items():
@@ -629,6 +649,13 @@ def main(argv=None):
         nargs="*",
         default=[],
         help="banana: an extra, labelled KASS row for each of these am_weight values",
+    )
+    parser.add_argument(
+        "--independence-weights",
+        type=float,
+        nargs="*",
+        default=[],
+        help="banana, regression20: an extra, labelled KASS row for each of these independence_weight values",
     )
     parser.add_argument("--sensor-particles", type=int, default=10_000)
     parser.add_argument("--sensor-reps", type=int, default=2)

@@ -34,6 +34,7 @@ __all__ = [
     "STEP_RULES",
     "CollapsedParticlesError",
     "GlobalWalkMixture",
+    "IndependenceMixture",
     "PoorMixingLog",
     "StageProposal",
     "StageSweeps",
@@ -64,6 +65,7 @@ def check_rejuvenation_options(
     batch_logp,
     resampling,
     am_weight,
+    independence_weight=0.0,
 ) -> None:
     """Raise a ValueError naming the first invalid option of :class:`pymc_kameleon.smc.KASS`."""
     check_kameleon_options(bandwidth, gamma, n_subsample)
@@ -87,6 +89,12 @@ def check_rejuvenation_options(
         raise ValueError(
             f"am_weight must be in [0, 1) (1 would never use the Kameleon moves), got {am_weight!r}."
         )
+    check_number("independence_weight", independence_weight, minimum=0, strict=False)
+    if independence_weight >= 1:
+        raise ValueError(
+            "independence_weight must be in [0, 1) (1 would never use the Kameleon moves), "
+            f"got {independence_weight!r}."
+        )
     if resampling not in RESAMPLING:
         raise ValueError(f"resampling must be one of {RESAMPLING}, got {resampling!r}.")
 
@@ -95,20 +103,65 @@ class CollapsedParticlesError(ValueError):
     """The particles do not vary enough to fit a proposal to them (the message says how)."""
 
 
-class GlobalWalkMixture:
+class _LocalMovesMixture:
+    r"""A batched proposal family mixed with one other component of weight :math:`w`:
+    :math:`q(x \mid y) = (1 - w)\, q_{\mathrm{family}}(x \mid y) + w\, q_{\mathrm{other}}(x \mid y)`.
+
+    Subclasses give the other component's draws (``_draw_other``) and log density (``_log_other``).
+    Both Hastings terms are the full mixture density, so the MH ratio is exact whichever component
+    drew the move. The batch methods are those of :class:`~pymc_kameleon.core.kameleon.KameleonProposal`
+    (``factor_batch``, ``sample_batch``, ``log_density_batch``); factors are ``family``'s.
+    """
+
+    def __init__(self, family, weight: float):
+        self.family = family
+        self.weight = float(weight)
+        self.dim = family.dim
+
+    Z = property(lambda self: self.family.Z)
+    nu2 = property(lambda self: self.family.nu2)
+    gamma2 = property(lambda self: self.family.gamma2)
+    kernel = property(lambda self: self.family.kernel)
+
+    def _draw_other(self, Y, rng) -> np.ndarray:
+        raise NotImplementedError
+
+    def _log_other(self, X, Y) -> np.ndarray:
+        raise NotImplementedError
+
+    def factor_batch(self, Y, chunk_size=None):
+        return self.family.factor_batch(Y, chunk_size=chunk_size)
+
+    def sample_batch(self, Y, rng, chunk_size=None, factors=None):
+        # Both components draw for every row and a uniform picks one, so the random stream does not
+        # depend on which component wins.
+        main, log_main = self.family.sample_batch(Y, rng, chunk_size=chunk_size, factors=factors)
+        other = self._draw_other(Y, rng)
+        picked = rng.random(Y.shape[0]) < self.weight
+        X = np.where(picked[:, None], other, main)
+        if picked.any():  # the family's density of the other component's draws (its own draws know theirs)
+            rows = None if factors is None else (factors[0][picked], factors[1][picked])
+            log_main[picked] = self.family.log_density_batch(
+                X[picked], Y[picked], chunk_size=chunk_size, factors=rows
+            )
+        return X, mixture_log_density(log_main, self._log_other(X, Y), self.weight)
+
+    def log_density_batch(self, X, Y, chunk_size=None, factors=None):
+        log_main = self.family.log_density_batch(X, Y, chunk_size=chunk_size, factors=factors)
+        X, Y = np.asarray(X, dtype=float), np.asarray(Y, dtype=float)
+        return mixture_log_density(log_main, self._log_other(X, Y), self.weight)
+
+
+class GlobalWalkMixture(_LocalMovesMixture):
     r"""A batched Kameleon family mixed with a global random walk, both in whitened coordinates.
 
     .. math::
         q(x \mid y) = (1 - \rho)\, q_K(x \mid y) + \rho\, \mathcal N(x;\ y,\ \sigma^2 I),
 
     with :math:`q_K` the Kameleon family and :math:`\sigma^2` the optimal random-walk variance
-    of the stage (so the walk is ASMC's move in whitened coordinates). Both Hastings terms are the
-    full mixture density, so the MH ratio is exact whichever component drew the move. The walk
-    moves particles where the Kameleon covariance carries little information (far from
-    :math:`Z`), as in :class:`~pymc_kameleon.core.scale_free.ScaleFreeKameleon`.
-
-    It has the batch methods of :class:`~pymc_kameleon.core.kameleon.KameleonProposal`
-    (``factor_batch``, ``sample_batch``, ``log_density_batch``; factors are the Kameleon's).
+    of the stage (so the walk is ASMC's move in whitened coordinates). The walk moves particles
+    where the Kameleon covariance carries little information (far from :math:`Z`), as in
+    :class:`~pymc_kameleon.core.scale_free.ScaleFreeKameleon`.
 
     Parameters
     ----------
@@ -120,46 +173,61 @@ class GlobalWalkMixture:
     """
 
     def __init__(self, family, walk_variance: float, weight: float):
-        self.family = family
+        super().__init__(family, weight)
         self.walk_variance = float(walk_variance)
-        self.weight = float(weight)
-        self.dim = family.dim
-
-    Z = property(lambda self: self.family.Z)
-    nu2 = property(lambda self: self.family.nu2)
-    gamma2 = property(lambda self: self.family.gamma2)
-    kernel = property(lambda self: self.family.kernel)
 
     def covariance(self, y) -> np.ndarray:
         """Covariance of the move from ``y``: the components' covariances, weighted."""
         rho = self.weight
         return (1 - rho) * self.family.covariance(y) + rho * self.walk_variance * np.eye(self.dim)
 
-    def factor_batch(self, Y, chunk_size=None):
-        return self.family.factor_batch(Y, chunk_size=chunk_size)
+    def _draw_other(self, Y, rng):
+        return Y + np.sqrt(self.walk_variance) * rng.standard_normal(Y.shape)
 
-    def _log_mixture(self, X, Y, log_kameleon) -> np.ndarray:
+    def _log_other(self, X, Y):
         r2 = np.einsum("ij,ij->i", X - Y, X - Y)
-        log_walk = -0.5 * (r2 / self.walk_variance + self.dim * np.log(2 * np.pi * self.walk_variance))
-        return mixture_log_density(log_kameleon, log_walk, self.weight)
+        return -0.5 * (r2 / self.walk_variance + self.dim * np.log(2 * np.pi * self.walk_variance))
 
-    def sample_batch(self, Y, rng, chunk_size=None, factors=None):
-        # Both components draw for every row and a uniform picks one, so the random stream does not
-        # depend on which component wins.
-        kameleon, log_kameleon = self.family.sample_batch(Y, rng, chunk_size=chunk_size, factors=factors)
-        walk = Y + np.sqrt(self.walk_variance) * rng.standard_normal(Y.shape)
-        walked = rng.random(Y.shape[0]) < self.weight
-        X = np.where(walked[:, None], walk, kameleon)
-        if walked.any():  # the Kameleon density of the walk's draws (its own draws know theirs)
-            rows = None if factors is None else (factors[0][walked], factors[1][walked])
-            log_kameleon[walked] = self.family.log_density_batch(
-                X[walked], Y[walked], chunk_size=chunk_size, factors=rows
-            )
-        return X, self._log_mixture(X, Y, log_kameleon)
 
-    def log_density_batch(self, X, Y, chunk_size=None, factors=None):
-        log_kameleon = self.family.log_density_batch(X, Y, chunk_size=chunk_size, factors=factors)
-        return self._log_mixture(np.asarray(X, dtype=float), np.asarray(Y, dtype=float), log_kameleon)
+class IndependenceMixture(_LocalMovesMixture):
+    r"""Local moves mixed with independent draws from the particles' Gaussian, in whitened coordinates.
+
+    .. math::
+        q(x \mid y) = (1 - \iota)\, q_{\mathrm{local}}(x \mid y) + \iota\, \mathcal N(x;\ 0,\ I),
+
+    with :math:`q_{\mathrm{local}}` the Kameleon family (or its :class:`GlobalWalkMixture`). In the
+    coordinates whitened by the particles' mean and covariance, :math:`\mathcal N(0, I)` is the
+    Gaussian fitted to the particles: the proposal of PyMC's ``IMH`` kernel. Where the tempered
+    target is close to Gaussian, one accepted independent draw decorrelates a particle, which the
+    local moves need many sweeps for; where it is not (a banana, several modes) those draws are
+    mostly rejected and the local moves do the work.
+
+    Parameters
+    ----------
+    family : KameleonProposal or GlobalWalkMixture
+        The local moves, fitted on whitened particles.
+    weight : float
+        :math:`\iota` in (0, 1).
+    """
+
+    def covariance(self, y) -> np.ndarray:
+        r"""Covariance of the move from ``y``.
+
+        .. math::
+            (1-\iota)\,\Sigma_{\mathrm{local}}(y) + \iota I + \iota(1-\iota)\, y y^\top
+
+        (the components are centred at :math:`y` and at 0, so the gap between them adds spread).
+        """
+        y = np.asarray(y, dtype=float).reshape(-1)
+        iota = self.weight
+        local = (1 - iota) * self.family.covariance(y)
+        return local + iota * np.eye(self.dim) + iota * (1 - iota) * np.outer(y, y)
+
+    def _draw_other(self, Y, rng):
+        return rng.standard_normal(Y.shape)
+
+    def _log_other(self, X, Y):
+        return -0.5 * (np.einsum("ij,ij->i", X, X) + self.dim * np.log(2 * np.pi))
 
 
 @dataclass(frozen=True)
@@ -185,7 +253,15 @@ class StageProposal:
 
 
 def fit_stage_proposal(
-    X, kernel, bandwidth, gamma, n_subsample: int, scale: float, rng, am_weight: float = 0.0
+    X,
+    kernel,
+    bandwidth,
+    gamma,
+    n_subsample: int,
+    scale: float,
+    rng,
+    am_weight: float = 0.0,
+    independence_weight: float = 0.0,
 ) -> StageProposal:
     r"""Fit the Kameleon proposal family to the particles of a stage, in their whitened coordinates.
 
@@ -215,6 +291,10 @@ def fit_stage_proposal(
     am_weight : float
         With :math:`\rho` = ``am_weight`` > 0 the family is a :class:`GlobalWalkMixture`: a move
         is, with probability :math:`\rho`, the global random walk of the optimal variance.
+    independence_weight : float
+        With :math:`\iota` = ``independence_weight`` > 0 those moves are wrapped in an
+        :class:`IndependenceMixture`: a move is, with probability :math:`\iota`, an independent draw
+        from the Gaussian fitted to the particles.
 
     Raises
     ------
@@ -240,6 +320,8 @@ def fit_stage_proposal(
     rw_variance = scale * 2.38**2 / d * mean_variance
     fit.family.nu2 = matched_nu2(rw_variance, fit.gamma, fit.probe_variance)
     moves = GlobalWalkMixture(fit.family, rw_variance, am_weight) if am_weight > 0 else fit.family
+    if independence_weight > 0:
+        moves = IndependenceMixture(moves, independence_weight)
     family = WhitenedFamily(moves, whitening)
     return StageProposal(family, fit.bandwidth, fit.gamma, fit.family.nu2, scale, Z.shape[0])
 
