@@ -48,11 +48,12 @@ def test_counted_kernels_count_every_likelihood_call(bench):
 @pytest.mark.slow
 def test_kass_benchmark_quick_mode(bench, capsys):
     experiments = ["banana", "sensor", "glass", "regression20"]
-    out = bench.main(["--quick", "--experiments", *experiments, "--am-weights", "0"])
+    variants = ["--am-weights", "0", "--independence-weights", "0"]
+    out = bench.main(["--quick", "--experiments", *experiments, *variants])
     text = capsys.readouterr().out
     rows = (
         "| KASS |", "| ASMC |", "| PyMC MH |", "| PyMC IMH |", "| KAMH (1 chain) |",
-        "| KASS, am_weight=0 (variant) |",
+        "| KASS, am_weight=0 (variant) |", "| KASS, independence_weight=0 (variant) |",
     )
     for row in rows:
         assert row in text
@@ -72,5 +73,6 @@ def test_kass_benchmark_quick_mode(bench, capsys):
     glass = out["glass"]["runs"]
     assert all(np.isfinite(r["log_z"]) for rs in glass.values() for r in rs)
     regression = out["regression20"]["runs"]
-    assert set(regression) == {"KASS", "ASMC", "PyMC IMH"}
+    budget = f"PyMC IMH, {bench.kass_budget_sweeps(regression['KASS'], 200)} sweeps/stage (KASS budget)"
+    assert set(regression) == {"KASS", "ASMC", "PyMC IMH", "KASS, independence_weight=0 (variant)", budget}
     assert all(np.isfinite(r["log_z"]) and r["evals"] > 0 for rs in regression.values() for r in rs)

@@ -10,6 +10,7 @@ from pymc_kameleon.core.smc_rejuvenation import (
     MIN_STAGE_ACCEPT,
     CollapsedParticlesError,
     GlobalWalkMixture,
+    IndependenceMixture,
     PoorMixingLog,
     check_rejuvenation_options,
     fit_stage_proposal,
@@ -166,6 +167,7 @@ VALID = dict(
     bandwidth="median", gamma="auto", n_subsample=1000, learning_rate=3.0, initial_scale=1.0,
     target_accept=0.234, n_steps="acceptance", correlation_threshold=0.01, move_probability=0.99,
     max_steps=100, chunk_size=None, batch_logp="auto", resampling="multinomial", am_weight=0.25,
+    independence_weight=0.25,
 )
 
 
@@ -174,7 +176,8 @@ VALID = dict(
     [
         ("n_steps", "sometimes"), ("n_steps", 0), ("max_steps", 0), ("initial_scale", 0.0),
         ("chunk_size", 0), ("batch_logp", "yes"), ("resampling", "stratified"), ("gamma", "x"),
-        ("am_weight", 1.0), ("am_weight", -0.1),
+        ("am_weight", 1.0), ("am_weight", -0.1), ("independence_weight", 1.0),
+        ("independence_weight", -0.1), ("independence_weight", "half"),
     ],
 )
 def test_invalid_options_are_named(option, value):
@@ -208,12 +211,38 @@ def test_mixture_density_is_the_weighted_sum_of_its_components():
     )
 
 
-def test_mixture_draws_report_their_own_density_and_follow_the_mixture():
-    """sample_batch's log q equals log_density_batch at the draws (with and without cached factors),
-    and the draws' covariance around a fixed y is the mixture's (Monte Carlo, 20 000 draws)."""
+def test_independence_mixture_density_is_the_weighted_sum_with_the_particles_gaussian():
+    """Fixed inputs: log q = log((1 - iota) q_local + iota N(x; m, C)) with m, C the particles' mean
+    and covariance (PyMC IMH's proposal), computed by SciPy in model coordinates; the local part is the
+    global-walk mixture, as in the test above."""
+    from scipy.stats import multivariate_normal
+
     X = particles()[0]
     stage = fit_stage_proposal(X, GaussianKernel(1.0), "median", "auto", 1000, 1.0, np.random.default_rng(5),
-                               am_weight=0.4)
+                               am_weight=0.3, independence_weight=0.2)
+    mixture, whitening = stage.family.family, stage.family.whitening
+    assert isinstance(mixture, IndependenceMixture) and mixture.weight == 0.2
+    local = mixture.family
+    assert isinstance(local, GlobalWalkMixture) and local.weight == 0.3
+    Y, Xn = X[:4], X[4:8] + 0.3
+    log_local = local.log_density_batch(whitening.whiten(Xn), whitening.whiten(Y)) - whitening.log_det
+    particles_gaussian = multivariate_normal(X.mean(axis=0), np.cov(X, rowvar=False))
+    expected = np.log(0.8 * np.exp(log_local) + 0.2 * particles_gaussian.pdf(Xn))
+    np.testing.assert_allclose(stage.family.log_density_batch(Xn, Y), expected, rtol=1e-10)
+    # The independent component does not depend on y: its share of q is the same from anywhere.
+    far = Y + 100.0
+    log_far = stage.family.log_density_batch(Xn, far)
+    np.testing.assert_allclose(log_far, np.log(0.2) + particles_gaussian.logpdf(Xn), rtol=1e-8)
+
+
+@pytest.mark.parametrize("independence_weight", [0.0, 0.3])
+def test_mixture_draws_report_their_own_density_and_follow_the_mixture(independence_weight):
+    """sample_batch's log q equals log_density_batch at the draws (with and without cached factors),
+    and the draws' covariance around a fixed y is the mixture's (Monte Carlo, 20 000 draws), with the
+    global walk alone and with the independent draws too."""
+    X = particles()[0]
+    stage = fit_stage_proposal(X, GaussianKernel(1.0), "median", "auto", 1000, 1.0, np.random.default_rng(5),
+                               am_weight=0.4, independence_weight=independence_weight)
     family = stage.family
     draws, log_q = family.sample_batch(X, np.random.default_rng(1))
     np.testing.assert_allclose(log_q, family.log_density_batch(draws, X), rtol=1e-9)
@@ -227,11 +256,17 @@ def test_mixture_draws_report_their_own_density_and_follow_the_mixture():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("am_weight, wrong", [(0.5, False), (0.5, True)])
-def test_mixture_sweeps_keep_the_target(am_weight, wrong, monkeypatch):
+@pytest.mark.parametrize(
+    "am_weight, independence_weight, wrong",
+    [(0.5, 0.0, False), (0.5, 0.0, True), (0.25, 0.25, False), (0.25, 0.25, True)],
+)
+def test_mixture_sweeps_keep_the_target(am_weight, independence_weight, wrong, monkeypatch):
     """Exact draws of the target stay exact after 30 sweeps: moments within 4 standard errors over
-    4000 particles. Negative control: the walk's Hastings term dropped (the Kameleon density alone),
-    which is caught. The family is fitted to a squeezed independent draw, so the components differ."""
+    4000 particles. Negative control: the mixtures' Hastings terms replaced by the Kameleon density
+    alone, which is caught. The family is fitted to a squeezed independent draw, so the components
+    differ (and the independent draws come from a Gaussian 5 times too narrow)."""
+    from pymc_kameleon.core import smc_rejuvenation
+
     # Target at beta = 1 (see evaluate): N(0, COV) times the prior exp(-0.005 |x|^2), a Gaussian.
     cov = np.linalg.inv(PREC + 0.01 * np.eye(2))
     mean = np.zeros(2)
@@ -240,9 +275,10 @@ def test_mixture_sweeps_keep_the_target(am_weight, wrong, monkeypatch):
     log_prior, loglik = evaluate(X)
     log_target = tempered_log_density(log_prior, loglik, 1.0)
     Z = rng.multivariate_normal(mean, cov / 25, size=500)
-    stage = fit_stage_proposal(Z, GaussianKernel(1.0), "median", "auto", 1000, 4.0, rng, am_weight=am_weight)
+    stage = fit_stage_proposal(Z, GaussianKernel(1.0), "median", "auto", 1000, 4.0, rng, am_weight=am_weight,
+                               independence_weight=independence_weight)
     if wrong:
-        monkeypatch.setattr(GlobalWalkMixture, "_log_mixture", lambda self, X, Y, log_k: log_k)
+        monkeypatch.setattr(smc_rejuvenation, "mixture_log_density", lambda main, _other, _w: main)
     rejuvenate(X, log_prior, loglik, log_target, stage.family, evaluate, 1.0, rng, n_steps=30, max_steps=30,
                move_probability=0.99)
     z_mean = np.abs(X.mean(axis=0) - mean) / np.sqrt(np.diag(cov) / X.shape[0])

@@ -19,7 +19,7 @@ from pymc_kameleon import ASMC, KASS, PseudoMarginalPotential, log_mean_exp
 from pymc_kameleon.core.kameleon import KameleonProposal
 from pymc_kameleon.core.scale_free import WhitenedFamily
 from pymc_kameleon.core.smc import evidence_relative_variance
-from pymc_kameleon.core.smc_rejuvenation import GlobalWalkMixture
+from pymc_kameleon.core.smc_rejuvenation import GlobalWalkMixture, IndependenceMixture
 from pymc_kameleon.smc import LogEvidence, log_evidence, stage_stats
 
 SMC_KW = dict(progressbar=False, compute_convergence_checks=False)
@@ -269,8 +269,8 @@ def test_results_helpers_for_any_chains_stages_and_cores(chains, cores, seed, st
     with _narrow_mean_model():
         idata = pm.sample_smc(
             draws=60, kernel=KASS, chains=chains, cores=cores, random_seed=seed, n_steps=2, am_weight=0.0,
-            **SMC_KW,
-        )  # am_weight=0: the seeds were chosen for these stage counts before the default became 0.25
+            independence_weight=0.0, **SMC_KW,
+        )  # weights 0: the seeds were chosen for these stage counts before the mixtures became the default
     betas = stage_stats(idata, "beta")
     assert [len(b) for b in betas] == stages
     assert all(b[-1] == 1 and np.all(np.diff(b) > 0) for b in betas)
@@ -413,8 +413,10 @@ def test_proposals_are_the_single_point_kameleon_proposals():
     """The stage's family (Kameleon in the particles' whitened coordinates) gives each particle the
     Gaussian density N(x_i, L Sigma_w(w_i) L^T) of the single-point proposal (the Kameleon component
     alone; the mixture with the global walk is tested in tests/core/test_smc_rejuvenation.py)."""
-    assert isinstance(first_stage_family(KASS, 100)[1].family, GlobalWalkMixture)  # the default
-    kernel, family = first_stage_family(KASS, 100, am_weight=0.0)
+    default = first_stage_family(KASS, 100)[1].family
+    assert isinstance(default, IndependenceMixture) and isinstance(default.family, GlobalWalkMixture)
+    assert not isinstance(first_stage_family(ASMC, 100)[1].family, IndependenceMixture)
+    kernel, family = first_stage_family(KASS, 100, am_weight=0.0, independence_weight=0.0)
     assert isinstance(family, WhitenedFamily) and isinstance(family.family, KameleonProposal)
     X = kernel.tempered_posterior[:5]
     P = X + np.random.default_rng(4).normal(size=X.shape)
@@ -526,10 +528,12 @@ def test_vectorised_log_density_is_used_on_fixture_model_types(name, recwarn):
 
 def test_stalled_moves_warn_once_per_chain_naming_the_stage():
     """A proposal scale frozen 1000x too wide accepts nothing: one warning per chain, naming the
-    worst stage's acceptance and the sweep cap. Control: the default adapts and stays silent."""
+    worst stage's acceptance and the sweep cap. Control: the default adapts and stays silent.
+    (Without the independent draws, which do not depend on the scale and would still move.)"""
     message = r"barely mixed in \d+ of \d+ stages.*accepted 0\.00%.*max_steps=20"
     with pytest.warns(RuntimeWarning, match=message):
-        run_smc(linear_model(), KASS, chains=1, draws=100, initial_scale=1e6, learning_rate=0.0, max_steps=20)
+        run_smc(linear_model(), KASS, chains=1, draws=100, initial_scale=1e6, learning_rate=0.0, max_steps=20,
+                independence_weight=0.0)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*barely mixed")
         run_smc(linear_model(), KASS, chains=2, draws=200)
@@ -548,7 +552,7 @@ def test_particles_that_collapse_because_moves_stalled_say_so():
     with pytest.raises(ValueError, match=message):
         run_smc(
             model, KASS, chains=1, draws=1000, var="u", initial_scale=1e6, learning_rate=0.0,
-            resampling="systematic",
+            resampling="systematic", independence_weight=0.0,
         )
 
 
@@ -559,7 +563,7 @@ def test_stalled_moves_warn_in_the_session_with_parallel_chains():
         warnings.simplefilter("always")
         idata = pm.sample_smc(
             draws=100, kernel=KASS, chains=2, cores=2, random_seed=4, initial_scale=1e6,
-            learning_rate=0.0, max_steps=10, **SMC_KW,
+            learning_rate=0.0, max_steps=10, independence_weight=0.0, **SMC_KW,
         )
     assert len([w for w in caught if "barely mixed" in str(w.message)]) == 2
     poor = idata.sample_stats.attrs["poorly_mixing_stages"]
@@ -581,26 +585,29 @@ def test_numpy_scalar_options_are_accepted_and_small_subsamples_refused():
         KASS(draws=20, model=linear_model(), n_subsample=2)
 
 
-def test_am_weight_mixes_in_the_global_walk(monkeypatch):
-    """KASS(am_weight=0.3) moves with the GlobalWalkMixture at every stage and still finds the
-    conjugate model's posterior and evidence; an am_weight of 1 is refused (it would never make a
-    Kameleon move)."""
+@pytest.mark.parametrize("mixture, option", [("GlobalWalkMixture", "am_weight"),
+                                             ("IndependenceMixture", "independence_weight")])
+def test_mixture_weights_reach_every_stage(mixture, option, monkeypatch):
+    """KASS(am_weight=0.3) moves with the GlobalWalkMixture, and KASS(independence_weight=0.3) with the
+    IndependenceMixture, at every stage, and still finds the conjugate model's posterior and evidence;
+    a weight of 1 is refused (it would never make a Kameleon move)."""
     from pymc_kameleon.core import smc_rejuvenation
 
     weights = []
-    real = smc_rejuvenation.GlobalWalkMixture.__init__
+    cls = getattr(smc_rejuvenation, mixture)
+    real = cls.__init__
 
-    def spy(self, family, walk_variance, weight):
-        weights.append(weight)
-        real(self, family, walk_variance, weight)
+    def spy(self, family, *args):
+        weights.append(args[-1])
+        real(self, family, *args)
 
-    monkeypatch.setattr(smc_rejuvenation.GlobalWalkMixture, "__init__", spy)
-    particles, log_z, idata = run_smc(linear_model(), KASS, chains=1, draws=1000, seed=3, am_weight=0.3)
+    monkeypatch.setattr(cls, "__init__", spy)
+    particles, log_z, idata = run_smc(linear_model(), KASS, chains=1, draws=1000, seed=3, **{option: 0.3})
     assert len(weights) == len(stage_stats(idata, "beta")[0]) and set(weights) == {0.3}
     assert np.all(np.abs(particles[0].mean(axis=0) - POST_MEAN) < 4 * np.sqrt(np.diag(POST_COV) / 100))
     assert abs(log_z[0] - LOG_Z) < 1.0
-    with linear_model(), pytest.raises(ValueError, match="am_weight"):
-        KASS(am_weight=1.0, draws=200)
+    with linear_model(), pytest.raises(ValueError, match=option):
+        KASS(draws=200, **{option: 1.0})
 
 
 def test_log_evidence_warns_when_the_genealogy_has_collapsed():
