@@ -56,7 +56,10 @@ class KASS(BatchedSMCKernel):
       :math:`p(x) L(x)^{\beta_t}`, all particles at once: the proposals, their densities in
       both directions (each particle has its own location-dependent covariance) and, where
       PyTensor can vectorise the model, the log densities are computed in batches. The number
-      of sweeps per stage follows ``n_steps``.
+      of sweeps per stage follows ``n_steps``. A move is a Kameleon move, ASMC's global random
+      walk (``am_weight``) or an independent draw from the Gaussian fitted to the particles
+      (``independence_weight``, PyMC's ``IMH`` proposal); both Hastings terms are the mixture's
+      density.
     - **adapt.** After the sweeps, the paper's eq. (4) on the log scale:
       :math:`\log s_{t+1}^2 = \log s_t^2 + \lambda (\hat\alpha_t - \alpha_{\mathrm{opt}})`, with
       :math:`\hat\alpha_t` the mean acceptance *probability* of the stage's proposals.
