@@ -78,6 +78,16 @@ def test_gp_step_cost_runs(capsys):
 
 
 @pytest.mark.slow
+def test_half_chain_consistency_runs(capsys):
+    bench = _load("half_chain_consistency")
+    out = bench.main(["--samplers", "KameleonMetropolis", "Metropolis", "--seeds", "1", "2", "--tune", "300",
+                      "--draws", "200"])
+    assert "| KameleonMetropolis |" in capsys.readouterr().out
+    for r in out.values():  # 2 chains x 2 halves x 2 parameters; one R-hat per parameter
+        assert r["z"].shape == (8,) and np.all(np.isfinite(r["z"])) and r["rhat"].shape == (2,)
+
+
+@pytest.mark.slow
 def test_real_posteriors_quick_mode(capsys, tmp_path):
     bench = _load("real_posteriors")
     output = tmp_path / "table.md"
