@@ -250,17 +250,23 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="tiny budget, for smoke tests")
     parser.add_argument("--target-accept", type=float, default=None,
                         help="GP-DA-MH's target_accept (default: the step's own, 0.234)")
+    parser.add_argument("--mala-target-accept", type=float, default=None,
+                        help="GP-DA-MALA's target_accept (default: the step's own, 0.574)")
     args = parser.parse_args(argv)
     if args.quick:
         args.reps, args.tune, args.draws = 1, 100, 100
     if args.target_accept is not None:
         SAMPLERS["GP-DA-MH"] = (lambda: GPDelayedAcceptanceMH(target_accept=args.target_accept), False)
+    mala_target = args.mala_target_accept
+    if mala_target is not None:
+        SAMPLERS["GP-DA-MALA"] = (lambda: GPDelayedAcceptanceMALA(target_accept=mala_target), True)
     logging.getLogger("pymc").setLevel(logging.ERROR)
 
     print(f"# {environment_line()}")
     print(f"# budget: 1 chain x ({args.tune} tune + {args.draws} draws), {args.reps} reps, "
-          f"seed {args.seed}, cores=1" + ("" if args.target_accept is None else
-                                          f", GP-DA-MH target_accept {args.target_accept}"))
+          f"seed {args.seed}, cores=1"
+          + ("" if args.target_accept is None else f", GP-DA-MH target_accept {args.target_accept}")
+          + ("" if mala_target is None else f", GP-DA-MALA target_accept {mala_target}"))
     results = {}
     for tname in args.targets:
         per_sampler = {}
