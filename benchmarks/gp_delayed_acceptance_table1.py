@@ -251,7 +251,7 @@ def main(argv=None):
     parser.add_argument("--target-accept", type=float, default=None,
                         help="GP-DA-MH's target_accept (default: the step's own, 0.234)")
     parser.add_argument("--mala-target-accept", type=float, default=None,
-                        help="GP-DA-MALA's target_accept (default: the step's own, 0.574)")
+                        help="GP-DA-MALA's target_accept (default: the step's own, 0.35)")
     args = parser.parse_args(argv)
     if args.quick:
         args.reps, args.tune, args.draws = 1, 100, 100
