@@ -234,6 +234,7 @@ def test_sample_stats_per_stage():
     (accept,) = stage_stats(idata, "mean_accept_rate")
     assert np.all((accept > 0) & (accept < 1))
     assert stats.attrs["proposal_kernel"] == "gaussian" and stats.attrs["batch_logp"] == 1
+    assert stats.attrs["am_weight"] == 0.25 and stats.attrs["independence_weight"] == 0.0  # the defaults
     assert np.isfinite(log_z[0])
 
 
@@ -413,9 +414,9 @@ def test_proposals_are_the_single_point_kameleon_proposals():
     """The stage's family (Kameleon in the particles' whitened coordinates) gives each particle the
     Gaussian density N(x_i, L Sigma_w(w_i) L^T) of the single-point proposal (the Kameleon component
     alone; the mixture with the global walk is tested in tests/core/test_smc_rejuvenation.py)."""
-    default = first_stage_family(KASS, 100)[1].family
-    assert isinstance(default, IndependenceMixture) and isinstance(default.family, GlobalWalkMixture)
-    assert not isinstance(first_stage_family(ASMC, 100)[1].family, IndependenceMixture)
+    assert isinstance(first_stage_family(KASS, 100)[1].family, GlobalWalkMixture)  # the default
+    chosen = first_stage_family(KASS, 100, independence_weight=0.25)[1].family
+    assert isinstance(chosen, IndependenceMixture) and isinstance(chosen.family, GlobalWalkMixture)
     kernel, family = first_stage_family(KASS, 100, am_weight=0.0, independence_weight=0.0)
     assert isinstance(family, WhitenedFamily) and isinstance(family.family, KameleonProposal)
     X = kernel.tempered_posterior[:5]
