@@ -47,6 +47,10 @@ _WORKER_CACHE_SIZE = 16
 _worker_functions: OrderedDict[str, object] = OrderedDict()
 # How long the number of workers of an executor is trusted before it is asked again.
 _WORKER_COUNT_SECONDS = 10.0
+# A failed round on Dask is retried this many times, each after a worker is up again (workers that die
+# one after the other can each cancel a round; under load the second death can fall in the retry).
+_DASK_RETRIES = 3
+_WORKER_WAIT_SECONDS = 60.0
 
 
 # What to do when an executor cannot reach PyMC's worker processes (``cores > 1``).
@@ -306,18 +310,24 @@ class ExecutorOption:
     def _submit_chunks(self, runner, function, items, describe) -> list:
         """Split ``items`` into one chunk per worker, run ``runner`` on each, and gather in order.
 
-        On Dask a failed round is run once more with the payload scattered afresh: a worker that dies
-        takes its copy of the scattered payload with it, and the scheduler then cancels every task
-        that needs it, although a restarted worker could run them.
+        On Dask a failed round is run again (up to ``_DASK_RETRIES`` times, each once a worker is up)
+        with the payload scattered afresh: a worker that dies takes its copy of the scattered payload
+        with it, and the scheduler then cancels every task that needs it, although a restarted worker
+        could run them. A likelihood that raises fails every round, and its error is raised.
         """
-        try:
-            return self._submit_chunks_once(runner, function, items, describe)
-        except ParallelEvaluationError:
-            if not _is_dask_executor(self.get()):
-                raise
-            self._scattered = None
-            self._n_workers = None
-            return self._submit_chunks_once(runner, function, items, describe)
+        for attempt in range(_DASK_RETRIES + 1):
+            try:
+                return self._submit_chunks_once(runner, function, items, describe)
+            except ParallelEvaluationError as err:
+                executor = self.get()
+                if not _is_dask_executor(executor) or attempt == _DASK_RETRIES:
+                    raise
+                self._scattered = None
+                self._n_workers = None
+                try:
+                    executor._client.wait_for_workers(1, timeout=_WORKER_WAIT_SECONDS)
+                except TimeoutError:
+                    raise err from None  # no worker came back: the round's own error says what failed
 
     def _submit_chunks_once(self, runner, function, items, describe) -> list:
         executor = self.get()
