@@ -334,9 +334,12 @@ def regression20_experiment(args) -> dict:
     dim = args.regression_dim
     print(f"\n## regression20: conjugate linear regression, d = {dim}, N = {draws} particles, exact log Z\n")
     runs = {name: [] for name in samplers}
+    models = {}  # one model (and exact log Z) per repetition, shared by its samplers
 
     def record(name, kernel, kwargs, rep):
-        model, exact = regression20_model(args.seed + rep, dim=args.regression_dim)
+        if rep not in models:
+            models[rep] = regression20_model(args.seed + rep, dim=dim)
+        model, exact = models[rep]
         r = run_smc(model, kernel, draws, args.seed + rep, "b", **kwargs)
         r["log_z"] -= exact  # errors, so one table serves every data set
         del r["idata"], r["samples"]

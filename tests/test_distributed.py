@@ -142,6 +142,30 @@ def test_an_evaluation_that_raises_names_its_inputs(client):
         run_kass(model, None, chains=1)
 
 
+def test_failed_rounds_are_retried_until_a_worker_answers(client, monkeypatch):
+    """Two failed rounds in a row (workers dying one after the other) are retried, each with the
+    payload scattered afresh; a round that keeps failing raises its own error after the retries."""
+    from pymc_kameleon import executors
+
+    option = ExecutorOption(client.get_executor(), "test")
+    real, calls, failures = ExecutorOption._submit_chunks_once, [], [2]
+
+    def flaky(self, *args):
+        calls.append(self._scattered)
+        if failures[0] > 0:
+            failures[0] -= 1
+            raise ParallelEvaluationError("test: a worker died")
+        return real(self, *args)
+
+    monkeypatch.setattr(ExecutorOption, "_submit_chunks_once", flaky)
+    assert option.map_rows(lambda x: 2 * x, [(i,) for i in range(6)]) == [0, 2, 4, 6, 8, 10]
+    assert len(calls) == 3 and calls[1] is None and calls[2] is None  # rescattered before each retry
+    failures[0] = executors._DASK_RETRIES + 1
+    with pytest.raises(ParallelEvaluationError, match="a worker died"):
+        option.map_rows(lambda x: 2 * x, [(0,)])
+    assert len(calls) == 3 + executors._DASK_RETRIES + 1
+
+
 def test_killed_workers_are_replaced_and_the_run_is_unchanged(client, tmp_path):
     """Both workers die, one after the other. The second death also loses the scattered likelihood
     (the restarted first worker never got it), which cancelled every task until the payload was

@@ -172,7 +172,6 @@ class KASS(BatchedSMCKernel):
 
     _default_proposal_kernel = "gaussian"
     _default_am_weight = 0.25  # removes the evidence's low bias (docstring, design.md)
-    _default_independence_weight = 0.0  # opt-in: far draws can be costly (docstring)
 
     def __init__(
         self,
@@ -192,7 +191,7 @@ class KASS(BatchedSMCKernel):
         batch_logp="auto",
         resampling: str = "multinomial",
         am_weight: float | None = None,
-        independence_weight: float | None = None,
+        independence_weight: float = 0.0,
         **kwargs,
     ):
         if "kernel" in kwargs:
@@ -208,8 +207,6 @@ class KASS(BatchedSMCKernel):
             proposal_kernel if isinstance(proposal_kernel, str) else type(proposal_kernel).__name__
         )
         am_weight = self._default_am_weight if am_weight is None else am_weight
-        if independence_weight is None:
-            independence_weight = self._default_independence_weight
         check_rejuvenation_options(
             bandwidth=bandwidth,
             gamma=gamma,
