@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
 from pymc_kameleon.core.kameleon import fit_proposal, matched_nu2
 from pymc_kameleon.core.linalg import SingularCovarianceError
@@ -193,7 +194,9 @@ class IndependenceMixture(_LocalMovesMixture):
     r"""Local moves mixed with independent draws from the particles' Gaussian, in whitened coordinates.
 
     .. math::
-        q(x \mid y) = (1 - \iota)\, q_{\mathrm{local}}(x \mid y) + \iota\, \mathcal N(x;\ 0,\ I),
+        q(x \mid y) = (1 - \iota)\, q_{\mathrm{local}}(x \mid y)
+            + \iota\, \frac{\mathcal N(x;\ 0,\ I)\, \mathbb 1\{\lVert x \rVert \le R\}}
+                          {F_{\chi^2_d}(R^2)},
 
     with :math:`q_{\mathrm{local}}` the Kameleon family (or its :class:`GlobalWalkMixture`). In the
     coordinates whitened by the particles' mean and covariance, :math:`\mathcal N(0, I)` is the
@@ -202,32 +205,60 @@ class IndependenceMixture(_LocalMovesMixture):
     local moves need many sweeps for; where it is not (a banana, several modes) those draws are
     mostly rejected and the local moves do the work.
 
+    The independent draws are truncated to the ball of radius :math:`R`, the particles' largest
+    whitened radius, so they never reach further than the particles do: the Gaussian of a small,
+    skewed cloud otherwise proposes points where an ODE likelihood can take seconds. The ball's
+    :math:`N(0, I)` mass is :math:`F_{\chi^2_d}(R^2)`, so the density stays exact.
+
     Parameters
     ----------
     family : KameleonProposal or GlobalWalkMixture
         The local moves, fitted on whitened particles.
     weight : float
         :math:`\iota` in (0, 1).
+    radius : float, default inf
+        :math:`R`, in whitened units.
     """
+
+    def __init__(self, family, weight: float, radius: float = np.inf):
+        super().__init__(family, weight)
+        self.radius = float(radius)
+        if not self.radius > 0:
+            raise ValueError(f"radius must be positive, got {radius!r}.")
+        # log F(R^2), the N(0, I) mass of the ball.
+        self._log_mass = float(stats.chi2.logcdf(self.radius**2, self.dim))
 
     def covariance(self, y) -> np.ndarray:
         r"""Covariance of the move from ``y``.
 
         .. math::
-            (1-\iota)\,\Sigma_{\mathrm{local}}(y) + \iota I + \iota(1-\iota)\, y y^\top
+            (1-\iota)\,\Sigma_{\mathrm{local}}(y) + \iota c I + \iota(1-\iota)\, y y^\top
 
-        (the components are centred at :math:`y` and at 0, so the gap between them adds spread).
+        (the components are centred at :math:`y` and at 0, so the gap between them adds spread);
+        :math:`c = F_{\chi^2_{d+2}}(R^2) / F_{\chi^2_d}(R^2)` is the truncated draws' variance per
+        coordinate.
         """
         y = np.asarray(y, dtype=float).reshape(-1)
         iota = self.weight
         local = (1 - iota) * self.family.covariance(y)
-        return local + iota * np.eye(self.dim) + iota * (1 - iota) * np.outer(y, y)
+        c = np.exp(stats.chi2.logcdf(self.radius**2, self.dim + 2) - self._log_mass)
+        return local + iota * c * np.eye(self.dim) + iota * (1 - iota) * np.outer(y, y)
 
     def _draw_other(self, Y, rng):
-        return rng.standard_normal(Y.shape)
+        # A direction uniform on the sphere and a squared radius by inversion of the chi-squared
+        # distribution truncated at R^2: exact, and one draw per row whatever R is.
+        direction = rng.standard_normal(Y.shape)
+        u = rng.random(Y.shape[0])
+        if not np.isfinite(self.radius):
+            return direction
+        r2 = np.minimum(stats.chi2.ppf(u * np.exp(self._log_mass), self.dim), self.radius**2)
+        norms = np.sqrt(np.einsum("ij,ij->i", direction, direction))
+        return direction * (np.sqrt(r2) / norms)[:, None]
 
     def _log_other(self, X, Y):
-        return -0.5 * (np.einsum("ij,ij->i", X, X) + self.dim * np.log(2 * np.pi))
+        r2 = np.einsum("ij,ij->i", X, X)
+        log_q = -0.5 * (r2 + self.dim * np.log(2 * np.pi)) - self._log_mass
+        return np.where(r2 <= self.radius**2, log_q, -np.inf)
 
 
 @dataclass(frozen=True)
@@ -294,7 +325,7 @@ def fit_stage_proposal(
     independence_weight : float
         With :math:`\iota` = ``independence_weight`` > 0 those moves are wrapped in an
         :class:`IndependenceMixture`: a move is, with probability :math:`\iota`, an independent draw
-        from the Gaussian fitted to the particles.
+        from the Gaussian fitted to the particles, truncated to the particles' largest whitened radius.
 
     Raises
     ------
@@ -321,7 +352,8 @@ def fit_stage_proposal(
     fit.family.nu2 = matched_nu2(rw_variance, fit.gamma, fit.probe_variance)
     moves = GlobalWalkMixture(fit.family, rw_variance, am_weight) if am_weight > 0 else fit.family
     if independence_weight > 0:
-        moves = IndependenceMixture(moves, independence_weight)
+        radius = np.max(np.linalg.norm(whitening.whiten(X), axis=1))  # no draw beyond the particles
+        moves = IndependenceMixture(moves, independence_weight, radius)
     family = WhitenedFamily(moves, whitening)
     return StageProposal(family, fit.bandwidth, fit.gamma, fit.family.nu2, scale, Z.shape[0])
 

@@ -212,10 +212,11 @@ def test_mixture_density_is_the_weighted_sum_of_its_components():
 
 
 def test_independence_mixture_density_is_the_weighted_sum_with_the_particles_gaussian():
-    """Fixed inputs: log q = log((1 - iota) q_local + iota N(x; m, C)) with m, C the particles' mean
-    and covariance (PyMC IMH's proposal), computed by SciPy in model coordinates; the local part is the
-    global-walk mixture, as in the test above."""
-    from scipy.stats import multivariate_normal
+    """Fixed inputs: log q = log((1 - iota) q_local + iota N(x; m, C) 1{r(x) <= R} / F(R^2)) with m, C
+    the particles' mean and covariance (PyMC IMH's proposal), r the Mahalanobis distance, R the
+    particles' largest and F the chi-squared(2) CDF, computed by SciPy in model coordinates; the local
+    part is the global-walk mixture, as in the test above."""
+    from scipy.stats import chi2, multivariate_normal
 
     X = particles()[0]
     stage = fit_stage_proposal(X, GaussianKernel(1.0), "median", "auto", 1000, 1.0, np.random.default_rng(5),
@@ -224,15 +225,43 @@ def test_independence_mixture_density_is_the_weighted_sum_with_the_particles_gau
     assert isinstance(mixture, IndependenceMixture) and mixture.weight == 0.2
     local = mixture.family
     assert isinstance(local, GlobalWalkMixture) and local.weight == 0.3
-    Y, Xn = X[:4], X[4:8] + 0.3
+    m, C = X.mean(axis=0), np.cov(X, rowvar=False)
+
+    def mahalanobis(P):
+        return np.sqrt(np.einsum("ij,jk,ik->i", P - m, np.linalg.inv(C), P - m))
+
+    R = mahalanobis(X).max()
+    assert mixture.radius == pytest.approx(R, rel=1e-10)
+    far_out = m + 1.2 * R * np.sqrt(np.diag(C)) * np.array([1.0, 0.0])  # outside the ball
+    assert mahalanobis(far_out[None])[0] > R
+    Y, Xn = X[:5], np.vstack([X[4:8] + 0.3, far_out])
     log_local = local.log_density_batch(whitening.whiten(Xn), whitening.whiten(Y)) - whitening.log_det
-    particles_gaussian = multivariate_normal(X.mean(axis=0), np.cov(X, rowvar=False))
-    expected = np.log(0.8 * np.exp(log_local) + 0.2 * particles_gaussian.pdf(Xn))
+    inside = mahalanobis(Xn) <= R
+    independent = multivariate_normal(m, C).pdf(Xn) * inside / chi2.cdf(R**2, 2)
+    expected = np.log(0.8 * np.exp(log_local) + 0.2 * independent)
     np.testing.assert_allclose(stage.family.log_density_batch(Xn, Y), expected, rtol=1e-10)
     # The independent component does not depend on y: its share of q is the same from anywhere.
-    far = Y + 100.0
-    log_far = stage.family.log_density_batch(Xn, far)
-    np.testing.assert_allclose(log_far, np.log(0.2) + particles_gaussian.logpdf(Xn), rtol=1e-8)
+    far = Y[:4] + 100.0
+    log_far = stage.family.log_density_batch(Xn[:4], far)
+    np.testing.assert_allclose(log_far, np.log(0.2 * independent[:4]), rtol=1e-8)
+
+
+def test_independent_draws_follow_the_truncated_chi_squared_radius():
+    """Monte Carlo: the independent component's squared radii follow chi-squared(d) truncated at R^2
+    (Kolmogorov-Smirnov, 20 000 draws), never exceed R^2, and point in uniform directions. Negative
+    control: the untruncated chi-squared is rejected."""
+    from scipy.stats import chi2, kstest
+
+    from types import SimpleNamespace
+
+    mixture = IndependenceMixture(SimpleNamespace(dim=3), 0.5, radius=2.0)  # no local moves needed here
+    W = mixture._draw_other(np.zeros((20_000, 3)), np.random.default_rng(3))
+    r2 = np.einsum("ij,ij->i", W, W)
+    assert r2.max() <= 4.0
+    truncated = kstest(r2, lambda t: chi2.cdf(np.minimum(t, 4.0), 3) / chi2.cdf(4.0, 3))
+    assert truncated.pvalue > 0.01
+    assert kstest(r2, chi2(3).cdf).pvalue < 1e-6
+    np.testing.assert_allclose((W / np.sqrt(r2)[:, None]).mean(axis=0), 0.0, atol=0.02)
 
 
 @pytest.mark.parametrize("independence_weight", [0.0, 0.3])
