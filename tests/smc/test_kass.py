@@ -234,7 +234,7 @@ def test_sample_stats_per_stage():
     (accept,) = stage_stats(idata, "mean_accept_rate")
     assert np.all((accept > 0) & (accept < 1))
     assert stats.attrs["proposal_kernel"] == "gaussian" and stats.attrs["batch_logp"] == 1
-    assert stats.attrs["am_weight"] == 0.25 and stats.attrs["independence_weight"] == 0.0  # the defaults
+    assert stats.attrs["am_weight"] == 0.25 and stats.attrs["independence_weight"] == 0.25  # the defaults
     assert np.isfinite(log_z[0])
 
 
@@ -414,9 +414,9 @@ def test_proposals_are_the_single_point_kameleon_proposals():
     """The stage's family (Kameleon in the particles' whitened coordinates) gives each particle the
     Gaussian density N(x_i, L Sigma_w(w_i) L^T) of the single-point proposal (the Kameleon component
     alone; the mixture with the global walk is tested in tests/core/test_smc_rejuvenation.py)."""
-    assert isinstance(first_stage_family(KASS, 100)[1].family, GlobalWalkMixture)  # the default
-    chosen = first_stage_family(KASS, 100, independence_weight=0.25)[1].family
-    assert isinstance(chosen, IndependenceMixture) and isinstance(chosen.family, GlobalWalkMixture)
+    default = first_stage_family(KASS, 100)[1].family
+    assert isinstance(default, IndependenceMixture) and isinstance(default.family, GlobalWalkMixture)
+    assert isinstance(first_stage_family(KASS, 100, independence_weight=0.0)[1].family, GlobalWalkMixture)
     kernel, family = first_stage_family(KASS, 100, am_weight=0.0, independence_weight=0.0)
     assert isinstance(family, WhitenedFamily) and isinstance(family.family, KameleonProposal)
     X = kernel.tempered_posterior[:5]
@@ -599,7 +599,7 @@ def test_mixture_weights_reach_every_stage(mixture, option, monkeypatch):
     real = cls.__init__
 
     def spy(self, family, *args):
-        weights.append(args[-1])
+        weights.append(args[0] if cls is smc_rejuvenation.IndependenceMixture else args[-1])
         real(self, family, *args)
 
     monkeypatch.setattr(cls, "__init__", spy)
