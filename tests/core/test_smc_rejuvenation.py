@@ -250,9 +250,9 @@ def test_independent_draws_follow_the_truncated_chi_squared_radius():
     """Monte Carlo: the independent component's squared radii follow chi-squared(d) truncated at R^2
     (Kolmogorov-Smirnov, 20 000 draws), never exceed R^2, and point in uniform directions. Negative
     control: the untruncated chi-squared is rejected."""
-    from scipy.stats import chi2, kstest
-
     from types import SimpleNamespace
+
+    from scipy.stats import chi2, kstest
 
     mixture = IndependenceMixture(SimpleNamespace(dim=3), 0.5, radius=2.0)  # no local moves needed here
     W = mixture._draw_other(np.zeros((20_000, 3)), np.random.default_rng(3))
