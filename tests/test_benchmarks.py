@@ -88,6 +88,16 @@ def test_half_chain_consistency_runs(capsys):
 
 
 @pytest.mark.slow
+def test_evidence_calibration_runs(capsys, tmp_path):
+    bench = _load("evidence_calibration")
+    rows = bench.main(["--quick", "--save", str(tmp_path / "rows.json")])
+    out = capsys.readouterr().out
+    assert "| distinct ancestors at the end |" in out and "| banana | 60 | KASS | 1 |" in out
+    assert len(rows) == 6 and (tmp_path / "rows.json").exists()  # 3 targets x 2 kernels
+    assert all(math.isfinite(r["err"]) and 1 <= r["ancestors"] <= r["N"] for r in rows)
+
+
+@pytest.mark.slow
 def test_real_posteriors_quick_mode(capsys, tmp_path):
     bench = _load("real_posteriors")
     output = tmp_path / "table.md"

@@ -34,6 +34,7 @@ from pymc_kameleon.core.smc_rejuvenation import (
     rejuvenate,
 )
 from pymc_kameleon.smc._batched import BatchedSMCKernel, check_continuous
+from pymc_kameleon.smc.results import MIN_DISTINCT_ANCESTORS, collapsed_genealogy_message
 
 __all__ = ["ASMC", "KASS"]
 
@@ -350,6 +351,10 @@ class KASS(BatchedSMCKernel):
         if self.beta >= 1 and self._poor_stages:  # one warning per chain, at its last stage
             message = self._poor_stages.warning(type(self).__name__, self.iteration)
             self._warnings.warn(message, RuntimeWarning, stacklevel=1)
+        ancestors = self._evidence["distinct_ancestors"]
+        if self.beta >= 1 and ancestors < MIN_DISTINCT_ANCESTORS:
+            message = collapsed_genealogy_message(f"{ancestors} of {self.draws}")
+            self._warnings.warn(f"{type(self).__name__}: {message}", UserWarning, stacklevel=1)
 
     # ---------------------------------------------------------------- reporting
     def sample_stats(self):

@@ -72,23 +72,27 @@ class LogEvidence(NamedTuple):
         return float(math.sqrt(math.log1p(np.sum(weights * rel_var))))
 
 
-# Below this many distinct initial draws behind the final particles, the genealogy estimate is not trusted.
-MIN_DISTINCT_ANCESTORS = 10
+# Below this many distinct initial draws behind the final particles, the genealogy estimate is not
+# trusted: +-2 SE covered the true log Z in about 70% of such runs (benchmarks/RESULTS.md).
+MIN_DISTINCT_ANCESTORS = 50
+
+
+def collapsed_genealogy_message(counts: str) -> str:
+    """The warning for final particles with fewer than :data:`MIN_DISTINCT_ANCESTORS` distinct
+    ancestors; ``counts`` says whose and how many (``"chain 0: 12"``)."""
+    return (
+        f"The final particles descend from fewer than {MIN_DISTINCT_ANCESTORS} of the initial draws "
+        f"({counts}). With so few lineages the standard error of log Z is too small (in benchmarks "
+        "+-2 SE covered the true log Z in about 70% of such runs, not 95%; with one ancestor it is "
+        "sqrt(log 2) = 0.83 whatever the error), and log Z can be off by more than it says. Use more "
+        "particles (draws=), or compare several independent chains."
+    )
 
 
 def _warn_collapsed_genealogy(distinct: list[int]) -> None:
-    few = {c: n for c, n in enumerate(distinct) if n < MIN_DISTINCT_ANCESTORS}
-    if not few:
-        return
-    listing = ", ".join(f"chain {c}: {n}" for c, n in few.items())
-    warnings.warn(
-        f"The final particles descend from fewer than {MIN_DISTINCT_ANCESTORS} of the initial draws "
-        f"({listing}), so the genealogy has collapsed and the standard error of log Z is not reliable "
-        "(with one ancestor it is always sqrt(log 2) = 0.83, whatever the true error). log Z itself may "
-        "be far off. Use more particles (draws=), or compare several independent chains.",
-        UserWarning,
-        stacklevel=3,
-    )
+    few = [f"chain {c}: {n}" for c, n in enumerate(distinct) if n < MIN_DISTINCT_ANCESTORS]
+    if few:
+        warnings.warn(collapsed_genealogy_message(", ".join(few)), UserWarning, stacklevel=3)
 
 
 def log_evidence(idata) -> LogEvidence:
@@ -110,10 +114,14 @@ def log_evidence(idata) -> LogEvidence:
     estimate: their standard errors are NaN, with a warning.
 
     The estimate needs the final particles to descend from many initial draws. When they
-    descend from fewer than :data:`MIN_DISTINCT_ANCESTORS` (the ``distinct_ancestors``
-    statistic), :math:`V` is computed from a handful of lineages and cannot be trusted; with a
-    single one it is exactly 1 whatever the true variance, so :math:`\sigma = \sqrt{\log 2}
-    \approx 0.83`. A warning then names the chains and their counts.
+    descend from fewer than :data:`MIN_DISTINCT_ANCESTORS` = 50 (the ``distinct_ancestors``
+    statistic), :math:`V` is computed from a few lineages and tends to be too small: over 563
+    such runs of KASS and ASMC (8-d banana, conjugate regressions in 5 and 20 dimensions,
+    50-1000 particles), :math:`\pm 2\sigma` covered :math:`\log Z` in 70% of them (67% below
+    30 lineages, 86% between 30 and 49). With a single lineage
+    :math:`V` is exactly 1 whatever the true variance, so :math:`\sigma = \sqrt{\log 2}
+    \approx 0.83`. A warning then names the chains and their counts (KASS also warns at the end
+    of sampling).
 
     Returns
     -------

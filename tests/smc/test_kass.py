@@ -21,6 +21,7 @@ from pymc_kameleon.core.scale_free import WhitenedFamily
 from pymc_kameleon.core.smc import evidence_relative_variance
 from pymc_kameleon.core.smc_rejuvenation import GlobalWalkMixture, IndependenceMixture
 from pymc_kameleon.smc import LogEvidence, log_evidence, stage_stats
+from pymc_kameleon.smc.results import MIN_DISTINCT_ANCESTORS
 
 SMC_KW = dict(progressbar=False, compute_convergence_checks=False)
 Z_MAX = 4.0
@@ -612,16 +613,32 @@ def test_mixture_weights_reach_every_stage(mixture, option, monkeypatch):
 
 
 def test_log_evidence_warns_when_the_genealogy_has_collapsed():
-    """With a single ancestor V is exactly 1 (SE sqrt(log 2), whatever the true error): the warning
-    names the chain and its count; chains with many ancestors do not warn."""
-    _, _, idata = run_smc(linear_model(), KASS, chains=1, draws=200, n_steps=2)
+    """With fewer than 50 lineages the SE is too small (with a single one V is exactly 1, SE
+    sqrt(log 2), whatever the true error): the warning names the chain and its count; chains with
+    many ancestors do not warn."""
+    _, _, idata = run_smc(linear_model(), KASS, chains=1, draws=400, n_steps=2)
+    assert stage_stats(idata, "distinct_ancestors")[0][-1] >= MIN_DISTINCT_ANCESTORS
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # many ancestors: no warning
         log_evidence(idata)
     collapsed = idata.copy()
     collapsed.sample_stats["distinct_ancestors"] = collapsed.sample_stats["distinct_ancestors"] * 0 + 1
-    with pytest.warns(UserWarning, match=r"fewer than 10 of the initial draws \(chain 0: 1\)"):
+    with pytest.warns(UserWarning, match=r"fewer than 50 of the initial draws \(chain 0: 1\)"):
         log_evidence(collapsed)
+
+
+def test_sampling_warns_when_the_final_particles_have_few_ancestors():
+    """KASS warns at the end of sampling, naming the count, when the final particles descend from
+    fewer than 50 initial draws (40 particles); 400 particles with 2 sweeps per stage do not."""
+    expected = r"KASS: The final particles descend from fewer than 50 of the initial draws \((\d+) of 40\)"
+    with linear_model(), pytest.warns(UserWarning, match=expected) as record:
+        idata = pm.sample_smc(draws=40, kernel=KASS, chains=1, cores=1, random_seed=2, **SMC_KW)
+    (final,) = [int(chain[-1]) for chain in stage_stats(idata, "distinct_ancestors")]
+    shown = [w for w in record if "of 40)" in str(w.message)]
+    assert len(shown) == 1 and f"({final} of 40)" in str(shown[0].message)
+    with linear_model(), warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*descend from fewer")
+        pm.sample_smc(draws=400, kernel=KASS, chains=1, cores=1, random_seed=2, n_steps=2, **SMC_KW)
 
 
 def test_nan_likelihood_at_initial_particles_is_a_clear_error():
