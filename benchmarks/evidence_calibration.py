@@ -86,7 +86,8 @@ def band_table(rows) -> str:
         ratio = np.sqrt(np.mean(err**2)) / np.sqrt(np.mean(se**2))
         label = f"{lo}–{hi - 1}" if hi is not None else f"≥ {lo}"
         lines.append(
-            f"| {label} | {cells[0][0]} / {cells[1][0]} | {cells[0][1]} | {cells[1][1]} | {coverage(band):.2f} "
+            f"| {label} | {cells[0][0]} / {cells[1][0]} | {cells[0][1]} | {cells[1][1]} "
+            f"| {coverage(band):.2f} "
             f"| {cells[0][2]} | {cells[1][2]} | {ratio:.1f} |"
         )
     below = [r for r in rows if r["ancestors"] < MIN_DISTINCT_ANCESTORS]
@@ -110,21 +111,25 @@ def case_table(rows) -> str:
         anc = np.array([r["ancestors"] for r in group])
         se_mean = err.std(ddof=1) / np.sqrt(err.size) if err.size > 1 else float("nan")
         lines.append(
-            f"| {target} | {n} | {kernel} | {err.size} | {err.mean():+.3f} ± {se_mean:.3f} | {coverage(group):.2f} "
-            f"| {np.median(anc):.0f} [{anc.min()}, {anc.max()}] | {np.mean(anc < MIN_DISTINCT_ANCESTORS):.0%} |"
+            f"| {target} | {n} | {kernel} | {err.size} | {err.mean():+.3f} ± {se_mean:.3f} "
+            f"| {coverage(group):.2f} | {np.median(anc):.0f} [{anc.min()}, {anc.max()}] "
+            f"| {np.mean(anc < MIN_DISTINCT_ANCESTORS):.0%} |"
         )
     return "\n".join(lines)
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--reps", type=int, default=40)
     parser.add_argument("--large", action="store_true", help="300-1000 particles instead of 50-500")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="one repetition with tiny particle counts")
     parser.add_argument("--save", type=Path, help="write the per-run rows to this JSON file")
     args = parser.parse_args(argv)
-    sizes = {"banana": (60,), "reg20": (60,), "reg5": (30,)} if args.quick else (LARGE if args.large else SMALL)
+    quick_sizes = {"banana": (60,), "reg20": (60,), "reg5": (30,)}
+    sizes = quick_sizes if args.quick else (LARGE if args.large else SMALL)
     seed = args.seed + (1000 if args.large else 0)
     reps = 1 if args.quick else args.reps
     rows = []
@@ -133,7 +138,8 @@ def main(argv=None):
         print(f"# repetition {rep + 1} of {reps} done", file=sys.stderr, flush=True)
     if args.save:
         args.save.write_text(json.dumps(rows))
-    print(f"## Coverage of log Z ± 2 SE against the final particles' distinct ancestors ({reps} repetitions)\n")
+    print(f"## Coverage of log Z ± 2 SE against the final particles' distinct ancestors "
+          f"({reps} repetitions)\n")
     print(band_table(rows))
     print()
     print(case_table(rows))

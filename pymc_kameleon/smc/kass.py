@@ -352,8 +352,11 @@ class KASS(BatchedSMCKernel):
             message = self._poor_stages.warning(type(self).__name__, self.iteration)
             self._warnings.warn(message, RuntimeWarning, stacklevel=1)
         ancestors = self._evidence["distinct_ancestors"]
-        if self.beta >= 1 and ancestors < MIN_DISTINCT_ANCESTORS:
-            message = collapsed_genealogy_message(f"{ancestors} of {self.draws}")
+        has_error_bar = self.resampling == "multinomial"
+        if self.beta >= 1 and has_error_bar and ancestors < MIN_DISTINCT_ANCESTORS:
+            # PyMC does not tell a kernel its chain number: the count identifies the chain.
+            counts = f"one chain: {ancestors} of {self.draws}"
+            message = collapsed_genealogy_message(counts, self.draws, ancestors)
             self._warnings.warn(f"{type(self).__name__}: {message}", UserWarning, stacklevel=1)
 
     # ---------------------------------------------------------------- reporting

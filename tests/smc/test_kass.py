@@ -349,11 +349,16 @@ def test_log_evidence_of_pymc_kernels_has_no_error_bar():
 
 
 def test_systematic_resampling_has_no_error_bar():
-    """resampling="systematic" is PyMC's scheme: log Z as usual, NaN standard errors, and a warning."""
-    _, _, idata = run_smc(linear_model(), KASS, chains=2, draws=100, n_steps=2, resampling="systematic")
-    with pytest.warns(UserWarning, match="systematically.*resampling='multinomial'"):
+    """resampling="systematic" is PyMC's scheme: log Z as usual, NaN standard errors, and a warning;
+    no warning that the (absent) error bar is too small, however few the lineages."""
+    with warnings.catch_warnings(record=True) as sampling:
+        warnings.simplefilter("always")
+        _, _, idata = run_smc(linear_model(), KASS, chains=2, draws=100, n_steps=2, resampling="systematic")
+    assert min(int(chain[-1]) for chain in stage_stats(idata, "distinct_ancestors")) < MIN_DISTINCT_ANCESTORS
+    with pytest.warns(UserWarning, match="systematically.*resampling='multinomial'") as record:
         log_z, std_error = log_evidence(idata)
     assert np.all(np.isfinite(log_z)) and np.all(np.isnan(std_error))
+    assert not [w for w in [*sampling, *record] if "descend from fewer" in str(w.message)]
     with pytest.raises(ValueError, match="resampling must be one of"):
         run_smc(linear_model(), KASS, chains=1, draws=50, resampling="stratified")
 
@@ -614,31 +619,49 @@ def test_mixture_weights_reach_every_stage(mixture, option, monkeypatch):
 
 def test_log_evidence_warns_when_the_genealogy_has_collapsed():
     """With fewer than 50 lineages the SE is too small (with a single one V is exactly 1, SE
-    sqrt(log 2), whatever the true error): the warning names the chain and its count; chains with
-    many ancestors do not warn."""
+    sqrt(log 2), whatever the true error): the warning names the chain, its count and a particle
+    count that would give about 100 lineages; chains with many ancestors do not warn."""
     _, _, idata = run_smc(linear_model(), KASS, chains=1, draws=400, n_steps=2)
     assert stage_stats(idata, "distinct_ancestors")[0][-1] >= MIN_DISTINCT_ANCESTORS
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # many ancestors: no warning
         log_evidence(idata)
     collapsed = idata.copy()
-    collapsed.sample_stats["distinct_ancestors"] = collapsed.sample_stats["distinct_ancestors"] * 0 + 1
-    with pytest.warns(UserWarning, match=r"fewer than 50 of the initial draws \(chain 0: 1\)"):
+    collapsed.sample_stats["distinct_ancestors"] = collapsed.sample_stats["distinct_ancestors"] * 0 + 20
+    message = r"fewer than 50 of the initial draws \(chain 0: 20 of 400\).*about draws=2000 would give 100"
+    with pytest.warns(UserWarning, match=message):
         log_evidence(collapsed)
 
 
 def test_sampling_warns_when_the_final_particles_have_few_ancestors():
     """KASS warns at the end of sampling, naming the count, when the final particles descend from
     fewer than 50 initial draws (40 particles); 400 particles with 2 sweeps per stage do not."""
-    expected = r"KASS: The final particles descend from fewer than 50 of the initial draws \((\d+) of 40\)"
+    expected = r"KASS: The final particles descend from fewer than 50 of the initial draws \(one chain: \d+ "
     with linear_model(), pytest.warns(UserWarning, match=expected) as record:
         idata = pm.sample_smc(draws=40, kernel=KASS, chains=1, cores=1, random_seed=2, **SMC_KW)
     (final,) = [int(chain[-1]) for chain in stage_stats(idata, "distinct_ancestors")]
     shown = [w for w in record if "of 40)" in str(w.message)]
-    assert len(shown) == 1 and f"({final} of 40)" in str(shown[0].message)
+    assert len(shown) == 1 and f"({final} of 40)" in str(shown[0].message).replace("one chain: ", "")
     with linear_model(), warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*descend from fewer")
         pm.sample_smc(draws=400, kernel=KASS, chains=1, cores=1, random_seed=2, n_steps=2, **SMC_KW)
+
+
+def test_log_evidence_warns_when_chains_disagree_beyond_their_error_bars():
+    """Chi-squared test of the chains' log Z against their SEs. Fixed inputs: log Z = (0, 0, 1) with
+    SE 0.1 each gives chi-squared ((1/3)^2 + (1/3)^2 + (2/3)^2) / 0.01 = 66.7 on 2 degrees of
+    freedom (reported); (0, 0.1, -0.1) gives 2.0 (p = 0.37, silent), as do NaN SEs. Four chains of
+    one KASS run agree."""
+    from pymc_kameleon.smc.results import _warn_disagreeing_chains
+
+    with pytest.warns(UserWarning, match=r"chi-squared 66.7 on 2 degrees of freedom, p = 3.3e-15"):
+        _warn_disagreeing_chains(np.array([0.0, 0.0, 1.0]), np.full(3, 0.1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _warn_disagreeing_chains(np.array([0.0, 0.1, -0.1]), np.full(3, 0.1))
+        _warn_disagreeing_chains(np.array([0.0, 5.0]), np.full(2, np.nan))
+        _, _, idata = run_smc(linear_model(), KASS, chains=4, draws=400, n_steps=2)
+        log_evidence(idata)
 
 
 def test_nan_likelihood_at_initial_particles_is_a_clear_error():
