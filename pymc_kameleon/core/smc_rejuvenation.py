@@ -216,11 +216,11 @@ class IndependenceMixture(_LocalMovesMixture):
         The local moves, fitted on whitened particles.
     weight : float
         :math:`\iota` in (0, 1).
-    radius : float, default inf
+    radius : float
         :math:`R`, in whitened units.
     """
 
-    def __init__(self, family, weight: float, radius: float = np.inf):
+    def __init__(self, family, weight: float, radius: float):
         super().__init__(family, weight)
         self.radius = float(radius)
         if not self.radius > 0:
@@ -249,8 +249,6 @@ class IndependenceMixture(_LocalMovesMixture):
         # distribution truncated at R^2: exact, and one draw per row whatever R is.
         direction = rng.standard_normal(Y.shape)
         u = rng.random(Y.shape[0])
-        if not np.isfinite(self.radius):
-            return direction
         r2 = np.minimum(stats.chi2.ppf(u * np.exp(self._log_mass), self.dim), self.radius**2)
         norms = np.sqrt(np.einsum("ij,ij->i", direction, direction))
         return direction * (np.sqrt(r2) / norms)[:, None]

@@ -180,10 +180,11 @@ def log_evidence(idata) -> LogEvidence:
         )
         return LogEvidence(log_z, np.full_like(log_z, np.nan))
     rel_var = np.array([chain[-1] for chain in stage_stats(idata, "evidence_relative_variance")])
-    if "distinct_ancestors" in idata.sample_stats and not np.isnan(rel_var).any():
+    systematic = np.isnan(rel_var).any()  # no error bar, so nothing to distrust
+    if "distinct_ancestors" in idata.sample_stats and not systematic:
         distinct = [int(chain[-1]) for chain in stage_stats(idata, "distinct_ancestors")]
         _warn_collapsed_genealogy(distinct, int(idata.posterior.sizes["draw"]))
-    if np.isnan(rel_var).any():
+    if systematic:
         warnings.warn(
             "The particles were resampled systematically (resampling='systematic'), for which the "
             "genealogy estimate of the evidence's variance does not hold, so std_error is NaN. Sample "
