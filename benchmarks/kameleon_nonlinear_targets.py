@@ -10,6 +10,10 @@ Reported per sampler and target:
   over chains (the paper's quantile measure), with the pooled value in brackets;
 * ``|mean|``: norm of the empirical mean (exact: 0), averaged over chains;
 * ``ESS``: minimum bulk ESS over coordinates (ArviZ), all chains pooled;
+* ``level ESS``: bulk ESS of the HDR statistic :math:`T(x) = -2\log\pi(x)`, all chains
+  pooled. ``qerr`` is the error of the distribution of :math:`T`, so this ESS, not the
+  coordinates', sets it: for i.i.d. draws its expected size is about
+  :math:`0.8\,\overline{\sqrt{q(1-q)}}/\sqrt{\text{ESS}} \approx 0.34/\sqrt{\text{ESS}}`;
 * ``ESS/eval``: ESS per log-density evaluation made while drawing, counted as each
   PyMC implementation makes them (Metropolis and DEMetropolisZ evaluate the current and
   the proposed state at every step; KameleonMetropolis caches the current one; for NUTS
@@ -112,6 +116,7 @@ def run_one(target, name, chains, tune, draws, seed):
         np.mean([np.linalg.norm(x[c].mean(axis=0) - target.exact_mean) for c in range(x.shape[0])])
     )
     ess = float(az.ess(idata, var_names=["x"], method="bulk")["x"].values.min())
+    level_ess = float(az.ess(np.asarray(target.statistic(x)), method="bulk"))
     evals = float(evals_per_draw(name, idata).sum())
     seconds = float(idata.sample_stats.attrs.get("sampling_time", np.nan))
     accept = (
@@ -121,7 +126,8 @@ def run_one(target, name, chains, tune, draws, seed):
     )
     return dict(
         qerr=float(np.mean(per_chain_q)), qerr_sd=float(np.std(per_chain_q)), qerr_pooled=pooled_q,
-        mean_norm=mean_norm, ess=ess, ess_per_eval=ess / evals, ess_per_s=ess / seconds, accept=accept,
+        mean_norm=mean_norm, ess=ess, level_ess=level_ess, ess_per_eval=ess / evals, ess_per_s=ess / seconds,
+        accept=accept,
         seconds=seconds,
     )
 
@@ -161,10 +167,10 @@ def main(argv=None):
         target = TARGETS[tname]()
         print(f"\n## {tname}: {target!r}\n")
         print(
-            "| sampler | qerr (pooled) | abs(mean) | accept | min ESS | ESS/eval | ESS/s "
+            "| sampler | qerr (pooled) | abs(mean) | accept | min ESS | level ESS | ESS/eval | ESS/s "
             "| overhead us/step (step) |"
         )
-        print("|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|")
         rows = {}
         for sname in args.samplers:
             r = run_one(target, sname, args.chains, args.tune, args.draws, args.seed)
@@ -173,7 +179,8 @@ def main(argv=None):
                                                             n_steps=300 if args.quick else 4000)
             rows[sname] = r
             print(f"| {sname} | {r['qerr']:.4f} ± {r['qerr_sd']:.4f} ({r['qerr_pooled']:.4f}) | "
-                  f"{r['mean_norm']:.3f} | {r['accept']:.2f} | {r['ess']:.0f} | {r['ess_per_eval']:.2e} | "
+                  f"{r['mean_norm']:.3f} | {r['accept']:.2f} | {r['ess']:.0f} | {r['level_ess']:.0f} | "
+                  f"{r['ess_per_eval']:.2e} | "
                   f"{r['ess_per_s']:.1f} | {r['overhead']:.1f} ({r['step_us']:.1f}) |", flush=True)
         all_rows[tname] = rows
         if "KameleonMetropolis" in rows:

@@ -15,6 +15,7 @@ import numpy as np
 import pytensor.tensor as pt
 from pymc.pytensorf import compile as compile_pytensor
 from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
+from pytensor.graph.traversal import ancestors
 
 from pymc_kameleon.core.linalg import same_array
 from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
@@ -292,6 +293,15 @@ class GradientUnavailableError(ValueError):
         self.what = what
 
 
+def _outside_inputs(model, shared, outputs) -> list[str]:
+    """Names of the variables outside the block that ``outputs`` depend on.
+
+    ``shared`` maps the value variables outside the block to the shared variables standing for them.
+    """
+    graph = set(ancestors(outputs))
+    return [model.values_to_rvs[v].name for v, s in shared.items() if s in graph and v in model.values_to_rvs]
+
+
 class SplitTargetDensity(TargetDensity):
     r"""The model's log density split into the prior and the likelihood, compiled separately.
 
@@ -319,6 +329,13 @@ class SplitTargetDensity(TargetDensity):
         an evaluation returns both at once. Raises :class:`GradientUnavailableError` if the model has
         a pseudo-marginal term (a random estimate has no gradient) or a likelihood term PyTensor
         cannot differentiate (e.g. a black-box Op without ``grad``).
+
+    Attributes
+    ----------
+    likelihood_outside_vars : list of str
+        The variables outside the block that the likelihood depends on (sampled by other steps
+        of a ``CompoundStep``): a surrogate of :math:`\ell` as a function of the block alone
+        goes stale whenever they move.
 
     Raises
     ------
@@ -362,6 +379,7 @@ class SplitTargetDensity(TargetDensity):
             shared_inputs=self.shared,
         )
         prior_out, loglik_out, *inputs_out = outputs
+        self.likelihood_outside_vars = _outside_inputs(model, self.shared, [loglik_out, *inputs_out])
         prior_outputs, loglik_outputs = [prior_out], [loglik_out]
         if self.loglik_gradient and self.terms:
             names = [t.name for t in self.terms]

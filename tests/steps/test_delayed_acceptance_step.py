@@ -452,10 +452,34 @@ def test_compound_step_with_metropolis():
         a = pm.Normal("a", 0, 1)
         b = pm.Normal("b", a, 1)
         pm.Normal("y", a + b, 1, observed=[0.3, 0.1])
-        idata = pm.sample(step=[GPDelayedAcceptanceMH([b]), pm.Metropolis([a])], draws=300, tune=300,
+        with pytest.warns(UserWarning, match=r"also depends on \['a'\]"):
+            step = GPDelayedAcceptanceMH([b])
+        idata = pm.sample(step=[step, pm.Metropolis([a])], draws=300, tune=300,
                           chains=1, random_seed=4, **SAMPLE_KW)
     assert idata.posterior["b"].shape == (1, 300)
     assert "stage1_accept" in idata.sample_stats and "gp_points" in idata.sample_stats
+
+
+@pytest.mark.parametrize("step_class", [GPDelayedAcceptanceMH, GPDelayedAcceptanceMALA])
+def test_warns_when_other_steps_change_the_likelihood(step_class):
+    """The GP learns the likelihood of its own block: variables sampled elsewhere that enter it are named
+    at construction (a discrete change point froze a GP-DA-MALA chain); ones that do not are not."""
+    y = np.r_[np.zeros(5), np.ones(5)]
+    with pm.Model():
+        mu1, mu2 = pm.Normal("mu1", 0, 5), pm.Normal("mu2", 0, 5)
+        cp = pm.DiscreteUniform("cp", 1, 9)
+        unrelated = pm.Normal("unrelated", 0, 1)
+        pm.Normal("y", pm.math.switch(np.arange(10) < cp, mu1, mu2), 1, observed=y)
+        expected = r"samples \['mu1', 'mu2', 'unrelated'\], but the likelihood also depends on \['cp'\]"
+        with pytest.warns(UserWarning, match=expected + ".*KameleonMetropolis"):
+            step_class([mu1, mu2, unrelated])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with pm.Model():
+                a = pm.Normal("a", 0, 1)
+                pm.Normal("b", 0, 1)
+                pm.Normal("obs", a, 1, observed=[0.1, 0.2])
+                step_class([a])  # b is outside the block but not in the likelihood: silent
 
 
 # ---------------------------------------------------------- pseudo-marginal

@@ -34,6 +34,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import math
+import warnings
 
 import numpy as np
 import pymc as pm
@@ -130,6 +131,9 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         vars = continuous_value_vars(vars, model, name)
         self.dim = d = int(sum(np.size(initial_point[v.name]) for v in vars))
         target = self._split_target(model, vars, initial_point, compile_kwargs)
+        if target.likelihood_outside_vars:
+            message = outside_vars_message(name, vars, target.likelihood_outside_vars, model)
+            warnings.warn(message, UserWarning, stacklevel=3)
         self._gp_options = GPTrainingOptions.from_user(
             d,
             gradients=self.gradient_observations,
@@ -423,3 +427,17 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
     def _stage2_log_ratios(self, current, proposal, *args):
         """Both stage-1 log probabilities and the stage-2 log ratio (a hook for tests)."""
         raise NotImplementedError
+
+
+def outside_vars_message(step_name: str, vars, outside: list[str], model) -> str:
+    """The warning for a GP-DA step whose likelihood also depends on variables other steps sample."""
+    own = [model.values_to_rvs[v].name if v in model.values_to_rvs else v.name for v in vars]
+    return (
+        f"{step_name} samples {own}, but the likelihood also depends on {outside}, which other steps "
+        "of the CompoundStep sample. Its GP learns the log-likelihood as a function of its own "
+        "variables only, so every move of the others makes the GP's values stale: it fits noise, "
+        "screens badly, and the chain can stall (a change-point model with a discrete change point: "
+        "R-hat 1.3-1.9, one chain frozen). The draws stay exact but may not mix. Sample those "
+        "variables with this step too if they are continuous, or use KameleonMetropolis for "
+        f"{own}."
+    )

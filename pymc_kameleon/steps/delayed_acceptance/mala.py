@@ -69,6 +69,8 @@ class GPDelayedAcceptanceMALA(GPDelayedAcceptanceStep):
     Parameters
     ----------
     vars : list of variables, optional
+        As for :class:`GPDelayedAcceptanceMH`, including the warning when other steps sample
+        variables that enter the likelihood.
     gradient_observations : bool, default True
         Give the GP the exact log-likelihood gradients. This needs a differentiable likelihood:
         a model with a PseudoMarginalPotential or a black-box Op without ``grad`` raises a
@@ -84,6 +86,9 @@ class GPDelayedAcceptanceMALA(GPDelayedAcceptanceStep):
     max_points : int, optional
         Cap on the GP's training points; with gradient observations each point adds
         :math:`d + 1` rows, so the default is ``max(1000 // (d + 1), 2 * initial_points)``.
+        A prediction costs :math:`O(d \cdot \text{rows}^2)`: in 5-d about 0.6 ms per step at the
+        default and 0.3 ms at half of it (``benchmarks/RESULTS.md``). Lower it when the
+        likelihood costs no more than that; a smaller GP screens a little less well.
     fit_max_points : int, optional
         Default ``max(20, 300 // (d + 1))`` with gradient observations, else 300.
     initial_scale : float, default 0.5

@@ -112,8 +112,9 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
     vars : list of variables, optional
         Continuous variables to sample (default: all continuous free variables). The GP models
         the likelihood as a function of these; sample all continuous variables in one block if
-        you can (inside a ``CompoundStep`` the chain is still exact, but the likelihood moves
-        with the other blocks and the GP's old values go stale).
+        you can. Inside a ``CompoundStep`` whose other steps sample variables that enter the
+        likelihood, the chain is still exact, but the likelihood moves with them and the GP's
+        values go stale, so the chain can stall; the step warns at construction and names them.
     proposal : {"random_walk", "kameleon"}, default "random_walk"
     target_accept : float, default 0.234
         Target acceptance rate of the scale adaptation (for plain MH on the exact target, see
