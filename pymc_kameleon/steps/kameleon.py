@@ -44,26 +44,32 @@ class KameleonMetropolis(AdaptiveStep):
     a tractable likelihood, so it suits strongly nonlinear posteriors and black-box
     or estimated likelihoods.
 
-    During tuning the step first runs a random walk with a learned isotropic scale,
-    then switches to Kameleon proposals once the history holds points. Every
-    ``adapt_interval`` tuning steps it redraws :math:`Z` from the later half of the
-    history and resets the bandwidth by the median heuristic. It learns
-    :math:`\log\nu^2` by Robbins-Monro toward ``target_accept`` at every tuning step.
-    With ``adaptation="freeze"`` (the default) everything is fixed after tuning,
-    so the draws come from an exact Metropolis-Hastings chain.
+    The proposal lives in coordinates whitened by a learned mean and covariance, so it is the
+    same on parameters of any scale; it is a mixture of the Kameleon proposal above (weight
+    :math:`1-\rho`) and the Adaptive Metropolis walk :math:`N(y, \lambda^2 C)` (weight
+    :math:`\rho`, ``am_weight``), each Hastings term over the whole mixture. Tuning is a
+    coordinate scan (25 d + 50 steps, one coordinate per step), then windows of doubling length
+    starting at ``adapt_interval``: each window's draws alone re-estimate the mean, the
+    covariance and :math:`Z`, and reset the bandwidth, so the walk in from a far start is
+    forgotten. :math:`\lambda` and :math:`\log\nu^2` follow Robbins-Monro toward
+    ``target_accept``. With ``adaptation="freeze"`` (the default) everything is fixed after
+    tuning, so the draws come from an exact Metropolis-Hastings chain. At the end of tuning one
+    ``UserWarning`` per chain names every problem found (too few tuning steps, acceptance far
+    from the target, states far from :math:`Z`, a chain still moving), with its figure and remedy.
 
     Parameters
     ----------
     vars : list of variables, optional
         Continuous variables to sample. Defaults to all continuous free variables.
-    kernel : {"gaussian", "matern32", "matern52", "linear"} or kernel object, default "gaussian"
+    kernel : {"gaussian" (or "rbf"), "matern32", "matern52", "linear"} or kernel object, default "gaussian"
         Kernel :math:`k`. A custom kernel is any object with methods ``value(X, Z)``
         and ``grad(X, Z)`` (see :class:`pymc_kameleon.core.kernels.Kernel`). With
         ``"linear"`` the proposal is Adaptive Metropolis with covariance
         :math:`\gamma^2 I + 4\nu^2 Z^\top H Z`.
     bandwidth : "median" or float, default "median"
-        Kernel length scale :math:`\sigma`. ``"median"`` re-estimates it from
-        :math:`Z` at every refresh: :math:`\sigma^2 = \operatorname{median}\|z_i - z_j\|^2 / 2`.
+        Kernel length scale :math:`\sigma` in whitened units. ``"median"`` re-estimates it from
+        the whitened :math:`Z` at every window end:
+        :math:`\sigma^2 = \operatorname{median}\|z_i - z_j\|^2 / 2`.
     n_subsample : int, default 1000
         Size :math:`n` of the history subsample :math:`Z`. A step costs :math:`O(n d^2 + d^3)`.
     gamma : "auto" or float, default "auto"
@@ -83,8 +89,9 @@ class KameleonMetropolis(AdaptiveStep):
     vanishing_decay : float, default 1.0
         :math:`\kappa \in (0, 1]` for ``adaptation="vanishing"``.
     adapt_interval : int, default 100
-        Tuning steps between refreshes of :math:`Z` and the bandwidth. The first
-        refresh, which ends the random-walk warm-up, happens after this many steps.
+        Length of the first adaptation window after the coordinate scan; each later window is
+        twice the previous one. The step needs about ``25 d + 50 + 7 * adapt_interval`` tuning
+        steps (``default_tune_steps``).
     learning_rate : float, default 1.0
         Robbins-Monro gain :math:`\rho_0`; the gain at tuning step :math:`t` is
         :math:`\rho_0 (t+1)^{-0.6}`.
@@ -109,12 +116,15 @@ class KameleonMetropolis(AdaptiveStep):
     rebuilt whenever adaptation changes :math:`Z`, :math:`\sigma`, :math:`\nu^2` or
     :math:`\gamma`.
 
-    Sampler statistics: ``accept`` (acceptance probability), ``accepted``,
-    ``scaling`` (:math:`\nu^2`; NaN during the random-walk warm-up), ``bandwidth``,
-    ``gamma``, ``tune``, ``kameleon`` (whether the Kameleon proposal was used),
-    ``subsample_size``, ``adapted`` (whether :math:`Z` was refreshed at this step),
-    ``logp_evals`` (log-density evaluations in this step) and ``jitter``
-    (diagonal jitter needed to factorise the proposal covariance).
+    Sampler statistics: ``accept`` (acceptance probability), ``accepted``, ``scaling``
+    (:math:`\lambda`, the AM component's scale in whitened units), ``nu2`` (:math:`\nu^2`; NaN
+    before the first :math:`Z`), ``kernel_variance`` (:math:`\nu^2` times the kernel term's mean
+    variance at :math:`Z`), ``bandwidth``, ``gamma``, ``tune``, ``kameleon`` (whether the
+    Kameleon component drew this move), ``subsample_size``, ``adapted`` (whether the mean,
+    covariance and :math:`Z` were refreshed at this step), ``logp_evals`` (log-density
+    evaluations in this step), ``jitter`` (diagonal jitter needed to factorise the proposal
+    covariance) and ``lp`` (the model log density of the draw). In a ``CompoundStep`` PyMC
+    gives ``accept``, ``accepted`` and ``scaling`` one column per step that reports them.
 
     **Pseudo-marginal likelihoods.** With a :func:`~pymc_kameleon.PseudoMarginalPotential` in
     the model the step is the exact pseudo-marginal chain (Andrieu & Roberts 2009): the
