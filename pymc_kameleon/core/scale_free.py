@@ -188,6 +188,10 @@ class ScaleFreeKameleon(WhitenedCoordinates, Proposal):
         self._gamma_ratio = None  # gamma^2 / nu^2 when gamma="auto"
         self._current_white = None  # (model point, its whitened coordinates) of the last accepted move
         self.tune_steps = 0
+        # Whether the last adaptation window ended before its scheduled end because its draws
+        # disagreed with the learned covariance (a chain still walking in, or one that settled
+        # into a region much smaller than C).
+        self.window_ended_early = False
         first_end = self.scan_steps if self.scan_steps > 0 else self.first_window
         self._windows = AdaptationWindow(d, history_size, self.first_window, first_end)
         self.last_component = "scan" if self.scan_steps > 0 else "adaptive_metropolis"
@@ -325,6 +329,7 @@ class ScaleFreeKameleon(WhitenedCoordinates, Proposal):
             _bounded_update(self.am_scale, accept_prob)
         if self.tune_steps < self._windows.end and not self._whitening_is_off():
             return False
+        self.window_ended_early = self.tune_steps < self._windows.end
         return self._end_window(rng)
 
     def end_tuning(self, rng) -> bool:

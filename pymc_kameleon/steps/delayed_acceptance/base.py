@@ -236,7 +236,19 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         """End of tuning: a last hyperparameter fit if the training set grew, then freeze everything."""
         schedule = self._schedule
         tuned = self.tune and self._proposal.tune_steps > 0
-        if tuned and schedule.paused:
+        if tuned and schedule.paused and schedule.pause_reason == "walking":
+            self._end_warm_up()  # screen from here on
+            self._warnings.warn(
+                f"{type(self).__name__}: tuning ended while the chain was still walking toward the "
+                "posterior: its last adaptation window ended early, because its draws' spread "
+                "disagreed with the learned covariance by more than a factor 3 in sd, so the step took "
+                "exact steps and its GP has not screened near the posterior yet "
+                f"({schedule.n_walking_pauses} such window(s) in tuning). Increase `tune`, or start "
+                "closer to the posterior.",
+                UserWarning,
+                stacklevel=2,
+            )
+        elif tuned and schedule.paused:
             self._end_warm_up()  # tuning ended during an exact fallback: screen from here on
             self._warnings.warn(
                 f"{type(self).__name__}: tuning ended in an exact fallback: the GP's stage 1 had "
@@ -332,6 +344,8 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         changed = self._proposal.adapt(y_new, adapt_value, self.rng, component=component)
         if self._proposal.window == window:
             return False
+        if self._proposal.window_ended_early:
+            self._schedule.pause_while_walking(self._proposal.window)
         return self._schedule.window_ended(self._proposal.whitening if changed else None, self.rng)
 
     # ------------------------------------------------------------ the step
