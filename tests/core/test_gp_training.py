@@ -177,3 +177,13 @@ def test_predictions_at_the_current_state_are_cached_per_gp_version():
     s.add(x, -1.0, tune=True)  # the GP changed
     assert s.cached(x, key, make) == 2
     assert s.cached(x + 1.0, key, make) == 3 and s.cached(x + 1.0, object(), make) == 4
+
+
+def test_pause_while_walking_takes_exact_steps_until_the_next_window_ends():
+    schedule = GPTrainingSchedule(GPTrainingOptions.from_user(2, gradients=False, noisy_likelihood=False))
+    schedule.warm = False  # screening
+    schedule.pause_while_walking(window=3)
+    assert schedule.warm and schedule.paused and schedule.pause_reason == "walking"
+    assert schedule.n_walking_pauses == 1 and schedule.n_pauses == 0
+    assert not schedule.warm_up_may_end(scanning=False, window=3, tune=True)
+    assert schedule.warm_up_may_end(scanning=False, window=4, tune=True)
