@@ -223,6 +223,7 @@ class GPTrainingSchedule:
         self.n_pauses = 0  # times screening fell back to exact steps during tuning (stage 1 failing)
         self.n_walking_pauses = 0  # times a window that ended early paused screening
         self.pause_reason = None  # "stage1" or "walking" while paused
+        self.pause_steps_left = 0  # exact evaluations left in a walking pause
         self.window_start_points = [0]  # GP points at the start of each adaptation window
         self._warned_singular = False
         self._cache = None  # (version, point, value, key)
@@ -362,6 +363,8 @@ class GPTrainingSchedule:
         """
         if scanning:
             return False
+        if self.pause_reason == "walking" and self.pause_steps_left <= 0:
+            return True
         return not tune or self.resume_window is None or window >= self.resume_window
 
     def after_exact_evaluation(
@@ -373,6 +376,7 @@ class GPTrainingSchedule:
         ``typical_step`` is :meth:`end_warm_up`'s. Returns whether the hyperparameters were fitted.
         """
         if self.warm:
+            self.pause_steps_left -= 1
             if self.gp.n_points >= self.options.initial_points and self.warm_up_may_end(
                 scanning=scanning, window=window, tune=tune
             ):
@@ -436,19 +440,22 @@ class GPTrainingSchedule:
         self.stage1_recent.clear()
         return True
 
-    def pause_while_walking(self, window: int) -> None:
+    def pause_while_walking(self, window: int, max_steps: int) -> None:
         """An adaptation window ended early during tuning: exact steps until the next one ends.
 
-        ``window`` is the index of the window that starts now. The window ends early when its draws
-        disagree with the learned covariance by a factor 3 in sd (the chain is still walking in, or
-        settled somewhere much smaller): a GP trained on the way would screen with confidence where
-        it has never been. Exact steps move the chain as plain MH would, give the GP points where
-        the chain is, and the next window a covariance from unscreened moves.
+        ``window`` is the index of the window that starts now. The pause also ends after
+        ``max_steps`` exact evaluations, so that a long window does not stay exact throughout.
+        A window ends early when its draws disagree with the learned covariance by a factor 3 in
+        sd: the chain is still walking in, or has settled somewhere much smaller. A GP trained on
+        the way would screen with confidence where it has never been. Exact steps move the chain
+        as plain MH would, give the GP points where the chain is, and the next window a
+        covariance from unscreened moves.
         """
         self.warm = True
         self.resume_window = window + 1
         self.n_walking_pauses += 1
         self.pause_reason = "walking"
+        self.pause_steps_left = int(max_steps)
         self.stage1_recent.clear()
 
     def recent_stage1_rate(self) -> float:

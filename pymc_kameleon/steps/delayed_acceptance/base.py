@@ -345,7 +345,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         if self._proposal.window == window:
             return False
         if self._proposal.window_ended_early:
-            self._schedule.pause_while_walking(self._proposal.window)
+            self._schedule.pause_while_walking(self._proposal.window, 2 * self.adapt_interval)
         return self._schedule.window_ended(self._proposal.whitening if changed else None, self.rng)
 
     # ------------------------------------------------------------ the step
