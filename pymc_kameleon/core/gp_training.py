@@ -20,10 +20,11 @@ is given and when its hyperparameters are set (PyMC-free; the steps in
   average over :data:`SCREENING_CHECK_STEPS` screened steps, the GP is wrong near the chain: exact
   steps until the next window ends, then a fresh fit. Likewise while the chain is still walking
   in: an adaptation window that ended early (its draws disagreed with the learned covariance)
-  pauses screening until the next window ends. A GP fitted on the path extrapolates ahead of it
-  with confidence and rejects the moves that would carry the chain in, and each window then
-  learns a smaller covariance from the smaller moves (a regression 100 sds away: plain MH with
-  the same adaptation arrived within 1500 steps, screened chains took 9000).
+  pauses screening until the next window ends or for ``2 * adapt_interval`` exact steps, whichever
+  is first. A GP fitted on the path extrapolates ahead of it with confidence and rejects the moves
+  that would carry the chain in, and each window then learns a smaller covariance from the
+  smaller moves (a regression 100 sds away: plain MH with the same adaptation arrived within 1500
+  steps, screened chains took 9000).
 
 None of this touches the chain's exactness: the GP only screens proposals.
 """

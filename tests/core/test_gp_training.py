@@ -182,8 +182,28 @@ def test_predictions_at_the_current_state_are_cached_per_gp_version():
 def test_pause_while_walking_takes_exact_steps_until_the_next_window_ends():
     schedule = GPTrainingSchedule(GPTrainingOptions.from_user(2, gradients=False, noisy_likelihood=False))
     schedule.warm = False  # screening
-    schedule.pause_while_walking(window=3)
+    schedule.pause_while_walking(window=3, max_steps=5)
     assert schedule.warm and schedule.paused and schedule.pause_reason == "walking"
     assert schedule.n_walking_pauses == 1 and schedule.n_pauses == 0
     assert not schedule.warm_up_may_end(scanning=False, window=3, tune=True)
-    assert schedule.warm_up_may_end(scanning=False, window=4, tune=True)
+    assert schedule.warm_up_may_end(scanning=False, window=4, tune=True)  # the next window ended
+    schedule.pause_steps_left = 0  # or max_steps exact evaluations were made
+    assert schedule.warm_up_may_end(scanning=False, window=3, tune=True)
+    assert not schedule.warm_up_may_end(scanning=True, window=3, tune=True)  # never in the scan
+
+
+def test_a_walking_pause_ends_after_max_steps_exact_evaluations():
+    options = GPTrainingOptions.from_user(1, gradients=False, noisy_likelihood=False, initial_points=2)
+    schedule = GPTrainingSchedule(options)
+    rng = np.random.default_rng(0)
+    for x in (0.0, 1.0, 2.0):
+        schedule.add(np.array([x]), -0.5 * x**2, tune=True)
+    schedule.warm = False
+    schedule.pause_while_walking(window=1, max_steps=3)
+    ended = []
+    for x in (3.0, 4.0, 5.0):
+        schedule.add(np.array([x]), -0.5 * x**2, tune=True)
+        schedule.after_exact_evaluation(tune=True, scanning=False, window=1, typical_step=1.0, rng=rng)
+        ended.append(not schedule.warm)
+    assert ended == [False, False, True]
+    assert schedule.pause_reason is None
