@@ -246,5 +246,5 @@ def test_gp_da_screening_pauses_while_the_chain_walks_in(monkeypatch):
     assert _arrivals(seeds) >= 3
     from pymc_kameleon.core.gp_training import GPTrainingSchedule
 
-    monkeypatch.setattr(GPTrainingSchedule, "pause_while_walking", lambda self, window: None)
+    monkeypatch.setattr(GPTrainingSchedule, "pause_while_walking", lambda self, window, max_steps: None)
     assert _arrivals(seeds) <= 1
