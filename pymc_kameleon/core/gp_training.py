@@ -377,7 +377,8 @@ class GPTrainingSchedule:
         ``typical_step`` is :meth:`end_warm_up`'s. Returns whether the hyperparameters were fitted.
         """
         if self.warm:
-            self.pause_steps_left -= 1
+            if self.pause_reason == "walking":
+                self.pause_steps_left -= 1
             if self.gp.n_points >= self.options.initial_points and self.warm_up_may_end(
                 scanning=scanning, window=window, tune=tune
             ):
@@ -434,11 +435,8 @@ class GPTrainingSchedule:
         self.stage1_recent.append(alpha1)
         if not self.recent_stage1_rate() < MIN_STAGE1_ACCEPT:  # NaN (too few steps yet) too
             return False
-        self.warm = True
-        self.resume_window = window + 1
         self.n_pauses += 1
-        self.pause_reason = "stage1"
-        self.stage1_recent.clear()
+        self._pause(window, "stage1")
         return True
 
     def pause_while_walking(self, window: int, max_steps: int) -> None:
@@ -452,11 +450,15 @@ class GPTrainingSchedule:
         as plain MH would, give the GP points where the chain is, and the next window a
         covariance from unscreened moves.
         """
+        self.n_walking_pauses += 1
+        self.pause_steps_left = int(max_steps)
+        self._pause(window, "walking")
+
+    def _pause(self, window: int, reason: str) -> None:
+        """Exact steps from now until adaptation window ``window + 1`` (or an earlier resume)."""
         self.warm = True
         self.resume_window = window + 1
-        self.n_walking_pauses += 1
-        self.pause_reason = "walking"
-        self.pause_steps_left = int(max_steps)
+        self.pause_reason = reason
         self.stage1_recent.clear()
 
     def recent_stage1_rate(self) -> float:

@@ -299,7 +299,7 @@ def _outside_inputs(model, shared, outputs) -> list[str]:
     ``shared`` maps the value variables outside the block to the shared variables standing for them.
     """
     graph = set(ancestors(outputs))
-    return [model.values_to_rvs[v].name for v, s in shared.items() if s in graph and v in model.values_to_rvs]
+    return [model.values_to_rvs[v].name for v, s in shared.items() if s in graph]
 
 
 class SplitTargetDensity(TargetDensity):

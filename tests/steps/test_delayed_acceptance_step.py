@@ -722,3 +722,25 @@ def test_a_full_gp_keeps_learning_during_tuning_and_freezes_after(cls):
     # Each such evaluation made room first (about half dropped) and was added: never stuck at the cap.
     assert np.all(tuning[at_cap + 1] < 30) and np.all(tuning[at_cap + 1] <= 16)
     assert np.all(np.diff(after[np.argmax(after == 30):]) == 0)  # frozen once full after tuning
+
+
+def test_tuning_that_ends_in_a_walking_pause_says_so():
+    """A tuning window that ends early pauses screening (exact steps) for up to 2 x adapt_interval
+    steps; tuning that ends inside such a pause names it, with the remedy, and screens afterwards."""
+    model = gaussian_data_model()
+    with model:
+        step = GPDelayedAcceptanceMH(rng=23)
+    calls = []
+
+    def pause_at_step_400(step):
+        calls.append(None)
+        if len(calls) == 401:
+            assert not step.gp_schedule.warm  # screening until now
+            step.gp_schedule.pause_while_walking(step.scale_free_proposal.window, 2 * step.adapt_interval)
+
+    rows = drive(model, step, 450, before=pause_at_step_400)
+    assert not any(s["screened"] for _, _, s in rows[400:])  # exact steps during the pause
+    expected = r"still walking toward the posterior.*1 such window.*Increase `tune`"
+    with pytest.warns(UserWarning, match=expected):
+        step.stop_tuning()
+    assert not step.gp_schedule.warm  # screens after tuning

@@ -236,25 +236,25 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         """End of tuning: a last hyperparameter fit if the training set grew, then freeze everything."""
         schedule = self._schedule
         tuned = self.tune and self._proposal.tune_steps > 0
-        if tuned and schedule.paused and schedule.pause_reason == "walking":
+        if tuned and schedule.paused:
+            if schedule.pause_reason == "walking":
+                why = (
+                    "tuning ended while the chain was still walking toward the posterior: its last "
+                    "adaptation window ended early, because its draws' spread disagreed with the learned "
+                    "covariance by more than a factor 3 in sd, so the step took exact steps and its GP has "
+                    f"not screened near the posterior yet ({schedule.n_walking_pauses} such window(s) in "
+                    "tuning)"
+                )
+            else:
+                why = (
+                    "tuning ended in an exact fallback: the GP's stage 1 had rejected nearly every "
+                    f"proposal (acceptance below {MIN_STAGE1_ACCEPT:.0%} over {SCREENING_CHECK_STEPS} "
+                    f"steps; {schedule.n_pauses} fallback(s) in tuning), so its fit near the posterior "
+                    "is untested"
+                )
             self._end_warm_up()  # screen from here on
             self._warnings.warn(
-                f"{type(self).__name__}: tuning ended while the chain was still walking toward the "
-                "posterior: its last adaptation window ended early, because its draws' spread "
-                "disagreed with the learned covariance by more than a factor 3 in sd, so the step took "
-                "exact steps and its GP has not screened near the posterior yet "
-                f"({schedule.n_walking_pauses} such window(s) in tuning). Increase `tune`, or start "
-                "closer to the posterior.",
-                UserWarning,
-                stacklevel=2,
-            )
-        elif tuned and schedule.paused:
-            self._end_warm_up()  # tuning ended during an exact fallback: screen from here on
-            self._warnings.warn(
-                f"{type(self).__name__}: tuning ended in an exact fallback: the GP's stage 1 had "
-                f"rejected nearly every proposal (acceptance below {MIN_STAGE1_ACCEPT:.0%} over "
-                f"{SCREENING_CHECK_STEPS} steps; {schedule.n_pauses} fallback(s) in tuning), so its fit "
-                "near the posterior is untested. Increase `tune`, or start closer to the posterior.",
+                f"{type(self).__name__}: {why}. Increase `tune`, or start closer to the posterior.",
                 UserWarning,
                 stacklevel=2,
             )
@@ -445,7 +445,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
 
 def outside_vars_message(step_name: str, vars, outside: list[str], model) -> str:
     """The warning for a GP-DA step whose likelihood also depends on variables other steps sample."""
-    own = [model.values_to_rvs[v].name if v in model.values_to_rvs else v.name for v in vars]
+    own = [model.values_to_rvs[v].name for v in vars]
     return (
         f"{step_name} samples {own}, but the likelihood also depends on {outside}, which other steps "
         "of the CompoundStep sample. Its GP learns the log-likelihood as a function of its own "
