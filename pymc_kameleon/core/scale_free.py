@@ -50,6 +50,7 @@ from pymc_kameleon.core.whitening import (
     WhitenedCoordinates,
     WhitenedFamily,
     Whitening,
+    log_density_climb,
     shrunk_covariance,
     whitened_drift,
 )
@@ -77,7 +78,7 @@ def _bounded_update(rm: RobbinsMonro, signal: float) -> None:
 
 @dataclass(frozen=True)
 class TuningReport:
-    """What tuning achieved, for the step's end-of-tuning warnings.
+    r"""What tuning achieved, for the step's end-of-tuning warnings.
 
     Attributes
     ----------
@@ -97,6 +98,10 @@ class TuningReport:
         and second halves of the last (up to 1000) tuning states: about 0.5 or less for a chain
         that has settled, far above 1 for one still walking toward the posterior (NaN with fewer
         than 200 states).
+    climb : float
+        The rise of the log density between the same two halves, in units of :math:`\sqrt{d/2}`
+        (:func:`~pymc_kameleon.core.whitening.log_density_climb`; NaN if the step gave no log
+        densities).
     """
 
     tune_steps: int
@@ -105,6 +110,7 @@ class TuningReport:
     wants_kameleon: bool
     uncovered: float
     drift: float = math.nan
+    climb: float = math.nan
 
 
 class ScaleFreeKameleon(WhitenedCoordinates, Proposal):
@@ -305,7 +311,9 @@ class ScaleFreeKameleon(WhitenedCoordinates, Proposal):
         return self._mixture(self.moves.family.at(w_y).log_density(w_x), w_x, w_y)
 
     # ------------------------------------------------------------------ adaptation
-    def adapt(self, y_new, accept_prob: float, rng, component: str | None = None) -> bool:
+    def adapt(
+        self, y_new, accept_prob: float, rng, component: str | None = None, log_density: float = math.nan
+    ) -> bool:
         """One tuning step after the decision; returns whether :math:`m`, :math:`C` and :math:`Z` changed.
 
         ``accept_prob`` is the acceptance probability of the step's move, or an unbiased estimate
@@ -314,10 +322,11 @@ class ScaleFreeKameleon(WhitenedCoordinates, Proposal):
         ``component`` is the scale the move used: ``"scan"``, ``"kameleon"`` (:math:`\\nu^2`) or
         ``"adaptive_metropolis"`` (:math:`\\lambda`, also for any other move whose covariance is
         :math:`\\lambda^2 C`, such as GP-DA MALA's Langevin move); default: the last :meth:`propose`'s.
+        ``log_density`` is the target's log density at ``y_new``, for the end-of-tuning climb check.
         """
         accept_prob = float(accept_prob)
         self.tune_steps += 1
-        self._windows.record(y_new, accept_prob)
+        self._windows.record(y_new, accept_prob, log_density)
         if component is None:
             component = self.last_component
         if component == "scan":
@@ -440,8 +449,9 @@ class ScaleFreeKameleon(WhitenedCoordinates, Proposal):
             nearest = np.sqrt(np.maximum(sq.min(axis=1), 0.0))
             uncovered = float(np.mean(nearest > 3.0 * self.bandwidth))
         drift = whitened_drift(self.whiten(np.array(windows.recent))) if windows.recent else math.nan
+        climb = log_density_climb(windows.recent_log_density, self.dim)
         return TuningReport(
-            self.tune_steps, self.phase, windows.accept_rate, self.wants_kameleon, uncovered, drift
+            self.tune_steps, self.phase, windows.accept_rate, self.wants_kameleon, uncovered, drift, climb
         )
 
     def required_tune_steps(self) -> int:

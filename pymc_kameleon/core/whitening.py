@@ -25,6 +25,7 @@ __all__ = [
     "WhitenedCoordinates",
     "WhitenedFamily",
     "Whitening",
+    "log_density_climb",
     "shrunk_covariance",
     "whitened_drift",
 ]
@@ -180,12 +181,32 @@ def whitened_drift(W) -> float:
     return float(np.sqrt(np.mean((W[:half].mean(axis=0) - W[half:].mean(axis=0)) ** 2)))
 
 
+def log_density_climb(log_densities, dim: int) -> float:
+    r"""How far the log density rose between the first and second halves of the last tuning states.
+
+    .. math::
+        \frac{\bar\ell_{\text{2nd half}} - \bar\ell_{\text{1st half}}}{\sqrt{d/2}},
+
+    in units of :math:`\sqrt{d/2}`, the sd of the log density of a :math:`d`-dimensional Gaussian
+    posterior (it is :math:`-\chi^2_d/2` plus a constant). A chain that has settled has a climb
+    near 0 (it can be negative); one still climbing toward the posterior has a large positive one,
+    also when only a few of many coordinates are still far out, which :func:`whitened_drift`
+    averages away. NaN with fewer than 200 states or any non-finite log density.
+    """
+    lp = np.asarray(log_densities, dtype=float)
+    if lp.shape[0] < 200 or not np.all(np.isfinite(lp)):
+        return math.nan
+    half = lp.shape[0] // 2
+    return float((lp[half:].mean() - lp[:half].mean()) / math.sqrt(dim / 2.0))
+
+
 class AdaptationWindow:
     """The draws of the current adaptation window, and the signs that it should end.
 
     ``index`` counts the windows completed (the coordinate scan counts as the first) and ``end``
-    is the tuning step at which the current one ends. ``recent`` keeps the last
-    :data:`DRIFT_STATES` tuning states across windows, for the drift check.
+    is the tuning step at which the current one ends. ``recent`` and ``recent_log_density`` keep
+    the last :data:`DRIFT_STATES` tuning states and their log densities across windows, for the
+    drift and climb checks.
     """
 
     def __init__(self, dim: int, history_size: int, first_window: int, end: int):
@@ -197,9 +218,10 @@ class AdaptationWindow:
         self.moves = 0  # steps of this window whose state differs from the previous one
         self._last_state = None
         self.recent = deque(maxlen=DRIFT_STATES)
+        self.recent_log_density = deque(maxlen=DRIFT_STATES)
 
-    def record(self, y_new, accept_prob: float) -> None:
-        """One tuning step's state and acceptance probability."""
+    def record(self, y_new, accept_prob: float, log_density: float = math.nan) -> None:
+        """One tuning step's state, acceptance probability and log density (NaN if unknown)."""
         self.draws.append(y_new)
         self.accept.append(float(accept_prob))
         y_new = np.asarray(y_new, dtype=float)
@@ -207,6 +229,7 @@ class AdaptationWindow:
             self.moves += 1
         self._last_state = y_new.copy()
         self.recent.append(self._last_state)
+        self.recent_log_density.append(float(log_density))
 
     @property
     def stuck(self) -> bool:

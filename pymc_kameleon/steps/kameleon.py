@@ -330,15 +330,16 @@ class KameleonMetropolis(AdaptiveStep):
 
     # ------------------------------------------------------------ adaptation
     def _adapt(self, y_new, accept_prob) -> bool:
+        log_density = self._target.current_logp
         if self.tune:
-            return self._proposal.adapt(y_new, accept_prob, self.rng)
+            return self._proposal.adapt(y_new, accept_prob, self.rng, log_density=log_density)
         if self.adaptation != "vanishing":
             return False
         # Vanishing adaptation after tuning: adapt with probability p_t.
         self._post_tune_steps += 1
         if self.rng.random() >= self._vanishing(self._post_tune_steps):
             return False
-        return self._proposal.adapt(y_new, accept_prob, self.rng)
+        return self._proposal.adapt(y_new, accept_prob, self.rng, log_density=log_density)
 
     # ------------------------------------------------------------ warnings
     def _warn_singular(self):

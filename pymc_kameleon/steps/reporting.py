@@ -40,6 +40,8 @@ _UNCOVERED_LIMIT = 0.1
 # A drift (TuningReport.drift) above this many learned sds means tuning ended while the chain was
 # still walking toward the posterior (measured: 9-10 from a start 50 sd away in 20-d, 0.5-1.7 settled).
 _DRIFT_LIMIT = 3.0
+# A climb (TuningReport.climb) above this many sqrt(d/2) means the log density was still rising.
+_CLIMB_LIMIT = 3.0
 
 
 def tuning_problems(report, target_accept: float, required_steps: int, dim: int) -> list[str]:
@@ -81,6 +83,13 @@ def tuning_problems(report, target_accept: float, required_steps: int, dim: int)
             f"by {report.drift:.1f} learned posterior sds (root mean square over coordinates) between their "
             "two halves, so the proposal was learned on the way to the posterior and the draws may not "
             "be from it yet; increase `tune` or start closer to the posterior"
+        )
+    if math.isfinite(report.climb) and report.climb > _CLIMB_LIMIT:
+        problems.append(
+            f"the chain was still climbing at the end of tuning: the mean log density of its last tuning "
+            f"states rose by {report.climb:.1f} x sqrt(d/2) (the spread of the log density over a "
+            f"{dim}-dimensional Gaussian posterior) between their two halves, so some coordinates may "
+            "still be on their way to the posterior; increase `tune` or start closer to the posterior"
         )
     return problems
 

@@ -277,6 +277,41 @@ def test_report_drift_flags_a_chain_still_walking_at_the_end_of_tuning(walking):
         assert report.drift < 0.5 and "still moving" not in problems
 
 
+def test_log_density_climb_is_the_rise_between_halves_in_units_of_sqrt_half_d():
+    """Hand-computed: halves with means -10 and -4 in d = 8 give (−4 − (−10)) / sqrt(4) = 3."""
+    from pymc_kameleon.core.whitening import log_density_climb
+
+    lp = np.r_[np.full(150, -10.0), np.full(150, -4.0)]
+    assert log_density_climb(lp, 8) == pytest.approx(3.0)
+    assert log_density_climb(lp[::-1], 8) == pytest.approx(-3.0)
+    assert math.isnan(log_density_climb(lp[:199], 8))  # too few states
+    assert math.isnan(log_density_climb(np.r_[lp, -np.inf], 8))  # a rejected -inf is not a climb
+
+
+@pytest.mark.parametrize("climbing", [True, False], ids=["climbing", "settled"])
+def test_report_climb_flags_a_log_density_still_rising_at_the_end_of_tuning(climbing):
+    """One of 20 coordinates still walking in: the whitened drift averages it away (RMS over
+    coordinates), the log density does not. A settled chain's climb stays near 0 (control)."""
+    from pymc_kameleon.steps.reporting import tuning_problems
+
+    d, rng = 20, np.random.default_rng(5)
+    prop = ScaleFreeKameleon(d, make_kernel("linear"), am_weight=1.0, scan_steps=0, first_window=50)
+    for _ in range(350):
+        prop.adapt(rng.normal(size=d), 0.3, rng)
+    far = np.linspace(12.0 if climbing else 0.0, 0.0, 1000)  # coordinate 0 walks in from 12 sd
+    for i in range(1000):
+        y = rng.normal(size=d)
+        y[0] += far[i]
+        prop.adapt(y, 0.3, rng, log_density=-0.5 * y @ y)
+    report = prop.report()
+    problems = " ".join(tuning_problems(report, 0.234, 0, d))
+    assert report.drift < 3.0  # the drift check alone misses it
+    if climbing:
+        assert report.climb > 3.0 and "still climbing at the end of tuning" in problems
+    else:
+        assert abs(report.climb) < 1.0 and "still climbing" not in problems
+
+
 @pytest.mark.parametrize("rate, shown", [(1.37, "1.000 (estimated as 1.37, capped at 1)"), (0.02, "0.020,")])
 def test_report_never_shows_an_acceptance_rate_above_one(rate, shown):
     """GP-DA records an importance-weighted estimate of each step's acceptance probability, whose

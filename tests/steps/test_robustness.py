@@ -162,6 +162,36 @@ def test_tune_zero_warns():
                       compute_convergence_checks=False)
 
 
+def _one_coordinate_far(expensive):
+    """20 independent normals with sds 1e-2..1e2 (for GP-DA as a prior 10x wider plus a potential,
+    since it needs a likelihood); the start puts only the widest coordinate 40 sd out."""
+    d, sd = 20, np.logspace(-2, 2, 20)
+    with pm.Model() as model:
+        if expensive:
+            x = pm.Normal("x", 0, 10 * sd, shape=d)
+            pm.Potential("likelihood", -0.5 * pm.math.sum((x / sd) ** 2))
+        else:
+            pm.Normal("x", 0, sd, shape=d)
+    return model, {"x": np.where(np.arange(d) == d - 1, 40 * sd, 0.0)}
+
+
+@pytest.mark.parametrize("tune, climbing", [(1500, True), (4000, False)], ids=["short", "long"])
+@pytest.mark.parametrize("name", ["KameleonMetropolis", "GPDelayedAcceptanceMH"])
+def test_a_log_density_still_climbing_at_the_end_of_tuning_warns(name, tune, climbing):
+    """One coordinate of 20 still walking in: the drift check (RMS over coordinates) misses it at
+    tune=1500, the climb check does not (KAMH: 36 x sqrt(d/2), GP-DA: 64); with tune=4000 the
+    chain has arrived and neither warns (control)."""
+    model, start = _one_coordinate_far(expensive=name != "KameleonMetropolis")
+    with model, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        step = KameleonMetropolis() if name == "KameleonMetropolis" else GPDelayedAcceptanceMH()
+        pm.sample(step=step, tune=tune, draws=50, chains=1, random_seed=1, initvals=start, progressbar=False,
+                  compute_convergence_checks=False)
+    messages = " ".join(str(w.message) for w in caught if str(w.message).startswith(name))
+    assert ("still climbing at the end of tuning" in messages) == climbing, messages
+    assert "still moving at the end of tuning" not in messages, messages
+
+
 # GP-DA MALA (issue 16): the scale-free adaptation (scan, windows, whitened GP) made it right on
 # both models from PyMC's start. Before: sd(b) 4% of the truth on two normals, R-hat 1.95.
 MALA_TUNE, MALA_DRAWS = 1500, 750

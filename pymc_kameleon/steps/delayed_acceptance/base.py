@@ -341,7 +341,9 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         if not self.tune:
             return False
         window = self._proposal.window
-        changed = self._proposal.adapt(y_new, adapt_value, self.rng, component=component)
+        changed = self._proposal.adapt(
+            y_new, adapt_value, self.rng, component=component, log_density=self._target.current_logp
+        )
         if self._proposal.window == window:
             return False
         if self._proposal.window_ended_early:
