@@ -7,6 +7,16 @@ Each coordinate :math:`j` has its own step size :math:`s_j`; a move is
 move, so scales from 1e-4 to 1e4 are found in a few moves) and settles to 0.7. The coordinate
 advances as the scan adapts, so a scan that is not adapted moves one coordinate for ever
 (:meth:`~pymc_kameleon.core.scale_free.ScaleFreeKameleon.end_tuning` ends it).
+
+**In transit.** Far from the posterior a one-dimensional random walk accepts about half its
+moves whatever their size (those toward the posterior, up to twice its distance), so the
+acceptance rate barely exceeds :data:`SCAN_TARGET` and the step size grows a few percent per
+move: from a start 30 sd away the scan ended with step sizes 0.06 of the posterior sd. Once a
+coordinate's last :data:`TRANSIT_STREAK` accepted moves all went the same way, it is taken to be
+in transit and only moves in that direction adapt its step size: accepted, they grow it (by up
+to :data:`TRANSIT_LOG_STEP`, so that 25 moves can cross scales from 1 to 1e4); overshooting the
+posterior, they are rejected and shrink it. The first
+accepted move the other way ends the transit.
 """
 
 from __future__ import annotations
@@ -17,12 +27,18 @@ import numpy as np
 
 from pymc_kameleon.core.proposals import Move
 
-__all__ = ["MAX_LOG_STEP", "SCAN_TARGET", "CoordinateScan", "scan_steps_for"]
+__all__ = [
+    "MAX_LOG_STEP", "SCAN_TARGET", "TRANSIT_LOG_STEP", "TRANSIT_STREAK", "CoordinateScan", "scan_steps_for",
+]
 
 #: Acceptance rate the per-coordinate scan steps aim at (optimal for one-dimensional moves).
 SCAN_TARGET = 0.44
 #: Largest move of a Robbins-Monro log-scale in one step.
 MAX_LOG_STEP = 0.5
+#: Accepted moves in one direction in a row after which a coordinate is taken to be in transit.
+TRANSIT_STREAK = 3
+#: Largest growth of a log step size in one accepted move in transit.
+TRANSIT_LOG_STEP = 1.0
 # Robbins-Monro gain of the scan's log step sizes: 3 at a coordinate's first move, settling to 0.7.
 _SCAN_GAIN, _SCAN_GAIN_START, _SCAN_GAIN_MOVES = 0.7, 3.0, 8.0
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -41,6 +57,15 @@ class CoordinateScan:
         self.counts = np.zeros(int(dim), dtype=int)
         self.coordinate = 0
         self.learning_rate = float(learning_rate)
+        # Per coordinate: the sign of its last accepted move, and how many in a row went that way.
+        self.direction = np.zeros(int(dim))
+        self.streak = np.zeros(int(dim), dtype=int)
+        self._proposed = None  # (coordinate, its value before, proposed value) of the last propose
+
+    @property
+    def in_transit(self) -> np.ndarray:
+        """Whether each coordinate's last :data:`TRANSIT_STREAK` accepted moves went the same way."""
+        return self.streak >= TRANSIT_STREAK
 
     @property
     def scales(self) -> np.ndarray:
@@ -51,6 +76,7 @@ class CoordinateScan:
         j = self.coordinate
         x = np.array(y, dtype=float, copy=True)
         x[j] += math.exp(self.log_scale[j]) * rng.standard_normal()
+        self._proposed = (j, float(y[j]), float(x[j]))
         return Move(x)
 
     def log_density(self, x, y) -> float:
@@ -62,12 +88,35 @@ class CoordinateScan:
         s = math.exp(self.log_scale[j])
         return -0.5 * _LOG_2PI - math.log(s) - 0.5 * ((x[j] - y[j]) / s) ** 2
 
-    def adapt(self, accept_prob: float) -> None:
-        """One Robbins-Monro step of the current coordinate's log step size, then the next coordinate."""
+    def adapt(self, accept_prob: float, y_new=None) -> None:
+        """One Robbins-Monro step of the current coordinate's log step size, then the next coordinate.
+
+        ``y_new`` is the state after the step; with it, the move's direction and whether it was
+        accepted keep track of the transit (without it, the step size adapts as if not in transit).
+        """
         j = self.coordinate
-        gain = _SCAN_GAIN + (_SCAN_GAIN_START - _SCAN_GAIN) * math.exp(-self.counts[j] / _SCAN_GAIN_MOVES)
-        gain *= self.learning_rate
-        self.log_scale[j] += gain * (min(accept_prob, SCAN_TARGET + MAX_LOG_STEP / gain) - SCAN_TARGET)
-        self.log_scale[j] = min(max(self.log_scale[j], -700.0), 700.0)
+        direction = self._direction_of_last_move(j)
+        accepted = direction != 0.0 and y_new is not None and float(y_new[j]) == self._proposed[2]
+        # In transit, a move away from the posterior says nothing about the step size.
+        transit = self.in_transit[j]
+        if not (transit and direction == -self.direction[j] and not accepted):
+            gain = _SCAN_GAIN + (_SCAN_GAIN_START - _SCAN_GAIN) * math.exp(-self.counts[j] / _SCAN_GAIN_MOVES)
+            if transit:  # an accepted move grows the step by TRANSIT_LOG_STEP
+                gain = max(gain, TRANSIT_LOG_STEP / (1.0 - SCAN_TARGET))
+            gain *= self.learning_rate
+            cap = (TRANSIT_LOG_STEP if transit else MAX_LOG_STEP) / gain
+            self.log_scale[j] += gain * (min(accept_prob, SCAN_TARGET + cap) - SCAN_TARGET)
+            self.log_scale[j] = min(max(self.log_scale[j], -700.0), 700.0)
+        if accepted:
+            same_way = direction == self.direction[j]
+            self.streak[j] = self.streak[j] + 1 if same_way else 1
+            self.direction[j] = direction
+        self._proposed = None
         self.counts[j] += 1
         self.coordinate = (j + 1) % self.log_scale.size
+
+    def _direction_of_last_move(self, j: int) -> float:
+        """The sign of the last proposed move if it moved coordinate ``j``, else 0."""
+        if self._proposed is None or self._proposed[0] != j:
+            return 0.0
+        return float(np.sign(self._proposed[2] - self._proposed[1]))

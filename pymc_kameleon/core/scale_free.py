@@ -330,7 +330,7 @@ class ScaleFreeKameleon(WhitenedCoordinates, Proposal):
         if component is None:
             component = self.last_component
         if component == "scan":
-            self.scan.adapt(accept_prob)
+            self.scan.adapt(accept_prob, y_new)
         elif component == "kameleon":
             _bounded_update(self.nu2, accept_prob)
             self._set_kameleon_scales()

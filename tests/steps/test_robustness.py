@@ -175,12 +175,13 @@ def _one_coordinate_far(expensive):
     return model, {"x": np.where(np.arange(d) == d - 1, 40 * sd, 0.0)}
 
 
-@pytest.mark.parametrize("tune, climbing", [(1500, True), (4000, False)], ids=["short", "long"])
+@pytest.mark.parametrize("tune, climbing", [(700, True), (4000, False)], ids=["short", "long"])
 @pytest.mark.parametrize("name", ["KameleonMetropolis", "GPDelayedAcceptanceMH"])
 def test_a_log_density_still_climbing_at_the_end_of_tuning_warns(name, tune, climbing):
-    """One coordinate of 20 still walking in: the drift check (RMS over coordinates) misses it at
-    tune=1500, the climb check does not (KAMH: 36 x sqrt(d/2), GP-DA: 64); with tune=4000 the
-    chain has arrived and neither warns (control)."""
+    """The climb check is wired into both steps: tuning that ends with the widest coordinate still
+    on its way in warns (log density rising by about 220 x sqrt(d/2)); with tune=4000 the chain has
+    arrived and it does not (control). That it catches what the drift check averages away is
+    shown on the proposal (tests/core/test_scale_free.py)."""
     model, start = _one_coordinate_far(expensive=name != "KameleonMetropolis")
     with model, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -189,7 +190,6 @@ def test_a_log_density_still_climbing_at_the_end_of_tuning_warns(name, tune, cli
                   compute_convergence_checks=False)
     messages = " ".join(str(w.message) for w in caught if str(w.message).startswith(name))
     assert ("still climbing at the end of tuning" in messages) == climbing, messages
-    assert "still moving at the end of tuning" not in messages, messages
 
 
 # GP-DA MALA (issue 16): the scale-free adaptation (scan, windows, whitened GP) made it right on
@@ -271,10 +271,11 @@ def test_gp_da_screening_pauses_while_the_chain_walks_in(monkeypatch):
     that would carry it in; each window then learns a smaller covariance from the smaller moves. A
     window that ends early (draws disagreeing with the learned covariance) pauses screening for up to
     2 x adapt_interval exact steps. Measured over seeds 10-19: 7 of 10 chains arrived within 3000
-    tuning steps, none without the pause (the negative control, here on 5 seeds)."""
+    tuning steps, none without the pause; since the coordinate scan's transit rule 10 of 10. Here
+    on 5 seeds: 5 arrive, 2 without the pause (the negative control)."""
     seeds = range(15, 20)
-    assert _arrivals(seeds) >= 3
+    assert _arrivals(seeds) >= 4
     from pymc_kameleon.core.gp_training import GPTrainingSchedule
 
     monkeypatch.setattr(GPTrainingSchedule, "pause_while_walking", lambda self, window, max_steps: None)
-    assert _arrivals(seeds) <= 1
+    assert _arrivals(seeds) <= 2
