@@ -15,8 +15,8 @@ move: from a start 30 sd away the scan ended with step sizes 0.06 of the posteri
 coordinate's last :data:`TRANSIT_STREAK` accepted moves all went the same way, it is taken to be
 in transit and only moves in that direction adapt its step size: accepted, they grow it (by up
 to :data:`TRANSIT_LOG_STEP`, so that 25 moves can cross scales from 1 to 1e4); overshooting the
-posterior, they are rejected and shrink it. The first
-accepted move the other way ends the transit.
+posterior, they are rejected and shrink it. The first accepted move the other way ends the
+transit.
 """
 
 from __future__ import annotations
