@@ -26,6 +26,8 @@ Tuning (:meth:`ScaleFreeKameleon.adapt`), in the spirit of Stan's windowed warm-
    window, :math:`m` and :math:`C` are re-estimated from *that window's draws only* (the walk in
    from a far start is forgotten), shrunk toward their diagonal, and :math:`Z` is redrawn from
    the same draws. The first window runs AM alone; the Kameleon component starts after it.
+   When the step passes the log density's gradient (GP-DA MALA), no coordinate's learned variance
+   falls below the window's Cramér-Rao bound :math:`1 / \overline{(\partial_i \log\pi)^2}`.
 3. At every step, :math:`\log\lambda` (on AM moves) and :math:`\log\nu^2` (on Kameleon moves)
    follow Robbins-Monro toward the target acceptance rate.
 
@@ -50,6 +52,7 @@ from pymc_kameleon.core.whitening import (
     WhitenedCoordinates,
     WhitenedFamily,
     Whitening,
+    gradient_spread,
     log_density_climb,
     shrunk_covariance,
     whitened_drift,
@@ -102,6 +105,13 @@ class TuningReport:
         The rise of the log density between the same two halves, in units of :math:`\sqrt{d/2}`
         (:func:`~pymc_kameleon.core.whitening.log_density_climb`; NaN if the step gave no log
         densities).
+    spread : float
+        The smallest, over coordinates, sd of the same states times the root mean square of the log
+        density's gradient there (:func:`~pymc_kameleon.core.whitening.gradient_spread`): at least
+        about 1 for a chain that explores its target, far below for one stuck in some coordinate
+        (NaN if the step gave no gradients).
+    spread_coordinate : int
+        The coordinate where ``spread`` is smallest (-1 if ``spread`` is NaN).
     """
 
     tune_steps: int
@@ -111,6 +121,8 @@ class TuningReport:
     uncovered: float
     drift: float = math.nan
     climb: float = math.nan
+    spread: float = math.nan
+    spread_coordinate: int = -1
 
 
 class ScaleFreeKameleon(WhitenedCoordinates, Proposal):
@@ -312,7 +324,13 @@ class ScaleFreeKameleon(WhitenedCoordinates, Proposal):
 
     # ------------------------------------------------------------------ adaptation
     def adapt(
-        self, y_new, accept_prob: float, rng, component: str | None = None, log_density: float = math.nan
+        self,
+        y_new,
+        accept_prob: float,
+        rng,
+        component: str | None = None,
+        log_density: float = math.nan,
+        gradient=None,
     ) -> bool:
         """One tuning step after the decision; returns whether :math:`m`, :math:`C` and :math:`Z` changed.
 
@@ -322,11 +340,12 @@ class ScaleFreeKameleon(WhitenedCoordinates, Proposal):
         ``component`` is the scale the move used: ``"scan"``, ``"kameleon"`` (:math:`\\nu^2`) or
         ``"adaptive_metropolis"`` (:math:`\\lambda`, also for any other move whose covariance is
         :math:`\\lambda^2 C`, such as GP-DA MALA's Langevin move); default: the last :meth:`propose`'s.
-        ``log_density`` is the target's log density at ``y_new``, for the end-of-tuning climb check.
+        ``log_density`` is the target's log density at ``y_new``, for the end-of-tuning climb check,
+        and ``gradient`` its gradient there (if the step has it), for the gradient-spread check.
         """
         accept_prob = float(accept_prob)
         self.tune_steps += 1
-        self._windows.record(y_new, accept_prob, log_density)
+        self._windows.record(y_new, accept_prob, log_density, gradient)
         if component is None:
             component = self.last_component
         if component == "scan":
@@ -379,6 +398,13 @@ class ScaleFreeKameleon(WhitenedCoordinates, Proposal):
             var = floor if estimate is None else np.maximum(np.diag(estimate[1]), floor)
             # Diagonal: one-coordinate moves say little about correlations.
             estimate = (points.mean(axis=0), np.diag(var))
+        floor = windows.variance_floor
+        if estimate is not None and floor is not None:
+            # Cramér-Rao: no coordinate's variance is below 1 / E[gradient^2] (a collapsed step's window
+            # would otherwise shrink C where the chain did not move, and the next window moves less).
+            mean, cov = estimate
+            cov = cov + np.diag(np.maximum(floor - np.diag(cov), 0.0))
+            estimate = (mean, cov)
         changed = estimate is not None and self._set_whitening(*estimate)
         if changed:
             if not after_scan:
@@ -450,8 +476,22 @@ class ScaleFreeKameleon(WhitenedCoordinates, Proposal):
             uncovered = float(np.mean(nearest > 3.0 * self.bandwidth))
         drift = whitened_drift(self.whiten(np.array(windows.recent))) if windows.recent else math.nan
         climb = log_density_climb(windows.recent_log_density, self.dim)
+        spread, spread_coordinate = math.nan, -1
+        if windows.recent_gradient and all(g is not None for g in windows.recent_gradient):
+            kappa = gradient_spread(np.array(windows.recent), np.array(windows.recent_gradient))
+            if kappa.size and np.all(np.isfinite(kappa)):
+                spread_coordinate = int(np.argmin(kappa))
+                spread = float(kappa[spread_coordinate])
         return TuningReport(
-            self.tune_steps, self.phase, windows.accept_rate, self.wants_kameleon, uncovered, drift, climb
+            self.tune_steps,
+            self.phase,
+            windows.accept_rate,
+            self.wants_kameleon,
+            uncovered,
+            drift,
+            climb,
+            spread,
+            spread_coordinate,
         )
 
     def required_tune_steps(self) -> int:

@@ -25,6 +25,7 @@ __all__ = [
     "WhitenedCoordinates",
     "WhitenedFamily",
     "Whitening",
+    "gradient_spread",
     "log_density_climb",
     "shrunk_covariance",
     "whitened_drift",
@@ -200,13 +201,36 @@ def log_density_climb(log_densities, dim: int) -> float:
     return float((lp[half:].mean() - lp[:half].mean()) / math.sqrt(dim / 2.0))
 
 
+def gradient_spread(states, gradients) -> np.ndarray:
+    r"""Per coordinate, the spread of the last tuning states against the least the gradient allows.
+
+    .. math::
+        \kappa_i = \operatorname{sd}(x_i)\,\sqrt{\overline{(\partial_i \log\pi)^2}},
+
+    over states :math:`x` and the gradients of the log density at them. For draws from
+    :math:`\pi`, :math:`\kappa_i \ge 1` (Cramér-Rao: integrating by parts,
+    :math:`\operatorname{Cov}(X_i, \partial_i \log\pi(X)) = -1`, and Cauchy-Schwarz gives
+    :math:`\operatorname{Var}(X_i)\, E[(\partial_i \log\pi)^2] \ge 1`, with equality for a
+    Gaussian). It is unchanged by rescaling a coordinate. A chain that barely moves in coordinate
+    :math:`i` while the gradient there is steep (a collapsed step, a chain stuck on a ridge) has
+    :math:`\kappa_i \ll 1`. NaN everywhere with fewer than 200 states or a non-finite value.
+    """
+    X = np.asarray(states, dtype=float)
+    G = np.asarray(gradients, dtype=float)
+    usable = X.ndim == 2 and X.shape[0] >= 200 and X.shape == G.shape
+    if not (usable and np.all(np.isfinite(X)) and np.all(np.isfinite(G))):
+        return np.full(X.shape[-1] if X.ndim == 2 else 0, math.nan)
+    return X.std(axis=0) * np.sqrt(np.mean(G * G, axis=0))
+
+
 class AdaptationWindow:
     """The draws of the current adaptation window, and the signs that it should end.
 
     ``index`` counts the windows completed (the coordinate scan counts as the first) and ``end``
-    is the tuning step at which the current one ends. ``recent`` and ``recent_log_density`` keep
-    the last :data:`DRIFT_STATES` tuning states and their log densities across windows, for the
-    drift and climb checks.
+    is the tuning step at which the current one ends. ``recent``, ``recent_log_density`` and
+    ``recent_gradient`` keep the last :data:`DRIFT_STATES` tuning states, their log densities and
+    (if the step has them) the log density's gradients there across windows, for the drift, climb
+    and gradient-spread checks.
     """
 
     def __init__(self, dim: int, history_size: int, first_window: int, end: int):
@@ -216,12 +240,16 @@ class AdaptationWindow:
         self.end = end
         self.accept = []  # acceptance probabilities (or their estimates) of this window's steps
         self.moves = 0  # steps of this window whose state differs from the previous one
+        self._gradient_squares = np.zeros(dim)  # sum over this window's steps of the squared gradient
+        self._gradients = 0  # steps of this window that came with a gradient
         self._last_state = None
         self.recent = deque(maxlen=DRIFT_STATES)
         self.recent_log_density = deque(maxlen=DRIFT_STATES)
+        self.recent_gradient = deque(maxlen=DRIFT_STATES)
 
-    def record(self, y_new, accept_prob: float, log_density: float = math.nan) -> None:
-        """One tuning step's state, acceptance probability and log density (NaN if unknown)."""
+    def record(self, y_new, accept_prob: float, log_density: float = math.nan, gradient=None) -> None:
+        """One tuning step's state, acceptance probability, log density (NaN if unknown) and the log
+        density's gradient (None if unknown)."""
         self.draws.append(y_new)
         self.accept.append(float(accept_prob))
         y_new = np.asarray(y_new, dtype=float)
@@ -230,6 +258,13 @@ class AdaptationWindow:
         self._last_state = y_new.copy()
         self.recent.append(self._last_state)
         self.recent_log_density.append(float(log_density))
+        if gradient is None:
+            self.recent_gradient.append(None)
+        else:
+            gradient = np.array(gradient, dtype=float)
+            self.recent_gradient.append(gradient)
+            self._gradient_squares += gradient * gradient
+            self._gradients += 1
 
     @property
     def stuck(self) -> bool:
@@ -239,6 +274,21 @@ class AdaptationWindow:
         importance weight that one rare pass can make large in a window where the chain never moved.
         """
         return self.moves < _MIN_WINDOW_MOVES * len(self.accept)
+
+    @property
+    def variance_floor(self) -> np.ndarray | None:
+        r"""Per coordinate, :math:`1 / \overline{(\partial_i \log\pi)^2}` over this window's states.
+
+        A lower bound on the target's variance in coordinate :math:`i` (Cramér-Rao, see
+        :func:`gradient_spread`), so a floor for a covariance learned from draws that barely moved
+        there. None unless every step of the window came with a finite gradient.
+        """
+        if self._gradients == 0 or self._gradients != len(self.accept):
+            return None
+        mean_square = self._gradient_squares / self._gradients
+        if not np.all(np.isfinite(mean_square) & (mean_square > 0)):
+            return None
+        return 1.0 / mean_square
 
     @property
     def accept_rate(self) -> float:
@@ -275,6 +325,8 @@ class AdaptationWindow:
         self.draws.clear()
         self.accept = []
         self.moves = 0
+        self._gradient_squares = np.zeros_like(self._gradient_squares)
+        self._gradients = 0
 
 
 class WhitenedCoordinates:

@@ -21,6 +21,7 @@ __all__ = [
     "AdaptiveStep",
     "PerChainReset",
     "continuous_value_vars",
+    "coordinate_names",
     "declare_pseudo_marginal_stats",
 ]
 
@@ -80,6 +81,19 @@ class PerChainReset:
         else:
             self.set_rng(rng)  # resets too
         self.tune = bool(tune)
+
+
+def coordinate_names(vars, initial_point) -> list[str]:
+    """Names of a raveled block's coordinates, in order: ``mu``, ``theta_t[3]``, ``L[1, 0]``."""
+    names = []
+    for v in vars:
+        shape = np.shape(initial_point[v.name])
+        if shape == ():
+            names.append(v.name)
+            continue
+        for index in np.ndindex(*shape):
+            names.append(f"{v.name}[{', '.join(map(str, index))}]")
+    return names
 
 
 def continuous_value_vars(vars, model, step_name: str):

@@ -415,6 +415,14 @@ class SplitTargetDensity(TargetDensity):
         self._n_lik_outputs = len(loglik_outputs)
         self.dtype = inarray.type.dtype
 
+    @property
+    def current_gradient(self) -> np.ndarray | None:
+        r""":math:`\nabla \log\pi` at the current state, if both gradients are compiled (else None)."""
+        cur = self._cur
+        if cur is None or cur.grad_log_prior is None or cur.grad_exact_loglik is None:
+            return None
+        return cur.grad_log_prior + cur.grad_exact_loglik
+
     # ------------------------------------------------------------- evaluation
     def prior(self, x):
         """Log prior at ``x`` (and its gradient, or None): ``(log_prior, grad_log_prior)``."""

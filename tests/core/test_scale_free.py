@@ -316,6 +316,90 @@ def test_report_climb_flags_a_log_density_still_rising_at_the_end_of_tuning(clim
         assert abs(report.climb) < 1.0 and "still climbing" not in problems
 
 
+def test_gradient_spread_is_sd_times_root_mean_square_gradient():
+    """Hand-computed: states alternating 1 and 3 (sd 1) with gradients alternating 2 and -2 (root mean
+    square 2) give 2; states scaled by 1e4 with gradients scaled by 1e-4 give the same (unit-free)."""
+    from pymc_kameleon.core.whitening import gradient_spread
+
+    x = np.tile([1.0, 3.0], 150)[:, None] * np.array([1.0, 1e4])
+    g = np.tile([2.0, -2.0], 150)[:, None] * np.array([1.0, 1e-4])
+    np.testing.assert_allclose(gradient_spread(x, g), [2.0, 2.0])
+    assert np.all(np.isnan(gradient_spread(x[:199], g[:199])))  # too few states
+    g_bad = g.copy()
+    g_bad[5, 1] = np.nan
+    assert np.all(np.isnan(gradient_spread(x, g_bad)))
+
+
+@pytest.mark.parametrize("stuck", [True, False], ids=["stuck", "exploring"])
+def test_report_spread_flags_a_coordinate_that_barely_moved(stuck):
+    """Draws from N(0, diag(1, 4)) with their exact gradients have a spread of about 1 in both
+    coordinates (Cramer-Rao holds with equality for a Gaussian): no problem (control). A chain whose
+    coordinate 1 crawls at 1% of its sd while the gradient there is steep (x_1 = 5, far in the tail)
+    has a spread of about 0.01 * 5 / 2 and is reported, by name."""
+    from pymc_kameleon.steps.reporting import tuning_problems
+
+    sd, rng = np.array([1.0, 2.0]), np.random.default_rng(6)
+    prop = ScaleFreeKameleon(2, make_kernel("linear"), am_weight=1.0, scan_steps=0, first_window=50)
+    for _ in range(1000):
+        y = sd * rng.normal(size=2)
+        if stuck:
+            y[1] = 5.0 + 0.02 * rng.normal()
+        prop.adapt(y, 0.3, rng, log_density=math.nan, gradient=-y / sd**2)
+    report = prop.report()
+    problems = " ".join(tuning_problems(report, 0.234, 0, 2, coordinate_names=["a", "b"]))
+    if stuck:
+        assert report.spread_coordinate == 1 and report.spread == pytest.approx(0.01 * 5 / 2, rel=0.1)
+        assert "the chain barely moved in b at the end of tuning" in problems
+    else:
+        assert 0.9 < report.spread < 1.1 and "barely moved" not in problems
+
+
+def test_variance_floor_is_one_over_the_mean_squared_gradient():
+    """Hand-computed: gradients (2, 1) and (-4, 1) give mean squares (10, 1), so the floor is (0.1, 1);
+    a window with a step that had no gradient gives none."""
+    from pymc_kameleon.core.whitening import AdaptationWindow
+
+    window = AdaptationWindow(2, 100, 10, 10)
+    window.record(np.zeros(2), 0.5, gradient=np.array([2.0, 1.0]))
+    window.record(np.ones(2), 0.5, gradient=np.array([-4.0, 1.0]))
+    np.testing.assert_allclose(window.variance_floor, [0.1, 1.0])
+    window.record(np.ones(2), 0.5)
+    assert window.variance_floor is None
+    window.start_next(20)  # a new window starts afresh
+    window.record(np.zeros(2), 0.5, gradient=np.array([1.0, 0.5]))
+    np.testing.assert_allclose(window.variance_floor, [1.0, 4.0])
+
+
+@pytest.mark.parametrize("with_gradient", [True, False], ids=["gradient", "no-gradient"])
+def test_a_window_that_barely_moved_cannot_shrink_c_below_the_cramer_rao_floor(with_gradient):
+    """Target N(0, I); a window whose coordinate 1 crawls at sd 0.01 around x_1 = 0.5 (a collapsed
+    step). Its gradient there is -x, so the floor 1 / mean(x_1^2) is about 4 and the learned variance
+    of coordinate 1 is at least that, while coordinate 0 (sd 1, floor about 1) keeps its estimate.
+    Without gradients (control) the window shrinks it to about 1e-4."""
+    rng = np.random.default_rng(8)
+    prop = ScaleFreeKameleon(2, make_kernel("linear"), am_weight=1.0, scan_steps=0, first_window=200)
+    for _ in range(200):
+        y = np.array([rng.normal(), 0.5 + 0.01 * rng.normal()])
+        prop.adapt(y, 0.3, rng, gradient=-y if with_gradient else None)
+    assert prop.window == 1
+    var = np.diag(prop.covariance)
+    if with_gradient:
+        assert var[1] == pytest.approx(4.0, rel=0.05) and 0.7 < var[0] < 1.3
+    else:
+        assert var[1] < 2e-4
+
+
+def test_report_spread_needs_a_gradient_at_every_recent_state():
+    """A step without gradients (KameleonMetropolis, GP-DA MH) gets no spread check (NaN)."""
+    rng = np.random.default_rng(7)
+    prop = ScaleFreeKameleon(2, make_kernel("linear"), am_weight=1.0, scan_steps=0, first_window=50)
+    for i in range(400):
+        y = rng.normal(size=2)
+        prop.adapt(y, 0.3, rng, gradient=-y if i % 2 else None)
+    report = prop.report()
+    assert math.isnan(report.spread) and report.spread_coordinate == -1
+
+
 @pytest.mark.parametrize("rate, shown", [(1.37, "1.000 (estimated as 1.37, capped at 1)"), (0.02, "0.020,")])
 def test_report_never_shows_an_acceptance_rate_above_one(rate, shown):
     """GP-DA records an importance-weighted estimate of each step's acceptance probability, whose

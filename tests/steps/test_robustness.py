@@ -279,3 +279,54 @@ def test_gp_da_screening_pauses_while_the_chain_walks_in(monkeypatch):
 
     monkeypatch.setattr(GPTrainingSchedule, "pause_while_walking", lambda self, window, max_steps: None)
     assert _arrivals(seeds) <= 2
+
+
+def _eight_schools_non_centred():
+    y = np.array([28.0, 8, -3, 7, -1, 1, 18, 12])
+    s = np.array([15.0, 10, 16, 11, 9, 11, 10, 18])
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 5)
+        tau = pm.HalfCauchy("tau", 5)
+        theta_t = pm.Normal("theta_t", 0, 1, shape=8)
+        pm.Normal("y", mu + tau * theta_t, s, observed=y)
+    return model
+
+
+@pytest.mark.parametrize("floor", [True, False], ids=["shipped", "no-floor"])
+def test_mala_does_not_stick_in_one_coordinate_and_says_so_if_it_does(floor, monkeypatch):
+    """Eight schools (non-centred) from mu = 200, tau = 1000, theta_t = +-10, GP-DA MALA, seed 1.
+
+    Without the Cramér-Rao floor on the learned variances (the control, as before it), the chain
+    ends tuning at mu = 203.4 with sd 0.003 (the posterior: 4.4, sd 3.3): each window learned C from
+    a chain whose step had collapsed, so C shrank where it had not moved. It kept 36% acceptance and
+    every other check was quiet (drift 1.2, climb 0.3), but the gradient spread (sd of mu times the
+    root mean square of its gradient, at least about 1 for draws from the posterior) is 0.03, and
+    the step says so, naming mu. With the floor the chain leaves mu = 203 (the window cannot shrink
+    mu's variance below 1 / mean gradient^2)."""
+    from pymc_kameleon import GPDelayedAcceptanceMALA
+    from pymc_kameleon.core.whitening import AdaptationWindow
+
+    if not floor:
+        monkeypatch.setattr(AdaptationWindow, "variance_floor", property(lambda self: None))
+    start = {"mu": 200.0, "tau": 1000.0, "theta_t": 10.0 * (-1.0) ** np.arange(8)}
+    with _eight_schools_non_centred(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        idata = pm.sample(step=GPDelayedAcceptanceMALA(), tune=3000, draws=200, chains=1, random_seed=1,
+                          initvals=start, progressbar=False, compute_convergence_checks=False)
+    messages = " ".join(str(w.message) for w in caught if "GPDelayedAcceptanceMALA" in str(w.message))
+    stuck = abs(float(idata.posterior["mu"].mean()) - 4.4) > 10 * 3.3
+    assert stuck != floor
+    assert ("the chain barely moved in mu at the end of tuning" in messages) == stuck, messages
+
+
+def test_mala_from_pymcs_start_on_eight_schools_has_no_stuck_warning():
+    """Control for the gradient-spread warning: from PyMC's start the chain settles (spread 0.79-1.05
+    on 6 chains, seeds 1-3) and nothing is said."""
+    from pymc_kameleon import GPDelayedAcceptanceMALA
+
+    with _eight_schools_non_centred(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pm.sample(step=GPDelayedAcceptanceMALA(), tune=3000, draws=50, chains=1, random_seed=1,
+                  progressbar=False, compute_convergence_checks=False)
+    messages = " ".join(str(w.message) for w in caught if "GPDelayedAcceptanceMALA" in str(w.message))
+    assert "barely moved" not in messages, messages

@@ -53,7 +53,7 @@ from pymc_kameleon.core.mh import metropolis_accept, mh_log_ratio
 from pymc_kameleon.core.proposals import Move
 from pymc_kameleon.core.scale_free import ScaleFreeKameleon
 from pymc_kameleon.core.validation import check_number, check_probability
-from pymc_kameleon.steps.base import AdaptiveStep, continuous_value_vars
+from pymc_kameleon.steps.base import AdaptiveStep, continuous_value_vars, coordinate_names
 from pymc_kameleon.steps.reporting import StepWarnings, warn_after_tuning
 from pymc_kameleon.steps.target_density import GradientUnavailableError, SplitTargetDensity
 
@@ -130,6 +130,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
             initial_point = model.initial_point()
         vars = continuous_value_vars(vars, model, name)
         self.dim = d = int(sum(np.size(initial_point[v.name]) for v in vars))
+        self._coordinate_names = coordinate_names(vars, initial_point)
         target = self._split_target(model, vars, initial_point, compile_kwargs)
         if target.likelihood_outside_vars:
             message = outside_vars_message(name, vars, target.likelihood_outside_vars, model)
@@ -290,7 +291,8 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
             )
         super().stop_tuning()
         if tuned:
-            warn_after_tuning(type(self).__name__, self._proposal, self.target_accept, self._warnings)
+            names = self._coordinate_names
+            warn_after_tuning(type(self).__name__, self._proposal, self.target_accept, self._warnings, names)
         if self._proposal.end_tuning(self.rng):
             schedule.set_whitening(self._proposal.whitening)
 
@@ -341,8 +343,14 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         if not self.tune:
             return False
         window = self._proposal.window
+        target = self._target
         changed = self._proposal.adapt(
-            y_new, adapt_value, self.rng, component=component, log_density=self._target.current_logp
+            y_new,
+            adapt_value,
+            self.rng,
+            component=component,
+            log_density=target.current_logp,
+            gradient=target.current_gradient,
         )
         if self._proposal.window == window:
             return False
