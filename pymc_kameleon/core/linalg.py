@@ -114,7 +114,8 @@ def gaussian_logpdf_chol(x, mean, L):
         - \tfrac12 \|L^{-1}(x - m)\|^2
     """
     u = solve_lower(L, np.asarray(x, dtype=float) - mean)
-    return gaussian_log_norm(L) - 0.5 * float(u @ u)
+    with np.errstate(over="ignore"):  # a point that far out has density 0: -inf is the answer
+        return gaussian_log_norm(L) - 0.5 * float(u @ u)
 
 
 def cholesky_append(L, k_new, k_self, jitter: float = 1e-10, max_tries: int = 6, what: str = "covariance"):

@@ -1,6 +1,7 @@
 """core/linalg.py: jittered Cholesky, appending to a factor, triangular solves, Gaussian log densities."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -165,3 +166,15 @@ def test_same_array():
     assert not same_array(a, np.array([1.0, 2.0, 3.0]))
     assert not same_array(a, np.array([1.0, 2.5]))
     assert not same_array(np.array([np.nan]), np.array([np.nan]))  # NaN never equals itself
+
+
+def test_gaussian_logpdf_far_out_is_minus_inf_without_a_warning():
+    """A point so far out that the squared Mahalanobis distance overflows has log density -inf (a
+    Langevin reverse move from a far start did this), and no RuntimeWarning reaches the user."""
+    from pymc_kameleon.core.linalg import gaussian_logpdf_chol
+
+    L = np.diag([1e-100, 1.0])  # u = L^-1 x = 1e200, and u @ u overflows
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert gaussian_logpdf_chol(np.array([1e100, 0.0]), np.zeros(2), L) == -np.inf
+    assert np.isfinite(gaussian_logpdf_chol(np.array([1.0, 0.0]), np.zeros(2), np.eye(2)))
