@@ -68,7 +68,7 @@ from pytensor.tensor.signal import convolve1d
 from scipy.integrate import odeint, solve_ivp
 
 import pymc_kameleon
-from pymc_kameleon import GPDelayedAcceptanceMH, KameleonMetropolis
+from pymc_kameleon import GPDelayedAcceptanceMALA, GPDelayedAcceptanceMH, KameleonMetropolis
 
 try:  # the targets module moved under pymc_kameleon.problems
     from pymc_kameleon.problems.targets import banana, flower
@@ -220,6 +220,12 @@ def eight_schools_centred():
 def eight_schools_noncentred():
     """Eight schools, non-centred: theta = mu + tau * eta, eta ~ N(0, 1)."""
     return _eight_schools_noncentred_model(), _SCHOOLS_REFERENCE, None
+
+
+def eight_schools_noncentred_far_start():
+    """The non-centred model started at mu = 200, tau = 1000, eta = +-10 (a user's bad guess)."""
+    initvals = {"mu": 200.0, "tau": 1000.0, "eta": 10.0 * (-1.0) ** np.arange(8)}
+    return _eight_schools_noncentred_model(), _SCHOOLS_REFERENCE, initvals
 
 
 def ar2():
@@ -525,6 +531,18 @@ def two_normals():
     return model, {"a": (0.0, 1e-3), "b": (0.0, 1e3)}, None
 
 
+def normals_5d_scales():
+    """Five independent normals with posterior sds 1e-4..1e4, one observation each (vague prior)."""
+    sd = np.logspace(-4.0, 4.0, 5)
+    observed = 1.0 + 3.0 * sd * np.linspace(-1.0, 1.0, 5)
+    with pm.Model() as model:
+        x = pm.Normal("x", 0.0, 1e6, shape=5)
+        pm.Normal("y", x, sd, observed=observed)
+    post_var = 1.0 / (1.0 / 1e12 + 1.0 / sd**2)
+    post_mean = post_var * observed / sd**2
+    return model, {f"x[{i}]": (post_mean[i], math.sqrt(post_var[i])) for i in range(5)}, None
+
+
 def gaussian_50d():
     """50-d Gaussian, AR(1) correlation 0.9^|i-j| and sds log-spaced from 0.1 to 10 (prior only)."""
     d = 50
@@ -541,6 +559,7 @@ POSTERIORS: dict[str, Callable[[], tuple]] = {
     "logistic-glm": logistic_glm,
     "eight-schools-centred": eight_schools_centred,
     "eight-schools-noncentred": eight_schools_noncentred,
+    "eight-schools-noncentred-far-start": eight_schools_noncentred_far_start,
     "ar2": ar2,
     "garch11": garch11,
     "mixture-2": mixture,
@@ -550,6 +569,7 @@ POSTERIORS: dict[str, Callable[[], tuple]] = {
     "banana-8d": banana_8d,
     "flower-8d": flower_8d,
     "two-normals": two_normals,
+    "normals-5d-scales": normals_5d_scales,
     "gaussian-50d": gaussian_50d,
 }
 QUICK_POSTERIORS = ("regression-income-sigma-known", "two-normals")
@@ -578,6 +598,7 @@ EXTRA_SAMPLERS = {
     "GPDelayedAcceptanceMH-kameleon": Sampler(
         partial(GPDelayedAcceptanceMH, proposal="kameleon"), needs_likelihood=True
     ),
+    "GPDelayedAcceptanceMALA": Sampler(GPDelayedAcceptanceMALA, needs_gradient=True, needs_likelihood=True),
 }
 ALL_SAMPLERS = {**SAMPLERS, **EXTRA_SAMPLERS}
 
@@ -620,9 +641,10 @@ def log_density_evaluations(sampler_name: str, idata, model) -> float:
       evaluations per scalar element per iteration.
     * ``DEMetropolisZ``: one blocked ``delta_logp`` per iteration, so two evaluations.
     * ``KameleonMetropolis``: its ``logp_evals`` stat (one per iteration; the current value is cached).
-    * ``GPDelayedAcceptanceMH``: exact likelihood evaluations, the sum of its ``exact_eval`` stat plus
-      one per chain for the start (checked against the running ``n_exact_evals`` stat). Its prior,
-      evaluated at every proposal, is not counted.
+    * ``GPDelayedAcceptanceMH`` and ``GPDelayedAcceptanceMALA``: exact likelihood evaluations, the
+      sum of the ``exact_eval`` stat plus one per chain for the start (checked against the running
+      ``n_exact_evals`` stat). The prior, evaluated at every proposal, is not counted; MALA's exact
+      evaluations also return the likelihood's gradient.
     * ``NUTS``: gradient evaluations, the ``n_steps`` stat (leapfrog steps).
 
     Parameters
@@ -641,7 +663,7 @@ def log_density_evaluations(sampler_name: str, idata, model) -> float:
     n_chain, n_iter = _stat(idata, "accept" if base != "NUTS" else "n_steps").shape[:2]
     if base == "KameleonMetropolis":
         return float(_stat(idata, "logp_evals").sum())
-    if base == "GPDelayedAcceptanceMH":
+    if base in ("GPDelayedAcceptanceMH", "GPDelayedAcceptanceMALA"):
         evals = float(_stat(idata, "exact_eval").sum()) + n_chain  # + the evaluation at each chain's start
         running = float(idata.sample_stats["n_exact_evals"].values[:, -1].sum())
         if evals != running:
@@ -856,15 +878,18 @@ def run_one(name: str, sampler_name: str, seed: int, *, chains: int, tune: int, 
     if reason:
         return {"skipped": reason}
     try:
-        with model, warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with model, warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            step = sampler.make()
             idata = pm.sample(
-                draws=draws, tune=tune, chains=chains, cores=cores, step=sampler.make(), initvals=initvals,
+                draws=draws, tune=tune, chains=chains, cores=cores, step=step, initvals=initvals,
                 random_seed=seed, progressbar=False, compute_convergence_checks=False,
                 discard_tuned_samples=False,
             )
     except Exception as err:  # noqa: BLE001 - any failure is a benchmark row, not the end of the run
         return {"error": f"{type(err).__name__}: {err}"[:200]}
+    # Our steps start every warning with their class name (PyMC's own convergence checks are off).
+    warned = any(str(w.message).startswith(type(step).__name__ + ":") for w in caught)
     result = compare(scalar_draws(idata.posterior, free_variable_names(model)), reference)
     evals = log_density_evaluations(sampler_name, idata, model)
     seconds = float(idata.sample_stats.attrs["sampling_time"])
@@ -874,6 +899,7 @@ def run_one(name: str, sampler_name: str, seed: int, *, chains: int, tune: int, 
         ess_per_eval=result["min_ess"] / evals,
         ess_per_s=result["min_ess"] / seconds,
         seconds=seconds,
+        warned=warned,
     )
     if "diverging" in idata.sample_stats:
         result["divergences"] = int(idata.sample_stats["diverging"].values.sum())
@@ -889,9 +915,11 @@ LEGEND = (
     "(0 if a chain never moved); max R-hat: NaN if a chain never moved; ESS/eval and evals/iter count "
     "log-density evaluations over tuning and draws: Metropolis 2 per scalar element per iteration "
     "(elementwise updates), DEMetropolisZ 2 per iteration, KameleonMetropolis its logp_evals stat, "
-    "GPDelayedAcceptanceMH its exact likelihood evaluations (n_exact_evals; prior evaluations not "
-    "counted), NUTS its n_steps (gradient evaluations). ESS/s: per second of sampling wall time "
-    "(tuning + draws, chains in parallel; machine shared)."
+    "GPDelayedAcceptanceMH and GPDelayedAcceptanceMALA their exact likelihood evaluations "
+    "(n_exact_evals; prior evaluations not counted), NUTS its n_steps (gradient evaluations). ESS/s: "
+    "per second of sampling wall time (tuning + draws, chains in parallel; machine shared). notes: "
+    "'the step warned' counts the seeds at which one of our steps raised its own warning (PyMC's "
+    "convergence checks are off)."
 )
 # metric -> (worst is the max, format)
 _METRICS = {
@@ -929,6 +957,9 @@ def table_row(name: str, sampler_name: str, results: list[dict]) -> list[str]:
     cells.append(f"{np.median([r['evals_per_iter'] for r in done]):.2f}")
     if len(done) < len(results):
         notes.append(f"{len(results) - len(done)} seed(s) failed")
+    warned = sum(bool(r.get("warned")) for r in done)
+    if warned:
+        notes.append(f"the step warned at {warned}/{len(done)} seeds")
     if any(r.get("divergences", 0) > 0 for r in done):
         notes.append(f"divergences {'/'.join(str(r['divergences']) for r in done)}")
     worst = max(done, key=lambda r: r["mean_err"])

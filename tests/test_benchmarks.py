@@ -128,6 +128,22 @@ def test_real_posteriors_quick_mode(capsys, tmp_path):
 
 
 @pytest.mark.slow
+def test_real_posteriors_records_our_steps_warnings_and_counts_mala_evaluations():
+    """A run whose step warns (tuning far too short) says so in the row's notes; the quiet control
+    does not. GP-DA MALA's exact evaluations are counted like GP-DA MH's."""
+    bench = _load("real_posteriors")
+    reference = bench.normals_5d_scales()[1]
+    short = bench.run_one("normals-5d-scales", "GPDelayedAcceptanceMALA", 1, chains=1, tune=30, draws=20,
+                          cores=1, reference=reference)
+    assert short["warned"] and short["evals"] >= 1
+    assert "the step warned at 1/1 seeds" in bench.table_row("normals-5d-scales", "MALA", [short])[-1]
+    quiet = bench.run_one("normals-5d-scales", "Metropolis", 1, chains=1, tune=30, draws=20, cores=1,
+                          reference=reference)
+    notes = bench.table_row("normals-5d-scales", "Metropolis", [quiet])[-1]
+    assert not quiet["warned"] and "warned" not in notes
+
+
+@pytest.mark.slow
 def test_real_posteriors_metropolis_count_matches_pymc():
     """The Metropolis count (two evaluations per scalar element) matches PyMC's delta_logp calls."""
     import pymc as pm
