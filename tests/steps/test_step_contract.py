@@ -520,3 +520,17 @@ def test_a_step_reused_by_another_pm_sample_starts_afresh_in_worker_processes(cl
     assert not used.tune  # the first run ended its tuning
     assert_same_records(recorded(sample_with_seed(model, used, 11, **kw)),
                         recorded(sample_with_seed(model, fresh, 11, **kw)))
+
+
+def test_coordinate_names_follow_the_raveled_order():
+    """Warnings name a coordinate as the user's variable: scalars by name, arrays with their index."""
+    from pymc_kameleon.steps.base import coordinate_names
+
+    with pm.Model() as model:
+        pm.Normal("mu", 0, 1)
+        pm.HalfNormal("tau", 1)
+        pm.Normal("L", 0, 1, shape=(2, 2))
+    point = model.initial_point()
+    names = coordinate_names(model.value_vars, point)
+    assert names == ["mu", "tau_log__", "L[0, 0]", "L[0, 1]", "L[1, 0]", "L[1, 1]"]
+    assert len(names) == sum(np.size(v) for v in point.values())
