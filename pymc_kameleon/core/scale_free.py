@@ -22,7 +22,9 @@ Tuning (:meth:`ScaleFreeKameleon.adapt`), in the spirit of Stan's windowed warm-
 1. **Coordinate scan** (``scan_steps`` steps): one coordinate moves per step, each with its own
    step size learned toward acceptance 0.44 (the one-dimensional optimum). It finds every
    coordinate's scale, from 1e-4 to 1e4, in a few dozen moves each.
-2. **Windows** of doubling length (``first_window``, then twice that, ...). At the end of each
+2. **Windows** of doubling length (``first_window``, then twice that, ...; each window is twice as
+   long as the previous one ran, so after one that ended early the doubling starts again from its
+   length). At the end of each
    window, :math:`m` and :math:`C` are re-estimated from *that window's draws only* (the walk in
    from a far start is forgotten), shrunk toward their diagonal, and :math:`Z` is redrawn from
    the same draws. The first window runs AM alone; the Kameleon component starts after it.
@@ -413,7 +415,9 @@ class ScaleFreeKameleon(WhitenedCoordinates, Proposal):
             self.am_scale.restart()
             if self.nu2 is not None:
                 self.nu2.restart()
-        length = self.first_window * 2 ** (windows.index - (1 if self.scan_steps > 0 else 0))
+        # The next window is twice as long as this one ran: after a window that ended early (the
+        # geometry changed) the schedule does not jump ahead to a window longer than the tuning left.
+        length = len(windows.accept)
         windows.start_next(self.tune_steps + (self.first_window if after_scan else 2 * length))
         return changed
 

@@ -271,14 +271,17 @@ def test_gp_da_screening_pauses_while_the_chain_walks_in(monkeypatch):
     that would carry it in; each window then learns a smaller covariance from the smaller moves. A
     window that ends early (draws disagreeing with the learned covariance) pauses screening for up to
     2 x adapt_interval exact steps. Measured over seeds 10-19: 7 of 10 chains arrived within 3000
-    tuning steps, none without the pause; since the coordinate scan's transit rule 10 of 10. Here
-    on 5 seeds: 5 arrive, 2 without the pause (the negative control)."""
-    seeds = range(15, 20)
-    assert _arrivals(seeds) >= 4
+    tuning steps, none without the pause; since the coordinate scan's transit rule 10 of 10; since
+    windows after an early end no longer jump ahead in the doubling schedule, 10 of 10 with the pause
+    and 7 of 10 without (PyMC 5). Here the three seeds of those where the pause is what gets the
+    chain there (10, 11, 15): 3 arrive, and without the pause (the negative control) none on PyMC 5
+    and one on PyMC 6 (its random streams differ)."""
+    seeds = (10, 11, 15)
+    assert _arrivals(seeds) == 3
     from pymc_kameleon.core.gp_training import GPTrainingSchedule
 
     monkeypatch.setattr(GPTrainingSchedule, "pause_while_walking", lambda self, window, max_steps: None)
-    assert _arrivals(seeds) <= 2
+    assert _arrivals(seeds) <= 1
 
 
 def _eight_schools_non_centred():
@@ -293,16 +296,15 @@ def _eight_schools_non_centred():
 
 
 @pytest.mark.parametrize("floor", [True, False], ids=["shipped", "no-floor"])
-def test_mala_does_not_stick_in_one_coordinate_and_says_so_if_it_does(floor, monkeypatch):
-    """Eight schools (non-centred) from mu = 200, tau = 1000, theta_t = +-10, GP-DA MALA, seed 1.
+def test_mala_does_not_stick_in_one_coordinate(floor, monkeypatch):
+    """Eight schools (non-centred) from mu = 200, tau = 1000, eta = +-10, GP-DA MALA, seed 1.
 
-    Without the Cramér-Rao floor on the learned variances (the control, as before it), the chain
-    ends tuning at mu = 203.4 with sd 0.003 (the posterior: 4.4, sd 3.3): each window learned C from
-    a chain whose step had collapsed, so C shrank where it had not moved. It kept 36% acceptance and
-    every other check was quiet (drift 1.2, climb 0.3), but the gradient spread (sd of mu times the
-    root mean square of its gradient, at least about 1 for draws from the posterior) is 0.03, and
-    the step says so, naming mu. With the floor the chain leaves mu = 203 (the window cannot shrink
-    mu's variance below 1 / mean gradient^2)."""
+    Without the Cramér-Rao floor on the learned variances (the control), the chain ends tuning at
+    mu = 203 (the posterior: 4.4, sd 3.3): each window learned C from a chain whose step had
+    collapsed, so C shrank where it had not moved. Before the floor and the window-schedule fix it
+    kept mu at 203.4 with sd 0.003 and nothing warned; now, without the floor, it warns (still
+    moving). With the floor the chain arrives and nothing is said (seeds 1-8: 8 of 8 arrive; without
+    the floor 7 of 8)."""
     from pymc_kameleon import GPDelayedAcceptanceMALA
     from pymc_kameleon.core.whitening import AdaptationWindow
 
@@ -313,10 +315,37 @@ def test_mala_does_not_stick_in_one_coordinate_and_says_so_if_it_does(floor, mon
         warnings.simplefilter("always")
         idata = pm.sample(step=GPDelayedAcceptanceMALA(), tune=3000, draws=200, chains=1, random_seed=1,
                           initvals=start, progressbar=False, compute_convergence_checks=False)
-    messages = " ".join(str(w.message) for w in caught if "GPDelayedAcceptanceMALA" in str(w.message))
+    warned = any(str(w.message).startswith("GPDelayedAcceptanceMALA:") for w in caught)
     stuck = abs(float(idata.posterior["mu"].mean()) - 4.4) > 10 * 3.3
     assert stuck != floor
-    assert ("the chain barely moved in mu at the end of tuning" in messages) == stuck, messages
+    assert warned == stuck
+
+
+def test_the_gradient_spread_warning_reaches_the_user_and_names_the_coordinate(monkeypatch):
+    """The wiring from the tuning report to the user: a report whose gradient spread is 0.03 in
+    coordinate 0 (as the stuck chain above had before the floor) gives a warning that names mu;
+    the report's own spread comes from the step's gradients (a settled chain: about 1, no warning)."""
+    import dataclasses
+
+    from pymc_kameleon import GPDelayedAcceptanceMALA
+    from pymc_kameleon.core.scale_free import ScaleFreeKameleon
+
+    reports = []
+    real_report = ScaleFreeKameleon.report
+
+    def stuck_report(self):
+        report = real_report(self)
+        reports.append(report)
+        return dataclasses.replace(report, spread=0.03, spread_coordinate=0)
+
+    monkeypatch.setattr(ScaleFreeKameleon, "report", stuck_report)
+    with _eight_schools_non_centred(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pm.sample(step=GPDelayedAcceptanceMALA(), tune=1500, draws=20, chains=1, random_seed=1,
+                  progressbar=False, compute_convergence_checks=False)
+    messages = " ".join(str(w.message) for w in caught if "GPDelayedAcceptanceMALA" in str(w.message))
+    assert "the chain barely moved in mu at the end of tuning" in messages, messages
+    assert 0.5 < reports[0].spread < 3.0
 
 
 def test_mala_from_pymcs_start_on_eight_schools_has_no_stuck_warning():
