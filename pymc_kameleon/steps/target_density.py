@@ -63,6 +63,14 @@ class Evaluation:
         """Log-likelihood: ``exact_loglik`` plus the pseudo-marginal log-estimates (split densities only)."""
         return self.exact_loglik + float(sum(self.log_estimates))
 
+    @property
+    def grad_logp(self) -> np.ndarray | None:
+        r""":math:`\nabla \log\pi = \nabla \log p + \nabla \ell_{\text{exact}}` (None unless both
+        gradients were computed, which a model with pseudo-marginal terms never has)."""
+        if self.grad_log_prior is None or self.grad_exact_loglik is None:
+            return None
+        return self.grad_log_prior + self.grad_exact_loglik
+
 
 class TargetDensity:
     r"""The model's log density as a function of a step's raveled block, with exact pseudo-marginal terms.
@@ -418,10 +426,7 @@ class SplitTargetDensity(TargetDensity):
     @property
     def current_gradient(self) -> np.ndarray | None:
         r""":math:`\nabla \log\pi` at the current state, if both gradients are compiled (else None)."""
-        cur = self._cur
-        if cur is None or cur.grad_log_prior is None or cur.grad_exact_loglik is None:
-            return None
-        return cur.grad_log_prior + cur.grad_exact_loglik
+        return None if self._cur is None else self._cur.grad_logp
 
     # ------------------------------------------------------------- evaluation
     def prior(self, x):

@@ -130,10 +130,7 @@ class GPDelayedAcceptanceMALA(GPDelayedAcceptanceStep):
         return self._proposal.am_scale.value * self._proposal.chol
 
     def _drift_exact(self, evaluation):
-        g = evaluation.grad_log_prior
-        if self.gradient_observations:
-            g = g + evaluation.grad_exact_loglik
-        return g
+        return evaluation.grad_logp if self.gradient_observations else evaluation.grad_log_prior
 
     def _exact_step(self, x, cur, info):
         """Warm-up: the coordinate scan (random-walk moves), then plain MALA with the exact gradient
