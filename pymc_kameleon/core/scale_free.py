@@ -342,7 +342,8 @@ class ScaleFreeKameleon(WhitenedCoordinates, Proposal):
         ``component`` is the scale the move used: ``"scan"``, ``"kameleon"`` (:math:`\\nu^2`) or
         ``"adaptive_metropolis"`` (:math:`\\lambda`, also for any other move whose covariance is
         :math:`\\lambda^2 C`, such as GP-DA MALA's Langevin move); default: the last :meth:`propose`'s.
-        ``log_density`` is the target's log density at ``y_new``, for the end-of-tuning climb check,
+        ``log_density`` is the target's log density at ``y_new``, for the end-of-tuning climb check
+        (the steps pass its exact part: a pseudo-marginal log-estimate's slow wandering is not a climb),
         and ``gradient`` its gradient there (if the step has it), for the gradient-spread check.
         """
         accept_prob = float(accept_prob)

@@ -193,6 +193,10 @@ def log_density_climb(log_densities, dim: int) -> float:
     near 0 (it can be negative); one still climbing toward the posterior has a large positive one,
     also when only a few of many coordinates are still far out, which :func:`whitened_drift`
     averages away. NaN with fewer than 200 states or any non-finite log density.
+
+    Pass the exact part of the log density: a kept pseudo-marginal log-estimate is not a function
+    of the state, and on a correlated estimator's slowly mixing auxiliary chain its mean over a few
+    hundred steps wanders by many times :math:`\sqrt{d/2}` at stationarity.
     """
     lp = np.asarray(log_densities, dtype=float)
     if lp.shape[0] < 200 or not np.all(np.isfinite(lp)):

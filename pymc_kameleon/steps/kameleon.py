@@ -330,7 +330,9 @@ class KameleonMetropolis(AdaptiveStep):
 
     # ------------------------------------------------------------ adaptation
     def _adapt(self, y_new, accept_prob) -> bool:
-        log_density = self._target.current_logp
+        # The kept log-estimate of a pseudo-marginal term wanders on its auxiliary chain's time scale by
+        # far more than sqrt(d/2), so the climb check reads the exact part only.
+        log_density = self._target.current_exact_logp
         if self.tune:
             return self._proposal.adapt(y_new, accept_prob, self.rng, log_density=log_density)
         if self.adaptation != "vanishing":

@@ -139,6 +139,12 @@ class TargetDensity:
         return math.nan if self._cur is None else self._cur.logp
 
     @property
+    def current_exact_logp(self) -> float:
+        """The log density kept at the current state without the pseudo-marginal log-estimates
+        (``current_logp`` for models without them; NaN before the first step)."""
+        return math.nan if self._cur is None else self._cur.exact
+
+    @property
     def current_log_estimate(self) -> float:
         """Sum of the log-estimates kept at the current state (NaN before the first step)."""
         return math.nan if self._cur is None else self._cur.log_estimate

@@ -349,7 +349,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
             adapt_value,
             self.rng,
             component=component,
-            log_density=target.current_logp,
+            log_density=target.current_exact_logp,  # without estimates, as for KameleonMetropolis
             gradient=target.current_gradient,
         )
         if self._proposal.window == window:
