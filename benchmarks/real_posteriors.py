@@ -983,7 +983,7 @@ def verdict(results: dict, ours: str = "KameleonMetropolis") -> list[str]:
     be right wherever a gradient-free PyMC peer (:data:`GRADIENT_FREE_PEERS`) is, and have at least
     the best peer's ESS per evaluation on 70% of the posteriors.
     """
-    lines, wins, total, wrong = [], 0, 0, []
+    lines, wins, total, wrong = [], 0, 0, []  # empty when no posterior ran ours and a peer
     for name, by_sampler in results.items():
         if ours not in by_sampler:
             continue
@@ -1009,6 +1009,8 @@ def verdict(results: dict, ours: str = "KameleonMetropolis") -> list[str]:
             f"{'' if won else ' LOSES'}; right: {'yes' if right(by_sampler[ours]) else 'no'}"
             f" (peers right: {', '.join(right_peers) or 'none'})"
         )
+    if total == 0:
+        return lines
     lines.append(
         f"{ours}: ESS/eval >= best gradient-free peer on {wins}/{total} posteriors "
         f"({wins / max(total, 1):.0%}; goal 70%); wrong where a peer is right: {', '.join(wrong) or 'none'}"
@@ -1136,7 +1138,9 @@ def main(argv=None) -> dict:
     table = markdown_table(rows)
     lines = [table, "", LEGEND, "", "References:"]
     lines += [f"- {name}: {source}" for name, source in sources.items()]
-    lines += ["", "Issue 12's done-when (medians over seeds):", *verdict(results)]
+    verdict_lines = verdict(results)
+    if verdict_lines:
+        lines += ["", "Issue 12's done-when (medians over seeds):", *verdict_lines]
     lines.append(f"\nTotal benchmark time {elapsed / 60:.1f} min.")
     text = "\n".join(lines)
     print("\n" + text, flush=True)

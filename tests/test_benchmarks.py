@@ -144,6 +144,16 @@ def test_real_posteriors_records_our_steps_warnings_and_counts_mala_evaluations(
 
 
 @pytest.mark.slow
+def test_real_posteriors_verdict_is_left_out_without_ours_and_a_peer():
+    """Issue 12's verdict compares KameleonMetropolis with a gradient-free peer; a run without
+    both (e.g. GP-DA alone) prints no '0/0 posteriors' line."""
+    bench = _load("real_posteriors")
+    run = {"mean_err": 0.05, "max_rhat": 1.005, "ess_per_eval": 0.02}
+    assert bench.verdict({"p": {"GPDelayedAcceptanceMH": [run]}}) == []
+    lines = bench.verdict({"p": {"KameleonMetropolis": [run], "Metropolis": [{**run, "ess_per_eval": 0.01}]}})
+    assert lines[-1].startswith("KameleonMetropolis: ESS/eval >= best gradient-free peer on 1/1 posteriors")
+
+
 def test_real_posteriors_metropolis_count_matches_pymc():
     """The Metropolis count (two evaluations per scalar element) matches PyMC's delta_logp calls."""
     import pymc as pm
