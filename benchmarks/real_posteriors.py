@@ -983,7 +983,7 @@ def verdict(results: dict, ours: str = "KameleonMetropolis") -> list[str]:
     be right wherever a gradient-free PyMC peer (:data:`GRADIENT_FREE_PEERS`) is, and have at least
     the best peer's ESS per evaluation on 70% of the posteriors.
     """
-    lines, wins, total, wrong = [], 0, 0, []  # empty when no posterior ran ours and a peer
+    lines, wins, total, wrong = [], 0, 0, []
     for name, by_sampler in results.items():
         if ours not in by_sampler:
             continue
@@ -1009,11 +1009,11 @@ def verdict(results: dict, ours: str = "KameleonMetropolis") -> list[str]:
             f"{'' if won else ' LOSES'}; right: {'yes' if right(by_sampler[ours]) else 'no'}"
             f" (peers right: {', '.join(right_peers) or 'none'})"
         )
-    if total == 0:
+    if total == 0:  # no posterior ran ours beside a peer: nothing to judge
         return lines
     lines.append(
         f"{ours}: ESS/eval >= best gradient-free peer on {wins}/{total} posteriors "
-        f"({wins / max(total, 1):.0%}; goal 70%); wrong where a peer is right: {', '.join(wrong) or 'none'}"
+        f"({wins / total:.0%}; goal 70%); wrong where a peer is right: {', '.join(wrong) or 'none'}"
     )
     return lines
 

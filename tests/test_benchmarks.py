@@ -143,7 +143,6 @@ def test_real_posteriors_records_our_steps_warnings_and_counts_mala_evaluations(
     assert not quiet["warned"] and "warned" not in notes
 
 
-@pytest.mark.slow
 def test_real_posteriors_verdict_is_left_out_without_ours_and_a_peer():
     """Issue 12's verdict compares KameleonMetropolis with a gradient-free peer; a run without
     both (e.g. GP-DA alone) prints no '0/0 posteriors' line."""
@@ -154,6 +153,7 @@ def test_real_posteriors_verdict_is_left_out_without_ours_and_a_peer():
     assert lines[-1].startswith("KameleonMetropolis: ESS/eval >= best gradient-free peer on 1/1 posteriors")
 
 
+@pytest.mark.slow
 def test_real_posteriors_metropolis_count_matches_pymc():
     """The Metropolis count (two evaluations per scalar element) matches PyMC's delta_logp calls."""
     import pymc as pm
