@@ -92,7 +92,8 @@ class TuningReport:
     phase : str
         ``"scan"``, ``"adaptive_metropolis"`` or ``"kameleon"`` at the end of tuning.
     accept_rate : float
-        Mean acceptance probability over the last window of tuning (NaN if none).
+        Mean acceptance probability over the last window of tuning, or over its last
+        ``first_window`` steps if that window had fewer (NaN if none).
     wants_kameleon : bool
         Whether the proposal would use Kameleon moves once tuned.
     uncovered : float
@@ -490,7 +491,7 @@ class ScaleFreeKameleon(WhitenedCoordinates, Proposal):
         return TuningReport(
             self.tune_steps,
             self.phase,
-            windows.accept_rate,
+            windows.last_accept_rate,
             self.wants_kameleon,
             uncovered,
             drift,

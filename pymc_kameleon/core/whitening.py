@@ -234,7 +234,8 @@ class AdaptationWindow:
     is the tuning step at which the current one ends. ``recent``, ``recent_log_density`` and
     ``recent_gradient`` keep the last :data:`DRIFT_STATES` tuning states, their log densities and
     (if the step has them) the log density's gradients there across windows, for the drift, climb
-    and gradient-spread checks.
+    and gradient-spread checks; ``recent_accept`` their acceptance probabilities, for the
+    acceptance check when tuning ends early in a window.
     """
 
     def __init__(self, dim: int, history_size: int, first_window: int, end: int):
@@ -250,12 +251,14 @@ class AdaptationWindow:
         self.recent = deque(maxlen=DRIFT_STATES)
         self.recent_log_density = deque(maxlen=DRIFT_STATES)
         self.recent_gradient = deque(maxlen=DRIFT_STATES)
+        self.recent_accept = deque(maxlen=DRIFT_STATES)
 
     def record(self, y_new, accept_prob: float, log_density: float = math.nan, gradient=None) -> None:
         """One tuning step's state, acceptance probability, log density (NaN if unknown) and the log
         density's gradient (None if unknown)."""
         self.draws.append(y_new)
         self.accept.append(float(accept_prob))
+        self.recent_accept.append(float(accept_prob))
         y_new = np.asarray(y_new, dtype=float)
         if self._last_state is not None and not np.array_equal(y_new, self._last_state):
             self.moves += 1
@@ -298,6 +301,19 @@ class AdaptationWindow:
     def accept_rate(self) -> float:
         """Mean acceptance probability of this window's steps (NaN if none)."""
         return float(np.mean(self.accept)) if self.accept else math.nan
+
+    @property
+    def last_accept_rate(self) -> float:
+        """Mean acceptance probability over the last tuning steps (NaN if none): this window's, or
+        the last ``first_window`` (at most :data:`DRIFT_STATES`) if this window has fewer steps.
+
+        Tuning can end just after a window did; this window's few steps (none, at worst) would then
+        hide a chain that stopped moving.
+        """
+        least = min(self.first_window, DRIFT_STATES)
+        if len(self.accept) >= least or len(self.recent_accept) <= len(self.accept):
+            return self.accept_rate
+        return float(np.mean(list(self.recent_accept)[-least:]))
 
     def whitening_is_off(self, whitening: Whitening) -> bool:
         r"""Whether this window's draws so far say the learned covariance is off by a factor 3 in sd.

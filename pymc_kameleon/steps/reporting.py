@@ -35,6 +35,8 @@ _PYMC_WORKER_PREFIXES = ("worker_chain_", "smc_worker_chain_")
 
 # Acceptance rates outside [target / 2, (1 + target) / 2] at the end of tuning are reported.
 _LOW_ACCEPT_FACTOR = 0.5
+# Below this acceptance rate the chain is reported as stuck rather than as badly tuned.
+_STUCK_ACCEPT = 0.01
 # More than this fraction of the last tuning states beyond 3 bandwidths of every point of Z is reported.
 _UNCOVERED_LIMIT = 0.1
 # A drift (TuningReport.drift) above this many learned sds means tuning ended while the chain was
@@ -74,10 +76,19 @@ def tuning_problems(
         # Delayed acceptance records an unbiased estimate of each step's acceptance probability (an
         # importance weight), whose window mean can exceed 1; a rate is shown as at most 1.
         shown = f"{min(rate, 1.0):.3f}" + (f" (estimated as {rate:.3g}, capped at 1)" if rate > 1.0 else "")
-        problems.append(
-            f"the acceptance rate over the last tuning window was {shown}, far from "
-            f"target_accept={target_accept:.3g}; increase `tune` so that the adaptation can settle"
-        )
+        if rate < _STUCK_ACCEPT:
+            problems.append(
+                f"the chain was stuck at the end of tuning: the acceptance rate over its last tuning steps "
+                f"was {shown} (target_accept={target_accept:.3g}), so its draws may all sit at one point far "
+                "from the posterior. Causes: a start far from the posterior, or a likelihood estimate "
+                "(PseudoMarginalPotential) that overestimates by luck and is held on to; start closer to "
+                "the posterior (initvals), use a less noisy estimator, or increase `tune`"
+            )
+        else:
+            problems.append(
+                f"the acceptance rate over the last tuning window was {shown}, far from "
+                f"target_accept={target_accept:.3g}; increase `tune` so that the adaptation can settle"
+            )
     if math.isfinite(report.uncovered) and report.uncovered > _UNCOVERED_LIMIT:
         problems.append(
             f"{100 * report.uncovered:.0f}% of the last tuning states lie more than 3 bandwidths from every "

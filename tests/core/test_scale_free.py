@@ -414,6 +414,43 @@ def test_report_never_shows_an_acceptance_rate_above_one(rate, shown):
     assert f"the acceptance rate over the last tuning window was {shown}" in problem
 
 
+def _stopped_at_a_window_boundary():
+    """A chain that moved for 300 steps, then stopped, with tuning ending as a window ends."""
+    rng = np.random.default_rng(3)
+    prop = ScaleFreeKameleon(2, make_kernel("linear"), am_weight=1.0, scan_steps=0, first_window=50)
+    y = np.zeros(2)
+    for i in range(3000):
+        if i < 300:
+            y = rng.normal(size=2)
+        prop.adapt(y, 0.3 if i < 300 else 0.0, rng)
+        if i > 600 and len(prop._windows.accept) == 0:
+            return prop
+    raise AssertionError("no window ended")
+
+
+def test_acceptance_at_the_end_of_tuning_reads_the_last_steps_when_a_window_just_began():
+    """Tuning can end as a window ends: the new window has no steps, and the report reads the last
+    first_window tuning steps instead; a stopped chain is reported as stuck."""
+    from pymc_kameleon.steps.reporting import tuning_problems
+
+    prop = _stopped_at_a_window_boundary()
+    report = prop.report()
+    assert report.accept_rate == 0.0
+    (problem,) = tuning_problems(report, 0.234, 0, 2)
+    assert "the chain was stuck at the end of tuning" in problem and "was 0.000" in problem
+
+
+def test_negative_control_the_new_window_alone_hides_a_stopped_chain():
+    from pymc_kameleon.core.scale_free import TuningReport
+    from pymc_kameleon.steps.reporting import tuning_problems
+
+    prop = _stopped_at_a_window_boundary()
+    rate = prop._windows.accept_rate  # what the report read before
+    assert math.isnan(rate)
+    report = TuningReport(prop.tune_steps, prop.phase, rate, False, math.nan)
+    assert tuning_problems(report, 0.234, 0, 2) == []
+
+
 @pytest.mark.parametrize("tuned_steps", [0, 10])
 def test_tuning_that_ends_inside_the_scan_leaves_every_coordinate_moving(tuned_steps):
     """A frozen scan moved one coordinate for ever (its coordinate advances only as it adapts)."""
