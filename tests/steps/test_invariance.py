@@ -43,7 +43,10 @@ def test_invariance_on_known_targets(name, z_scores):
 @pytest.mark.parametrize("kernel", ["matern32", "linear"])
 def test_invariance_other_kernels(kernel, z_scores):
     target = TARGETS["banana"]()
-    draws = sample_target(target, lambda: KameleonMetropolis(kernel=kernel), seed=7)
+    # Seed 15: at seed 7 both this and the Gaussian kernel had one chain's rare excursion into the
+    # banana's heavy tail once the 2026-11-25 environment came in (max z 4.01 here, 4.62 with the Gaussian
+    # kernel, both mean_1); over seeds 8-26 the max z was 0.47-2.98 here and 0.97-2.73 with the Gaussian.
+    draws = sample_target(target, lambda: KameleonMetropolis(kernel=kernel), seed=15)
     scores = z_scores(draws, target)
     assert max(scores.values()) < Z_MAX, scores
 
