@@ -227,3 +227,36 @@ def test_scale_out_quick_mode(capsys):
     assert "| 2 workers | parallel (s) |" in out
     assert len(rows) == 3 and all(r.rstrip().endswith("| yes |") for r in rows)  # identical draws
     assert [r.split("|")[5].strip() for r in rows] == ["Dask", "Dask", "ProcessPoolExecutor"]
+
+
+@pytest.mark.slow
+def test_kass_unstandardised_regression_quick_mode(capsys):
+    bench = _load("kass_unstandardised_regression")
+    rows, exact = bench.main(["--quick"])
+    out = capsys.readouterr().out
+    assert "| KASS | 1 |" in out and "| pm MH | 1 |" in out
+    assert exact == pytest.approx(-150.096, abs=1e-3)
+    assert math.isfinite(rows["KASS"][0]["se"]) and rows["KASS"][0]["evals"] > 200
+
+
+def test_kass_unstandardised_regression_exact_log_z_matches_importance_sampling():
+    """The quadrature log Z against importance sampling over sigma from a log-normal around the
+    posterior of sigma, the coefficients integrated out analytically (y's Gaussian marginal)."""
+    from scipy.special import logsumexp
+    from scipy.stats import halfnorm, multivariate_normal, norm
+
+    bench = _load("kass_unstandardised_regression")
+    X, y = bench.make_data()
+    log_s = np.random.default_rng(0).normal(-0.1, 0.15, 4000)  # the posterior's log sigma: -0.11 +- 0.07
+    s = np.exp(log_s)
+    cov0 = (X * bench.PRIOR_SDS**2) @ X.T
+    eye = np.eye(y.size)
+    log_lik = np.array([multivariate_normal(np.zeros(y.size), v * v * eye + cov0).logpdf(y) for v in s])
+    # the proposal's density of s is N(log s; -0.1, 0.15) / s
+    log_q = norm(-0.1, 0.15).logpdf(log_s) - log_s
+    log_w = log_lik + halfnorm(scale=bench.SIGMA_PRIOR_SD).logpdf(s) - log_q
+    estimate = logsumexp(log_w) - math.log(s.size)
+    w = np.exp(log_w - log_w.max())
+    se = w.std() / w.mean() / math.sqrt(w.size)  # of the log estimate, to first order
+    exact = bench.exact_log_z(X, y)
+    assert abs(estimate - exact) < 4 * se + 1e-3 and se < 0.02, (estimate, exact, se)
