@@ -41,6 +41,7 @@ SIGMA_PRIOR_SD = 5.0
 
 VARIANTS = {
     "KASS": (KASS, {}),
+    "KASS acceptance rule": (KASS, {"n_steps": "acceptance"}),  # the default before the "moved" rule
     "KASS iw=0": (KASS, {"independence_weight": 0.0}),
     "KASS n_steps=40": (KASS, {"n_steps": 40}),
     "ASMC": (ASMC, {}),

@@ -44,7 +44,7 @@ __all__ = [
     "rejuvenate",
 ]
 
-STEP_RULES = ("correlation", "acceptance")
+STEP_RULES = ("correlation", "acceptance", "moved")
 RESAMPLING = ("multinomial", "systematic")
 # A stage whose mean acceptance probability is below this has moves that barely mix.
 MIN_STAGE_ACCEPT = 0.01
@@ -362,6 +362,7 @@ class StageSweeps:
 
     mean_accept: float  # mean acceptance probability over all the stage's proposals
     sweeps: int
+    unmoved: float = np.nan  # expected fraction of particles that never moved: mean_i prod_s (1 - alpha_is)
 
 
 def rejuvenate(
@@ -396,15 +397,25 @@ def rejuvenate(
         :math:`\log p(x_i)`, :math:`\log L(x_i)` and :math:`\log \pi_t(x_i)`.
     family, evaluate, beta, rng, chunk_size
         As in :func:`~pymc_kameleon.core.smc.population_mh_move`.
-    n_steps : int, "acceptance" or "correlation"
-        An integer fixes the number of sweeps. ``"acceptance"`` runs one sweep, then
-        :func:`~pymc_kameleon.core.smc.steps_for_acceptance` sweeps at its acceptance rate.
+    n_steps : int, "moved", "acceptance" or "correlation"
+        An integer fixes the number of sweeps. ``"moved"`` sweeps until the expected fraction of
+        particles that have not moved yet,
+
+        .. math::
+            u_k = \frac1N \sum_{i=1}^N \prod_{s=1}^{k} (1 - \alpha_{i,s})
+
+        with :math:`\alpha_{i,s}` particle :math:`i`'s acceptance probability at sweep :math:`s`,
+        is at most ``1 - move_probability``. ``"acceptance"`` runs one sweep, then
+        :func:`~pymc_kameleon.core.smc.steps_for_acceptance` sweeps at its mean acceptance rate:
+        the same criterion if every particle accepted at the mean rate, which undercounts where
+        the acceptance differs between particles (:math:`u_k \ge (1 - \bar\alpha)^k`, by
+        Jensen's inequality): in a funnel's neck particles accept far less than the mean.
         ``"correlation"`` sweeps while more than 90% of the coordinates' correlations with the
-        starting particles still drop by more than ``correlation_threshold``. Both rules stop at
+        starting particles still drop by more than ``correlation_threshold``. All rules stop at
         ``max_steps``.
     max_steps : int
     move_probability : float
-        For ``"acceptance"``: the probability that a particle has moved.
+        For ``"moved"`` and ``"acceptance"``: the probability that a particle has moved.
     correlation : object, optional
         For ``"correlation"``: ``correlation.get(X)`` gives each coordinate's absolute correlation
         with the starting particles (PyMC's ``Pearson``).
@@ -420,6 +431,7 @@ def rejuvenate(
     planned = n_steps if isinstance(n_steps, int | np.integer) else max_steps
     old_corr = 2.0
     accept_means, sweeps = [], 0
+    stay = np.ones(X.shape[0])  # probability that each particle has not moved yet (Rao-Blackwellised)
     factors = family.factor_batch(X, chunk_size=chunk_size) if cache_factors else None
     while sweeps < planned:
         move = population_mh_move(
@@ -442,8 +454,12 @@ def rejuvenate(
         loglik[acc] = move.loglik[acc]
         log_target[acc] = move.log_target[acc]
         accept_means.append(float(np.mean(move.accept_prob)))
+        stay *= 1.0 - move.accept_prob
         sweeps += 1
-        if n_steps == "correlation":
+        if n_steps == "moved":
+            if np.mean(stay) <= 1.0 - move_probability:
+                break
+        elif n_steps == "correlation":
             pearson_r = correlation.get(X)
             if np.mean((old_corr - pearson_r) > correlation_threshold) > 0.9:
                 old_corr = pearson_r
@@ -451,7 +467,7 @@ def rejuvenate(
                 break
         elif n_steps == "acceptance" and sweeps == 1:
             planned = steps_for_acceptance(accept_means[0], move_probability, 1, max_steps)
-    return StageSweeps(float(np.mean(accept_means)), sweeps)
+    return StageSweeps(float(np.mean(accept_means)), sweeps, float(np.mean(stay)))
 
 
 class PoorMixingLog:

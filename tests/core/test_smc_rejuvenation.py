@@ -124,6 +124,51 @@ def test_acceptance_rule():
     assert stuck.sweeps == 20 and stuck.mean_accept == 0.0
 
 
+def half_stuck(P):
+    """Proposals with x0 < 0 are outside the support; those with x0 >= 0 are far more probable than any
+    particle. Particles deep on either side stay there, so one half accepts every proposal and the other
+    none: the mean acceptance is 1/2, but half the particles never move."""
+    return np.where(P[:, 0] < 0, -np.inf, 1e6), np.zeros(len(P))
+
+
+def two_groups(n=100):
+    X, log_prior, loglik, log_target = particles(n=n)
+    X[:, 0] = np.where(np.arange(n) < n // 2, -1e3, 1e3)
+    return X, log_prior, loglik, log_target
+
+
+def test_moved_rule_counts_every_particle():
+    """Exact: half the particles accept with probability 1 and half with 0. The acceptance rule plans
+    ceil(log 0.01 / log 0.5) = 7 sweeps at the mean rate 1/2 (the negative control: it stops with half the
+    particles never moved); the moved rule sees that the expected unmoved fraction stays at exactly 1/2 and
+    sweeps to the cap."""
+    results = {}
+    for rule in ("acceptance", "moved"):
+        arrays = two_groups()
+        family = fit(particles()[0]).family  # fitted on ordinary particles: proposals stay on their side
+        results[rule] = rejuvenate(
+            *arrays, family, half_stuck, 0.7, np.random.default_rng(4),
+            n_steps=rule, max_steps=20, move_probability=0.99,
+        )
+    assert results["acceptance"].sweeps == 7 and results["acceptance"].mean_accept == pytest.approx(0.5)
+    assert results["acceptance"].unmoved == pytest.approx(0.5)
+    assert results["moved"].sweeps == 20 and results["moved"].unmoved == pytest.approx(0.5)
+
+
+def test_moved_rule_stops_when_every_particle_has_moved():
+    """Every proposal accepted: after one sweep no particle is unmoved (u_1 = 0), so the rule stops;
+    on the correlated Gaussian it stops once the expected unmoved fraction is at most 1%, and needs at
+    least the acceptance rule's sweeps (Jensen: mean of prod(1 - alpha) >= (1 - mean alpha)^k)."""
+    def everywhere(P):
+        return np.full(len(P), 1e6), np.zeros(len(P))
+
+    one = run_rule("moved", everywhere)
+    assert one.sweeps == 1 and one.unmoved == 0.0 and one.mean_accept == 1.0
+    moved, acceptance = run_rule("moved", max_steps=100), run_rule("acceptance", max_steps=100)
+    assert moved.unmoved <= 0.01 < run_rule("moved", max_steps=moved.sweeps - 1).unmoved
+    assert moved.sweeps >= acceptance.sweeps
+
+
 class Correlations:
     """Stands in for PyMC's Pearson: scripted correlations with the starting particles, sweep by sweep."""
 
