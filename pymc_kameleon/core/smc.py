@@ -30,7 +30,9 @@ __all__ = [
     "PopulationMove",
     "adapt_log_scale",
     "evidence_relative_variance",
+    "evidence_lag",
     "genealogy_stats",
+    "loglik_rise",
     "population_mh_move",
     "steps_for_acceptance",
     "tempered_log_density",
@@ -229,3 +231,83 @@ def genealogy_stats(weights, eve, n_weightings: int, multinomial: bool = True) -
         ),
         "distinct_ancestors": int(np.unique(eve).size),
     }
+
+
+def loglik_rise(loglik_start, loglik_end, parents) -> tuple[float, float]:
+    r"""How far a stage's sweeps raised the particles' log-likelihood, and the standard error of that rise.
+
+    After reweighting to :math:`\beta_t` and resampling, particles that had reached
+    :math:`\pi_{t-1}` are distributed as :math:`\pi_t`, and :math:`\pi_t`-invariant sweeps leave the
+    mean of :math:`\log L` where it is: the expected rise
+
+    .. math::
+        D_t = \frac1N \sum_i \left(\log L(x_i^{\mathrm{end}}) - \log L(x_i^{\mathrm{start}})\right)
+
+    is zero. Particles that lagged behind (too few at high likelihood) rise towards
+    :math:`\mathbb E_{\pi_t}[\log L]`, so :math:`D_t > 0` measures (at least) how far they lagged when
+    they were reweighted. The standard error is cluster-robust: copies of one resampled parent start
+    from the same value, so the :math:`N` differences are not independent, but the parents are:
+
+    .. math::
+        \widehat{\mathrm{se}}(D_t) = \frac1N \Bigl(\sum_{p} \bigl(\textstyle\sum_{i:\,a_i = p}
+            (d_i - D_t)\bigr)^2\Bigr)^{1/2},
+
+    with :math:`d_i` the particles' rises and :math:`a_i` their parents' indices.
+
+    Parameters
+    ----------
+    loglik_start, loglik_end : arrays of shape (N,)
+        :math:`\log L` of each particle before the stage's first sweep and after its last.
+    parents : int array of shape (N,)
+        The index each particle was resampled from (PyMC's ``resampling_indexes``).
+
+    Returns
+    -------
+    (float, float)
+        :math:`D_t` and its standard error; (NaN, NaN) if any value is not finite.
+    """
+    rise = np.asarray(loglik_end, dtype=float) - np.asarray(loglik_start, dtype=float)
+    if rise.size == 0 or not np.all(np.isfinite(rise)):
+        return math.nan, math.nan
+    mean = float(rise.mean())
+    _, cluster = np.unique(np.asarray(parents).reshape(-1), return_inverse=True)
+    cluster_sums = np.bincount(cluster, weights=rise - mean)
+    return mean, float(math.sqrt(np.sum(cluster_sums**2)) / rise.size)
+
+
+def evidence_lag(beta, rise, rise_se) -> tuple[float, float]:
+    r"""An estimate of how far the evidence is too low because the particles lagged their tempered targets.
+
+    Since :math:`\frac{d}{d\beta} \log Z(\beta) = \mathbb E_{\pi_\beta}[\log L]`, an SMC sampler whose
+    particles' mean :math:`\log L` falls :math:`\delta_t` short of :math:`\mathbb E_{\pi_t}[\log L]`
+    when it reweights from :math:`\beta_{t-1}` to :math:`\beta_t` underestimates that stage's
+    increment of :math:`\log Z` by about :math:`(\beta_t - \beta_{t-1})\,\delta_t`. The rise
+    :math:`D_t` of :func:`loglik_rise` is the part of :math:`\delta_t` that the stage's sweeps made
+    up, so
+
+    .. math::
+        \Lambda = \sum_t (\beta_t - \beta_{t-1})\, D_t,
+        \qquad \mathrm{se}(\Lambda) = \Bigl(\sum_t (\beta_t - \beta_{t-1})^2\,
+            \mathrm{se}(D_t)^2\Bigr)^{1/2}
+
+    estimates the low bias of :math:`\log \hat Z` (a lower bound when the sweeps do not close the
+    whole gap). It is zero in expectation when every stage's particles had reached their target.
+
+    Parameters
+    ----------
+    beta : array of shape (T,)
+        :math:`\beta_1, \dots, \beta_T`, the stages' inverse temperatures (:math:`\beta_0 = 0`).
+    rise, rise_se : arrays of shape (T,)
+        :math:`D_t` and its standard error per stage; stages with NaN are left out.
+
+    Returns
+    -------
+    (float, float)
+        :math:`\Lambda` and its standard error.
+    """
+    beta = np.asarray(beta, dtype=float).reshape(-1)
+    step = np.diff(np.concatenate([[0.0], beta]))
+    rise, rise_se = np.asarray(rise, dtype=float), np.asarray(rise_se, dtype=float)
+    known = np.isfinite(rise) & np.isfinite(rise_se)
+    lag = float(np.sum(step[known] * rise[known]))
+    return lag, float(math.sqrt(np.sum((step[known] * rise_se[known]) ** 2)))

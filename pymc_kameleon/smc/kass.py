@@ -25,7 +25,7 @@ from pymc.smc.kernels import Pearson
 
 from pymc_kameleon.core.kameleon import check_subsample_size
 from pymc_kameleon.core.kernels import make_kernel
-from pymc_kameleon.core.smc import adapt_log_scale, genealogy_stats
+from pymc_kameleon.core.smc import adapt_log_scale, evidence_lag, genealogy_stats, loglik_rise
 from pymc_kameleon.core.smc_rejuvenation import (
     CollapsedParticlesError,
     PoorMixingLog,
@@ -34,7 +34,12 @@ from pymc_kameleon.core.smc_rejuvenation import (
     rejuvenate,
 )
 from pymc_kameleon.smc._batched import BatchedSMCKernel, check_continuous
-from pymc_kameleon.smc.results import MIN_DISTINCT_ANCESTORS, collapsed_genealogy_message
+from pymc_kameleon.smc.results import (
+    MIN_DISTINCT_ANCESTORS,
+    collapsed_genealogy_message,
+    evidence_lag_message,
+    lag_is_material,
+)
 
 __all__ = ["ASMC", "KASS"]
 
@@ -176,6 +181,8 @@ class KASS(BatchedSMCKernel):
         "likelihood_evals": (int, []),
         "evidence_relative_variance": (float, []),
         "distinct_ancestors": (int, []),
+        "loglik_rise": (float, []),
+        "loglik_rise_se": (float, []),
     }
 
     _default_proposal_kernel = "gaussian"
@@ -271,6 +278,7 @@ class KASS(BatchedSMCKernel):
         # The stages that barely mixed, for the chain's warning and the collapse error.
         self._poor_stages = PoorMixingLog(self.max_steps, adaptive=isinstance(self.n_steps_rule, str))
         self._eve = np.arange(self.draws)  # the initial draw each particle descends from
+        self._rises = []  # (stage, beta, loglik_rise, its se): for the evidence-lag warning
         self._evidence = {"evidence_relative_variance": np.nan, "distinct_ancestors": self.draws}
 
     # ---------------------------------------------------------------- one stage
@@ -334,6 +342,7 @@ class KASS(BatchedSMCKernel):
         rule = self.n_steps_rule
         N, d = self.tempered_posterior.shape
         before = self._evaluations
+        loglik_start = np.array(self.likelihood_logp, dtype=float)
         moved = rejuvenate(
             self.tempered_posterior,
             self.prior_logp,
@@ -352,7 +361,12 @@ class KASS(BatchedSMCKernel):
             cache_factors=N * d * d * 8 <= _FACTOR_CACHE_BYTES,
         )
         evals = self._evaluations - before
-        self._stage.update(mean_accept_rate=moved.mean_accept, n_steps=moved.sweeps, likelihood_evals=evals)
+        rise, rise_se = loglik_rise(loglik_start, self.likelihood_logp, self.resampling_indexes)
+        self._rises.append((self.iteration, self.beta, rise, rise_se))
+        self._stage.update(
+            mean_accept_rate=moved.mean_accept, n_steps=moved.sweeps, likelihood_evals=evals,
+            loglik_rise=rise, loglik_rise_se=rise_se,
+        )
         self.n_steps = moved.sweeps
         self._log_scale = adapt_log_scale(
             self._log_scale, moved.mean_accept, self.target_accept, self.learning_rate
@@ -361,6 +375,8 @@ class KASS(BatchedSMCKernel):
         if self.beta >= 1 and self._poor_stages:  # one warning per chain, at its last stage
             message = self._poor_stages.warning(type(self).__name__, self.iteration)
             self._warnings.warn(message, RuntimeWarning, stacklevel=1)
+        if self.beta >= 1:
+            self._warn_evidence_lag()
         ancestors = self._evidence["distinct_ancestors"]
         has_error_bar = self.resampling == "multinomial"
         if self.beta >= 1 and has_error_bar and ancestors < MIN_DISTINCT_ANCESTORS:
@@ -368,6 +384,21 @@ class KASS(BatchedSMCKernel):
             counts = f"one chain: {ancestors} of {self.draws}"
             message = collapsed_genealogy_message(counts, self.draws, ancestors)
             self._warnings.warn(f"{type(self).__name__}: {message}", UserWarning, stacklevel=1)
+
+    def _warn_evidence_lag(self):
+        """Warn when the particles' log-likelihood rises put log Z materially low
+        (:func:`~pymc_kameleon.core.smc.evidence_lag`)."""
+        stages, betas, rises, rise_ses = (np.array(column) for column in zip(*self._rises))
+        lag, lag_se = evidence_lag(betas, rises, rise_ses)
+        variance = self._evidence["evidence_relative_variance"]
+        log_z_se = math.sqrt(math.log1p(variance)) if variance > -1 else math.nan  # NaN stays NaN
+        if lag_is_material(lag, lag_se, log_z_se):
+            steps = np.diff(np.concatenate([[0.0], betas]))
+            worst = int(np.nanargmax(steps * rises))
+            message = evidence_lag_message(
+                type(self).__name__, lag, lag_se, log_z_se, int(stages[worst]), float(betas[worst])
+            )
+            self._warnings.warn(message, UserWarning, stacklevel=1)
 
     # ---------------------------------------------------------------- reporting
     def sample_stats(self):
@@ -378,6 +409,8 @@ class KASS(BatchedSMCKernel):
                 name: self._stage[name] for name in ("mean_accept_rate", "nu2", "scale", "bandwidth", "gamma")
             },
             **{name: int(self._stage[name]) for name in ("n_steps", "subsample_size", "likelihood_evals")},
+            "loglik_rise": self._stage["loglik_rise"],
+            "loglik_rise_se": self._stage["loglik_rise_se"],
             **self._evidence,
         }
 
