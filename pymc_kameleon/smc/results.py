@@ -102,6 +102,12 @@ def _warn_collapsed_genealogy(distinct: list[int], draws: int) -> None:
         warnings.warn(message, UserWarning, stacklevel=3)
 
 
+def log_z_std_error(relative_variance):
+    """The standard error of log Z from V = Var(Z_hat)/Z^2: sqrt(log(1 + V)), as Z_hat/Z is close to
+    log-normal; V is unbiased, not clipped, so a slightly negative V gives 0. NaN stays NaN."""
+    return np.sqrt(np.log1p(np.maximum(relative_variance, 0.0)))
+
+
 # The evidence-lag warning (core.smc.evidence_lag): the estimate must stand clear of its own noise (LAG_Z
 # standard errors) and be no smaller than log Z's error bar, which does not include it.
 LAG_Z = 3.0
@@ -223,6 +229,6 @@ def log_evidence(idata) -> LogEvidence:
             UserWarning,
             stacklevel=2,
         )
-    std_error = np.sqrt(np.log1p(np.maximum(rel_var, 0.0)))
+    std_error = log_z_std_error(rel_var)
     _warn_disagreeing_chains(log_z, std_error)
     return LogEvidence(log_z, std_error)
