@@ -475,22 +475,28 @@ class PoorMixingLog:
 
     A stage barely mixed when its mean acceptance probability is below :data:`MIN_STAGE_ACCEPT`, or
     when an adaptive sweep rule (``adaptive=True``) hit the cap of ``max_steps`` sweeps. ``len()``
-    is the number of such stages.
+    is the number of such stages. A capped stage whose moves were accepted often enough is a
+    different failure: most particles moved, a few never did (the ``"moved"`` rule's ``unmoved``
+    fraction), so the warning says that instead of calling the whole run unreliable.
     """
 
     def __init__(self, max_steps: int, adaptive: bool):
         self.max_steps = max_steps
         self.adaptive = adaptive
         self.stages = []  # (stage, beta, mean acceptance, sweeps)
+        self.unmoved = {}  # stage -> expected fraction of particles never moved, where known
 
     def __len__(self) -> int:
         return len(self.stages)
 
-    def record(self, stage: int, beta: float, mean_accept: float, sweeps: int) -> None:
+    def record(
+        self, stage: int, beta: float, mean_accept: float, sweeps: int, unmoved: float = np.nan
+    ) -> None:
         """Note the stage if it barely mixed."""
         capped = self.adaptive and sweeps >= self.max_steps
         if capped or mean_accept < MIN_STAGE_ACCEPT:
             self.stages.append((stage, beta, mean_accept, sweeps))
+            self.unmoved[stage] = unmoved
 
     def worst(self) -> tuple:
         """The (stage, beta, mean acceptance, sweeps) row of the stage that mixed worst."""
@@ -511,6 +517,8 @@ class PoorMixingLog:
     def warning(self, sampler: str, n_stages: int) -> str:
         """The chain's warning after ``n_stages`` stages: the worst stage, the capped ones, the remedies."""
         stage, beta, accept, _ = self.worst()
+        if accept >= MIN_STAGE_ACCEPT:  # every flagged stage accepted often enough: it hit the cap
+            return self._stragglers_warning(sampler, n_stages)
         n_capped = sum(sweeps >= self.max_steps for *_, sweeps in self.stages)
         capped = ""
         if n_capped and self.adaptive:
@@ -524,4 +532,20 @@ class PoorMixingLog:
             "stage's (or of the prior draws), so the posterior and the evidence are unreliable. Use more "
             "draws, threshold=0.8 (more, gentler stages) or a larger max_steps, let the proposal scale "
             "adapt (learning_rate > 0, initial_scale near 1), or reparametrise the model."
+        )
+
+    def _stragglers_warning(self, sampler: str, n_stages: int) -> str:
+        """Stages that hit the sweep cap although their moves were accepted: some particles never moved."""
+        known = {stage: u for stage, u in self.unmoved.items() if np.isfinite(u)}
+        stage = max(known, key=known.get) if known else self.stages[-1][0]
+        beta, accept = next((b, a) for s, b, a, _ in self.stages if s == stage)
+        unmoved = f" {known[stage]:.1%} of the particles had never moved," if known else ""
+        plural = "s" if len(self.stages) > 1 else ""
+        return (
+            f"{sampler}: {len(self.stages)} of {n_stages} stage{plural} reached the cap of "
+            f"max_steps={self.max_steps} sweeps with particles that had not moved: at stage {stage} "
+            f"(beta={beta:.3g}){unmoved} although {accept:.1%} of all proposals were accepted. Such "
+            "particles sit where the proposals are far too wide for them, as in a funnel's neck (a "
+            "hierarchical scale near zero), so that region may be under-explored. Reparametrise (for "
+            "example non-centred), or raise max_steps; if log Z suffered, the evidence-lag warning says so."
         )

@@ -373,7 +373,7 @@ class KASS(BatchedSMCKernel):
         self._log_scale = adapt_log_scale(
             self._log_scale, moved.mean_accept, self.target_accept, self.learning_rate
         )
-        self._poor_stages.record(self.iteration, self.beta, moved.mean_accept, moved.sweeps)
+        self._poor_stages.record(self.iteration, self.beta, moved.mean_accept, moved.sweeps, moved.unmoved)
         if self.beta >= 1 and self._poor_stages:  # one warning per chain, at its last stage
             message = self._poor_stages.warning(type(self).__name__, self.iteration)
             self._warnings.warn(message, RuntimeWarning, stacklevel=1)

@@ -109,9 +109,9 @@ def log_z_std_error(relative_variance):
 
 
 # The evidence-lag warning (core.smc.evidence_lag): the estimate must stand clear of its own noise (LAG_Z
-# standard errors) and be no smaller than log Z's error bar, which does not include it.
+# standard errors) and be at least half log Z's error bar (which does not include it), and MIN_LAG nats.
 LAG_Z = 3.0
-MIN_LAG = 0.05  # nats; the floor when there is no error bar (systematic resampling)
+MIN_LAG = 0.05
 
 
 def lag_is_material(lag: float, lag_se: float, log_z_se: float) -> bool:
@@ -119,23 +119,22 @@ def lag_is_material(lag: float, lag_se: float, log_z_se: float) -> bool:
     standard error ``log_z_se`` (NaN: no error bar)."""
     if not (math.isfinite(lag) and math.isfinite(lag_se)):
         return False
-    floor = log_z_se if math.isfinite(log_z_se) else 0.0
+    floor = log_z_se / 2 if math.isfinite(log_z_se) else 0.0
     return lag > LAG_Z * lag_se and lag > max(floor, MIN_LAG)
 
 
 def evidence_lag_message(sampler: str, lag: float, lag_se: float, log_z_se: float, stage: int,
                          beta: float) -> str:
     """The warning for a material evidence lag; ``stage`` and ``beta`` name the stage that rose most."""
-    bar = f", beyond log Z's standard error of {log_z_se:.2g}," if math.isfinite(log_z_se) else ""
+    bar = f"; its standard error, {log_z_se:.2g}, does not include this" if math.isfinite(log_z_se) else ""
     return (
-        f"{sampler}: the particles were still catching up with the tempered targets: their mean "
-        f"log-likelihood rose during the rejuvenation sweeps, most at stage {stage} (beta={beta:.3g}). "
-        f"Integrated over beta this puts log Z about {lag:.2g} +- {lag_se:.2g} too low{bar} and the "
-        "standard error does not include it (it is a lower bound when the sweeps did not close the "
-        "whole gap). Use more sweeps (n_steps=50, or move_probability=0.999 with the default rule); "
-        "where a scale parameter sets the spread of others (a funnel: a noise scale and regression "
-        "coefficients, a hierarchical scale), independence_weight=0 helps too. The per-stage rises "
-        "are the statistics loglik_rise and loglik_rise_se."
+        f"{sampler}: log Z is probably too low by at least {lag:.2g} +- {lag_se:.2g}{bar}. The particles "
+        "lagged behind the tempered targets: their mean log-likelihood was still rising during the "
+        f"rejuvenation sweeps, most at stage {stage} (beta={beta:.3g}). Use more sweeps (n_steps=50, or "
+        "move_probability=0.999); for a funnel-shaped posterior (a scale parameter that sets the spread "
+        "of others: a noise scale with regression coefficients, a hierarchical scale) "
+        "independence_weight=0 helps too. Per-stage figures: the statistics loglik_rise and "
+        "loglik_rise_se."
     )
 
 

@@ -208,6 +208,23 @@ def test_poor_mixing_log():
     assert len(fixed) == 1 and "hit the cap" not in fixed.warning("ASMC", 2)
 
 
+def test_poor_mixing_log_capped_stages_that_accepted():
+    """Stages that hit the cap of the moved rule while accepting often: the warning names the stage with
+    the most particles never moved and its fraction, and does not call the run unreliable. Control: with
+    one stage that accepted nothing, the barely-mixed warning is back."""
+    log = PoorMixingLog(max_steps=100, adaptive=True)
+    log.record(1, 0.05, 0.14, 100, 0.06)
+    log.record(2, 0.38, 0.17, 100, 0.276)
+    log.record(3, 1.0, 0.2, 40, 0.005)  # stopped by the rule: not recorded
+    message = log.warning("KASS", 3)
+    assert message.startswith("KASS: 2 of 3 stages reached the cap of max_steps=100 sweeps")
+    assert "stage 2 (beta=0.38) 27.6% of the particles had never moved" in message
+    assert "17.0% of all proposals were accepted" in message and "unreliable" not in message
+    assert "non-centred" in message
+    log.record(4, 1.0, 0.0, 100, 1.0)
+    assert "barely mixed in 3 of 4 stages" in log.warning("KASS", 4)
+
+
 VALID = dict(
     bandwidth="median", gamma="auto", n_subsample=1000, learning_rate=3.0, initial_scale=1.0,
     target_accept=0.234, n_steps="acceptance", correlation_threshold=0.01, move_probability=0.99,

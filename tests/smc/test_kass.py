@@ -696,9 +696,9 @@ def test_evidence_lag_warning_names_the_shortfall():
     warns with the integrated rise and the remedy, and the per-stage rises are statistics. Control: the
     defaults on the conjugate model, whose particles keep up, stay silent."""
     model, exact = _unstandardised_regression()
-    with pytest.warns(UserWarning, match="still catching up") as record:
+    with pytest.warns(UserWarning, match="log Z is probably too low") as record:
         _, log_z, idata = run_smc(model, KASS, chains=1, draws=500, var="coef", n_steps=4)
-    message = next(str(w.message) for w in record if "catching up" in str(w.message))
+    message = next(str(w.message) for w in record if "lagged behind" in str(w.message))
     assert "n_steps=50" in message and "independence_weight=0" in message
     assert log_z[0] < exact - 3
     rise, rise_se = stage_stats(idata, "loglik_rise")[0], stage_stats(idata, "loglik_rise_se")[0]
@@ -708,4 +708,18 @@ def test_evidence_lag_warning_names_the_shortfall():
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         run_smc(linear_model(), KASS, chains=1, draws=500)
-    assert not [w for w in record if "catching up" in str(w.message)]
+    assert not [w for w in record if "lagged behind" in str(w.message)]
+
+
+def test_evidence_lag_warning_rule():
+    """Warn when the lag is beyond 3 of its SEs, half log Z's SE and 0.05 nats (hand-checked cases)."""
+    from pymc_kameleon.smc.results import evidence_lag_message, lag_is_material
+
+    assert lag_is_material(0.28, 0.08, 0.45)  # a new user's n_steps=1 run, 1.7 nats low in truth
+    assert not lag_is_material(0.28, 0.1, 0.45)  # within 3 SE of nothing
+    assert not lag_is_material(0.1, 0.01, 0.45)  # small beside the error bar
+    assert lag_is_material(0.06, 0.01, np.nan) and not lag_is_material(0.04, 0.001, np.nan)
+    assert not lag_is_material(np.nan, 0.1, 0.1)
+    message = evidence_lag_message("KASS", 0.42, 0.08, 0.06, 5, 0.0123)
+    assert message.startswith("KASS: log Z is probably too low by at least 0.42 +- 0.08; its standard error")
+    assert "stage 5 (beta=0.0123)" in message
