@@ -2,6 +2,6 @@
 (linear kernel)."""
 
 from pymc_kameleon.smc.kass import ASMC, KASS
-from pymc_kameleon.smc.results import LogEvidence, log_evidence, stage_stats
+from pymc_kameleon.smc.results import EvidenceLag, LogEvidence, evidence_lags, log_evidence, stage_stats
 
-__all__ = ["ASMC", "KASS", "LogEvidence", "log_evidence", "stage_stats"]
+__all__ = ["ASMC", "KASS", "EvidenceLag", "LogEvidence", "evidence_lags", "log_evidence", "stage_stats"]

@@ -10,6 +10,8 @@ import numpy as np
 from scipy import stats
 from scipy.special import logsumexp
 
+from pymc_kameleon.core.smc import evidence_lag
+
 __all__ = ["LogEvidence", "log_evidence", "stage_stats"]
 
 
@@ -136,6 +138,37 @@ def evidence_lag_message(sampler: str, lag: float, lag_se: float, log_z_se: floa
         "independence_weight=0 helps too. Per-stage figures: the statistics loglik_rise and "
         "loglik_rise_se."
     )
+
+
+class EvidenceLag(NamedTuple):
+    """Per-chain evidence lag (nats by which log Z is probably too low) and its standard error."""
+
+    lag: np.ndarray
+    std_error: np.ndarray
+
+
+def evidence_lags(idata) -> EvidenceLag:
+    r"""How far each chain's :math:`\log \hat Z` is probably too low because its particles lagged.
+
+    :math:`\Lambda_c = \sum_t (\beta_t - \beta_{t-1}) D_{c,t}` from the ``loglik_rise`` statistics
+    (:func:`~pymc_kameleon.core.smc.evidence_lag`): about zero when every stage's particles reached
+    their tempered target, positive (a lower bound of the shortfall) when they had not. KASS warns
+    when it is material; this reads it for every chain.
+
+    Raises
+    ------
+    ValueError
+        When the run has no ``loglik_rise`` statistics (PyMC's own kernels record none).
+    """
+    if "loglik_rise" not in idata.sample_stats:
+        raise ValueError(
+            "This run has no loglik_rise statistics: the evidence lag is recorded by KASS and ASMC "
+            "(pm.sample_smc(kernel=KASS)), not by PyMC's own SMC kernels."
+        )
+    per_chain = zip(*(stage_stats(idata, name) for name in ("beta", "loglik_rise", "loglik_rise_se")))
+    lags = [evidence_lag(beta, rise, rise_se) for beta, rise, rise_se in per_chain]
+    lag, std_error = (np.array(column, dtype=float) for column in zip(*lags))
+    return EvidenceLag(lag, std_error)
 
 
 # Chains whose log Z disagree beyond their standard errors at this level are reported.

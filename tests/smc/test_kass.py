@@ -20,7 +20,7 @@ from pymc_kameleon.core.kameleon import KameleonProposal
 from pymc_kameleon.core.scale_free import WhitenedFamily
 from pymc_kameleon.core.smc import evidence_relative_variance
 from pymc_kameleon.core.smc_rejuvenation import GlobalWalkMixture, IndependenceMixture
-from pymc_kameleon.smc import LogEvidence, log_evidence, stage_stats
+from pymc_kameleon.smc import LogEvidence, evidence_lags, log_evidence, stage_stats
 from pymc_kameleon.smc.results import MIN_DISTINCT_ANCESTORS
 
 SMC_KW = dict(progressbar=False, compute_convergence_checks=False)
@@ -702,9 +702,11 @@ def test_evidence_lag_warning_names_the_shortfall():
     assert "n_steps=50" in message and "independence_weight=0" in message
     assert log_z[0] < exact - 3
     rise, rise_se = stage_stats(idata, "loglik_rise")[0], stage_stats(idata, "loglik_rise_se")[0]
-    beta = stage_stats(idata, "beta")[0]
-    lag = float(np.sum(np.diff(np.concatenate([[0.0], beta])) * rise))
-    assert lag > 3 * math.sqrt(np.sum((np.diff(np.concatenate([[0.0], beta])) * rise_se) ** 2))
+    step = np.diff(np.concatenate([[0.0], stage_stats(idata, "beta")[0]]))
+    lag, lag_se = float(np.sum(step * rise)), math.sqrt(np.sum((step * rise_se) ** 2))
+    assert lag > 3 * lag_se
+    per_chain = evidence_lags(idata)  # the same, read per chain
+    assert per_chain.lag == pytest.approx([lag]) and per_chain.std_error == pytest.approx([lag_se])
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         run_smc(linear_model(), KASS, chains=1, draws=500)
@@ -723,3 +725,11 @@ def test_evidence_lag_warning_rule():
     message = evidence_lag_message("KASS", 0.42, 0.08, 0.06, 5, 0.0123)
     assert message.startswith("KASS: log Z is probably too low by at least 0.42 +- 0.08; its standard error")
     assert "stage 5 (beta=0.0123)" in message
+
+
+def test_evidence_lags_needs_the_statistics():
+    """PyMC's own kernels record no loglik_rise: a clear error that names KASS."""
+    with _narrow_mean_model():
+        idata = pm.sample_smc(draws=100, kernel=IMH, chains=1, cores=1, random_seed=1, **SMC_KW)
+    with pytest.raises(ValueError, match="no loglik_rise.*KASS"):
+        evidence_lags(idata)
