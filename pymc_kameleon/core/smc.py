@@ -29,6 +29,7 @@ from pymc_kameleon.core.mh import metropolis_accept_batch, mh_log_ratio_batch
 __all__ = [
     "PopulationMove",
     "adapt_log_scale",
+    "beta_increments",
     "evidence_relative_variance",
     "evidence_lag",
     "genealogy_stats",
@@ -275,6 +276,13 @@ def loglik_rise(loglik_start, loglik_end, parents) -> tuple[float, float]:
     return mean, float(math.sqrt(np.sum(cluster_sums**2)) / rise.size)
 
 
+def beta_increments(beta) -> np.ndarray:
+    r""":math:`\beta_t - \beta_{t-1}` for the stages' inverse temperatures :math:`\beta_1, \dots, \beta_T`,
+    with :math:`\beta_0 = 0`."""
+    beta = np.asarray(beta, dtype=float).reshape(-1)
+    return np.diff(np.concatenate([[0.0], beta]))
+
+
 def evidence_lag(beta, rise, rise_se) -> tuple[float, float]:
     r"""An estimate of how far the evidence is too low because the particles lagged their tempered targets.
 
@@ -305,8 +313,7 @@ def evidence_lag(beta, rise, rise_se) -> tuple[float, float]:
     (float, float)
         :math:`\Lambda` and its standard error.
     """
-    beta = np.asarray(beta, dtype=float).reshape(-1)
-    step = np.diff(np.concatenate([[0.0], beta]))
+    step = beta_increments(beta)
     rise, rise_se = np.asarray(rise, dtype=float), np.asarray(rise_se, dtype=float)
     known = np.isfinite(rise) & np.isfinite(rise_se)
     lag = float(np.sum(step[known] * rise[known]))

@@ -25,7 +25,13 @@ from pymc.smc.kernels import Pearson
 
 from pymc_kameleon.core.kameleon import check_subsample_size
 from pymc_kameleon.core.kernels import make_kernel
-from pymc_kameleon.core.smc import adapt_log_scale, evidence_lag, genealogy_stats, loglik_rise
+from pymc_kameleon.core.smc import (
+    adapt_log_scale,
+    beta_increments,
+    evidence_lag,
+    genealogy_stats,
+    loglik_rise,
+)
 from pymc_kameleon.core.smc_rejuvenation import (
     CollapsedParticlesError,
     PoorMixingLog,
@@ -394,8 +400,7 @@ class KASS(BatchedSMCKernel):
         lag, lag_se = evidence_lag(betas, rises, rise_ses)
         log_z_se = float(log_z_std_error(self._evidence["evidence_relative_variance"]))
         if lag_is_material(lag, lag_se, log_z_se):
-            steps = np.diff(np.concatenate([[0.0], betas]))
-            worst = int(np.nanargmax(steps * rises))
+            worst = int(np.nanargmax(beta_increments(betas) * rises))
             message = evidence_lag_message(
                 type(self).__name__, lag, lag_se, log_z_se, int(stages[worst]), float(betas[worst])
             )

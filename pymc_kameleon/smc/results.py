@@ -12,7 +12,7 @@ from scipy.special import logsumexp
 
 from pymc_kameleon.core.smc import evidence_lag
 
-__all__ = ["LogEvidence", "log_evidence", "stage_stats"]
+__all__ = ["EvidenceLag", "LogEvidence", "evidence_lags", "log_evidence", "stage_stats"]
 
 
 def stage_stats(idata, name: str) -> list[np.ndarray]:
