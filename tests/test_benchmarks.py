@@ -78,6 +78,16 @@ def test_gp_step_cost_runs(capsys):
 
 
 @pytest.mark.slow
+def test_gp_fit_cost_runs(capsys):
+    bench = _load("gp_fit_cost")
+    out = bench.main(["--repeats", "2", "--chains", "1", "--tune", "200"])
+    assert "ms per objective evaluation" in capsys.readouterr().out
+    assert len(out["objective"]) == 5 and all(ms > 0 for ms in out["objective"].values())
+    per_step, part, fits = out["tuning"][10]
+    assert per_step > 0 and 0 < part < 1 and fits >= 1
+
+
+@pytest.mark.slow
 def test_half_chain_consistency_runs(capsys):
     bench = _load("half_chain_consistency")
     out = bench.main(["--samplers", "KameleonMetropolis", "Metropolis", "--seeds", "1", "2", "--tune", "300",

@@ -74,22 +74,28 @@ def se_ard_covariance(A, B, lengthscales, signal_variance, grad_a=False, grad_b=
 
 
 def _inverse_from_cholesky(L):
-    """:math:`K^{-1}` from its lower Cholesky factor by LAPACK ``dpotri`` (a third of a cho_solve with I)."""
+    """:math:`K^{-1}` from its lower Cholesky factor by LAPACK ``dpotri`` (a third of a cho_solve with I).
+
+    ``L`` must be zero above the diagonal (as every factor here is: ``dpotrf`` with ``clean=1``,
+    ``np.linalg.cholesky``): ``dpotri`` writes the lower triangle and leaves the upper one as it was.
+    """
     inv, info = dpotri(L, lower=1)
     if info != 0:
         return cho_solve((L, True), np.eye(L.shape[0]), check_finite=False)
-    inv = np.tril(inv)
-    return inv + np.tril(inv, -1).T
+    inv += np.tril(inv, -1).T  # mirror the lower triangle into the (zero) upper one
+    return inv
 
 
-def _dcov_dlog_lengthscale(R, U, Kv, C, lengthscales, m, grads):
+def _dcov_dlog_lengthscale(R, U, Kv, C, lengthscales, m, grads, squared_difference=None):
     r""":math:`\partial K / \partial \log \ell_m` for the joint (value, gradient) covariance.
 
     With :math:`w = r_m^2/\ell_m^2`, :math:`\partial k/\partial\log\ell_m = k w` and
     :math:`\partial u_j/\partial\log\ell_m = -2 u_j \delta_{jm}`, so every block is
     :math:`w` times itself plus corrections on the rows/columns of component ``m``.
+    ``squared_difference``: ``R[..., m] ** 2`` if the caller keeps it.
     """
-    w = R[..., m] ** 2 / lengthscales[m] ** 2  # (n, n)
+    r2 = R[..., m] ** 2 if squared_difference is None else squared_difference
+    w = r2 / lengthscales[m] ** 2  # (n, n)
     dC = C * w[:, None, :, None]
     if grads:
         KUm = Kv * U[..., m]

@@ -167,10 +167,15 @@ class GPFactor:
         return self._alpha
 
     # ------------------------------------------------------------------ refactorising
-    def _factorise(self, ell, s2, noise):
-        """Factor of K(ell, s2, noise) from scratch, with jitter escalation if needed."""
-        g = self.gradients
-        K = se_ard_covariance(self._X, self._X, ell, s2, g, g)
+    def _factorise(self, ell, s2, noise, K=None):
+        """Factor of K(ell, s2, noise) from scratch, with jitter escalation if needed.
+
+        ``K``: the kernel matrix of the stored points at these hyperparameters, without the
+        diagonal additions, if the caller has it (it is changed in place).
+        """
+        if K is None:
+            g = self.gradients
+            K = se_ard_covariance(self._X, self._X, ell, s2, g, g)
         diag_add = self._base_diag_add(ell, s2, noise, self.n_points)
         K[np.diag_indices_from(K)] += diag_add
         L = cholesky_lower(K)
