@@ -235,7 +235,9 @@ def fit_hyperparameters(
             starts.append(rng.uniform(lo, hi))
     objective = MarginalLikelihoodObjective(gp)
     best_f, best_x = objective(x_cur)[0], x_cur
-    for x0 in starts:
+    for i, x0 in enumerate(starts):
+        if any(np.array_equal(x0, earlier) for earlier in starts[:i]):
+            continue  # the same run again (after a warm-up the current values are the data's scales)
         res = minimize(
             objective, x0, jac=True, method="L-BFGS-B", bounds=bounds, options={"maxiter": int(maxiter)}
         )
