@@ -332,6 +332,13 @@ class GPSurrogate(GPPredictionMixin, GPFactor):
         """
         return gp_fit.log_marginal_likelihood(self)
 
+    def loo_log_predictive_density(self) -> float:
+        r"""Leave-one-out log predictive density of the stored values, :math:`O(n^3)`.
+
+        See :func:`pymc_kameleon.core.gp_fit.loo_log_predictive_density`.
+        """
+        return gp_fit.loo_log_predictive_density(self)
+
     def default_bounds(self):
         """Box bounds (in log space) used by :meth:`fit_hyperparameters` when none are given.
 

@@ -405,3 +405,41 @@ def test_raise_values_to_and_latest():
     assert sub.n_points == 5 and sub.max_points == 50 and sub.whitening is wh
     np.testing.assert_allclose(sub.X, X[3:])
     np.testing.assert_allclose(sub.values, gp.values[3:])
+
+
+@pytest.mark.parametrize("kwargs", [{"mean": 0.5}, {"mean": -1.0, "noise_variance": 0.03}])
+def test_leave_one_out_density_equals_refitting_without_each_point(kwargs):
+    """The closed form against its definition: for each point, a GP on the others (same
+    hyperparameters and fixed mean) predicts it; the density of its value under that prediction,
+    with the row's nugget and noise added, summed over the points."""
+    from scipy.stats import norm
+
+    rng = np.random.default_rng(21)
+    X = rng.normal(size=(12, 2))
+    y = np.sin(X[:, 0]) - 0.3 * X[:, 1] ** 2
+    hyper = dict(lengthscales=[0.9, 1.3], signal_variance=1.4, **kwargs)
+    gp = GPSurrogate(2, **hyper)
+    for x, v in zip(X, y):
+        gp.add(x, v)
+    expected = 0.0
+    for i in range(len(y)):
+        others = GPSurrogate(2, **hyper)
+        for j in np.flatnonzero(np.arange(len(y)) != i):
+            others.add(X[j], y[j])
+        mean, var = others.predict(X[i])
+        expected += norm.logpdf(y[i], mean, np.sqrt(var + gp._diag_add[i]))
+    assert gp.loo_log_predictive_density() == pytest.approx(expected, rel=1e-7)
+
+
+def test_leave_one_out_density_uses_the_value_rows_only():
+    """With gradient observations the density is over the values (each left out alone)."""
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(6, 2))
+    gp = GPSurrogate(2, lengthscales=1.0, signal_variance=1.0, gradients=True, mean=0.0)
+    for x in X:
+        gp.add(x, -0.5 * x @ x, -x)
+    value = gp.loo_log_predictive_density()
+    assert np.isfinite(value)
+    # Worse length scales predict the same values worse.
+    gp.set_hyperparameters(lengthscales=0.05)
+    assert gp.loo_log_predictive_density() < value

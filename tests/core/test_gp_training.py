@@ -207,3 +207,33 @@ def test_a_walking_pause_ends_after_max_steps_exact_evaluations():
         ended.append(not schedule.warm)
     assert ended == [False, False, True]
     assert schedule.pause_reason is None
+
+
+def test_a_fit_that_predicts_worse_leave_one_out_is_not_applied(monkeypatch):
+    """A refit's hyperparameters replace the current ones only if they predict the fit's points at
+    least as well (leave-one-out); the control, a fit that predicts better, is applied."""
+    from pymc_kameleon.core.gp import GPSurrogate
+
+    s = GPTrainingSchedule(options(d=2, initial_points=5))
+    x, y = quadratic_points(40, d=2, seed=3)
+    for xi, yi in zip(x, y):
+        s.add(xi, yi, tune=True)
+    s.gp.set_hyperparameters(lengthscales=[1.5, 1.5], signal_variance=4.0)
+    good = s.gp.loo_log_predictive_density()
+
+    def fit_to(lengthscales):
+        def fake_fit(self, **kwargs):
+            self.set_hyperparameters(lengthscales=lengthscales)
+        return fake_fit
+
+    monkeypatch.setattr(GPSurrogate, "fit_hyperparameters", fit_to([0.02, 0.02]))  # fits noise
+    s.fit(np.random.default_rng(0))
+    np.testing.assert_allclose(s.gp.lengthscales, [1.5, 1.5])
+    assert s.last_fit_kept and s.n_fits_kept == 1 and s.n_fits == 1
+    assert s.gp.loo_log_predictive_density() == pytest.approx(good)
+
+    s.gp.set_hyperparameters(lengthscales=[0.05, 0.05])
+    monkeypatch.setattr(GPSurrogate, "fit_hyperparameters", fit_to([1.5, 1.5]))
+    s.fit(np.random.default_rng(0))
+    np.testing.assert_allclose(s.gp.lengthscales, [1.5, 1.5])
+    assert not s.last_fit_kept and s.n_fits_kept == 1 and s.n_fits == 2
