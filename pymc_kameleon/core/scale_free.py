@@ -108,6 +108,9 @@ class TuningReport:
         The rise of the log density between the same two halves, in units of :math:`\sqrt{d/2}`
         (:func:`~pymc_kameleon.core.whitening.log_density_climb`; NaN if the step gave no log
         densities).
+    late_climb : float
+        The same rise between the two halves of the *last half* of those states (NaN with fewer
+        than 400): near 0 for a chain that arrived early in them, whose ``climb`` counts its arrival.
     spread : float
         The smallest, over coordinates, sd of the same states times the root mean square of the log
         density's gradient there (:func:`~pymc_kameleon.core.whitening.gradient_spread`): at least
@@ -126,6 +129,7 @@ class TuningReport:
     climb: float = math.nan
     spread: float = math.nan
     spread_coordinate: int = -1
+    late_climb: float = math.nan
 
 
 class ScaleFreeKameleon(WhitenedCoordinates, Proposal):
@@ -482,6 +486,8 @@ class ScaleFreeKameleon(WhitenedCoordinates, Proposal):
             uncovered = float(np.mean(nearest > 3.0 * self.bandwidth))
         drift = whitened_drift(self.whiten(np.array(windows.recent))) if windows.recent else math.nan
         climb = log_density_climb(windows.recent_log_density, self.dim)
+        recent_log_density = list(windows.recent_log_density)
+        late_climb = log_density_climb(recent_log_density[len(recent_log_density) // 2 :], self.dim)
         spread, spread_coordinate = math.nan, -1
         if windows.recent_gradient and all(g is not None for g in windows.recent_gradient):
             kappa = gradient_spread(np.array(windows.recent), np.array(windows.recent_gradient))
@@ -498,6 +504,7 @@ class ScaleFreeKameleon(WhitenedCoordinates, Proposal):
             climb,
             spread,
             spread_coordinate,
+            late_climb,
         )
 
     def required_tune_steps(self) -> int:

@@ -314,8 +314,51 @@ def test_report_climb_flags_a_log_density_still_rising_at_the_end_of_tuning(clim
     assert report.drift < 3.0  # the drift check alone misses it
     if climbing:
         assert report.climb > 3.0 and "still climbing at the end of tuning" in problems
+        assert report.late_climb > 1.5 and "over the last half" in problems
     else:
         assert abs(report.climb) < 1.0 and "still climbing" not in problems
+
+
+@pytest.mark.parametrize("arrival", [100, 800], ids=["arrived-early", "arrived-late"])
+def test_a_chain_that_arrived_early_in_the_last_tuning_states_is_not_called_climbing(arrival):
+    """The climb between the halves of the last 1000 tuning states counts a walk in that ended in
+    their first quarter (a regression from PyMC's start with tune=1000: climb 6.7-15.5, draws
+    right). Over the last half the log density is flat, so no warning; a chain that arrives in the
+    last half (control) is still climbing there and warns."""
+    from pymc_kameleon.steps.reporting import tuning_problems
+
+    d, rng = 20, np.random.default_rng(5)
+    prop = ScaleFreeKameleon(d, make_kernel("linear"), am_weight=1.0, scan_steps=0, first_window=50)
+    for _ in range(350):
+        prop.adapt(rng.normal(size=d), 0.3, rng)
+    far = np.clip(np.linspace(40.0, 40.0 - 40.0 * 1000 / arrival, 1000), 0.0, None)  # 40 sd -> 0 at `arrival`
+    for i in range(1000):
+        y = rng.normal(size=d)
+        y[0] += far[i]
+        prop.adapt(y, 0.3, rng, log_density=-0.5 * y @ y)
+    report = prop.report()
+    problems = " ".join(tuning_problems(report, 0.234, 0, d))
+    assert report.climb > 3.0
+    if arrival < 500:
+        assert abs(report.late_climb) < 1.0 and "still climbing" not in problems
+    else:
+        assert report.late_climb > 1.5 and "still climbing at the end of tuning" in problems
+
+
+def test_a_steady_climb_warns_although_it_rose_less_than_the_limit_over_the_last_half():
+    """A steady climb of 3.4 sqrt(d/2) between the halves keeps about half of it over the last half
+    (1.7 > 1.5 warns anyway); one of 3.2 keeps 1.4, under 1.5 but more than a quarter of the climb,
+    so it still warns: only a chain flat over the last half is taken to have arrived early."""
+    import dataclasses
+
+    from pymc_kameleon.core.scale_free import TuningReport
+    from pymc_kameleon.steps.reporting import tuning_problems
+
+    base = TuningReport(5000, "adaptive_metropolis", 0.25, False, math.nan)
+    for climb, late, warns in [(3.2, 1.4, True), (3.2, 0.5, False), (8.0, 1.4, False), (8.0, 1.6, True)]:
+        report = dataclasses.replace(base, climb=climb, late_climb=late)
+        said = "still climbing" in " ".join(tuning_problems(report, 0.234, 0, 20))
+        assert said == warns, (climb, late)
 
 
 def test_gradient_spread_is_sd_times_root_mean_square_gradient():
