@@ -263,9 +263,20 @@ def test_negative_control_re_estimating_the_current_state_is_wrong():
     assert max(scores.values()) > Z_MAX, scores
 
 
-def _climb_warnings(step_cls, seed):
-    """End-of-tuning 'still climbing' warnings of two chains started at the posterior mean, with one
-    importance sample per group and correlation 0.99 (the kept log-estimate mixes slowly)."""
+def _climbs_and_warnings(step_cls, seed, monkeypatch):
+    """End-of-tuning climbs (TuningReport.climb) and 'still climbing' warnings of two chains started at
+    the posterior mean, with one importance sample per group and correlation 0.99 (the kept
+    log-estimate mixes slowly)."""
+    from pymc_kameleon.steps import reporting
+
+    climbs = []
+    original = reporting.tuning_problems
+
+    def recording(report, *args, **kwargs):
+        climbs.append(report.climb)
+        return original(report, *args, **kwargs)
+
+    monkeypatch.setattr(reporting, "tuning_problems", recording)
     with latent_gaussian_correlated_model(n_importance=1, correlation=0.99) as model:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -273,7 +284,8 @@ def _climb_warnings(step_cls, seed):
                 step=step_cls(model=model), tune=2000, draws=10, chains=2, cores=1, random_seed=seed,
                 initvals={"theta": LATENT_POST_MEAN}, **SAMPLE_KW,
             )
-    return [str(w.message) for w in caught if "still climbing" in str(w.message)]
+    assert len(climbs) == 2
+    return climbs, [str(w.message) for w in caught if "still climbing" in str(w.message)]
 
 
 # Seeds at which the estimate-included climb crossed 3 (KAMH 3.3, GP-DA-MH 5.3).
@@ -281,17 +293,23 @@ _CLIMB_CASES = [(KameleonMetropolis, 1), (GPDelayedAcceptanceMH, 4)]
 
 
 @pytest.mark.parametrize("step_cls, seed", _CLIMB_CASES, ids=["kamh", "gp-da-mh"])
-def test_a_settled_chain_is_not_called_climbing_because_its_kept_estimate_wanders(step_cls, seed):
+def test_a_settled_chain_is_not_called_climbing_because_its_kept_estimate_wanders(
+    step_cls, seed, monkeypatch
+):
     """The climb check reads the exact part of the log density. The kept log-estimate is not a
     function of theta: on the slowly mixing u-chain its mean over the last tuning states wanders by
     several sqrt(d/2) at stationarity, which is not a chain walking in."""
-    assert _climb_warnings(step_cls, seed) == []
+    climbs, said = _climbs_and_warnings(step_cls, seed, monkeypatch)
+    assert max(climbs) < 3.0 and said == []
 
 
 @pytest.mark.parametrize("step_cls, seed", _CLIMB_CASES, ids=["kamh", "gp-da-mh"])
-def test_negative_control_the_climb_with_the_estimate_included_warns(step_cls, seed, monkeypatch):
+def test_negative_control_the_climb_with_the_estimate_included_exceeds_the_limit(step_cls, seed, monkeypatch):
+    """(The warning itself may now stay silent: a wandering estimate is flat over the last half as
+    often as not, and the late-climb rule lets that pass; KAMH at seed 1 did warn before that rule.)"""
     monkeypatch.setattr(TargetDensity, "current_exact_logp", TargetDensity.current_logp)
-    assert len(_climb_warnings(step_cls, seed)) == 1
+    climbs, _ = _climbs_and_warnings(step_cls, seed, monkeypatch)
+    assert max(climbs) > 3.0
 
 
 def _far_start_random_effects_model(n_obs=500):
