@@ -294,23 +294,29 @@ def test_log_density_climb_is_the_rise_between_halves_in_units_of_sqrt_half_d():
     assert math.isnan(log_density_climb(np.r_[lp, -np.inf], 8))  # a rejected -inf is not a climb
 
 
+def _report_after_walking_in(far, d=20):
+    """The tuning report and its warnings after 350 settled steps, then 1000 whose coordinate 0 is
+    offset by ``far`` (posterior sds), in 20-d standard normal draws with their log densities."""
+    from pymc_kameleon.steps.reporting import tuning_problems
+
+    rng = np.random.default_rng(5)
+    prop = ScaleFreeKameleon(d, make_kernel("linear"), am_weight=1.0, scan_steps=0, first_window=50)
+    for _ in range(350):
+        prop.adapt(rng.normal(size=d), 0.3, rng)
+    for offset in far:
+        y = rng.normal(size=d)
+        y[0] += offset
+        prop.adapt(y, 0.3, rng, log_density=-0.5 * y @ y)
+    report = prop.report()
+    return report, " ".join(tuning_problems(report, 0.234, 0, d))
+
+
 @pytest.mark.parametrize("climbing", [True, False], ids=["climbing", "settled"])
 def test_report_climb_flags_a_log_density_still_rising_at_the_end_of_tuning(climbing):
     """One of 20 coordinates still walking in: the whitened drift averages it away (RMS over
     coordinates), the log density does not. A settled chain's climb stays near 0 (control)."""
-    from pymc_kameleon.steps.reporting import tuning_problems
-
-    d, rng = 20, np.random.default_rng(5)
-    prop = ScaleFreeKameleon(d, make_kernel("linear"), am_weight=1.0, scan_steps=0, first_window=50)
-    for _ in range(350):
-        prop.adapt(rng.normal(size=d), 0.3, rng)
     far = np.linspace(12.0 if climbing else 0.0, 0.0, 1000)  # coordinate 0 walks in from 12 sd
-    for i in range(1000):
-        y = rng.normal(size=d)
-        y[0] += far[i]
-        prop.adapt(y, 0.3, rng, log_density=-0.5 * y @ y)
-    report = prop.report()
-    problems = " ".join(tuning_problems(report, 0.234, 0, d))
+    report, problems = _report_after_walking_in(far)
     assert report.drift < 3.0  # the drift check alone misses it
     if climbing:
         assert report.climb > 3.0 and "still climbing at the end of tuning" in problems
@@ -325,19 +331,8 @@ def test_a_chain_that_arrived_early_in_the_last_tuning_states_is_not_called_clim
     their first quarter (a regression from PyMC's start with tune=1000: climb 6.7-15.5, draws
     right). Over the last half the log density is flat, so no warning; a chain that arrives in the
     last half (control) is still climbing there and warns."""
-    from pymc_kameleon.steps.reporting import tuning_problems
-
-    d, rng = 20, np.random.default_rng(5)
-    prop = ScaleFreeKameleon(d, make_kernel("linear"), am_weight=1.0, scan_steps=0, first_window=50)
-    for _ in range(350):
-        prop.adapt(rng.normal(size=d), 0.3, rng)
     far = np.clip(np.linspace(40.0, 40.0 - 40.0 * 1000 / arrival, 1000), 0.0, None)  # 40 sd -> 0 at `arrival`
-    for i in range(1000):
-        y = rng.normal(size=d)
-        y[0] += far[i]
-        prop.adapt(y, 0.3, rng, log_density=-0.5 * y @ y)
-    report = prop.report()
-    problems = " ".join(tuning_problems(report, 0.234, 0, d))
+    report, problems = _report_after_walking_in(far)
     assert report.climb > 3.0
     if arrival < 500:
         assert abs(report.late_climb) < 1.0 and "still climbing" not in problems
