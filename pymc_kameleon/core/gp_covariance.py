@@ -19,9 +19,14 @@ __all__ = ["se_ard_covariance"]
 def _se_parts(A, B, lengthscales, signal_variance):
     """Differences ``r = a - b``, scaled ``u = r / ell^2`` and kernel values, all pairs."""
     R = A[:, None, :] - B[None, :, :]
+    return (R, *_se_from_differences(R, lengthscales, signal_variance))
+
+
+def _se_from_differences(R, lengthscales, signal_variance):
+    """``u = r / ell^2`` and the kernel values from the differences ``R`` (a fit keeps ``R``)."""
     U = R / lengthscales**2
     Kv = signal_variance * np.exp(-0.5 * np.einsum("abj,abj->ab", R, U))
-    return R, U, Kv
+    return U, Kv
 
 
 def _assemble(Kv, U, lengthscales, grad_a, grad_b):

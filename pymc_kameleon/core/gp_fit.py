@@ -20,7 +20,12 @@ import numpy as np
 from scipy.linalg import solve_triangular
 from scipy.optimize import minimize
 
-from pymc_kameleon.core.gp_covariance import _assemble, _dcov_dlog_lengthscale, _inverse_from_cholesky
+from pymc_kameleon.core.gp_covariance import (
+    _assemble,
+    _dcov_dlog_lengthscale,
+    _inverse_from_cholesky,
+    _se_from_differences,
+)
 from pymc_kameleon.core.linalg import SingularCovarianceError
 
 __all__ = [
@@ -118,8 +123,9 @@ class MarginalLikelihoodObjective:
     The pairwise differences :math:`r_{ab} = x_a - x_b` and their squares per coordinate do not
     depend on the hyperparameters; they are computed once per fit, and the kernel values once per
     evaluation (they were computed twice: for :math:`K` and for :math:`\partial K/\partial\eta`).
-    The arithmetic is that of :func:`~pymc_kameleon.core.gp_covariance.se_ard_covariance` and
-    :func:`~pymc_kameleon.core.gp_covariance._dcov_dlog_lengthscale` operation for operation,
+    The kernel comes from the same ``_se_from_differences`` as
+    :func:`~pymc_kameleon.core.gp_covariance.se_ard_covariance`'s, and the derivative from
+    :func:`~pymc_kameleon.core.gp_covariance._dcov_dlog_lengthscale` with the kept squares,
     so a fit's result is the same to the last bit; an evaluation costs about 40% of what it did
     (300 points, d = 3: 12 -> 5 ms).
     """
@@ -136,11 +142,7 @@ class MarginalLikelihoodObjective:
         g = gp.gradients
         n = gp._y.shape[0]
         R = self.R
-        U = R / ell**2
-        Kv = np.einsum("abj,abj->ab", R, U)  # in place from here: s2 * exp(-0.5 * sum_j r_j u_j)
-        Kv *= -0.5
-        np.exp(Kv, out=Kv)
-        Kv *= s2
+        U, Kv = _se_from_differences(R, ell, s2)
         C = _assemble(Kv, U, ell, g, g)
         Cm = C.reshape(n, n)
         try:

@@ -223,8 +223,8 @@ class GPTrainingSchedule:
         self.next_fit = options.initial_points
         self.fitted_at = 0  # training-set size at the last hyperparameter fit (0: never)
         self.n_fits = 0
-        self.n_fits_kept = 0  # fits whose result predicted worse (leave-one-out) than what it started from
-        self.last_fit_kept = False
+        self.n_fits_refused = 0  # fits not applied: they predicted worse (leave-one-out) than before
+        self.last_fit_refused = False
         self.resume_window = None  # screening paused until this adaptation window (None: not paused)
         self.stage1_recent = deque(maxlen=SCREENING_CHECK_STEPS)  # alpha1 of recent screened tuning steps
         self.n_pauses = 0  # times screening fell back to exact steps during tuning (stage 1 failing)
@@ -351,11 +351,11 @@ class GPTrainingSchedule:
             sub = gp.latest(self.options.fit_max_points)
             before = sub.loo_log_predictive_density()
             sub.fit_hyperparameters(n_restarts=n_restarts, rng=rng)
-            self.last_fit_kept = sub.loo_log_predictive_density() < before
-            if self.last_fit_kept:
+            self.last_fit_refused = sub.loo_log_predictive_density() < before
+            if self.last_fit_refused:
                 # The fit raised the marginal likelihood but predicts the points worse: keep what
                 # predicted them (gp_fit.loo_log_predictive_density).
-                self.n_fits_kept += 1
+                self.n_fits_refused += 1
             else:
                 gp.set_hyperparameters(
                     lengthscales=sub.lengthscales,

@@ -485,8 +485,8 @@ class ScaleFreeKameleon(WhitenedCoordinates, Proposal):
             nearest = np.sqrt(np.maximum(sq.min(axis=1), 0.0))
             uncovered = float(np.mean(nearest > 3.0 * self.bandwidth))
         drift = whitened_drift(self.whiten(np.array(windows.recent))) if windows.recent else math.nan
-        climb = log_density_climb(windows.recent_log_density, self.dim)
         recent_log_density = list(windows.recent_log_density)
+        climb = log_density_climb(recent_log_density, self.dim)
         late_climb = log_density_climb(recent_log_density[len(recent_log_density) // 2 :], self.dim)
         spread, spread_coordinate = math.nan, -1
         if windows.recent_gradient and all(g is not None for g in windows.recent_gradient):

@@ -229,11 +229,11 @@ def test_a_fit_that_predicts_worse_leave_one_out_is_not_applied(monkeypatch):
     monkeypatch.setattr(GPSurrogate, "fit_hyperparameters", fit_to([0.02, 0.02]))  # fits noise
     s.fit(np.random.default_rng(0))
     np.testing.assert_allclose(s.gp.lengthscales, [1.5, 1.5])
-    assert s.last_fit_kept and s.n_fits_kept == 1 and s.n_fits == 1
+    assert s.last_fit_refused and s.n_fits_refused == 1 and s.n_fits == 1
     assert s.gp.loo_log_predictive_density() == pytest.approx(good)
 
     s.gp.set_hyperparameters(lengthscales=[0.05, 0.05])
     monkeypatch.setattr(GPSurrogate, "fit_hyperparameters", fit_to([1.5, 1.5]))
     s.fit(np.random.default_rng(0))
     np.testing.assert_allclose(s.gp.lengthscales, [1.5, 1.5])
-    assert not s.last_fit_kept and s.n_fits_kept == 1 and s.n_fits == 2
+    assert not s.last_fit_refused and s.n_fits_refused == 1 and s.n_fits == 2
