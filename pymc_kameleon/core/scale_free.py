@@ -42,6 +42,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.linalg import solve_triangular
 
 from pymc_kameleon.core.adaptation import RobbinsMonro
 from pymc_kameleon.core.coordinate_scan import MAX_LOG_STEP, SCAN_TARGET, CoordinateScan, scan_steps_for
@@ -73,6 +74,9 @@ __all__ = [
 ]
 
 _LOG_2PI = math.log(2.0 * math.pi)
+# More than this fraction of the last tuning states beyond 3 bandwidths of every point of Z is
+# reported at the end of tuning, and means that nu^2 was tuned where the kernel term vanished.
+UNCOVERED_LIMIT = 0.1
 
 
 def _bounded_update(rm: RobbinsMonro, signal: float) -> None:
@@ -111,6 +115,9 @@ class TuningReport:
     late_climb : float
         The same rise between the two halves of the *last half* of those states (NaN with fewer
         than 400): near 0 for a chain that arrived early in them, whose ``climb`` counts its arrival.
+    late_drift : float
+        ``drift`` over the last half of those states (NaN with fewer than 400), in the same
+        whitened coordinates: small for a chain that arrived early in them.
     spread : float
         The smallest, over coordinates, sd of the same states times the root mean square of the log
         density's gradient there (:func:`~pymc_kameleon.core.whitening.gradient_spread`): at least
@@ -130,6 +137,7 @@ class TuningReport:
     spread: float = math.nan
     spread_coordinate: int = -1
     late_climb: float = math.nan
+    late_drift: float = math.nan
 
 
 class ScaleFreeKameleon(WhitenedCoordinates, Proposal):
@@ -369,18 +377,86 @@ class ScaleFreeKameleon(WhitenedCoordinates, Proposal):
         return self._end_window(rng)
 
     def end_tuning(self, rng) -> bool:
-        """Tuning is over: if it ended inside the coordinate scan, end the scan now.
+        r"""Tuning is over: end the scan or the window it ended in. Returns whether the whitening changed.
 
-        A frozen scan would move one coordinate for ever (the scan advances its coordinate as it
-        adapts). Instead the chain continues with Adaptive Metropolis moves in the scan's diagonal
-        whitening (the identity if no tuning step was taken), so every coordinate moves. Returns
-        whether the whitening changed.
+        - **Inside the coordinate scan:** a frozen scan would move one coordinate for ever (the
+          scan advances its coordinate as it adapts). Instead the chain continues with Adaptive
+          Metropolis moves in the scan's diagonal whitening (the identity if no tuning step was
+          taken), so every coordinate moves.
+        - **Inside a window** that holds at least half as many draws as the previous window:
+          the window ends now (:meth:`_end_partial_window`), so that its draws are not wasted.
         """
         if self.phase != "scan":
-            return False
+            return self._end_partial_window(rng)
         self.scan_steps = self.tune_steps
         self.last_component = "adaptive_metropolis"
         return self.tune_steps > 0 and self._end_window(rng)
+
+    def _end_partial_window(self, rng) -> bool:
+        r"""End the window that tuning ended in, if it holds at least half the previous one's draws.
+
+        The windows double, and a user's ``tune`` does not line up with them: without this, the
+        draws since the last window's end (up to two thirds of tuning) would never be used, and the
+        covariance would be the one learned before them (in 20 dimensions, learned from a window
+        that started 2000 steps before the end). The scales cannot learn after tuning, so they are
+        carried to the new coordinates by the random-walk rule for acceptance (Roberts and
+        Rosenthal, 2001: it depends on :math:`\lambda^2 \operatorname{tr}(\Sigma^{-1})` in
+        coordinates whitened by the proposal's covariance):
+
+        .. math::
+            \lambda_{new}^2 = \lambda^2\, \operatorname{tr}(C_{new}^{-1} C) / d,
+
+        which keeps the acceptance rate if the target's covariance is :math:`C_{new}`. :math:`\nu^2`
+        (a variance in whitened units) gets the same factor; but if more than
+        :data:`UNCOVERED_LIMIT` of the window's states were beyond 3 bandwidths of every point of
+        the previous Z, where the kernel term vanishes and :math:`\nu^2` tuned only
+        :math:`\gamma`, it is matched to the new :math:`\lambda` instead (:meth:`_matched_nu2`).
+        """
+        windows = self._windows
+        ran = len(windows.accept)
+        planned = windows.end - (self.tune_steps - ran)
+        if 4 * ran < planned or windows.stuck:
+            return False
+        old_chol = self.chol
+        uncovered = self._uncovered_fraction()
+        if not self._end_window(rng):
+            return False
+        relative = solve_triangular(self.chol, old_chol, lower=True, check_finite=False)
+        factor = float(np.sum(relative**2)) / self.dim  # tr(C_new^-1 C_old) / d
+        self.am_scale.rescale(math.sqrt(factor))
+        if self.nu2 is not None and self.moves is not None:
+            if uncovered > UNCOVERED_LIMIT:
+                # nu^2 was learned where the kernel term vanished (the states far from the previous Z,
+                # say in the walk-in), so it tuned gamma only: matched to lambda, as at the first Z.
+                self.nu2.rescale(self._matched_nu2() / self.nu2.value)
+            else:
+                self.nu2.rescale(factor)
+            self._set_kameleon_scales()
+        return True
+
+    def _uncovered_fraction(self) -> float:
+        """Fraction of the window's (last 500) states beyond 3 bandwidths (whitened) of every point of
+        Z, where the Kameleon term vanishes (NaN before the first Z or with no draws)."""
+        windows = self._windows
+        if self.moves is None or not math.isfinite(self.bandwidth) or len(windows.draws) == 0:
+            return math.nan
+        W = self.whiten(windows.draws.points[-500:])
+        Zw = self.moves.family.Z
+        sq = (W * W).sum(1)[:, None] - 2.0 * W @ Zw.T + (Zw * Zw).sum(1)[None, :]
+        nearest = np.sqrt(np.maximum(sq.min(axis=1), 0.0))
+        return float(np.mean(nearest > 3.0 * self.bandwidth))
+
+    def _matched_nu2(self) -> float:
+        r""":math:`\nu^2` whose Kameleon component has the AM step's average variance :math:`\lambda^2`
+        per whitened coordinate at Z (:func:`~pymc_kameleon.core.kameleon.matched_nu2`).
+
+        With ``gamma="auto"``, :math:`\gamma^2 = r \nu^2 \bar v` is tied to :math:`\nu^2`, so
+        :math:`\nu^2 \bar v (1 + r) = \lambda^2`.
+        """
+        s2 = self.am_scale.value**2
+        if self._gamma_ratio is not None:
+            return s2 / (self._probe_variance * (1.0 + self._gamma_ratio))
+        return matched_nu2(s2, self.gamma, self._probe_variance)
 
     def _whitening_is_off(self) -> bool:
         """Whether the window's draws say the learned covariance is off (never in the scan)."""
@@ -477,14 +553,10 @@ class ScaleFreeKameleon(WhitenedCoordinates, Proposal):
     def report(self) -> TuningReport:
         """Diagnostics at the end of tuning (see :class:`TuningReport`)."""
         windows = self._windows
-        uncovered = math.nan
-        if self.moves is not None and math.isfinite(self.bandwidth) and len(windows.draws) > 0:
-            W = self.whiten(windows.draws.points[-500:])
-            Zw = self.moves.family.Z
-            sq = (W * W).sum(1)[:, None] - 2.0 * W @ Zw.T + (Zw * Zw).sum(1)[None, :]
-            nearest = np.sqrt(np.maximum(sq.min(axis=1), 0.0))
-            uncovered = float(np.mean(nearest > 3.0 * self.bandwidth))
-        drift = whitened_drift(self.whiten(np.array(windows.recent))) if windows.recent else math.nan
+        uncovered = self._uncovered_fraction()
+        recent = self.whiten(np.array(windows.recent)) if windows.recent else None
+        drift = math.nan if recent is None else whitened_drift(recent)
+        late_drift = math.nan if recent is None else whitened_drift(recent[recent.shape[0] // 2 :])
         recent_log_density = list(windows.recent_log_density)
         climb = log_density_climb(recent_log_density, self.dim)
         late_climb = log_density_climb(recent_log_density[len(recent_log_density) // 2 :], self.dim)
@@ -505,6 +577,7 @@ class ScaleFreeKameleon(WhitenedCoordinates, Proposal):
             spread,
             spread_coordinate,
             late_climb,
+            late_drift,
         )
 
     def required_tune_steps(self) -> int:

@@ -127,6 +127,64 @@ def test_shrunk_covariance():
     assert shrunk_covariance(np.ones((5, 2))) is None  # a coordinate that never moved
 
 
+def _windows_then_partial(partial_steps, partial_sd, am_weight=1.0, shift=0.0):
+    """Windows of 50, 100, 200 draws from N(0, I) (ending at steps 50, 150, 350), then
+    ``partial_steps`` draws from N(shift, partial_sd^2 I) in the next window, planned to end at 750."""
+    rng = np.random.default_rng(8)
+    kernel = make_kernel("linear" if am_weight == 1.0 else "gaussian")
+    prop = ScaleFreeKameleon(2, kernel, am_weight=am_weight, scan_steps=0, first_window=50)
+    for _ in range(350):
+        prop.adapt(rng.normal(size=2), 0.3, rng)
+    assert prop.window == 3
+    for _ in range(partial_steps):
+        prop.adapt(shift + partial_sd * rng.normal(size=2), 0.3, rng)
+    return prop, rng
+
+
+@pytest.mark.parametrize("partial_steps", [150, 99])
+def test_tuning_that_ends_inside_a_window_ends_it_and_carries_lambda_over(partial_steps):
+    """Tuning ends 150 steps into a 400-step window (at least half the previous window's 200): that
+    window ends, C is its draws' covariance (sd 2, not the earlier windows' 1), and lambda follows
+    lambda_new^2 = lambda^2 tr(C_new^-1 C_old) / d. With 99 steps (fewer than half), nothing changes."""
+    prop, rng = _windows_then_partial(partial_steps, 2.0)
+    old_cov, old_lambda = prop.covariance.copy(), prop.am_scale.value
+    ended = prop.end_tuning(rng)
+    assert ended == (partial_steps == 150)
+    if not ended:
+        np.testing.assert_array_equal(prop.covariance, old_cov)
+        assert prop.am_scale.value == old_lambda
+        return
+    assert prop.window == 4
+    assert np.sqrt(np.diag(prop.covariance)) == pytest.approx([2.0, 2.0], rel=0.25)
+    factor = np.trace(np.linalg.solve(prop.covariance, old_cov)) / 2
+    assert factor == pytest.approx(0.25, rel=0.5)  # about (1/2)^2: C grew 4 times
+    assert prop.am_scale.value == pytest.approx(old_lambda * math.sqrt(factor), rel=1e-12)
+    assert not prop.end_tuning(rng)  # the new window is empty
+
+
+@pytest.mark.parametrize("shift", [0.0, 30.0], ids=["covered", "beyond-z"])
+def test_at_the_end_of_tuning_nu2_follows_lambda_or_is_matched_to_it(shift):
+    """nu^2 gets lambda's factor tr(C_new^-1 C_old) / d; but if the window's states lay beyond 3
+    bandwidths of the previous Z (here 30 sds away), nu^2 had tuned only gamma there, and on the new
+    Z it gets the AM step's average variance lambda^2 per whitened coordinate (nu^2 v (1 + r) =
+    lambda^2 with gamma tied to nu^2), as when Z was first drawn."""
+    prop, rng = _windows_then_partial(150, 2.0, am_weight=0.5, shift=shift)
+    uncovered = prop._uncovered_fraction()
+    assert (uncovered > 0.9) if shift else (uncovered < 0.1)
+    nu2, probe, old_cov = prop.nu2.value, prop._probe_variance, prop.covariance.copy()
+    z_before = prop.subsample.copy()
+    assert prop.end_tuning(rng)
+    assert not np.array_equal(prop.subsample, z_before)
+    if shift:
+        component_variance = prop.nu2.value * prop._probe_variance * (1.0 + prop._gamma_ratio)
+        assert component_variance == pytest.approx(prop.am_scale.value**2, rel=1e-12)
+    else:
+        factor = np.trace(np.linalg.solve(prop.covariance, old_cov)) / 2
+        # (the new Z's probe variance rescales nu^2 first, as at any window's end)
+        assert prop.nu2.value == pytest.approx(nu2 * probe / prop._probe_variance * factor, rel=1e-9)
+    assert prop.moves.family.nu2 == pytest.approx(prop.nu2.value, rel=1e-12)
+
+
 # -------------------------------------------------------------------------------- chains
 def banana_log_density(x, b=0.5):
     """x1 ~ N(0, 1), x2 = u + b (x1^2 - 1) with u ~ N(0, 1), x3 ~ N(0, 1): mean 0, var (1, 1 + 2b^2, 1)."""
@@ -350,10 +408,28 @@ def test_a_steady_climb_warns_although_it_rose_less_than_the_limit_over_the_last
     from pymc_kameleon.steps.reporting import tuning_problems
 
     base = TuningReport(5000, "adaptive_metropolis", 0.25, False, math.nan)
-    for climb, late, warns in [(3.2, 1.4, True), (3.2, 0.5, False), (8.0, 1.4, False), (8.0, 1.6, True)]:
+    cases = [(3.2, 1.4, True), (3.2, 0.5, False), (8.0, 1.4, False), (8.0, 1.6, True)]
+    for climb, late, warns in cases:
         report = dataclasses.replace(base, climb=climb, late_climb=late)
         said = "still climbing" in " ".join(tuning_problems(report, 0.234, 0, 20))
         assert said == warns, (climb, late)
+
+
+def test_a_drift_that_happened_early_in_the_last_tuning_states_is_not_reported():
+    """As for the climb: a drift above 3 learned sds between the halves of the last tuning states
+    is not reported if over their last half it is at most 1 and a quarter of the drift (the chain
+    arrived early in them); a steady walk keeps about half of it and is reported."""
+    import dataclasses
+
+    from pymc_kameleon.core.scale_free import TuningReport
+    from pymc_kameleon.steps.reporting import tuning_problems
+
+    base = TuningReport(5000, "adaptive_metropolis", 0.25, False, math.nan)
+    cases = [(3.4, 0.4, False), (3.4, 1.7, True), (9.0, 1.1, True), (9.0, 0.9, False), (3.4, math.nan, True)]
+    for drift, late, warns in cases:
+        report = dataclasses.replace(base, drift=drift, late_drift=late)
+        said = "still moving" in " ".join(tuning_problems(report, 0.234, 0, 20))
+        assert said == warns, (drift, late)
 
 
 def test_gradient_spread_is_sd_times_root_mean_square_gradient():
