@@ -376,18 +376,19 @@ class ScaleFreeKameleon(WhitenedCoordinates, Proposal):
         self.window_ended_early = self.tune_steps < self._windows.end
         return self._end_window(rng)
 
-    def end_tuning(self, rng) -> bool:
+    def end_tuning(self, rng, end_window: bool = True) -> bool:
         r"""Tuning is over: end the scan or the window it ended in. Returns whether the whitening changed.
 
         - **Inside the coordinate scan:** a frozen scan would move one coordinate for ever (the
           scan advances its coordinate as it adapts). Instead the chain continues with Adaptive
           Metropolis moves in the scan's diagonal whitening (the identity if no tuning step was
           taken), so every coordinate moves.
-        - **Inside a window** that holds at least half as many draws as the previous window:
-          the window ends now (:meth:`_end_partial_window`), so that its draws are not wasted.
+        - **Inside a window** that holds at least half as many draws as the previous window, and
+          if ``end_window``: the window ends now (:meth:`_end_partial_window`), so that its draws
+          are not wasted.
         """
         if self.phase != "scan":
-            return self._end_partial_window(rng)
+            return end_window and self._end_partial_window(rng)
         self.scan_steps = self.tune_steps
         self.last_component = "adaptive_metropolis"
         return self.tune_steps > 0 and self._end_window(rng)

@@ -402,20 +402,23 @@ def _gaussian_20d():
     return model
 
 
-def test_a_refit_that_predicts_worse_is_not_applied_at_the_end_of_tuning():
+@pytest.mark.parametrize("check", [True, False], ids=["shipped", "marginal-likelihood-only"])
+def test_a_refit_that_predicts_worse_is_not_applied_at_the_end_of_tuning(check, monkeypatch):
     """On the 20-d Gaussian the last fit of tuning, on the latest 300 points, found length scales of
     3-10 posterior sds (from 30-66) that raised the marginal likelihood by 2.6 nats but lowered the
     leave-one-out density by 400 nats: after tuning stage 2 accepted 47% of what stage 1 passed,
     against 95% during tuning, and 4 chains x 5000 draws had R-hat 2.1 and sds 0.62 of the truth,
     with no warning (seeds 11, 21, 22: R-hat 1.29-2.14; with the check 1.25-1.33, sds >= 0.85).
     With the check the fit is not applied (stage 2: 0.97-0.98 at seeds 11, 21, 22); without it
-    0.47-0.69. Since tuning ends the window it ended in (the GP forgets the points from before the
-    previous window and is refitted in the new whitening) that fit no longer happens at seeds 11,
-    21-23 even without the check (stage 2 0.96-0.99 both ways), so this has no control; the check's
-    wiring, refused and applied, is tested in tests/core/test_gp_training.py."""
+    (the control) 0.47-0.69. Seed 22: 0.977 / 0.525 on PyMC 5, 0.967 / 0.537 on PyMC 6 (at
+    seed 21 PyMC 6's streams missed the bad fit: 0.92 without the check)."""
+    from pymc_kameleon.core.gp import GPSurrogate
+
+    if not check:
+        monkeypatch.setattr(GPSurrogate, "loo_log_predictive_density", lambda self: 0.0)
     with _gaussian_20d(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         idata = pm.sample(step=GPDelayedAcceptanceMH(), tune=3000, draws=300, chains=1, cores=1,
                           random_seed=22, progressbar=False, compute_convergence_checks=False)
     stage2 = float(np.nanmean(idata.sample_stats["stage2_accept"].values))
-    assert stage2 > 0.9, stage2
+    assert (stage2 > 0.9) if check else (stage2 < 0.6), stage2

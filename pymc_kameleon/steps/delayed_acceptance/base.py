@@ -234,8 +234,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         )
 
     def stop_tuning(self):
-        """End of tuning: warn about its state, end the adaptation window it ended in (re-whitening and
-        refitting the GP) or else refit if the training set grew, then freeze everything."""
+        """End of tuning: a last hyperparameter fit if the training set grew, then freeze everything."""
         schedule = self._schedule
         tuned = self.tune and self._proposal.tune_steps > 0
         if tuned and schedule.paused:
@@ -260,19 +259,8 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
                 UserWarning,
                 stacklevel=2,
             )
-        super().stop_tuning()
         if tuned:
-            names = self._coordinate_names
-            warn_after_tuning(type(self).__name__, self._proposal, self.target_accept, self._warnings, names)
-        was_scanning = self._proposal.phase == "scan"
-        if self._proposal.end_tuning(self.rng):
-            if was_scanning:
-                schedule.set_whitening(self._proposal.whitening)
-            else:  # the window tuning ended in: forget, re-whiten and refit as at any window's end
-                schedule.window_ended(self._proposal.whitening, self.rng)
-        elif tuned:
             schedule.end_tuning(self.rng)
-        if tuned:
             if schedule.warm:
                 self._warnings.warn(
                     f"{type(self).__name__}: tuning ended after {self._proposal.tune_steps} steps, still in "
@@ -301,6 +289,15 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
                 UserWarning,
                 stacklevel=2,
             )
+        super().stop_tuning()
+        if tuned:
+            names = self._coordinate_names
+            warn_after_tuning(type(self).__name__, self._proposal, self.target_accept, self._warnings, names)
+        # The window tuning ended in is not ended: a new C would send the proposals where the GP has
+        # no points, with no screened tuning steps left to find out (a far-start logistic regression,
+        # GP-DA MALA: stage 1 then rejected every proposal after tuning, silently).
+        if self._proposal.end_tuning(self.rng, end_window=False):
+            schedule.set_whitening(self._proposal.whitening)
 
     # ------------------------------------------------------------ properties
     @property
