@@ -149,6 +149,13 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         super().__init__(vars, target.shared, blocked=blocked, rng=rng)
         self._reset_chain_state()
 
+    def _check_stuck(self, accepted: bool) -> None:
+        """Warn once if the chain rejects :data:`~pymc_kameleon.steps.reporting.STUCK_DRAWS` proposals in
+        a row after tuning (``_stuck`` and ``_warnings`` are set by the subclass's ``_reset_chain_state``)."""
+        message = self._stuck.message(type(self).__name__, accepted, self.tune)
+        if message:
+            self._warnings.warn(message, UserWarning, stacklevel=3)
+
     @staticmethod
     def competence(var, has_grad):
         if var.dtype in discrete_types:

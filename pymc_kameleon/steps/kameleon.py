@@ -19,7 +19,7 @@ from pymc_kameleon.core.mh import metropolis_accept, mh_log_ratio
 from pymc_kameleon.core.scale_free import ScaleFreeKameleon, WhitenedFamily
 from pymc_kameleon.core.validation import check_kameleon_options, check_number, check_probability
 from pymc_kameleon.steps.base import AdaptiveStep, continuous_value_vars
-from pymc_kameleon.steps.reporting import StepWarnings, warn_after_tuning
+from pymc_kameleon.steps.reporting import StepWarnings, StuckAfterTuning, warn_after_tuning
 from pymc_kameleon.steps.target_density import TargetDensity
 
 __all__ = ["KameleonMetropolis"]
@@ -251,6 +251,7 @@ class KameleonMetropolis(AdaptiveStep):
         self._target.reset()
         self._warned_jitter = False
         self._warnings = StepWarnings()
+        self._stuck = StuckAfterTuning()
         self._warned_untuned = False
 
     def stop_tuning(self):
@@ -325,6 +326,7 @@ class KameleonMetropolis(AdaptiveStep):
             "model_logp": self._target.current_logp,
         }
         stats.update(self._target.estimate_stats(estimates_before))
+        self._check_stuck(accepted)
         self._warnings.attach(stats, "accept")  # with cores>1 they travel to the session this way
         return RaveledVars(y_new, q0.point_map_info), [stats]
 

@@ -22,7 +22,9 @@ from rich.table import Column
 from pymc_kameleon.core.scale_free import UNCOVERED_LIMIT
 
 __all__ = [
+    "STUCK_DRAWS",
     "StepWarnings",
+    "StuckAfterTuning",
     "carry_warnings",
     "in_pymc_worker",
     "progressbar_config",
@@ -206,6 +208,39 @@ class StepWarnings:
             stats[key] = carry_warnings(stats[key], self.pending)
             self.pending = []
         return stats
+
+
+# A chain that rejects this many proposals in a row after tuning is reported as stuck (a healthy
+# chain at acceptance 0.1 does so with probability 0.9^500 ~ 1e-23).
+STUCK_DRAWS = 500
+
+
+class StuckAfterTuning:
+    """Counts the proposals a chain rejects in a row after tuning, and says so once at :data:`STUCK_DRAWS`.
+
+    Tuning's own checks look at the tuning states; a chain can still stick after them (a proposal
+    or surrogate that fits the tuning states but not where the chain goes, a pseudo-marginal
+    estimate that came out far too high), and its draws then repeat one point.
+    """
+
+    def __init__(self):
+        self.rejected_in_a_row = 0
+        self.said = False
+
+    def message(self, step_name: str, accepted: bool, tune: bool) -> str | None:
+        """The warning's text at the :data:`STUCK_DRAWS`-th rejection in a row after tuning, else None."""
+        if tune or self.said:
+            return None
+        self.rejected_in_a_row = 0 if accepted else self.rejected_in_a_row + 1
+        if self.rejected_in_a_row < STUCK_DRAWS:
+            return None
+        self.said = True
+        return (
+            f"{step_name}: after tuning the chain rejected {STUCK_DRAWS} proposals in a row, so it is stuck "
+            "and its draws repeat one point, not the posterior; see the end-of-tuning warnings, increase "
+            "`tune`, or start closer to the posterior (for a pseudo-marginal likelihood, an estimate far "
+            "above the true value sticks the chain: use more samples per estimate)."
+        )
 
 
 def tuning_warning(

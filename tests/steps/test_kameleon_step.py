@@ -235,3 +235,49 @@ def test_tuning_shorter_than_the_scan_warns_and_still_moves_every_coordinate():
     x = idata.posterior["x"].values[0]
     assert np.all(np.ptp(x, axis=0) > 0), np.ptp(x, axis=0)
     assert np.all(np.ptp(x, axis=0) > 0.5 * np.array([1.0, 10.0, 100.0]))
+
+
+def test_stuck_after_tuning_counts_rejections_in_a_row_and_says_so_once():
+    from pymc_kameleon.steps.reporting import STUCK_DRAWS, StuckAfterTuning
+
+    watch = StuckAfterTuning()
+    assert all(watch.message("S", False, tune=True) is None for _ in range(2 * STUCK_DRAWS))  # tuning
+    for _ in range(STUCK_DRAWS - 1):
+        assert watch.message("S", False, tune=False) is None
+    assert watch.message("S", True, tune=False) is None  # an acceptance starts the count again
+    said = [watch.message("S", False, tune=False) for _ in range(3 * STUCK_DRAWS)]
+    assert said[STUCK_DRAWS - 1].startswith(f"S: after tuning the chain rejected {STUCK_DRAWS} proposals")
+    assert sum(m is not None for m in said) == 1
+
+
+@pytest.mark.parametrize("broken", [True, False], ids=["scales-blown-up", "control"])
+@pytest.mark.parametrize("step_name", ["KameleonMetropolis", "GPDelayedAcceptanceMH"])
+def test_a_chain_stuck_after_tuning_warns(step_name, broken, monkeypatch):
+    """Tuning's checks read the tuning states; a chain that sticks after them (here its scales are
+    blown up 1e6 times as tuning ends, so every proposal lands far out) used to repeat one point
+    without a word. The control (scales as tuned) says nothing."""
+    import pymc_kameleon
+
+    if broken:
+        original = ScaleFreeKameleon.end_tuning
+
+        def end_tuning(self, rng, **kwargs):
+            changed = original(self, rng, **kwargs)
+            self.am_scale.rescale(1e6)
+            if self.nu2 is not None:
+                self.nu2.rescale(1e12)
+                self._set_kameleon_scales()
+            return changed
+
+        monkeypatch.setattr(ScaleFreeKameleon, "end_tuning", end_tuning)
+    with pm.Model(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        x = pm.Normal("x", 0, 1, shape=2)
+        pm.Normal("y", x, 1.0, observed=np.zeros(2))
+        idata = pm.sample(step=getattr(pymc_kameleon, step_name)(), tune=900, draws=600, chains=1,
+                          random_seed=3, **SAMPLE_KW)
+    stuck = [str(w.message) for w in caught if "proposals in a row" in str(w.message)]
+    assert len(stuck) == (1 if broken else 0), stuck
+    if broken:
+        assert stuck[0].startswith(f"{step_name}: after tuning the chain rejected 500 proposals in a row")
+        assert idata.sample_stats["accepted"].values.sum() == 0

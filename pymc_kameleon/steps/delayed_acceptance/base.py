@@ -54,7 +54,7 @@ from pymc_kameleon.core.proposals import Move
 from pymc_kameleon.core.scale_free import ScaleFreeKameleon
 from pymc_kameleon.core.validation import check_number, check_probability
 from pymc_kameleon.steps.base import AdaptiveStep, continuous_value_vars, coordinate_names
-from pymc_kameleon.steps.reporting import StepWarnings, warn_after_tuning
+from pymc_kameleon.steps.reporting import StepWarnings, StuckAfterTuning, warn_after_tuning
 from pymc_kameleon.steps.target_density import GradientUnavailableError, SplitTargetDensity
 
 __all__ = ["GPDelayedAcceptanceStep"]
@@ -203,6 +203,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
     def _reset_chain_state(self):
         """Forget everything learned in a previous chain (GP, proposal scale, counters)."""
         self._warnings = StepWarnings()
+        self._stuck = StuckAfterTuning()
         name = type(self).__name__
         self._schedule = GPTrainingSchedule(
             self._gp_options,
@@ -442,6 +443,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         stats.update(self._target.estimate_stats(estimates_before))
         if self.tune and info["screened"]:
             self._schedule.record_stage1(info["stage1"], self._proposal.window)
+        self._check_stuck(accepted)
         self._warnings.attach(stats, "accept")  # with cores>1 they travel to the session this way
         return RaveledVars(y_new, q0.point_map_info), [stats]
 
