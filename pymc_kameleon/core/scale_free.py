@@ -397,9 +397,8 @@ class ScaleFreeKameleon(WhitenedCoordinates, Proposal):
         r"""End the window that tuning ended in, if it holds at least half the previous one's draws.
 
         The windows double, and a user's ``tune`` does not line up with them: without this, the
-        draws since the last window's end (up to two thirds of tuning) would never be used, and the
-        covariance would be the one learned before them (in 20 dimensions, learned from a window
-        that started 2000 steps before the end). The scales cannot learn after tuning, so they are
+        draws since the last window's end would never be used (in 20 dimensions with ``tune=3000``
+        the last window ended at step 2050). The scales cannot learn after tuning, so they are
         carried to the new coordinates by the random-walk rule for acceptance (Roberts and
         Rosenthal, 2001: it depends on :math:`\lambda^2 \operatorname{tr}(\Sigma^{-1})` in
         coordinates whitened by the proposal's covariance):
