@@ -51,7 +51,7 @@ _DRIFT_LIMIT = 3.0
 _LATE_DRIFT_LIMIT = 1.0
 # A climb (TuningReport.climb) above this many sqrt(d/2) means the log density was still rising,
 # unless over the last half of those states (late_climb) it rose by at most _LATE_CLIMB_LIMIT and
-# by at most _LATE_CLIMB_SHARE of the climb: then the chain arrived early in them (a regression from
+# by at most _LATE_SHARE of the climb: then the chain arrived early in them (a regression from
 # PyMC's start, tune=1000: climb 6.7-15.5, late climb 0.4-0.9, draws right). A steady climb keeps
 # about half its rise over the last half, so it still warns (a coordinate walking in slowly
 # gave a climb of 3.4, RESULTS "Far starts"); chains still walking in had late climbs of 3.6-150,
@@ -59,16 +59,16 @@ _LATE_DRIFT_LIMIT = 1.0
 _CLIMB_LIMIT = 3.0
 _LATE_CLIMB_LIMIT = 1.5
 _LATE_SHARE = 0.25
+# A gradient spread (TuningReport.spread) below this means a coordinate barely moved: it is at least
+# about 1 for draws from the target (measured, GP-DA MALA, 63 chains not stuck: 0.24-3.7, all but one
+# >= 0.60; 0.03 and 0.06 on two chains silently stuck in one coordinate).
+_SPREAD_LIMIT = 0.1
 
 
 def _arrived_early(late: float, whole: float, limit: float) -> bool:
     """Whether a rise (climb or drift) over the last tuning states is the chain's arrival early in
     them: over their last half it is at most ``limit`` and at most a quarter of the whole."""
     return math.isfinite(late) and late <= min(limit, _LATE_SHARE * whole)
-# A gradient spread (TuningReport.spread) below this means a coordinate barely moved: it is at least
-# about 1 for draws from the target (measured, GP-DA MALA, 63 chains not stuck: 0.24-3.7, all but one
-# >= 0.60; 0.03 and 0.06 on two chains silently stuck in one coordinate).
-_SPREAD_LIMIT = 0.1
 
 
 def tuning_problems(
