@@ -400,8 +400,11 @@ def test_mala_without_gradients_names_the_alternative():
     with pm.Model():
         x = pm.Normal("x", 0, 3, shape=2)
         pm.Potential("lik", BlackBox()(x))
-        with pytest.raises(ValueError, match=r"MALA needs the gradient.*GPDelayedAcceptanceMH"):
+        with pytest.raises(ValueError, match=r"MALA needs the gradient.*GPDelayedAcceptanceMH") as info:
             GPDelayedAcceptanceMALA()
+        # One error, not PyTensor's traceback chained before it (its message names PyTensor's error).
+        assert info.value.__suppress_context__ and info.value.__cause__ is None
+        assert "NotImplementedError" in str(info.value)
         GPDelayedAcceptanceMH()  # fine
         assert not GPDelayedAcceptanceMALA(gradient_observations=False).gp.gradients
     with pm.Model():

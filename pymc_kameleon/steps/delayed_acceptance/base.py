@@ -191,13 +191,13 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
                 raise ValueError(
                     f"{name} needs the gradient of the log prior for its Langevin drift: {err} "
                     "Use GPDelayedAcceptanceMH, which needs no gradients."
-                ) from err
+                ) from None
             raise ValueError(
                 f"{name} needs the gradient of the log-likelihood for the GP's derivative "
                 f"observations, and this model has none: {err} Use GPDelayedAcceptanceMH, which "
                 f"needs no gradients, or {name}(gradient_observations=False), which drives the "
                 "Langevin drift by the gradient of a GP fitted to log-likelihood values only."
-            ) from err
+            ) from None  # the message names PyTensor's error; its chained traceback only buries it
 
     # ------------------------------------------------------------------ state
     def _reset_chain_state(self):
