@@ -187,6 +187,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
                 prior_gradient=self._uses_prior_gradient, loglik_gradient=self.gradient_observations,
             )
         except GradientUnavailableError as err:
+            # `from None`: the message names PyTensor's error; its chained traceback only buries it.
             if err.what == "prior":
                 raise ValueError(
                     f"{name} needs the gradient of the log prior for its Langevin drift: {err} "
@@ -197,7 +198,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
                 f"observations, and this model has none: {err} Use GPDelayedAcceptanceMH, which "
                 f"needs no gradients, or {name}(gradient_observations=False), which drives the "
                 "Langevin drift by the gradient of a GP fitted to log-likelihood values only."
-            ) from None  # the message names PyTensor's error; its chained traceback only buries it
+            ) from None
 
     # ------------------------------------------------------------------ state
     def _reset_chain_state(self):
