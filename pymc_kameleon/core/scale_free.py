@@ -475,7 +475,9 @@ class ScaleFreeKameleon(WhitenedCoordinates, Proposal):
         if after_scan:
             points = points[points.shape[0] // 2 :]
         stuck = not after_scan and windows.stuck
-        estimate = None if stuck else shrunk_covariance(points)
+        # The previous estimate (not the scan's identity) tells a persistent correlation from a walk's.
+        previous = None if after_scan else self.whitening.chol @ self.whitening.chol.T
+        estimate = None if stuck else shrunk_covariance(points, previous)
         if after_scan:
             # The scan's step sizes are about 2.4 conditional sds: a floor for coordinates it barely moved.
             floor = (self.scan.scales / 2.4) ** 2

@@ -127,6 +127,30 @@ def test_shrunk_covariance():
     assert shrunk_covariance(np.ones((5, 2))) is None  # a coordinate that never moved
 
 
+def test_shrunk_covariance_keeps_a_persistent_strong_correlation():
+    """Coordinates 0 and 1 correlated 0.95 here: kept unshrunk if the previous estimate had them at
+    least 0.8 (same sign), and their pairs with coordinate 2 shrunk by sqrt(w) (f = 1 x sqrt(w));
+    otherwise every pair by w."""
+    rng = np.random.default_rng(1)
+    z = rng.normal(size=(400, 3))
+    pts = np.column_stack([z[:, 0], 0.95 * z[:, 0] + np.sqrt(1 - 0.95**2) * z[:, 1], 1e3 * z[:, 2]])
+    raw = np.cov(pts, rowvar=False)
+    assert abs(raw[0, 1] / np.sqrt(raw[0, 0] * raw[1, 1])) > 0.9
+    w = 40 / 43  # n_e = 400 / 10, d = 3
+
+    def previous(r):
+        return np.array([[4.0, 2 * r * 3, 0], [2 * r * 3, 9.0, 0], [0, 0, 1.0]])  # sds 2 and 3
+
+    _, kept = shrunk_covariance(pts, previous(0.85))
+    assert np.allclose(np.diag(kept), np.diag(raw)) and np.isclose(kept[0, 1], raw[0, 1])
+    assert np.allclose([kept[0, 2], kept[1, 2]], np.sqrt(w) * raw[[0, 1], 2])
+    assert np.all(np.linalg.eigvalsh(kept) > 0)
+    for r in (0.7, -0.85):  # not strong before, or of the other sign: a walk's correlation, shrunk
+        _, shrunk = shrunk_covariance(pts, previous(r))
+        assert np.isclose(shrunk[0, 1], w * raw[0, 1]) and np.isclose(shrunk[0, 2], w * raw[0, 2])
+    assert np.allclose(shrunk_covariance(pts)[1], shrunk)  # no previous estimate: as r = 0.7
+
+
 def _windows_then_partial(partial_steps, partial_sd, am_weight=1.0, shift=0.0):
     """Windows of 50, 100, 200 draws from N(0, I) (ending at steps 50, 150, 350), then
     ``partial_steps`` draws from N(shift, partial_sd^2 I) in the next window, planned to end at 750."""
