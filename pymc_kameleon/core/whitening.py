@@ -82,10 +82,15 @@ def shrunk_covariance(points, previous_cov=None):
         return None
     n_eff = _EFFECTIVE_FRACTION * n
     w = n_eff / (n_eff + d)
-    f = np.where(_persistently_correlated(cov, previous_cov), 1.0, np.sqrt(w))
-    weight = np.outer(f, f)
-    np.fill_diagonal(weight, 1.0)
-    return mean, cov * weight
+    shrunk = w * cov
+    shrunk[np.diag_indices(d)] += (1.0 - w) * diag
+    kept = _persistently_correlated(cov, previous_cov)
+    if kept.any():
+        # Only pairs with a kept coordinate are recomputed: elsewhere C is bit for bit as without the rule.
+        f = np.where(kept, 1.0, np.sqrt(w))
+        pairs = np.logical_or.outer(kept, kept) & ~np.eye(d, dtype=bool)
+        shrunk[pairs] = (cov * np.outer(f, f))[pairs]
+    return mean, shrunk
 
 
 def _correlation(cov) -> np.ndarray:
