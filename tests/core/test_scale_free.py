@@ -145,10 +145,14 @@ def test_shrunk_covariance_keeps_a_persistent_strong_correlation():
     assert np.allclose(np.diag(kept), np.diag(raw)) and np.isclose(kept[0, 1], raw[0, 1])
     assert np.allclose([kept[0, 2], kept[1, 2]], np.sqrt(w) * raw[[0, 1], 2])
     assert np.all(np.linalg.eigvalsh(kept) > 0)
+    plain = w * raw
+    plain[np.diag_indices(3)] += (1 - w) * np.diag(raw)
     for r in (0.7, -0.85):  # not strong before, or of the other sign: a walk's correlation, shrunk
         _, shrunk = shrunk_covariance(pts, previous(r))
-        assert np.isclose(shrunk[0, 1], w * raw[0, 1]) and np.isclose(shrunk[0, 2], w * raw[0, 2])
-    assert np.allclose(shrunk_covariance(pts)[1], shrunk)  # no previous estimate: as r = 0.7
+        # bit for bit the plain shrinkage (f_i f_j = sqrt(w) sqrt(w) would differ in the last bit)
+        assert np.array_equal(shrunk, plain)
+    assert not np.array_equal(raw * np.sqrt(w) * np.sqrt(w), raw * w)  # so the check above can fail
+    assert np.array_equal(shrunk_covariance(pts)[1], plain)  # no previous estimate: as r = 0.7
 
 
 def _windows_then_partial(partial_steps, partial_sd, am_weight=1.0, shift=0.0):
