@@ -476,7 +476,7 @@ class ScaleFreeKameleon(WhitenedCoordinates, Proposal):
             points = points[points.shape[0] // 2 :]
         stuck = not after_scan and windows.stuck
         # The previous estimate (not the scan's identity) tells a persistent correlation from a walk's.
-        previous = None if after_scan else self.whitening.chol @ self.whitening.chol.T
+        previous = None if after_scan else self.covariance
         estimate = None if stuck else shrunk_covariance(points, previous)
         if after_scan:
             # The scan's step sizes are about 2.4 conditional sds: a floor for coordinates it barely moved.

@@ -151,7 +151,7 @@ def test_shrunk_covariance_keeps_a_persistent_strong_correlation():
         _, shrunk = shrunk_covariance(pts, previous(r))
         # bit for bit the plain shrinkage (f_i f_j = sqrt(w) sqrt(w) would differ in the last bit)
         assert np.array_equal(shrunk, plain)
-    assert not np.array_equal(raw * np.sqrt(w) * np.sqrt(w), raw * w)  # so the check above can fail
+    assert np.sqrt(w) * np.sqrt(w) != w  # the f_i f_j form differs here, so the check above can fail
     assert np.array_equal(shrunk_covariance(pts)[1], plain)  # no previous estimate: as r = 0.7
 
 
