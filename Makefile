@@ -36,20 +36,22 @@ $(VENV312)/.installed: pyproject.toml
 demo: $(VENV)/.installed
 	$(PY) examples/demo.py
 
-## test: ruff check, then the whole suite (slow statistical tests included) on PyMC 5 / Python 3.11
-##       and on PyMC 6 / ArviZ 1 / Python 3.12, the two stacks side by side (each prints when done)
+## test: ruff check, then the suite on PyMC 5 / Python 3.11 and on PyMC 6 / ArviZ 1 / Python 3.12, the two
+##       stacks side by side (each prints when done). Every test runs; the slow statistical tests are
+##       shared between the stacks, each on one (SLOW_ON_PYMC5 in tests/conftest.py), the others run on both
 test: lint
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-pymc5 test-pymc6
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-pymc5 test-pymc6 SLOW_SHARED=1
 
 ## lint: ruff check (rules in pyproject.toml); `make test` runs it first
 lint: $(VENV)/.installed
 	$(PY) -m ruff check .
 
+## test-pymc5, test-pymc6: the whole suite, slow tests included, on one stack
 test-pymc5: $(VENV)/.installed lint
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(if $(SLOW_SHARED),--slow-share=pymc5) $(PYTEST_ARGS)
 
 test-pymc6: $(VENV312)/.installed lint
-	$(PY312) -m pytest -q $(PYTEST6_ARGS) $(PYTEST_ARGS)
+	$(PY312) -m pytest -q $(if $(SLOW_SHARED),--slow-share=pymc6) $(PYTEST6_ARGS) $(PYTEST_ARGS)
 
 BENCHMARKS := kameleon_nonlinear_targets pseudo_marginal_gp_glass gp_delayed_acceptance_table1 kass_smc \
               correlated_pseudo_marginal scale_out

@@ -16,6 +16,57 @@ import pytest  # noqa: E402
 
 # PyMC and pymc_kameleon are imported inside the helpers that use them: tests/core runs without PyMC.
 
+# ------------------------------------------------------------------ slow tests shared between stacks
+# `make test` runs the two stacks side by side on a 2-core machine, and running every slow statistical
+# test on both took CI past 30 minutes. There each slow test runs on one stack: these modules' on
+# PyMC 5 (the stack `make demo` and the benchmarks use), every other module's on PyMC 6. Every test not
+# marked slow (contracts, exact ratios, proposal densities, notebooks, Dask) runs on both, and
+# `make test-pymc5` / `make test-pymc6` alone (or a bare `pytest`) run everything.
+SLOW_ON_PYMC5 = (
+    "tests/steps/test_robustness.py",  # the models people bring
+    "tests/test_benchmarks.py",  # the benchmark scripts' quick modes
+    "tests/test_kass_benchmark.py",
+)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--slow-share",
+        choices=("all", "pymc5", "pymc6"),
+        default="all",
+        help="run all slow tests (default), or only this stack's share of them (see SLOW_ON_PYMC5)",
+    )
+
+
+def _share_of(nodeid):
+    return "pymc5" if nodeid.split("::")[0] in SLOW_ON_PYMC5 else "pymc6"
+
+
+def pytest_configure(config):
+    share = config.getoption("--slow-share")
+    if share != "all":
+        from importlib.metadata import version
+
+        major = version("pymc").split(".")[0]
+        if share != f"pymc{major}":
+            raise pytest.UsageError(f"--slow-share={share} on PyMC {version('pymc')}: use pymc{major}.")
+
+
+def pytest_collection_modifyitems(config, items):
+    share = config.getoption("--slow-share")
+    if share == "all":
+        return
+    theirs = [it.get_closest_marker("slow") is not None and _share_of(it.nodeid) != share for it in items]
+    if any(theirs):
+        config.hook.pytest_deselected(items=[it for it, t in zip(items, theirs) if t])
+        items[:] = [it for it, t in zip(items, theirs) if not t]
+
+
+def pytest_report_header(config):
+    share = config.getoption("--slow-share")
+    if share != "all":
+        return f"slow tests: this stack's share only (--slow-share={share}); the other stack runs the rest"
+
 INVARIANCE_QS = (0.25, 0.5, 0.75, 0.9)
 SAMPLE_KW = dict(progressbar=False, compute_convergence_checks=False)
 
