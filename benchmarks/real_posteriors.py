@@ -597,6 +597,29 @@ def normals_5d_scales():
     return model, {f"x[{i}]": (post_mean[i], math.sqrt(post_var[i])) for i in range(5)}, None
 
 
+def regression_mixed_scales():
+    """Linear regression (n = 200) on 15 correlated predictors of scales 1e-3 to 1e3: 17 parameters.
+
+    The predictors share three latent factors (pairwise correlations -0.87 to 0.88); each slope's
+    prior is N(0, 10 / scale) in its predictor's units, so the posterior sds span about 1e-4 to 1e3
+    and the slopes are strongly correlated. A new user's model (found 2026-11-26): with 3000 tuning
+    steps every gradient-free step mixed too slowly here, and not every seed warned.
+    """
+    rng = np.random.default_rng(3)
+    n, p = 200, 15
+    loadings = rng.normal(size=(p, 3))
+    z = rng.normal(size=(n, 3)) @ loadings.T + 0.5 * rng.normal(size=(n, p))
+    scales = np.array([1e-3, 1e-3, 1e-2, 0.1, 1, 1, 1, 10, 100, 1e3, 1e3, 1e-3, 1, 1e2, 1e3])
+    X = z * scales
+    y = 3.0 + X @ (rng.normal(0.0, 0.5, p) / scales) + rng.normal(0.0, 1.0, n)
+    with pm.Model() as model:
+        a = pm.Normal("a", 0.0, 10.0)
+        b = pm.Normal("b", 0.0, 10.0 / scales, shape=p)
+        s = pm.HalfNormal("s", 5.0)
+        pm.Normal("y", a + pm.math.dot(X, b), s, observed=y)
+    return model, None, None
+
+
 def gaussian_50d():
     """50-d Gaussian, AR(1) correlation 0.9^|i-j| and sds log-spaced from 0.1 to 10 (prior only)."""
     d = 50
@@ -627,6 +650,7 @@ POSTERIORS: dict[str, Callable[[], tuple]] = {
     "two-normals": two_normals,
     "normals-5d-scales": normals_5d_scales,
     "gaussian-50d": gaussian_50d,
+    "regression-17d-mixed-scales": regression_mixed_scales,
 }
 QUICK_POSTERIORS = ("regression-income-sigma-known", "two-normals")
 

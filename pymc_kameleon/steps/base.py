@@ -152,7 +152,7 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
     def _check_stuck(self, accepted: bool) -> None:
         """Warn once if the chain rejects :data:`~pymc_kameleon.steps.reporting.STUCK_DRAWS` proposals in
         a row after tuning (``_stuck`` and ``_warnings`` are set by the subclass's ``_reset_chain_state``)."""
-        message = self._stuck.message(type(self).__name__, accepted, self.tune)
+        message = self._stuck.message(type(self).__name__, accepted, self.tune, self._warnings.n_warned > 0)
         if message:
             self._warnings.warn(message, UserWarning, stacklevel=3)
 

@@ -195,8 +195,10 @@ class StepWarnings:
 
     def __init__(self):
         self.pending = []
+        self.n_warned = 0  # this chain's warnings so far
 
     def warn(self, message: str, category=UserWarning, stacklevel: int = 2) -> None:
+        self.n_warned += 1
         if in_pymc_worker():
             self.pending.append((message, category))
         else:
@@ -227,19 +229,30 @@ class StuckAfterTuning:
         self.rejected_in_a_row = 0
         self.said = False
 
-    def message(self, step_name: str, accepted: bool, tune: bool) -> str | None:
-        """The warning's text at the :data:`STUCK_DRAWS`-th rejection in a row after tuning, else None."""
+    def message(self, step_name: str, accepted: bool, tune: bool, warned_before: bool = False) -> str | None:
+        """The warning's text at the :data:`STUCK_DRAWS`-th rejection in a row after tuning, else None.
+
+        ``warned_before``: whether the step already warned in this chain (its text then points there;
+        otherwise it says that tuning looked fine, which narrows the causes).
+        """
         if tune or self.said:
             return None
         self.rejected_in_a_row = 0 if accepted else self.rejected_in_a_row + 1
         if self.rejected_in_a_row < STUCK_DRAWS:
             return None
         self.said = True
+        why = (
+            "see this step's earlier warning(s) for this chain"
+            if warned_before
+            else "its tuning raised no warning, so the chain has reached a region unlike the one it was "
+            "tuned in, for example a funnel's neck (a hierarchical scale near zero: reparametrise it "
+            "non-centred)"
+        )
         return (
             f"{step_name}: after tuning the chain rejected {STUCK_DRAWS} proposals in a row, so it is stuck "
-            "and its draws repeat one point, not the posterior; see the end-of-tuning warnings, increase "
-            "`tune`, or start closer to the posterior (for a pseudo-marginal likelihood, an estimate far "
-            "above the true value sticks the chain: use more samples per estimate)."
+            f"and its draws repeat one point, not the posterior; {why}. Increase `tune`, or start closer "
+            "to the posterior (for a pseudo-marginal likelihood, an estimate far above the true value "
+            "sticks the chain: use more samples per estimate)."
         )
 
 

@@ -250,6 +250,18 @@ def test_stuck_after_tuning_counts_rejections_in_a_row_and_says_so_once():
     assert sum(m is not None for m in said) == 1
 
 
+@pytest.mark.parametrize("warned_before", [True, False])
+def test_the_stuck_warning_points_to_earlier_warnings_only_if_there_were_any(warned_before):
+    """A new user's centred hierarchical model stuck after a tuning that raised no warning, and the text
+    sent them to "the end-of-tuning warnings", which did not exist."""
+    from pymc_kameleon.steps.reporting import STUCK_DRAWS, StuckAfterTuning
+
+    watch = StuckAfterTuning()
+    said = [watch.message("S", False, False, warned_before) for _ in range(STUCK_DRAWS)][-1]
+    assert ("earlier warning" in said) == warned_before, said
+    assert ("raised no warning" in said) != warned_before, said
+
+
 @pytest.mark.parametrize("broken", [True, False], ids=["scales-blown-up", "control"])
 @pytest.mark.parametrize("step_name", ["KameleonMetropolis", "GPDelayedAcceptanceMH"])
 def test_a_chain_stuck_after_tuning_warns(step_name, broken, monkeypatch):
@@ -280,4 +292,5 @@ def test_a_chain_stuck_after_tuning_warns(step_name, broken, monkeypatch):
     assert len(stuck) == (1 if broken else 0), stuck
     if broken:
         assert stuck[0].startswith(f"{step_name}: after tuning the chain rejected 500 proposals in a row")
+        assert "its tuning raised no warning" in stuck[0], stuck[0]  # nothing was wrong until tuning ended
         assert idata.sample_stats["accepted"].values.sum() == 0
