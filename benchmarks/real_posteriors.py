@@ -1,10 +1,12 @@
 """Gradient-free samplers against PyMC's on the posteriors real users bring.
 
-Fifteen posteriors: regressions and a GLM with unstandardised predictors (income in dollars),
+Twenty posteriors: regressions and GLMs with unstandardised predictors (income in dollars; four
+uncentred predictors, near and far start; 15 correlated predictors on scales 1e-3 to 1e3),
 eight schools (centred and non-centred), an AR(2) series, a GARCH(1,1) volatility model, a
 two-component mixture, GP hyperparameters, a Lotka-Volterra ODE behind a black-box
 ``solve_ivp`` Op (near and far start), the KAMH paper's 8-d banana B(0.1, 100) and flower,
-two independent normals with sd 1e-3 and 1e3, and a 50-d correlated Gaussian.
+two independent normals with sd 1e-3 and 1e3, 5 normals on scales 1e-4 to 1e4, and a 50-d
+correlated Gaussian.
 
 Every sampler gets the same chains, tuning steps and draws, and the same seeds (by default 3 seeds of
 2 chains x (2000 tune + 1000 draws); the full run takes about 45 minutes on a busy 2-core machine,
