@@ -45,7 +45,7 @@ from scipy.special import logsumexp  # noqa: E402
 from scipy.stats import halfnorm, norm  # noqa: E402
 
 from pymc_kameleon import KameleonMetropolis, PseudoMarginalPotential  # noqa: E402
-from pymc_kameleon.core.proposals import crank_nicolson_move  # noqa: E402
+from pymc_kameleon.core.proposals import crank_nicolson_move
 
 PRIOR_MU_SD, PRIOR_SIGMA_SD = 10.0, 2.0
 TRUE_MU, TRUE_SIGMA = 0.5, 1.0

@@ -34,8 +34,8 @@ import numpy as np  # noqa: E402
 
 def objective_cost(n_points, dim, gradients, repeats):
     """Milliseconds per objective evaluation on ``n_points`` points of a smooth ``dim``-d function."""
-    from pymc_kameleon.core.gp import GPSurrogate
-    from pymc_kameleon.core.gp_fit import MarginalLikelihoodObjective, log_hyperparameters
+    from pymc_kameleon.core.gp.fit import MarginalLikelihoodObjective, log_hyperparameters
+    from pymc_kameleon.core.gp.surrogate import GPSurrogate
 
     rng = np.random.default_rng(0)
     gp = GPSurrogate(dim, lengthscales=1.0, signal_variance=1.0, gradients=gradients)
@@ -55,7 +55,7 @@ def tuning_cost(seed, tune=3000):
     import pymc as pm
 
     from pymc_kameleon import GPDelayedAcceptanceMH
-    from pymc_kameleon.core import gp_training
+    from pymc_kameleon.core.gp import training as gp_training
 
     rng = np.random.default_rng(5)
     X = np.column_stack([np.ones(50), rng.uniform(0, 10, 50), rng.normal(50, 5, 50)])

@@ -247,7 +247,7 @@ def plot_proposal_contours(
     Parameters
     ----------
     proposal : KameleonProposal, KameleonMetropolis or InferenceData
-        A core :class:`pymc_kameleon.core.kameleon.KameleonProposal`, a step whose
+        A core :class:`pymc_kameleon.core.kameleon.family.KameleonProposal`, a step whose
         ``.proposal`` is one (i.e. a step that has been tuned in this process), or the
         InferenceData of a ``KameleonMetropolis`` run: then chain ``chain``'s tuned proposal is
         rebuilt with :func:`pymc_kameleon.rebuild_proposal` (the way to plot after

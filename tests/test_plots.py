@@ -14,8 +14,8 @@ from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.patches import Ellipse  # noqa: E402
 from scipy import stats  # noqa: E402
 
-from pymc_kameleon.core.kameleon import KameleonProposal  # noqa: E402
-from pymc_kameleon.core.kernels import GaussianKernel, median_heuristic_bandwidth  # noqa: E402
+from pymc_kameleon.core.kameleon.family import KameleonProposal
+from pymc_kameleon.core.kameleon.kernels import GaussianKernel, median_heuristic_bandwidth
 from pymc_kameleon.plots import ellipse_parameters, plot_proposal_contours, plot_target_density  # noqa: E402
 from pymc_kameleon.problems.targets import banana, flower  # noqa: E402
 

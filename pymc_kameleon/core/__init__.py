@@ -4,8 +4,8 @@ Nothing in this sub-package imports PyMC or PyTensor, so every formula can be
 tested on plain arrays.
 """
 
-from pymc_kameleon.core.kameleon import KameleonProposal, ProposalAtPoint
-from pymc_kameleon.core.kernels import (
+from pymc_kameleon.core.kameleon.family import KameleonProposal, ProposalAtPoint
+from pymc_kameleon.core.kameleon.kernels import (
     GaussianKernel,
     Kernel,
     LinearKernel,

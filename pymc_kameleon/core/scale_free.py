@@ -44,22 +44,17 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from pymc_kameleon.core.adaptation import RobbinsMonro
-from pymc_kameleon.core.coordinate_scan import MAX_LOG_STEP, SCAN_TARGET, CoordinateScan, scan_steps_for
-from pymc_kameleon.core.kameleon import check_subsample_size, fit_proposal, matched_nu2
+from pymc_kameleon.core.adaptation.covariance import shrunk_covariance
+from pymc_kameleon.core.adaptation.diagnostics import gradient_spread, log_density_climb, whitened_drift
+from pymc_kameleon.core.adaptation.scales import RobbinsMonro
+from pymc_kameleon.core.adaptation.scan import MAX_LOG_STEP, SCAN_TARGET, CoordinateScan, scan_steps_for
+from pymc_kameleon.core.adaptation.whitening import WhitenedCoordinates, Whitening
+from pymc_kameleon.core.adaptation.windows import DRIFT_STATES, AdaptationWindow
+from pymc_kameleon.core.kameleon.family import check_subsample_size, fit_proposal, matched_nu2
+from pymc_kameleon.core.kameleon.moves import KameleonMoves
+from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
 from pymc_kameleon.core.linalg import SingularCovarianceError, same_array
-from pymc_kameleon.core.proposals import KameleonMoves, Move, Proposal, mixture_log_density
-from pymc_kameleon.core.whitening import (
-    DRIFT_STATES,
-    AdaptationWindow,
-    WhitenedCoordinates,
-    WhitenedFamily,
-    Whitening,
-    gradient_spread,
-    log_density_climb,
-    shrunk_covariance,
-    whitened_drift,
-)
+from pymc_kameleon.core.proposals import Move, Proposal, mixture_log_density
 
 __all__ = [
     "DRIFT_STATES",
@@ -110,7 +105,7 @@ class TuningReport:
         than 200 states).
     climb : float
         The rise of the log density between the same two halves, in units of :math:`\sqrt{d/2}`
-        (:func:`~pymc_kameleon.core.whitening.log_density_climb`; NaN if the step gave no log
+        (:func:`~pymc_kameleon.core.adaptation.diagnostics.log_density_climb`; NaN if the step gave no log
         densities).
     late_climb : float
         The same rise between the two halves of the *last half* of those states (NaN with fewer
@@ -120,9 +115,9 @@ class TuningReport:
         whitened coordinates: small for a chain that arrived early in them.
     spread : float
         The smallest, over coordinates, sd of the same states times the root mean square of the log
-        density's gradient there (:func:`~pymc_kameleon.core.whitening.gradient_spread`): at least
-        about 1 for a chain that explores its target, far below for one stuck in some coordinate
-        (NaN if the step gave no gradients).
+        density's gradient there (:func:`~pymc_kameleon.core.adaptation.diagnostics.gradient_spread`):
+        at least about 1 for a chain that explores its target, far below for one stuck in some
+        coordinate (NaN if the step gave no gradients).
     spread_coordinate : int
         The coordinate where ``spread`` is smallest (-1 if ``spread`` is NaN).
     """
@@ -148,7 +143,7 @@ class ScaleFreeKameleon(WhitenedCoordinates, Proposal):
     dim : int
         Dimension :math:`d`.
     kernel : kernel object
-        Template kernel (:func:`pymc_kameleon.core.kernels.make_kernel`); the linear kernel gives
+        Template kernel (:func:`pymc_kameleon.core.kameleon.kernels.make_kernel`); the linear kernel gives
         a pure Adaptive Metropolis chain.
     bandwidth : "median" or float
         Kernel bandwidth in whitened units; ``"median"``: the median heuristic over :math:`Z_w`.
@@ -448,7 +443,7 @@ class ScaleFreeKameleon(WhitenedCoordinates, Proposal):
 
     def _matched_nu2(self) -> float:
         r""":math:`\nu^2` whose Kameleon component has the AM step's average variance :math:`\lambda^2`
-        per whitened coordinate at Z (:func:`~pymc_kameleon.core.kameleon.matched_nu2`).
+        per whitened coordinate at Z (:func:`~pymc_kameleon.core.kameleon.family.matched_nu2`).
 
         With ``gamma="auto"``, :math:`\gamma^2 = r \nu^2 \bar v` is tied to :math:`\nu^2`, so
         :math:`\nu^2 \bar v (1 + r) = \lambda^2`.

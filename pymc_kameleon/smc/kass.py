@@ -23,16 +23,11 @@ import numpy as np
 from pymc.model import modelcontext
 from pymc.smc.kernels import Pearson
 
-from pymc_kameleon.core.kameleon import check_subsample_size
-from pymc_kameleon.core.kernels import make_kernel
-from pymc_kameleon.core.smc import (
-    adapt_log_scale,
-    beta_increments,
-    evidence_lag,
-    genealogy_stats,
-    loglik_rise,
-)
-from pymc_kameleon.core.smc_rejuvenation import (
+from pymc_kameleon.core.kameleon.family import check_subsample_size
+from pymc_kameleon.core.kameleon.kernels import make_kernel
+from pymc_kameleon.core.smc.evidence import beta_increments, evidence_lag, genealogy_stats, loglik_rise
+from pymc_kameleon.core.smc.population import adapt_log_scale
+from pymc_kameleon.core.smc.rejuvenation import (
     CollapsedParticlesError,
     PoorMixingLog,
     check_rejuvenation_options,
@@ -116,12 +111,13 @@ class KASS(BatchedSMCKernel):
         :math:`\frac1N \sum_i \prod_s (1 - \alpha_{i,s})`, falls to ``1 - move_probability``).
         ``"acceptance"`` runs one sweep, then enough sweeps for a particle to move with probability
         ``move_probability`` at that sweep's *mean* acceptance rate
-        (:func:`~pymc_kameleon.core.smc.steps_for_acceptance`): too few where the particles differ,
+        (:func:`~pymc_kameleon.core.smc.population.steps_for_acceptance`): too few where the particles differ,
         for example in a funnel's neck, whose particles accept far less often than the rest. On a
         regression whose noise scale and coefficients form such a funnel at small beta
         (``benchmarks/kass_unstandardised_regression.py``) ``"moved"`` spends its extra sweeps on
         those stages and cut the log Z error from -1.52 to -0.36 over 8 seeds (``benchmarks/RESULTS.md``);
-        what remains is reported (the evidence-lag warning, :func:`~pymc_kameleon.core.smc.evidence_lag`).
+        what remains is reported (the evidence-lag warning,
+        :func:`~pymc_kameleon.core.smc.evidence.evidence_lag`).
         ``"correlation"`` is the rule of PyMC's ``MH`` kernel: sweep while more than 90% of the
         coordinates' correlations with the stage's starting particles still drop by more than
         ``correlation_threshold``; it stops early when acceptance is low, because then the
@@ -145,7 +141,7 @@ class KASS(BatchedSMCKernel):
     am_weight : float, default 0.25 (0 for :class:`ASMC`)
         Probability that a move is the global random walk of the stage's optimal variance in
         whitened coordinates (ASMC's move) instead of a Kameleon move; both Hastings terms are the
-        mixture's density (:class:`~pymc_kameleon.core.smc_rejuvenation.GlobalWalkMixture`).
+        mixture's density (:class:`~pymc_kameleon.core.smc.mixtures.GlobalWalkMixture`).
         With 0 (pure Kameleon moves, the paper's kernel) the local moves lag behind the tempered
         targets at small beta and log Z is biased low: on the 8-d banana bridge (N = 2000, the
         same 30 seeds) the mean log Z error was -0.187 +- 0.057 with 0, -0.138 +- 0.049 with 0.1
@@ -154,7 +150,7 @@ class KASS(BatchedSMCKernel):
         Probability that a move is an independent draw from the Gaussian fitted to the stage's
         particles (the proposal of PyMC's ``IMH`` kernel), truncated to the ball of the
         particles' largest whitened radius, instead of a local move; both Hastings terms are the
-        mixture's density (:class:`~pymc_kameleon.core.smc_rejuvenation.IndependenceMixture`).
+        mixture's density (:class:`~pymc_kameleon.core.smc.mixtures.IndependenceMixture`).
         Where the tempered targets are nearly Gaussian one accepted draw decorrelates a
         particle: with 0.25 the mean abs(log Z) error fell from 0.55 to 0.13 on a 20-d conjugate
         regression and from 0.17 to 0.10 on the 8-d banana bridge (30 runs each,
@@ -295,8 +291,8 @@ class KASS(BatchedSMCKernel):
         stage's weights.
 
         Each particle's Eve index (the initial draw it descends from) follows the resampling, so
-        :func:`~pymc_kameleon.core.smc.evidence_relative_variance` gives the error bar of the evidence
-        accumulated so far (read back by :func:`pymc_kameleon.smc.log_evidence`). That estimator is
+        :func:`~pymc_kameleon.core.smc.evidence.evidence_relative_variance` gives the error bar of the
+        evidence accumulated so far (read back by :func:`pymc_kameleon.smc.log_evidence`). That estimator is
         unbiased under multinomial resampling, not under PyMC's systematic resampling: with systematic
         resampling it reported half the spread of log Z over repeated runs (conjugate test model, 60
         runs of 300 particles: standard error 0.061 against a spread of 0.122; 67% of the ±2 SE
@@ -321,7 +317,7 @@ class KASS(BatchedSMCKernel):
         The particles' mean :math:`m` and covariance :math:`C = L L^\\top` define :math:`w = L^{-1}(x - m)`;
         :math:`Z`, the bandwidth and :math:`\\gamma` live there, so the proposal does not depend on the
         model's units (a coordinate in dollars and one in millimetres are treated alike)
-        (:func:`~pymc_kameleon.core.smc_rejuvenation.fit_stage_proposal`).
+        (:func:`~pymc_kameleon.core.smc.rejuvenation.fit_stage_proposal`).
         """
         scale = math.exp(self._log_scale)
         X, kernel = self.tempered_posterior, self._kernel_template
@@ -341,7 +337,7 @@ class KASS(BatchedSMCKernel):
 
     def mutate(self):
         """Kameleon MH sweeps over all particles against :math:`p(x) L(x)^{\\beta_t}`
-        (:func:`~pymc_kameleon.core.smc_rejuvenation.rejuvenate`), then adapt the scale.
+        (:func:`~pymc_kameleon.core.smc.rejuvenation.rejuvenate`), then adapt the scale.
 
         With ``cores>1`` the chain runs in a worker process whose warnings never reach the session;
         :meth:`sample_settings` then carries the poor-mixing warning of its last stage back
@@ -395,7 +391,7 @@ class KASS(BatchedSMCKernel):
 
     def _warn_evidence_lag(self):
         """Warn when the particles' log-likelihood rises put log Z materially low
-        (:func:`~pymc_kameleon.core.smc.evidence_lag`)."""
+        (:func:`~pymc_kameleon.core.smc.evidence.evidence_lag`)."""
         stages, betas, rises, rise_ses = (np.array(column) for column in zip(*self._rises))
         lag, lag_se = evidence_lag(betas, rises, rise_ses)
         log_z_se = float(log_z_std_error(self._evidence["evidence_relative_variance"]))

@@ -10,7 +10,7 @@ import numpy as np
 from scipy import stats
 from scipy.special import logsumexp
 
-from pymc_kameleon.core.smc import evidence_lag
+from pymc_kameleon.core.smc.evidence import evidence_lag
 
 __all__ = ["EvidenceLag", "LogEvidence", "evidence_lags", "log_evidence", "stage_stats"]
 
@@ -151,7 +151,7 @@ def evidence_lags(idata) -> EvidenceLag:
     r"""How far each chain's :math:`\log \hat Z` is probably too low because its particles lagged.
 
     :math:`\Lambda_c = \sum_t (\beta_t - \beta_{t-1}) D_{c,t}` from the ``loglik_rise`` statistics
-    (:func:`~pymc_kameleon.core.smc.evidence_lag`): about zero when every stage's particles reached
+    (:func:`~pymc_kameleon.core.smc.evidence.evidence_lag`): about zero when every stage's particles reached
     their tempered target, positive (a lower bound of the shortfall) when they had not. KASS warns
     when it is material; this reads it for every chain.
 
@@ -207,7 +207,7 @@ def log_evidence(idata) -> LogEvidence:
     The standard error comes from the genealogy of the particles, which :class:`KASS` and
     :class:`ASMC` record at every stage (``evidence_relative_variance``): Lee and Whiteley's
     single-run estimate :math:`V` of :math:`\operatorname{Var}(\hat Z)/Z^2`
-    (:func:`~pymc_kameleon.core.smc.evidence_relative_variance`). As :math:`\log \hat Z` is
+    (:func:`~pymc_kameleon.core.smc.evidence.evidence_relative_variance`). As :math:`\log \hat Z` is
     asymptotically normal, :math:`\hat Z/Z` is close to log-normal with
     :math:`\operatorname{Var}(\hat Z/Z) = e^{\sigma^2} - 1`, so the standard error of
     :math:`\log \hat Z` is :math:`\sigma = \sqrt{\log(1 + V)}` (:math:`\approx \sqrt V` when

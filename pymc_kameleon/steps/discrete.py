@@ -24,7 +24,7 @@ from pymc.util import get_value_vars_from_user_vars
 from pymc.vartypes import discrete_types
 from pytensor.tensor.random.basic import BernoulliRV, CategoricalRV
 
-from pymc_kameleon.core.adaptation import RobbinsMonro
+from pymc_kameleon.core.adaptation.scales import RobbinsMonro
 from pymc_kameleon.core.mh import metropolis_accept, mh_log_ratio
 from pymc_kameleon.core.validation import check_number, check_probability
 from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms

@@ -12,11 +12,12 @@ import numpy as np
 import pymc as pm
 from pymc.blocking import RaveledVars
 
-from pymc_kameleon.core.adaptation import VanishingProbability
-from pymc_kameleon.core.kernels import make_kernel
+from pymc_kameleon.core.adaptation.scales import VanishingProbability
+from pymc_kameleon.core.kameleon.kernels import make_kernel
+from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
 from pymc_kameleon.core.linalg import SingularCovarianceError
 from pymc_kameleon.core.mh import metropolis_accept, mh_log_ratio
-from pymc_kameleon.core.scale_free import ScaleFreeKameleon, WhitenedFamily
+from pymc_kameleon.core.scale_free import ScaleFreeKameleon
 from pymc_kameleon.core.validation import check_kameleon_options, check_number, check_probability
 from pymc_kameleon.steps.base import AdaptiveStep, continuous_value_vars
 from pymc_kameleon.steps.reporting import StepWarnings, StuckAfterTuning, warn_after_tuning
@@ -63,7 +64,7 @@ class KameleonMetropolis(AdaptiveStep):
         Continuous variables to sample. Defaults to all continuous free variables.
     kernel : {"gaussian" (or "rbf"), "matern32", "matern52", "linear"} or kernel object, default "gaussian"
         Kernel :math:`k`. A custom kernel is any object with methods ``value(X, Z)``
-        and ``grad(X, Z)`` (see :class:`pymc_kameleon.core.kernels.Kernel`). With
+        and ``grad(X, Z)`` (see :class:`pymc_kameleon.core.kameleon.kernels.Kernel`). With
         ``"linear"`` the proposal is Adaptive Metropolis with covariance
         :math:`\gamma^2 I + 4\nu^2 Z^\top H Z`.
     bandwidth : "median" or float, default "median"

@@ -16,9 +16,11 @@ import pymc as pm
 import pytensor
 from pytensor.graph.replace import graph_replace
 
-from pymc_kameleon.core.kameleon import KameleonProposal, mean_rkhs_variance
-from pymc_kameleon.core.kernels import make_kernel
-from pymc_kameleon.core.scale_free import WhitenedFamily, Whitening, shrunk_covariance
+from pymc_kameleon.core.adaptation.covariance import shrunk_covariance
+from pymc_kameleon.core.adaptation.whitening import Whitening
+from pymc_kameleon.core.kameleon.family import KameleonProposal, mean_rkhs_variance
+from pymc_kameleon.core.kameleon.kernels import make_kernel
+from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
 from pymc_kameleon.steps.base import continuous_value_vars
 
 __all__ = ["rebuild_proposal", "value_space_draws"]
@@ -111,7 +113,7 @@ def rebuild_proposal(
     every draw; ``pm.sample`` does not return the tuning draws :math:`Z` came from. So the
     rebuild applies the step's own window construction to the first :math:`|Z|` draws after
     tuning, in the value coordinates (:func:`value_space_draws`): :math:`m, C` are their shrunk
-    moments (:func:`~pymc_kameleon.core.scale_free.shrunk_covariance`) and :math:`Z` are those
+    moments (:func:`~pymc_kameleon.core.adaptation.covariance.shrunk_covariance`) and :math:`Z` are those
     draws; :math:`\nu^2` is set so that the kernel term's mean variance is the tuned
     ``kernel_variance``. The tuning window that gave the real :math:`Z` is followed by these
     draws in the same chain, so the rebuilt proposal equals the tuned one in law, not exactly: a

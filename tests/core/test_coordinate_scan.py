@@ -5,9 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from pymc_kameleon.core import coordinate_scan
-from pymc_kameleon.core.coordinate_scan import SCAN_TARGET, TRANSIT_LOG_STEP, TRANSIT_STREAK, CoordinateScan
-from pymc_kameleon.core.kernels import make_kernel
+from pymc_kameleon.core.adaptation import scan as coordinate_scan
+from pymc_kameleon.core.adaptation.scan import SCAN_TARGET, TRANSIT_LOG_STEP, TRANSIT_STREAK, CoordinateScan
+from pymc_kameleon.core.kameleon.kernels import make_kernel
 from pymc_kameleon.core.mh import metropolis_accept, mh_log_ratio
 from pymc_kameleon.core.scale_free import ScaleFreeKameleon
 

@@ -3,22 +3,24 @@ import math
 import numpy as np
 import pytest
 
-from pymc_kameleon.core.delayed_acceptance import (
-    DAPoint,
-    delayed_acceptance_log_ratios,
-    langevin_log_density,
-    log_alpha1,
+from pymc_kameleon.core.delayed_acceptance.mala import (
     log_expected_langevin_term,
     mala_delayed_acceptance_log_ratios,
     mala_log_alpha1,
     mala_point,
     mala_stage1_log_ratio,
+)
+from pymc_kameleon.core.delayed_acceptance.ratios import (
+    DAPoint,
+    delayed_acceptance_log_ratios,
+    log_alpha1,
     stage1_log_ratio,
     stage2_log_ratio,
     surrogate_point,
 )
-from pymc_kameleon.core.gp import GPSurrogate
+from pymc_kameleon.core.gp.surrogate import GPSurrogate
 from pymc_kameleon.core.mh import accept_probability, metropolis_accept, mh_log_ratio
+from pymc_kameleon.core.proposals import langevin_log_density
 
 # ------------------------------------------------------------------------- exact values
 

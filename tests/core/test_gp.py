@@ -5,8 +5,9 @@ import pytest
 from scipy.optimize import approx_fprime, check_grad
 from scipy.stats import multivariate_normal
 
-from pymc_kameleon.core.gp import GPSurrogate, se_ard_covariance
-from pymc_kameleon.core.gp_fit import log_hyperparameters, neg_log_marginal_likelihood_and_grad
+from pymc_kameleon.core.gp.covariance import se_ard_covariance
+from pymc_kameleon.core.gp.fit import log_hyperparameters, neg_log_marginal_likelihood_and_grad
+from pymc_kameleon.core.gp.surrogate import GPSurrogate
 from pymc_kameleon.core.linalg import SingularCovarianceError, cholesky_append
 
 
@@ -324,7 +325,7 @@ def test_cap_and_input_checks():
 
 # ------------------------------------------------------------------ input whitening
 def _whitened_setup(grads, seed=0, d=3):
-    from pymc_kameleon.core.scale_free import Whitening
+    from pymc_kameleon.core.adaptation.whitening import Whitening
 
     rng = np.random.default_rng(seed)
     A = rng.normal(size=(d, d))

@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from pymc_kameleon.core.gp_training import (
+from pymc_kameleon.core.gp.options import GPTrainingOptions
+from pymc_kameleon.core.gp.training import (
     GP_FLOOR_NATS,
     MIN_STAGE1_ACCEPT,
     SCREENING_CHECK_STEPS,
-    GPTrainingOptions,
     GPTrainingSchedule,
 )
 
@@ -212,7 +212,7 @@ def test_a_walking_pause_ends_after_max_steps_exact_evaluations():
 def test_a_fit_that_predicts_worse_leave_one_out_is_not_applied(monkeypatch):
     """A refit's hyperparameters replace the current ones only if they predict the fit's points at
     least as well (leave-one-out); the control, a fit that predicts better, is applied."""
-    from pymc_kameleon.core.gp import GPSurrogate
+    from pymc_kameleon.core.gp.surrogate import GPSurrogate
 
     s = GPTrainingSchedule(options(d=2, initial_points=5))
     x, y = quadratic_points(40, d=2, seed=3)

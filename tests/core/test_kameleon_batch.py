@@ -5,8 +5,14 @@ import time
 import numpy as np
 import pytest
 
-from pymc_kameleon.core.kameleon import KameleonProposal
-from pymc_kameleon.core.kernels import GaussianKernel, Kernel, LinearKernel, Matern32Kernel, Matern52Kernel
+from pymc_kameleon.core.kameleon.family import KameleonProposal
+from pymc_kameleon.core.kameleon.kernels import (
+    GaussianKernel,
+    Kernel,
+    LinearKernel,
+    Matern32Kernel,
+    Matern52Kernel,
+)
 from pymc_kameleon.core.linalg import SingularCovarianceError
 
 KERNELS = {

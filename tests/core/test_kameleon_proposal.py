@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from scipy.stats import multivariate_normal
 
-from pymc_kameleon.core.kameleon import KameleonProposal, ProposalAtPoint
-from pymc_kameleon.core.kernels import GaussianKernel, LinearKernel, Matern32Kernel
+from pymc_kameleon.core.kameleon.family import KameleonProposal, ProposalAtPoint
+from pymc_kameleon.core.kameleon.kernels import GaussianKernel, LinearKernel, Matern32Kernel
 
 
 @pytest.fixture

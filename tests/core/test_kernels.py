@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from pymc_kameleon.core.kernels import (
+from pymc_kameleon.core.kameleon.kernels import (
     GaussianKernel,
     Kernel,
     LinearKernel,

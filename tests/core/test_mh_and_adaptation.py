@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 from scipy.stats import multivariate_normal
 
-from pymc_kameleon.core.adaptation import HistoryBuffer, RobbinsMonro, VanishingProbability
-from pymc_kameleon.core.kameleon import KameleonProposal
-from pymc_kameleon.core.kernels import GaussianKernel
+from pymc_kameleon.core.adaptation.history import HistoryBuffer
+from pymc_kameleon.core.adaptation.scales import RobbinsMonro, VanishingProbability
+from pymc_kameleon.core.kameleon.family import KameleonProposal
+from pymc_kameleon.core.kameleon.kernels import GaussianKernel
 from pymc_kameleon.core.linalg import SingularCovarianceError, gaussian_logpdf_chol, jittered_cholesky
 from pymc_kameleon.core.mh import accept_probability, metropolis_accept, mh_log_ratio
 

@@ -6,16 +6,11 @@ import numpy as np
 import pytest
 from scipy.stats import multivariate_normal
 
-from pymc_kameleon.core.kameleon import KameleonProposal
-from pymc_kameleon.core.kernels import GaussianKernel, LinearKernel
+from pymc_kameleon.core.kameleon.family import KameleonProposal
+from pymc_kameleon.core.kameleon.kernels import GaussianKernel, LinearKernel
+from pymc_kameleon.core.kameleon.moves import KameleonMoves
 from pymc_kameleon.core.mh import mh_log_ratio, mh_log_ratio_batch
-from pymc_kameleon.core.proposals import (
-    KameleonMoves,
-    LangevinProposal,
-    Move,
-    RandomWalkProposal,
-    langevin_log_density,
-)
+from pymc_kameleon.core.proposals import LangevinProposal, Move, RandomWalkProposal, langevin_log_density
 
 _Z = np.random.default_rng(0).normal(size=(40, 3)) * [1.0, 2.0, 0.5]
 _CHOL = np.linalg.cholesky(np.array([[1.0, 0.3, 0.0], [0.3, 2.0, -0.4], [0.0, -0.4, 0.7]]))

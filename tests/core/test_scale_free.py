@@ -8,12 +8,15 @@ import pytest
 from conftest import _mcse_of_mean as ess_mcse
 from scipy.stats import multivariate_normal
 
-from pymc_kameleon.core.adaptation import RobbinsMonro
-from pymc_kameleon.core.kameleon import KameleonProposal
-from pymc_kameleon.core.kernels import GaussianKernel, make_kernel
+from pymc_kameleon.core.adaptation.covariance import shrunk_covariance
+from pymc_kameleon.core.adaptation.scales import RobbinsMonro
+from pymc_kameleon.core.adaptation.whitening import Whitening
+from pymc_kameleon.core.kameleon.family import KameleonProposal
+from pymc_kameleon.core.kameleon.kernels import GaussianKernel, make_kernel
+from pymc_kameleon.core.kameleon.moves import KameleonMoves
+from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
 from pymc_kameleon.core.mh import metropolis_accept, mh_log_ratio
-from pymc_kameleon.core.proposals import KameleonMoves
-from pymc_kameleon.core.scale_free import ScaleFreeKameleon, WhitenedFamily, Whitening, shrunk_covariance
+from pymc_kameleon.core.scale_free import ScaleFreeKameleon
 
 M = np.array([1.0, -2.0])
 C = np.array([[4.0, 1.2], [1.2, 0.9]])
@@ -371,7 +374,7 @@ def test_report_drift_flags_a_chain_still_walking_at_the_end_of_tuning(walking):
 
 def test_log_density_climb_is_the_rise_between_halves_in_units_of_sqrt_half_d():
     """Hand-computed: halves with means -10 and -4 in d = 8 give (−4 − (−10)) / sqrt(4) = 3."""
-    from pymc_kameleon.core.whitening import log_density_climb
+    from pymc_kameleon.core.adaptation.diagnostics import log_density_climb
 
     lp = np.r_[np.full(150, -10.0), np.full(150, -4.0)]
     assert log_density_climb(lp, 8) == pytest.approx(3.0)
@@ -463,7 +466,7 @@ def test_a_drift_that_happened_early_in_the_last_tuning_states_is_not_reported()
 def test_gradient_spread_is_sd_times_root_mean_square_gradient():
     """Hand-computed: states alternating 1 and 3 (sd 1) with gradients alternating 2 and -2 (root mean
     square 2) give 2; states scaled by 1e4 with gradients scaled by 1e-4 give the same (unit-free)."""
-    from pymc_kameleon.core.whitening import gradient_spread
+    from pymc_kameleon.core.adaptation.diagnostics import gradient_spread
 
     x = np.tile([1.0, 3.0], 150)[:, None] * np.array([1.0, 1e4])
     g = np.tile([2.0, -2.0], 150)[:, None] * np.array([1.0, 1e-4])
@@ -501,7 +504,7 @@ def test_report_spread_flags_a_coordinate_that_barely_moved(stuck):
 def test_variance_floor_is_one_over_the_mean_squared_gradient():
     """Hand-computed: gradients (2, 1) and (-4, 1) give mean squares (10, 1), so the floor is (0.1, 1);
     a window with a step that had no gradient gives none."""
-    from pymc_kameleon.core.whitening import AdaptationWindow
+    from pymc_kameleon.core.adaptation.windows import AdaptationWindow
 
     window = AdaptationWindow(2, 100, 10, 10)
     window.record(np.zeros(2), 0.5, gradient=np.array([2.0, 1.0]))

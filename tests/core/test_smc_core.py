@@ -6,14 +6,16 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from pymc_kameleon.core.kameleon import KameleonProposal
-from pymc_kameleon.core.kernels import GaussianKernel
-from pymc_kameleon.core.smc import (
-    adapt_log_scale,
+from pymc_kameleon.core.kameleon.family import KameleonProposal
+from pymc_kameleon.core.kameleon.kernels import GaussianKernel
+from pymc_kameleon.core.smc.evidence import (
     evidence_lag,
     evidence_relative_variance,
     genealogy_stats,
     loglik_rise,
+)
+from pymc_kameleon.core.smc.population import (
+    adapt_log_scale,
     population_mh_move,
     steps_for_acceptance,
     tempered_log_density,

@@ -4,13 +4,12 @@ record of stages that barely mixed."""
 import numpy as np
 import pytest
 
-from pymc_kameleon.core.kernels import GaussianKernel, LinearKernel
-from pymc_kameleon.core.smc import population_mh_move, tempered_log_density
-from pymc_kameleon.core.smc_rejuvenation import (
+from pymc_kameleon.core.kameleon.kernels import GaussianKernel, LinearKernel
+from pymc_kameleon.core.smc.mixtures import GlobalWalkMixture, IndependenceMixture
+from pymc_kameleon.core.smc.population import population_mh_move, tempered_log_density
+from pymc_kameleon.core.smc.rejuvenation import (
     MIN_STAGE_ACCEPT,
     CollapsedParticlesError,
-    GlobalWalkMixture,
-    IndependenceMixture,
     PoorMixingLog,
     check_rejuvenation_options,
     fit_stage_proposal,
@@ -356,7 +355,7 @@ def test_mixture_sweeps_keep_the_target(am_weight, independence_weight, wrong, m
     4000 particles. Negative control: the mixtures' Hastings terms replaced by the Kameleon density
     alone, which is caught. The family is fitted to a squeezed independent draw, so the components
     differ (and the independent draws come from a Gaussian 5 times too narrow)."""
-    from pymc_kameleon.core import smc_rejuvenation
+    from pymc_kameleon.core.smc import mixtures
 
     # Target at beta = 1 (see evaluate): N(0, COV) times the prior exp(-0.005 |x|^2), a Gaussian.
     cov = np.linalg.inv(PREC + 0.01 * np.eye(2))
@@ -369,7 +368,7 @@ def test_mixture_sweeps_keep_the_target(am_weight, independence_weight, wrong, m
     stage = fit_stage_proposal(Z, GaussianKernel(1.0), "median", "auto", 1000, 4.0, rng, am_weight=am_weight,
                                independence_weight=independence_weight)
     if wrong:
-        monkeypatch.setattr(smc_rejuvenation, "mixture_log_density", lambda main, _other, _w: main)
+        monkeypatch.setattr(mixtures, "mixture_log_density", lambda main, _other, _w: main)
     rejuvenate(X, log_prior, loglik, log_target, stage.family, evaluate, 1.0, rng, n_steps=30, max_steps=30,
                move_probability=0.99)
     z_mean = np.abs(X.mean(axis=0) - mean) / np.sqrt(np.diag(cov) / X.shape[0])

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 from scipy.linalg import solve_triangular
 
-from pymc_kameleon.core import triangular
-from pymc_kameleon.core.gp import GPSurrogate
+from pymc_kameleon.core.gp import triangular
+from pymc_kameleon.core.gp.surrogate import GPSurrogate
+from pymc_kameleon.core.gp.triangular import GrowingCholesky
 from pymc_kameleon.core.linalg import cholesky_lower
-from pymc_kameleon.core.triangular import GrowingCholesky
 
 
 def spd(n, seed=0):

@@ -16,10 +16,10 @@ from pymc.smc.kernels import IMH, SMC_KERNEL
 from scipy.stats import multivariate_normal, norm
 
 from pymc_kameleon import ASMC, KASS, PseudoMarginalPotential, log_mean_exp
-from pymc_kameleon.core.kameleon import KameleonProposal
-from pymc_kameleon.core.scale_free import WhitenedFamily
-from pymc_kameleon.core.smc import evidence_relative_variance
-from pymc_kameleon.core.smc_rejuvenation import GlobalWalkMixture, IndependenceMixture
+from pymc_kameleon.core.kameleon.family import KameleonProposal
+from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
+from pymc_kameleon.core.smc.evidence import evidence_relative_variance
+from pymc_kameleon.core.smc.mixtures import GlobalWalkMixture, IndependenceMixture
 from pymc_kameleon.smc import LogEvidence, evidence_lags, log_evidence, stage_stats
 from pymc_kameleon.smc.results import MIN_DISTINCT_ANCESTORS
 
@@ -598,14 +598,14 @@ def test_mixture_weights_reach_every_stage(mixture, option, monkeypatch):
     """KASS(am_weight=0.3) moves with the GlobalWalkMixture, and KASS(independence_weight=0.3) with the
     IndependenceMixture, at every stage, and still finds the conjugate model's posterior and evidence;
     a weight of 1 is refused (it would never make a Kameleon move)."""
-    from pymc_kameleon.core import smc_rejuvenation
+    from pymc_kameleon.core.smc import mixtures as smc_mixtures
 
     weights = []
-    cls = getattr(smc_rejuvenation, mixture)
+    cls = getattr(smc_mixtures, mixture)
     real = cls.__init__
 
     def spy(self, family, *args):
-        weights.append(args[0] if cls is smc_rejuvenation.IndependenceMixture else args[-1])
+        weights.append(args[0] if cls is smc_mixtures.IndependenceMixture else args[-1])
         real(self, family, *args)
 
     monkeypatch.setattr(cls, "__init__", spy)

@@ -27,9 +27,10 @@ from pytensor.graph.op import Op
 from scipy.stats import multivariate_normal, norm
 
 from pymc_kameleon import GPDelayedAcceptanceMALA, GPDelayedAcceptanceMH, PseudoMarginalPotential
-from pymc_kameleon.core.delayed_acceptance import log_expected_langevin_term
+from pymc_kameleon.core.adaptation.scan import scan_steps_for
+from pymc_kameleon.core.delayed_acceptance.mala import log_expected_langevin_term
+from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
 from pymc_kameleon.core.mh import mh_log_ratio
-from pymc_kameleon.core.scale_free import WhitenedFamily, scan_steps_for
 from pymc_kameleon.targets import banana, correlated_gaussian
 
 Z_MAX = 4.0
@@ -320,8 +321,8 @@ def test_the_accepted_proposals_prediction_is_reused_bit_for_bit(cls, monkeypatc
     """At ``max_points`` the GP stops changing, so after an accepted step the prediction made at the
     proposal is the next step's at its current state: the chain equals one that predicts afresh
     every time (caching off), with one prediction per step instead of up to two."""
-    from pymc_kameleon.core.gp import GPSurrogate
-    from pymc_kameleon.core.gp_training import GPTrainingSchedule
+    from pymc_kameleon.core.gp.surrogate import GPSurrogate
+    from pymc_kameleon.core.gp.training import GPTrainingSchedule
 
     model = gaussian_data_model()
     calls = {"n": 0}

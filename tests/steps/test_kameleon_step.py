@@ -13,7 +13,7 @@ import pytest
 from conftest import SAMPLE_KW
 
 from pymc_kameleon import KameleonMetropolis
-from pymc_kameleon.core.proposals import KameleonMoves
+from pymc_kameleon.core.kameleon.moves import KameleonMoves
 from pymc_kameleon.core.scale_free import ScaleFreeKameleon
 
 

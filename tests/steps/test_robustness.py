@@ -305,10 +305,11 @@ def test_a_strongly_correlated_posterior_is_whitened_in_its_narrow_direction(nam
     eigenvalue within a factor 3 of 1. Each window's covariance is shrunk toward its diagonal, except
     a strong correlation that persists from the previous window; shrinking it too (the control, as
     shipped before) left the narrow direction's eigenvalue at 0.07-0.15, C 7-15 times too wide there."""
-    import pymc_kameleon.core.whitening as whitening
+    import pymc_kameleon.core.adaptation.covariance as covariance
 
     if not keep:
-        monkeypatch.setattr(whitening, "_persistently_correlated", lambda cov, prev: np.zeros(len(cov), bool))
+        never = lambda cov, prev: np.zeros(len(cov), bool)  # noqa: E731
+        monkeypatch.setattr(covariance, "_persistently_correlated", never)
     model, _, cov = _correlated_regression()
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -332,7 +333,7 @@ def test_gp_da_screening_pauses_while_the_chain_walks_in(monkeypatch):
     and one on PyMC 6 (its random streams differ)."""
     seeds = (10, 11, 15)
     assert _arrivals(seeds) == 3
-    from pymc_kameleon.core.gp_training import GPTrainingSchedule
+    from pymc_kameleon.core.gp.training import GPTrainingSchedule
 
     monkeypatch.setattr(GPTrainingSchedule, "pause_while_walking", lambda self, window, max_steps: None)
     assert _arrivals(seeds) <= 1
@@ -360,7 +361,7 @@ def test_mala_does_not_stick_in_one_coordinate(floor, monkeypatch):
     moving). With the floor the chain arrives and nothing is said (seeds 1-8: 8 of 8 arrive; without
     the floor 7 of 8)."""
     from pymc_kameleon import GPDelayedAcceptanceMALA
-    from pymc_kameleon.core.whitening import AdaptationWindow
+    from pymc_kameleon.core.adaptation.windows import AdaptationWindow
 
     if not floor:
         monkeypatch.setattr(AdaptationWindow, "variance_floor", property(lambda self: None))
@@ -440,7 +441,7 @@ def test_a_refit_that_predicts_worse_is_not_applied_at_the_end_of_tuning(check, 
     With the check the fit is not applied (stage 2: 0.97-0.98 at seeds 11, 21, 22); without it
     (the control) 0.47-0.69. Seed 22: 0.977 / 0.525 on PyMC 5, 0.967 / 0.537 on PyMC 6 (at
     seed 21 PyMC 6's streams missed the bad fit: 0.92 without the check)."""
-    from pymc_kameleon.core.gp import GPSurrogate
+    from pymc_kameleon.core.gp.surrogate import GPSurrogate
 
     if not check:
         monkeypatch.setattr(GPSurrogate, "loo_log_predictive_density", lambda self: 0.0)

@@ -26,7 +26,7 @@ from conftest import (
 from pymc.step_methods.compound import Competence
 
 from pymc_kameleon import GPDelayedAcceptanceMALA, GPDelayedAcceptanceMH, KameleonMetropolis
-from pymc_kameleon.core.scale_free import scan_steps_for
+from pymc_kameleon.core.adaptation.scan import scan_steps_for
 
 STEPS = [KameleonMetropolis, GPDelayedAcceptanceMH, GPDelayedAcceptanceMALA]
 

@@ -24,8 +24,8 @@ Stage 2 (paper eq. 6), paid: only survivors of stage 1 get an exact :math:`\ell(
 The prior is always exact. Because one surrogate (the GP before the new evaluation is added)
 gives both :math:`\alpha_1(x, y)` and :math:`\alpha_1(y, x)`, each step is reversible with respect
 to the exact posterior, however poor the GP is. The new evaluation joins the GP only *after*
-the step's decision. The ratios live in :mod:`pymc_kameleon.core.delayed_acceptance`, the GP's
-training schedule in :mod:`pymc_kameleon.core.gp_training`, the scale-free base proposal in
+the step's decision. The ratios live in :mod:`pymc_kameleon.core.delayed_acceptance.ratios`, the GP's
+training schedule in :mod:`pymc_kameleon.core.gp.training`, the scale-free base proposal in
 :mod:`pymc_kameleon.core.scale_free`; this module runs them inside PyMC.
 """
 
@@ -40,13 +40,13 @@ import numpy as np
 import pymc as pm
 from pymc.blocking import RaveledVars
 
-from pymc_kameleon.core.delayed_acceptance import CURRENT_VALUES
-from pymc_kameleon.core.gp import GPSurrogate
-from pymc_kameleon.core.gp_training import (
+from pymc_kameleon.core.delayed_acceptance.ratios import CURRENT_VALUES
+from pymc_kameleon.core.gp.options import GPTrainingOptions
+from pymc_kameleon.core.gp.surrogate import GPSurrogate
+from pymc_kameleon.core.gp.training import (
     MAX_STAGE1_ACCEPT,
     MIN_STAGE1_ACCEPT,
     SCREENING_CHECK_STEPS,
-    GPTrainingOptions,
     GPTrainingSchedule,
 )
 from pymc_kameleon.core.mh import metropolis_accept, mh_log_ratio

@@ -7,14 +7,13 @@ import math
 
 import numpy as np
 
-from pymc_kameleon.core.delayed_acceptance import (
-    langevin_log_density,
+from pymc_kameleon.core.delayed_acceptance.mala import (
     mala_delayed_acceptance_log_ratios,
     mala_log_alpha1,
     mala_point,
 )
 from pymc_kameleon.core.mh import accept_probability, metropolis_accept, mh_log_ratio
-from pymc_kameleon.core.proposals import LangevinProposal
+from pymc_kameleon.core.proposals import LangevinProposal, langevin_log_density
 from pymc_kameleon.steps.delayed_acceptance.base import GPDelayedAcceptanceStep
 
 __all__ = ["GPDelayedAcceptanceMALA"]
@@ -54,7 +53,7 @@ class GPDelayedAcceptanceMALA(GPDelayedAcceptanceStep):
 
     **Stage 1** marginalises the GP's joint law of :math:`(\ell(y), \nabla\ell(y))` in
     :math:`e^{\ell(y)} Q_{\ell}(x \mid y)`, the closed form of the paper's Proposition 3.1
-    (corrected; :func:`~pymc_kameleon.core.delayed_acceptance.log_expected_langevin_term`):
+    (corrected; :func:`~pymc_kameleon.core.delayed_acceptance.mala.log_expected_langevin_term`):
 
     .. math::
         \alpha_1(x, y) = 1 \wedge \frac{p(y)\, E\big[e^{\tilde\ell(y)}\, Q_{\tilde\ell}(x \mid y)\big]}
@@ -62,7 +61,7 @@ class GPDelayedAcceptanceMALA(GPDelayedAcceptanceStep):
 
     **Stage 2** is the delayed-acceptance correction with the proposal densities of the kernel
     actually used and both :math:`\alpha_1` from the same GP
-    (:func:`~pymc_kameleon.core.delayed_acceptance.mala_delayed_acceptance_log_ratios`), so the
+    (:func:`~pymc_kameleon.core.delayed_acceptance.mala.mala_delayed_acceptance_log_ratios`), so the
     chain targets the exact posterior whatever the surrogate. The warm-up that seeds the GP is
     plain MALA with the exact gradient.
 

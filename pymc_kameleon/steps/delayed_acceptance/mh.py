@@ -7,13 +7,13 @@ import math
 
 import numpy as np
 
-from pymc_kameleon.core.delayed_acceptance import (
+from pymc_kameleon.core.delayed_acceptance.ratios import (
     DAPoint,
     delayed_acceptance_log_ratios,
     log_alpha1,
     surrogate_point,
 )
-from pymc_kameleon.core.kernels import make_kernel
+from pymc_kameleon.core.kameleon.kernels import make_kernel
 from pymc_kameleon.core.mh import accept_probability, metropolis_accept, mh_log_ratio
 from pymc_kameleon.core.scale_free import ScaleFreeKameleon
 from pymc_kameleon.core.validation import check_kameleon_options
@@ -56,7 +56,7 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
     is reversible with respect to the exact posterior whatever the surrogate's quality. The new
     evaluation is added to the GP after the decision.
 
-    **The GP** (:class:`~pymc_kameleon.core.gp.GPSurrogate`): squared-exponential ARD kernel,
+    **The GP** (:class:`~pymc_kameleon.core.gp.surrogate.GPSurrogate`): squared-exponential ARD kernel,
     constant (generalised-least-squares) mean, noise-free interpolation with a relative nugget
     ``jitter``; points are appended by an :math:`O(t^2)` Cholesky update.
 
@@ -69,7 +69,7 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
       and (during tuning) the hyperparameters are fitted by marginal likelihood, with two random
       restarts.
     - *Whitened inputs.* The kernel acts on coordinates whitened by the base proposal's learned
-      mean and covariance (:meth:`~pymc_kameleon.core.gp.GPSurrogate.set_input_whitening`), so its
+      mean and covariance (:meth:`~pymc_kameleon.core.gp.surrogate.GPSurrogate.set_input_whitening`), so its
       length scales are in posterior units and a correlated ridge looks round. At each window end
       during tuning the GP moves to the new whitening, forgets the points from before the
       previous window (a walk in from a far start), and is refitted.
@@ -142,7 +142,7 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
     current_value : {"exact", "surrogate"}, default "exact"
         What stands for :math:`\ell` at the state a move starts from in :math:`\alpha_1`: the
         exact value (as above; Peskun-better) or the surrogate's :math:`\mu + \sigma^2/2`
-        (stage 2 is then Christen & Fox's form). See :mod:`pymc_kameleon.core.delayed_acceptance`.
+        (stage 2 is then Christen & Fox's form). See :mod:`pymc_kameleon.core.delayed_acceptance.ratios`.
     gp_after_tuning : {"grow", "freeze"}, default "grow"
         ``"grow"``: keep adding exact evaluations after tuning (as in the paper; fixed
         hyperparameters). ``"freeze"``: fix the GP at the end of tuning, so the draws come from one

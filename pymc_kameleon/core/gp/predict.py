@@ -1,22 +1,22 @@
-r"""Posterior predictions of :class:`~pymc_kameleon.core.gp.GPSurrogate`: mean, variance, gradient.
+r"""Posterior predictions of :class:`~pymc_kameleon.core.gp.surrogate.GPSurrogate`: mean, variance, gradient.
 
-The predictive equations are derived in the module docstring of :mod:`pymc_kameleon.core.gp`.
+The predictive equations are derived in the module docstring of :mod:`pymc_kameleon.core.gp.surrogate`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from pymc_kameleon.core.gp_covariance import se_ard_covariance
+from pymc_kameleon.core.gp.covariance import se_ard_covariance
 
 __all__ = ["GPPredictionMixin"]
 
 
 class GPPredictionMixin:
-    r"""The prediction methods of :class:`~pymc_kameleon.core.gp.GPSurrogate`.
+    r"""The prediction methods of :class:`~pymc_kameleon.core.gp.surrogate.GPSurrogate`.
 
     Points come in, and gradients go out, in the caller's coordinates. Uses the host's stored
-    points and factor (:class:`~pymc_kameleon.core.gp_factor.GPFactor`) and its input whitening
+    points and factor (:class:`~pymc_kameleon.core.gp.factor.GPFactor`) and its input whitening
     (``_inputs``, ``_gradient_out``, ``_whitening``).
     """
 

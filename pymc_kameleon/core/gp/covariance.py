@@ -1,10 +1,10 @@
 r"""Squared-exponential ARD covariance of a GP's values and gradients (NumPy only).
 
 The kernel, the covariances between values and gradients and the point-by-point ordering of the
-observations are given in the module docstring of :mod:`pymc_kameleon.core.gp`, whose
-:class:`~pymc_kameleon.core.gp.GPSurrogate` is built on these functions. Besides the public
+observations are given in the module docstring of :mod:`pymc_kameleon.core.gp.surrogate`, whose
+:class:`~pymc_kameleon.core.gp.surrogate.GPSurrogate` is built on these functions. Besides the public
 :func:`se_ard_covariance`, the pieces are kept separate so that the marginal-likelihood gradient
-(:mod:`pymc_kameleon.core.gp_fit`) can reuse the differences and kernel values of one evaluation.
+(:mod:`pymc_kameleon.core.gp.fit`) can reuse the differences and kernel values of one evaluation.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def se_ard_covariance(A, B, lengthscales, signal_variance, grad_a=False, grad_b=
     array of shape (na * pa, nb * pb)
         ``pa = d + 1`` if ``grad_a`` else 1 (same for ``pb``); rows are ordered point by point,
         ``[f(a_1), ∇f(a_1), f(a_2), ...]``. Entries are the covariances listed in the module
-        docstring of :mod:`pymc_kameleon.core.gp`.
+        docstring of :mod:`pymc_kameleon.core.gp.surrogate`.
     """
     A = np.atleast_2d(np.asarray(A, dtype=float))
     B = np.atleast_2d(np.asarray(B, dtype=float))

@@ -1,10 +1,10 @@
-r"""Hyperparameters of :class:`~pymc_kameleon.core.gp.GPSurrogate` by maximum marginal likelihood.
+r"""Hyperparameters of :class:`~pymc_kameleon.core.gp.surrogate.GPSurrogate` by maximum marginal likelihood.
 
 The functions take the surrogate ``gp`` and read its stored observations; only
 :func:`fit_hyperparameters` changes it (through ``gp.set_hyperparameters``, one refactorisation).
-The surrogate's :meth:`~pymc_kameleon.core.gp.GPSurrogate.log_marginal_likelihood`,
-:meth:`~pymc_kameleon.core.gp.GPSurrogate.default_bounds` and
-:meth:`~pymc_kameleon.core.gp.GPSurrogate.fit_hyperparameters` call them.
+The surrogate's :meth:`~pymc_kameleon.core.gp.surrogate.GPSurrogate.log_marginal_likelihood`,
+:meth:`~pymc_kameleon.core.gp.surrogate.GPSurrogate.default_bounds` and
+:meth:`~pymc_kameleon.core.gp.surrogate.GPSurrogate.fit_hyperparameters` call them.
 
 The parameters are :math:`\eta = (\log\ell_1, \dots, \log\ell_d, \log s^2[, \log\sigma_n^2])`, the
 noise only with ``fit_noise=True``; the objective is the profile log marginal likelihood (the
@@ -20,7 +20,7 @@ import numpy as np
 from scipy.linalg import solve_triangular
 from scipy.optimize import minimize
 
-from pymc_kameleon.core.gp_covariance import (
+from pymc_kameleon.core.gp.covariance import (
     _assemble,
     _dcov_dlog_lengthscale,
     _inverse_from_cholesky,
@@ -124,8 +124,8 @@ class MarginalLikelihoodObjective:
     depend on the hyperparameters; they are computed once per fit, and the kernel values once per
     evaluation (they were computed twice: for :math:`K` and for :math:`\partial K/\partial\eta`).
     The kernel comes from the same ``_se_from_differences`` as
-    :func:`~pymc_kameleon.core.gp_covariance.se_ard_covariance`'s, and the derivative from
-    :func:`~pymc_kameleon.core.gp_covariance._dcov_dlog_lengthscale` with the kept squares,
+    :func:`~pymc_kameleon.core.gp.covariance.se_ard_covariance`'s, and the derivative from
+    :func:`~pymc_kameleon.core.gp.covariance._dcov_dlog_lengthscale` with the kept squares,
     so a fit's result is the same to the last bit; an evaluation costs about 40% of what it did
     (300 points, d = 3: 12 -> 5 ms).
     """

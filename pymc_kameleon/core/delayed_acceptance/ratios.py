@@ -61,29 +61,20 @@ import math
 from typing import NamedTuple
 
 import numpy as np
-from scipy.linalg import solve_triangular
 
-from pymc_kameleon.core.linalg import gaussian_logpdf_chol, jittered_cholesky
 from pymc_kameleon.core.mh import mh_log_ratio
-from pymc_kameleon.core.proposals import langevin_log_density
 
 __all__ = [
     "CURRENT_VALUES",
     "DALogRatios",
     "DAPoint",
-    "MALAPoint",
     "delayed_acceptance_log_ratios",
-    "langevin_log_density",
     "log_alpha1",
-    "log_expected_langevin_term",
-    "mala_delayed_acceptance_log_ratios",
-    "mala_log_alpha1",
-    "mala_point",
-    "mala_stage1_log_ratio",
     "stage1_log_ratio",
     "stage2_log_ratio",
     "surrogate_point",
 ]
+
 
 CURRENT_VALUES = ("exact", "surrogate")
 
@@ -91,9 +82,6 @@ CURRENT_VALUES = ("exact", "surrogate")
 def _check_current_value(current_value):
     if current_value not in CURRENT_VALUES:
         raise ValueError(f"current_value must be one of {CURRENT_VALUES}, got {current_value!r}.")
-
-
-# ---------------------------------------------------------------------------------- MH
 
 
 def stage1_log_ratio(
@@ -269,203 +257,5 @@ def delayed_acceptance_log_ratios(
     rev = log_alpha1(proposal, current, log_q_reverse, log_q_forward, current_value)
     r2 = stage2_log_ratio(
         proposal.ll, current.ll, proposal.log_prior, current.log_prior, log_q_reverse, log_q_forward, fwd, rev
-    )
-    return DALogRatios(fwd, rev, r2)
-
-
-# ---------------------------------------------------------------------------------- MALA
-
-
-def log_expected_langevin_term(
-    theta_star, theta_prime, joint_mean, joint_cov, grad_log_prior_star, proposal_chol
-) -> float:
-    r"""Closed form of the paper's Proposition 3.1: the GP expectation behind GP-MALA's stage 1.
-
-    For :math:`(f, g) = (\tilde\ell(\theta^*), \nabla\tilde\ell(\theta^*)) \sim \mathcal N(m, K)`
-    (the joint GP predictive at :math:`\theta^*`, :math:`m = (m_f, m_g)`), returns
-
-    .. math::
-        \log E\Big[e^{f}\, \mathcal N\big(\theta';\,
-            \theta^* + \tfrac12\Sigma(g + \nabla\log p(\theta^*)),\, \Sigma\big)\Big].
-
-    **Derivation.** Put :math:`c = \theta' - \theta^* - \tfrac12\Sigma\nabla\log p(\theta^*)`. Expanding
-    the square,
-
-    .. math::
-        \mathcal N(\theta'; \theta^* + \tfrac12\Sigma(g + \nabla\log p), \Sigma)
-        = \mathcal N(\theta'; \theta^* + \tfrac12\Sigma\nabla\log p, \Sigma)\,
-          \exp\big(\tfrac12 c^\top g - \tfrac18 g^\top \Sigma g\big),
-
-    so with :math:`z = (f, g)`, :math:`b = (1, \tfrac12 c)` and
-    :math:`Q = \operatorname{diag}(0, \tfrac14\Sigma) = W W^\top`, :math:`W = (0;\, \tfrac12 L_\Sigma)`,
-    the expectation is that of :math:`\exp(b^\top z - \tfrac12 z^\top Q z)` under
-    :math:`\mathcal N(m, K)`. Completing the square in
-    :math:`-\tfrac12 (z - m)^\top K^{-1} (z - m) + b^\top z - \tfrac12 z^\top Q z` gives the Gaussian integral
-
-    .. math::
-        E = |I + W^\top K W|^{-1/2}
-            \exp\Big(b^\top m - \tfrac12 m^\top Q m + \tfrac12 r^\top (K^{-1} + Q)^{-1} r\Big),
-        \qquad r = b - Q m,
-
-    with :math:`(K^{-1} + Q)^{-1} = K - K W (I + W^\top K W)^{-1} W^\top K` (Woodbury), which needs
-    no :math:`K^{-1}` and so holds for singular :math:`K` too (e.g. at training points). It is finite
-    for every PSD :math:`K`, because :math:`Q \succeq 0`. Checks: for :math:`K = 0` it is the
-    deterministic value
-    :math:`e^{m_f}\mathcal N(\theta'; \theta^* + \tfrac12\Sigma(m_g + \nabla\log p), \Sigma)`.
-    Without gradient uncertainty (:math:`K_{gg} = K_{fg} = 0`) it is the log-normal factor
-    :math:`e^{m_f + K_{ff}/2}` of stage 1 for MH.
-
-    The formula printed in the paper's Proposition 3.1 has no determinant factor, and at
-    :math:`K = 0` it does not reduce to the deterministic value, so it is not used here. This
-    expression is checked against Monte Carlo over GP draws in the tests.
-
-    Parameters
-    ----------
-    theta_star : array of shape (d,)
-        Where the GP is uncertain (the point the reverse Langevin move starts from).
-    theta_prime : array of shape (d,)
-        Where the reverse move lands.
-    joint_mean : array of shape (d + 1,)
-    joint_cov : array of shape (d + 1, d + 1)
-        Joint predictive of :math:`(f, \nabla f)` at ``theta_star``
-        (:meth:`GPSurrogate.predict_joint`).
-    grad_log_prior_star : array of shape (d,)
-    proposal_chol : array of shape (d, d)
-        Lower Cholesky factor of the proposal covariance :math:`\Sigma`.
-
-    Returns
-    -------
-    float
-    """
-    L = np.asarray(proposal_chol, dtype=float)
-    d = L.shape[0]
-    theta_star = np.asarray(theta_star, dtype=float)
-    m = np.asarray(joint_mean, dtype=float)
-    K = np.asarray(joint_cov, dtype=float)
-    if m.shape != (d + 1,) or K.shape != (d + 1, d + 1):
-        raise ValueError(
-            f"log_expected_langevin_term: joint_mean/joint_cov must have shapes ({d + 1},) and "
-            f"({d + 1}, {d + 1}), got {m.shape} and {K.shape}."
-        )
-    prior_mean = theta_star + 0.5 * (L @ (L.T @ np.asarray(grad_log_prior_star, dtype=float)))
-    base = gaussian_logpdf_chol(np.asarray(theta_prime, dtype=float), prior_mean, L)
-    c = np.asarray(theta_prime, dtype=float) - prior_mean
-    b = np.concatenate([[1.0], 0.5 * c])
-    W = np.zeros((d + 1, d))
-    W[1:] = 0.5 * L  # Q = W W^T = diag(0, Sigma / 4)
-    KW = K @ W
-    M = np.eye(d) + W.T @ KW
-    Lm, _ = jittered_cholesky(0.5 * (M + M.T), what="Langevin expectation")
-    Wm = W.T @ m
-    r = b - W @ Wm
-    # (K^-1 + Q)^-1 r by Woodbury, without inverting K.
-    u = solve_triangular(Lm, KW.T @ r, lower=True, check_finite=False)
-    quad = float(r @ (K @ r)) - float(u @ u)
-    return base - float(np.log(np.diagonal(Lm)).sum()) + float(b @ m) - 0.5 * float(Wm @ Wm) + 0.5 * quad
-
-
-def mala_stage1_log_ratio(
-    log_expected_reverse, ll_current, log_prior_prop, log_prior_current, log_q_forward
-) -> float:
-    r"""Stage-1 log ratio of GP delayed-acceptance MALA (the paper's eq. 9, marginalised).
-
-    .. math::
-        \log r_1 = \log E\big[e^{\tilde\ell(y)} Q_{\tilde\ell}(x \mid y)\big] + \log p(y)
-                 - c(x) - \log p(x) - \log Q(y \mid x),
-
-    where the expectation (:func:`log_expected_langevin_term`, with ``theta_star = y`` and
-    ``theta_prime = x``) is over the GP's joint law of the log-likelihood and its gradient at
-    :math:`y`, and :math:`Q(y \mid x)` is the density of the move actually proposed. The MH
-    version is the special case ``log_expected_reverse = mu + var / 2 + log Q(x|y)``.
-    """
-    return mh_log_ratio(
-        float(log_expected_reverse) + float(log_prior_prop),
-        float(ll_current) + float(log_prior_current),
-        0.0,
-        log_q_forward,
-    )
-
-
-class MALAPoint(NamedTuple):
-    """What is known at one point within one step of GP delayed-acceptance MALA.
-
-    Attributes
-    ----------
-    theta : array of shape (d,)
-    log_prior : float
-    grad_log_prior : array of shape (d,)
-    joint_mean, joint_cov : arrays of shapes (d + 1,), (d + 1, d + 1)
-        GP joint predictive of (log-likelihood, gradient) at ``theta``.
-    ll : float
-        Exact log-likelihood; NaN until evaluated.
-    drift_gradient : array of shape (d,), optional
-        The log-likelihood gradient used in the proposal drift at ``theta``. Default: the GP
-        mean gradient ``joint_mean[1:]`` (DESIGN.md). Whatever is used must be one fixed
-        function of ``theta`` for both points of a step.
-    """
-
-    theta: np.ndarray
-    log_prior: float
-    grad_log_prior: np.ndarray
-    joint_mean: np.ndarray
-    joint_cov: np.ndarray
-    ll: float = math.nan
-    drift_gradient: np.ndarray | None = None
-
-    def drift(self):
-        """Gradient of the log target used in the Langevin drift at ``theta``."""
-        g = self.joint_mean[1:] if self.drift_gradient is None else self.drift_gradient
-        return np.asarray(g, dtype=float) + np.asarray(self.grad_log_prior, dtype=float)
-
-
-def mala_point(gp, theta, log_prior, grad_log_prior, ll=math.nan, drift_gradient=None) -> MALAPoint:
-    """Capture the GP joint prediction at ``theta`` in a :class:`MALAPoint` (once per step and point)."""
-    theta = np.asarray(theta, dtype=float)
-    mean, cov = gp.predict_joint(theta)
-    return MALAPoint(
-        theta, float(log_prior), np.asarray(grad_log_prior, dtype=float), mean, cov, float(ll), drift_gradient
-    )
-
-
-def _mala_flux(frm: MALAPoint, to: MALAPoint, proposal_chol) -> float:
-    """Surrogate log flux: log p(frm) + log E[e^f(frm) Q_f(to | frm)] over the GP at ``frm``."""
-    return frm.log_prior + log_expected_langevin_term(
-        frm.theta, to.theta, frm.joint_mean, frm.joint_cov, frm.grad_log_prior, proposal_chol
-    )
-
-
-def mala_log_alpha1(frm: MALAPoint, to: MALAPoint, proposal_chol, current_value: str = "exact") -> float:
-    r"""Stage-1 log acceptance probability of GP-MALA, :math:`\log\alpha_1(\text{frm}, \text{to}) \le 0`.
-
-    Numerator: the GP expectation of :math:`e^{\tilde\ell(\text{to})} p(\text{to})\,
-    Q_{\tilde\ell}(\text{frm} \mid \text{to})` (Proposition 3.1). Denominator: with
-    ``"exact"``, :math:`e^{\ell(\text{frm})} p(\text{frm})\, Q(\text{to} \mid \text{frm})` with the
-    actual drift; with ``"surrogate"``, the same GP expectation taken at ``frm``.
-    """
-    _check_current_value(current_value)
-    back = _mala_flux(to, frm, proposal_chol)
-    if current_value == "exact":
-        if math.isnan(frm.ll):
-            raise ValueError('current_value="exact" needs MALAPoint.ll of the point the move starts from.')
-        there = frm.ll + frm.log_prior + langevin_log_density(to.theta, frm.theta, frm.drift(), proposal_chol)
-    else:
-        there = _mala_flux(frm, to, proposal_chol)
-    return min(0.0, mh_log_ratio(back, there))
-
-
-def mala_delayed_acceptance_log_ratios(
-    current: MALAPoint, proposal: MALAPoint, proposal_chol, current_value: str = "exact"
-) -> DALogRatios:
-    r"""GP-MALA stage-2 log ratio, with both :math:`\alpha_1` from :func:`mala_log_alpha1`.
-
-    The proposal densities in stage 2 are those of the kernel actually used, with the drift
-    :meth:`MALAPoint.drift` at each end.
-    """
-    fwd = mala_log_alpha1(current, proposal, proposal_chol, current_value)
-    rev = mala_log_alpha1(proposal, current, proposal_chol, current_value)
-    lq_fwd = langevin_log_density(proposal.theta, current.theta, current.drift(), proposal_chol)
-    lq_rev = langevin_log_density(current.theta, proposal.theta, proposal.drift(), proposal_chol)
-    r2 = stage2_log_ratio(
-        proposal.ll, current.ll, proposal.log_prior, current.log_prior, lq_rev, lq_fwd, fwd, rev
     )
     return DALogRatios(fwd, rev, r2)

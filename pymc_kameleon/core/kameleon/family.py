@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pymc_kameleon.core._fused import HAVE_NUMBA, RADIAL_CODES, fused_rkhs_covariance
-from pymc_kameleon.core.kernels import median_heuristic_bandwidth
+from pymc_kameleon.core.kameleon._fused import HAVE_NUMBA, RADIAL_CODES, fused_rkhs_covariance
+from pymc_kameleon.core.kameleon.kernels import median_heuristic_bandwidth
 from pymc_kameleon.core.linalg import cholesky_lower, gaussian_log_norm, jittered_cholesky, solve_lower
 
 __all__ = [
@@ -112,7 +112,7 @@ class KameleonProposal:
         Subsample of the chain history, :math:`n \geq 1`.
     kernel : kernel object
         Has ``grad(X, Z)`` returning :math:`\nabla_x k(x, z_j)`
-        (see :mod:`pymc_kameleon.core.kernels`).
+        (see :mod:`pymc_kameleon.core.kameleon.kernels`).
     gamma2 : float
         Exploration variance :math:`\gamma^2 \geq 0`.
     nu2 : float

@@ -1,8 +1,8 @@
 r"""Stored observations of a GP and the Cholesky factor of their covariance, grown by appends.
 
-:class:`GPFactor` is the base of :class:`~pymc_kameleon.core.gp.GPSurrogate` (model, ordering of
-the observations, nugget and predictive equations in :mod:`pymc_kameleon.core.gp`). It works in the
-kernel's coordinates only: :class:`~pymc_kameleon.core.gp.GPSurrogate` validates the arguments, maps
+:class:`GPFactor` is the base of :class:`~pymc_kameleon.core.gp.surrogate.GPSurrogate` (model, ordering of
+the observations, nugget and predictive equations in :mod:`pymc_kameleon.core.gp.surrogate`). It works in the
+kernel's coordinates only: :class:`~pymc_kameleon.core.gp.surrogate.GPSurrogate` validates the arguments, maps
 the caller's points and gradients through its input whitening, and adds predictions and the
 hyperparameter fit.
 """
@@ -14,9 +14,9 @@ import math
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from pymc_kameleon.core.gp_covariance import se_ard_covariance
+from pymc_kameleon.core.gp.covariance import se_ard_covariance
+from pymc_kameleon.core.gp.triangular import GrowingCholesky
 from pymc_kameleon.core.linalg import bordered_blocks, cholesky_lower, jittered_cholesky, schur_factor
-from pymc_kameleon.core.triangular import GrowingCholesky
 
 __all__ = ["GPFactor"]
 

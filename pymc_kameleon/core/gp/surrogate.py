@@ -22,7 +22,7 @@ Observations are ordered point by point, ``[f(θ_1), ∇f(θ_1), f(θ_2), ∇f(�
 that adding a point appends one block of ``p = 1`` (values only) or ``p = d + 1`` rows to
 the covariance matrix :math:`K` and its Cholesky factor is extended as
 :func:`~pymc_kameleon.core.linalg.cholesky_append` does, in :math:`O(n^2 p)`, :math:`n = t p`, in
-place (:class:`~pymc_kameleon.core.triangular.GrowingCholesky`), never refactorised from scratch
+place (:class:`~pymc_kameleon.core.gp.triangular.GrowingCholesky`), never refactorised from scratch
 (only a hyperparameter change does that).
 
 Given :math:`K = L L^\top` (including the nugget below), :math:`h` the mean design vector
@@ -58,7 +58,7 @@ Cap
     no longer interpolates them.
 Input whitening
     :meth:`set_input_whitening` makes the kernel act on whitened coordinates
-    :math:`w = L^{-1}(\theta - m)` (a :class:`~pymc_kameleon.core.whitening.Whitening` learned
+    :math:`w = L^{-1}(\theta - m)` (a :class:`~pymc_kameleon.core.adaptation.whitening.Whitening` learned
     by the sampler): the length scales are then in units of the posterior's covariance, so a
     thin, correlated ridge (an unstandardised regression) looks round to the ARD kernel. The
     public interface stays in the caller's coordinates: points, predictions and gradients
@@ -71,10 +71,10 @@ Hyperparameters
 
 Code layout
 -----------
-The covariance functions are in :mod:`pymc_kameleon.core.gp_covariance` (re-exported here),
-the stored observations and their factor in :class:`~pymc_kameleon.core.gp_factor.GPFactor`,
-the predictions in :class:`~pymc_kameleon.core.gp_predict.GPPredictionMixin` and the
-marginal-likelihood fit in :mod:`pymc_kameleon.core.gp_fit`; :class:`GPSurrogate` combines them
+The covariance functions are in :mod:`pymc_kameleon.core.gp.covariance` (re-exported here),
+the stored observations and their factor in :class:`~pymc_kameleon.core.gp.factor.GPFactor`,
+the predictions in :class:`~pymc_kameleon.core.gp.predict.GPPredictionMixin` and the
+marginal-likelihood fit in :mod:`pymc_kameleon.core.gp.fit`; :class:`GPSurrogate` combines them
 and is the only entry point.
 """
 
@@ -85,10 +85,10 @@ import math
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from pymc_kameleon.core import gp_fit
-from pymc_kameleon.core.gp_covariance import se_ard_covariance
-from pymc_kameleon.core.gp_factor import GPFactor
-from pymc_kameleon.core.gp_predict import GPPredictionMixin
+from pymc_kameleon.core.gp import fit as gp_fit
+from pymc_kameleon.core.gp.covariance import se_ard_covariance
+from pymc_kameleon.core.gp.factor import GPFactor
+from pymc_kameleon.core.gp.predict import GPPredictionMixin
 
 __all__ = ["GPSurrogate", "se_ard_covariance"]
 
@@ -97,8 +97,8 @@ class GPSurrogate(GPPredictionMixin, GPFactor):
     r"""GP surrogate of a scalar function on :math:`\mathbb{R}^d`, updated by Cholesky appends.
 
     See the module docstring for the model, the covariances and the design choices. The stored
-    observations and their factor come from :class:`~pymc_kameleon.core.gp_factor.GPFactor`, the
-    ``predict*`` methods from :class:`~pymc_kameleon.core.gp_predict.GPPredictionMixin`.
+    observations and their factor come from :class:`~pymc_kameleon.core.gp.factor.GPFactor`, the
+    ``predict*`` methods from :class:`~pymc_kameleon.core.gp.predict.GPPredictionMixin`.
 
     Parameters
     ----------
@@ -207,7 +207,7 @@ class GPSurrogate(GPPredictionMixin, GPFactor):
         ----------
         whitening : Whitening or None
             An object with ``whiten(points)`` and a lower-triangular ``chol`` :math:`L`, e.g.
-            :class:`~pymc_kameleon.core.whitening.Whitening`; None for the identity. The length
+            :class:`~pymc_kameleon.core.adaptation.whitening.Whitening`; None for the identity. The length
             scales keep their values, now in the new coordinates.
         """
         self._whitening = whitening
@@ -328,21 +328,21 @@ class GPSurrogate(GPPredictionMixin, GPFactor):
     def log_marginal_likelihood(self) -> float:
         r"""Log marginal likelihood :math:`\log \mathcal N(y;\, m h,\, K)` at the current state, :math:`O(n)`.
 
-        See :func:`pymc_kameleon.core.gp_fit.log_marginal_likelihood`.
+        See :func:`pymc_kameleon.core.gp.fit.log_marginal_likelihood`.
         """
         return gp_fit.log_marginal_likelihood(self)
 
     def loo_log_predictive_density(self) -> float:
         r"""Leave-one-out log predictive density of the stored values, :math:`O(n^3)`.
 
-        See :func:`pymc_kameleon.core.gp_fit.loo_log_predictive_density`.
+        See :func:`pymc_kameleon.core.gp.fit.loo_log_predictive_density`.
         """
         return gp_fit.loo_log_predictive_density(self)
 
     def default_bounds(self):
         """Box bounds (in log space) used by :meth:`fit_hyperparameters` when none are given.
 
-        See :func:`pymc_kameleon.core.gp_fit.default_bounds`.
+        See :func:`pymc_kameleon.core.gp.fit.default_bounds`.
         """
         return gp_fit.default_bounds(self)
 
@@ -354,7 +354,7 @@ class GPSurrogate(GPPredictionMixin, GPFactor):
         L-BFGS-B from the current values, from the data's scales (``data_start``) and ``n_restarts``
         random starts (``rng``) within ``bounds`` (log space; :meth:`default_bounds` if omitted),
         ``maxiter`` iterations each; the log marginal likelihood never decreases and is returned.
-        :math:`O(n^3)` per evaluation: tuning only. See :func:`pymc_kameleon.core.gp_fit.fit_hyperparameters`.
+        :math:`O(n^3)` per evaluation: tuning only. See :func:`pymc_kameleon.core.gp.fit.fit_hyperparameters`.
         """
         return gp_fit.fit_hyperparameters(
             self, n_restarts=n_restarts, rng=rng, bounds=bounds, maxiter=maxiter, data_start=data_start

@@ -247,7 +247,7 @@ def make_kernel(kernel="gaussian", bandwidth: float = 1.0):
     if not (callable(getattr(kernel, "value", None)) and callable(getattr(kernel, "grad", None))):
         raise ValueError(
             f"kernel={kernel!r} must be a kernel name or an object with value(X, Z) and "
-            "grad(X, Z) methods (see pymc_kameleon.core.kernels.Kernel)."
+            "grad(X, Z) methods (see pymc_kameleon.core.kameleon.kernels.Kernel)."
         )
     return kernel
 

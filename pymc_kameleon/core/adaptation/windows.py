@@ -1,0 +1,150 @@
+r"""One adaptation window: its draws, acceptance probabilities and gradients, and the signs that it
+should end.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+import numpy as np
+
+from pymc_kameleon.core.adaptation.covariance import shrunk_covariance
+from pymc_kameleon.core.adaptation.history import HistoryBuffer
+from pymc_kameleon.core.adaptation.whitening import Whitening
+
+__all__ = [
+    "AdaptationWindow",
+    "DRIFT_STATES",
+]
+
+
+# A window whose chain moved in fewer than this fraction of its steps says nothing about the
+# posterior's covariance: it keeps the previous whitening (a stuck chain must not shrink C to zero).
+_MIN_WINDOW_MOVES = 0.02
+# A window ends early when its draws' sd in whitened coordinates is off by more than this factor.
+_WHITENING_TOLERANCE = 3.0
+# The last this many tuning states are kept for the end-of-tuning drift check (TuningReport.drift).
+DRIFT_STATES = 1000
+
+
+class AdaptationWindow:
+    """The draws of the current adaptation window, and the signs that it should end.
+
+    ``index`` counts the windows completed (the coordinate scan counts as the first) and ``end``
+    is the tuning step at which the current one ends. ``recent``, ``recent_log_density`` and
+    ``recent_gradient`` keep the last :data:`DRIFT_STATES` tuning states, their log densities and
+    (if the step has them) the log density's gradients there across windows, for the drift, climb
+    and gradient-spread checks; ``recent_accept`` their acceptance probabilities, for the
+    acceptance check when tuning ends early in a window.
+    """
+
+    def __init__(self, dim: int, history_size: int, first_window: int, end: int):
+        self.draws = HistoryBuffer(dim, max(int(history_size), 2))
+        self.first_window = first_window
+        self.index = 0
+        self.end = end
+        self.accept = []  # acceptance probabilities (or their estimates) of this window's steps
+        self.moves = 0  # steps of this window whose state differs from the previous one
+        self._gradient_squares = np.zeros(dim)  # sum over this window's steps of the squared gradient
+        self._gradients = 0  # steps of this window that came with a gradient
+        self._last_state = None
+        self.recent = deque(maxlen=DRIFT_STATES)
+        self.recent_log_density = deque(maxlen=DRIFT_STATES)
+        self.recent_gradient = deque(maxlen=DRIFT_STATES)
+        self.recent_accept = deque(maxlen=DRIFT_STATES)
+
+    def record(self, y_new, accept_prob: float, log_density: float = math.nan, gradient=None) -> None:
+        """One tuning step's state, acceptance probability, log density (NaN if unknown) and the log
+        density's gradient (None if unknown)."""
+        self.draws.append(y_new)
+        self.accept.append(float(accept_prob))
+        self.recent_accept.append(float(accept_prob))
+        y_new = np.asarray(y_new, dtype=float)
+        if self._last_state is not None and not np.array_equal(y_new, self._last_state):
+            self.moves += 1
+        self._last_state = y_new.copy()
+        self.recent.append(self._last_state)
+        self.recent_log_density.append(float(log_density))
+        if gradient is None:
+            self.recent_gradient.append(None)
+        else:
+            gradient = np.array(gradient, dtype=float)
+            self.recent_gradient.append(gradient)
+            self._gradient_squares += gradient * gradient
+            self._gradients += 1
+
+    @property
+    def stuck(self) -> bool:
+        """Whether the chain moved in fewer than 2% of this window's steps.
+
+        Counted from the draws, not from the adaptation signal: delayed acceptance's signal is an
+        importance weight that one rare pass can make large in a window where the chain never moved.
+        """
+        return self.moves < _MIN_WINDOW_MOVES * len(self.accept)
+
+    @property
+    def variance_floor(self) -> np.ndarray | None:
+        r"""Per coordinate, :math:`1 / \overline{(\partial_i \log\pi)^2}` over this window's states.
+
+        A lower bound on the target's variance in coordinate :math:`i` (Cramér-Rao, see
+        :func:`gradient_spread`), so a floor for a covariance learned from draws that barely moved
+        there. None unless every step of the window came with a finite gradient.
+        """
+        if self._gradients == 0 or self._gradients != len(self.accept):
+            return None
+        mean_square = self._gradient_squares / self._gradients
+        if not np.all(np.isfinite(mean_square) & (mean_square > 0)):
+            return None
+        return 1.0 / mean_square
+
+    @property
+    def accept_rate(self) -> float:
+        """Mean acceptance probability of this window's steps (NaN if none)."""
+        return float(np.mean(self.accept)) if self.accept else math.nan
+
+    @property
+    def last_accept_rate(self) -> float:
+        """Mean acceptance probability over the last tuning steps (NaN if none): this window's, or
+        the last ``first_window`` (at most :data:`DRIFT_STATES`) if this window has fewer steps.
+
+        Tuning can end just after a window did; this window's few steps (none, at worst) would then
+        hide a chain that stopped moving.
+        """
+        least = min(self.first_window, DRIFT_STATES)
+        if len(self.accept) >= least or len(self.recent_accept) <= len(self.accept):
+            return self.accept_rate
+        return float(np.mean(list(self.recent_accept)[-least:]))
+
+    def whitening_is_off(self, whitening: Whitening) -> bool:
+        r"""Whether this window's draws so far say the learned covariance is off by a factor 3 in sd.
+
+        Checked every ``first_window`` draws once a window (after the first) has ``2 first_window``.
+        The geometric mean variance :math:`|\hat C_w|^{1/d}` of the later half of the window's
+        draws, in whitened coordinates, is about 1 when :math:`C` fits. Far below, the chain has
+        settled into a region much smaller than :math:`C` (estimated while walking in from a far
+        start); far above, it is still walking. Either way the window should end early, so that a
+        tuning run shorter than the window schedule does not end with a covariance from the
+        transient (an unstandardised regression from a far start: sds 2-100x the posterior's before).
+        """
+        n = len(self.draws)
+        if self.index == 0 or n < 2 * self.first_window or n % self.first_window:
+            return False
+        points = self.draws.points
+        estimate = shrunk_covariance(whitening.whiten(points[points.shape[0] // 2 :]))
+        if estimate is None:
+            return False
+        sign, log_det = np.linalg.slogdet(estimate[1])
+        # The geometric mean of the variances (rotation-invariant, unlike the diagonal, and not
+        # dominated by one wide direction, like the trace).
+        return sign <= 0 or abs(log_det / points.shape[1]) > 2.0 * math.log(_WHITENING_TOLERANCE)
+
+    def start_next(self, end: int) -> None:
+        """Close this window and start the next, which ends at tuning step ``end``."""
+        self.index += 1
+        self.end = end
+        self.draws.clear()
+        self.accept = []
+        self.moves = 0
+        self._gradient_squares = np.zeros_like(self._gradient_squares)
+        self._gradients = 0
