@@ -7,19 +7,23 @@ For a proposal :math:`x^* \sim q(\cdot \mid y)` from the current state :math:`y`
 
 and :math:`x^*` is accepted with probability :math:`\min(1, e^{\log\alpha})`.
 A proposal whose log target is NaN or :math:`-\infty` is rejected with
-probability one; a NaN ratio is treated as :math:`-\infty`.
+probability one; a NaN ratio is treated as :math:`-\infty`. :func:`metropolis_hastings_step` is
+one whole step: propose, evaluate, decide.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any, NamedTuple
 
 import numpy as np
 
 __all__ = [
+    "MHStep",
     "accept_probability",
     "metropolis_accept",
     "metropolis_accept_batch",
+    "metropolis_hastings_step",
     "mh_log_ratio",
     "mh_log_ratio_batch",
 ]
@@ -110,3 +114,62 @@ def metropolis_accept_batch(log_ratio, rng: np.random.Generator) -> tuple[np.nda
     prob = np.exp(np.minimum(np.where(np.isnan(log_ratio), -np.inf, log_ratio), 0.0))
     return rng.random(log_ratio.shape[0]) < prob, prob
 
+
+class MHStep(NamedTuple):
+    """The outcome of :func:`metropolis_hastings_step`.
+
+    Attributes
+    ----------
+    state : array of shape (d,)
+        The state after the step: the proposal if accepted, else the current state.
+    accepted : bool
+    accept_prob : float
+        :math:`\\min(1, e^{\\log\\alpha})` (0 for an infeasible move).
+    move : Move
+        The proposed move (:class:`~pymc_kameleon.core.proposals.Move`), with the component that drew it.
+    evaluation : object or None
+        What ``log_density`` returned at the proposal (None for an infeasible move, never evaluated).
+    """
+
+    state: np.ndarray
+    accepted: bool
+    accept_prob: float
+    move: Any
+    evaluation: Any
+
+
+def metropolis_hastings_step(proposal, current, current_logp: float, log_density, rng) -> MHStep:
+    r"""One Metropolis-Hastings step: propose, evaluate the target at the proposal, accept or reject.
+
+    .. math::
+        \log \alpha = \log\pi(x^*) - \log\pi(y) + \log q(y \mid x^*) - \log q(x^* \mid y),
+        \qquad x^* \sim q(\cdot \mid y),
+
+    with both Hastings terms from the :class:`~pymc_kameleon.core.proposals.Move`. A move whose
+    reverse density is unknown (``move.feasible`` False) is rejected without evaluating the target.
+    On acceptance the proposal is told (:meth:`~pymc_kameleon.core.proposals.Proposal.accept`), so
+    that what it computed at :math:`x^*` becomes its cache at the current state.
+
+    Parameters
+    ----------
+    proposal : Proposal
+    current : array of shape (d,)
+        The current state :math:`y`.
+    current_logp : float
+        :math:`\log\pi(y)` (kept from the step that accepted it: a pseudo-marginal estimate is never redrawn).
+    log_density : callable
+        ``log_density(x)``: an object with the attribute ``logp``, :math:`\log\pi(x)`.
+    rng : numpy.random.Generator
+        Draws the proposal, then one uniform (always, whatever the ratio).
+    """
+    move = proposal.propose(current, rng)
+    evaluation = None
+    if move.feasible:
+        evaluation = log_density(move.x)
+        log_ratio = mh_log_ratio(evaluation.logp, current_logp, move.log_q_reverse, move.log_q_forward)
+    else:  # the reverse density cannot be computed (a covariance that cannot be factorised): reject
+        log_ratio = -math.inf
+    accepted, accept_prob = metropolis_accept(log_ratio, rng)
+    if accepted:
+        proposal.accept(move)
+    return MHStep(move.x if accepted else current, accepted, accept_prob, move, evaluation)

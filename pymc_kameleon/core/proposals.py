@@ -11,17 +11,31 @@ covariance) becomes its cache at the current state.
 For a **symmetric** proposal (:math:`q(x \mid y) = q(y \mid x)`) both terms are reported as 0:
 they cancel in every ratio, and skipping them keeps the random walk free of wasted work.
 
+SMC moves every particle at once: a :class:`BatchProposal` draws and evaluates
+:math:`q(\cdot \mid y_i)` for all rows :math:`y_i` of an array in one call.
+
 Implementations
 ---------------
 :class:`RandomWalkProposal`
     :math:`\mathcal N(y, s^2 L L^\top)`, with an optional fixed factor :math:`L`
     (isotropic random walk, or Adaptive Metropolis with a learned covariance).
-:class:`KameleonMoves`
+:class:`CoordinateProposal`
+    :math:`y + s_j \varepsilon e_j`: one coordinate per step (the coordinate scan of tuning).
+:class:`LangevinProposal`
+    :math:`\mathcal N(y + \tfrac12 \Sigma g(y), \Sigma)` for a drift gradient function :math:`g`.
+:class:`~pymc_kameleon.core.kameleon.moves.KameleonMoves`
     :math:`\mathcal N(y, \gamma^2 I + \nu^2 M_y H M_y^\top)` for a fixed
     :class:`~pymc_kameleon.core.kameleon.family.KameleonProposal` family, with the covariance at the
     current state cached between steps.
-:class:`LangevinProposal`
-    :math:`\mathcal N(y + \tfrac12 \Sigma g(y), \Sigma)` for a drift gradient :math:`g`.
+:class:`~pymc_kameleon.core.kameleon.scale_free.ScaleFreeProposal`
+    The tuned proposal of KAMH and GP-DA: the scan, then the Kameleon/AM mixture in coordinates
+    whitened by a learned covariance (built from a
+    :class:`~pymc_kameleon.core.adaptation.state.ScaleFreeState`).
+Batch proposals (:class:`BatchProposal`)
+    :class:`~pymc_kameleon.core.kameleon.family.KameleonProposal`,
+    :class:`~pymc_kameleon.core.kameleon.whitened.WhitenedFamily`, and KASS's
+    :class:`~pymc_kameleon.core.smc.mixtures.GlobalWalkMixture` and
+    :class:`~pymc_kameleon.core.smc.mixtures.IndependenceMixture`.
 :func:`crank_nicolson_move`
     :math:`u' = \rho u + \sqrt{1 - \rho^2}\,\varepsilon` for the auxiliary normals of a correlated
     pseudo-marginal estimator; reversible with respect to :math:`\mathcal N(0, I)`, so it adds no
@@ -37,13 +51,17 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from pymc_kameleon.core.linalg import gaussian_logpdf_chol
 
+_LOG_2PI = math.log(2.0 * math.pi)
+
 __all__ = [
+    "BatchProposal",
+    "CoordinateProposal",
     "LangevinProposal",
     "Move",
     "Proposal",
@@ -72,6 +90,10 @@ class Move:
         What the proposal computed at :math:`x`; handed back through :meth:`Proposal.accept`.
     jitter : float
         Diagonal jitter needed to factorise the proposal covariance at :math:`y` (usually 0).
+    component : str
+        Which part of a mixture (or which phase of a tuned proposal) drew the move, as the
+        adaptation names the scale it tunes: ``"scan"``, ``"adaptive_metropolis"``, ``"kameleon"``,
+        ``"langevin"``; empty for a plain proposal.
     """
 
     x: np.ndarray
@@ -79,6 +101,7 @@ class Move:
     log_q_reverse: float = 0.0
     cache: Any = None
     jitter: float = 0.0
+    component: str = ""
 
     @property
     def feasible(self) -> bool:
@@ -140,31 +163,92 @@ class RandomWalkProposal(Proposal):
         return gaussian_logpdf_chol(x, y, self.scaled_chol)
 
 
-class LangevinProposal:
-    r"""Langevin move :math:`x = y + \tfrac12 \Sigma g + L \varepsilon`, :math:`\Sigma = L L^\top`.
+class CoordinateProposal(Proposal):
+    r"""One coordinate per step: :math:`x = y + s_j \varepsilon e_j`, :math:`\varepsilon \sim \mathcal N(0, 1)`
+    (:math:`e_j` the :math:`j`-th unit vector).
 
-    The drift gradient :math:`g` is supplied per call (the exact gradient, or a surrogate's), so
-    this class draws and evaluates, and the caller forms the Hastings terms with the gradients it
-    has at each end.
+    Built from a coordinate scan (:class:`~pymc_kameleon.core.adaptation.scan.CoordinateScan`):
+    :math:`j` is its current ``coordinate`` and :math:`\log s_j` its ``log_scale[j]``, read at each
+    call. For a fixed :math:`j` the move is symmetric, but the coordinate changes between steps, so
+    :meth:`log_density` is the density along the current coordinate (:math:`-\infty` off it) and
+    the terms are reported as 0 (they cancel: both ends lie on the same line, at the same scale).
+
+    Parameters
+    ----------
+    scan : object with ``coordinate`` (int) and ``log_scale`` (array of shape (d,))
+    """
+
+    symmetric = True
+
+    def __init__(self, scan):
+        self.scan = scan
+
+    def propose(self, y, rng) -> Move:
+        j = self.scan.coordinate
+        x = np.array(y, dtype=float, copy=True)
+        x[j] += math.exp(self.scan.log_scale[j]) * rng.standard_normal()
+        return Move(x, component="scan")
+
+    def log_density(self, x, y) -> float:
+        r""":math:`\log q(x \mid y)`: Gaussian along the current coordinate, :math:`-\infty` off it."""
+        x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+        j = self.scan.coordinate
+        if np.any(np.delete(x - y, j) != 0.0):
+            return -math.inf
+        s = math.exp(self.scan.log_scale[j])
+        return -0.5 * _LOG_2PI - math.log(s) - 0.5 * ((x[j] - y[j]) / s) ** 2
+
+
+class LangevinProposal(Proposal):
+    r"""Langevin move :math:`x = y + \tfrac12 \Sigma g(y) + L \varepsilon`, :math:`\Sigma = L L^\top`.
+
+    :math:`g` is a drift gradient function, fixed while a move is made (the exact gradient of the
+    log target, or a surrogate's). The move is not symmetric: :math:`\log q(y \mid x)` needs
+    :math:`g(x)`, so :meth:`propose` calls ``drift`` at both ends, the current state first. Where
+    :math:`g(x)` is not finite, the reverse term is NaN and the move infeasible.
 
     Parameters
     ----------
     chol : array of shape (d, d)
         Lower Cholesky factor :math:`L` of the proposal covariance :math:`\Sigma`.
+    drift : callable
+        ``drift(theta)``: the drift gradient :math:`g` at ``theta``, an array of shape (d,).
     """
 
-    def __init__(self, chol):
+    def __init__(self, chol, drift):
         self.chol = np.asarray(chol, dtype=float)
+        self.drift = drift
 
-    def draw(self, y, gradient, rng) -> np.ndarray:
-        """Draw :math:`x \\sim \\mathcal N(y + \\tfrac12 \\Sigma g, \\Sigma)`."""
+    def propose(self, y, rng) -> Move:
         L = self.chol
-        return y + 0.5 * (L @ (L.T @ gradient)) + L @ rng.standard_normal(L.shape[0])
+        g_y = self.drift(y)
+        x = y + 0.5 * (L @ (L.T @ g_y)) + L @ rng.standard_normal(L.shape[0])
+        log_q_forward = langevin_log_density(x, y, g_y, L)
+        g_x = self.drift(x)
+        log_q_reverse = langevin_log_density(y, x, g_x, L) if np.all(np.isfinite(g_x)) else math.nan
+        return Move(x, log_q_forward, log_q_reverse, component="langevin")
 
-    def log_density(self, x, y, gradient) -> float:
-        """:math:`\\log \\mathcal N(x;\\ y + \\tfrac12 \\Sigma g, \\Sigma)` with :math:`g` the gradient
-        at ``y``."""
-        return langevin_log_density(x, y, gradient, self.chol)
+    def log_density(self, x, y) -> float:
+        """:math:`\\log \\mathcal N(x;\\ y + \\tfrac12 \\Sigma g(y), \\Sigma)`."""
+        return langevin_log_density(x, y, self.drift(y), self.chol)
+
+
+@runtime_checkable
+class BatchProposal(Protocol):
+    r"""A proposal for many points at once (SMC): :math:`q(\cdot \mid y_i)` for every row of ``Y``.
+
+    ``factors`` are what :meth:`factor_batch` returns at ``Y`` (per-row Cholesky factors and log
+    normalisers, or whatever the proposal needs), passed back to reuse them.
+    """
+
+    def factor_batch(self, Y, chunk_size=None):
+        """What a draw or a density at the rows of ``Y`` needs, computed once."""
+
+    def sample_batch(self, Y, rng, chunk_size=None, factors=None) -> tuple[np.ndarray, np.ndarray]:
+        r"""Draw :math:`x_i \sim q(\cdot \mid y_i)` for every row; returns ``(X, log_q)``."""
+
+    def log_density_batch(self, X, Y, chunk_size=None, factors=None) -> np.ndarray:
+        r""":math:`\log q(x_i \mid y_i)` for paired rows, shape ``(m,)``."""
 
 
 def langevin_log_density(theta_to, theta_from, drift_gradient, proposal_chol) -> float:

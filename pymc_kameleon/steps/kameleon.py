@@ -7,17 +7,20 @@ PyMC's step machinery (compiled log densities, tuning flags, statistics).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pymc as pm
 from pymc.blocking import RaveledVars
 
+from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
 from pymc_kameleon.core.adaptation.scales import VanishingProbability
+from pymc_kameleon.core.adaptation.state import TuningDraw
 from pymc_kameleon.core.kameleon.kernels import make_kernel
+from pymc_kameleon.core.kameleon.scale_free import ScaleFreeProposal
 from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
 from pymc_kameleon.core.linalg import SingularCovarianceError
-from pymc_kameleon.core.mh import metropolis_accept, mh_log_ratio
-from pymc_kameleon.core.scale_free import ScaleFreeKameleon
+from pymc_kameleon.core.mh import metropolis_hastings_step
 from pymc_kameleon.core.validation import check_kameleon_options, check_number, check_probability
 from pymc_kameleon.steps.base import AdaptiveStep, continuous_value_vars
 from pymc_kameleon.steps.reporting import StepWarnings, StuckAfterTuning, warn_after_tuning
@@ -27,6 +30,32 @@ __all__ = ["KameleonMetropolis"]
 
 _ADAPTATIONS = ("freeze", "vanishing")
 
+
+@dataclass(eq=False)
+class KameleonChain:
+    """One chain's state in :class:`KameleonMetropolis`: everything ``_reset_chain_state`` makes afresh.
+
+    Attributes
+    ----------
+    adaptation : ScaleFreeAdaptation
+        What tuning learns (whitening, scales, :math:`Z`) and when.
+    proposal : ScaleFreeProposal
+        The scan, AM or Kameleon/AM mixture move, built from ``adaptation.state``.
+    warnings : StepWarnings
+    stuck : StuckAfterTuning
+    post_tune_steps : int
+        Steps since tuning ended (vanishing adaptation's clock).
+    warned_jitter, warned_untuned : bool
+        Whether the chain has said so already (once per chain).
+    """
+
+    adaptation: ScaleFreeAdaptation
+    proposal: ScaleFreeProposal
+    warnings: StepWarnings
+    stuck: StuckAfterTuning
+    post_tune_steps: int = 0
+    warned_jitter: bool = False
+    warned_untuned: bool = False
 
 
 class KameleonMetropolis(AdaptiveStep):
@@ -226,13 +255,14 @@ class KameleonMetropolis(AdaptiveStep):
         target = TargetDensity(model, vars, initial_point, compile_kwargs, type(self).__name__)
         self._join_pymc(vars, target, blocked, rng)
         # PyMC 6 asks each step how long it needs to tune (pm.sample(tune=None)).
-        self.default_tune_steps = self._proposal.required_tune_steps()
+        self.default_tune_steps = self._chain.adaptation.required_tune_steps()
 
     # ------------------------------------------------------------------ state
-    def _new_proposal(self) -> ScaleFreeKameleon:
-        return ScaleFreeKameleon(
+    def _new_adaptation(self) -> ScaleFreeAdaptation:
+        return ScaleFreeAdaptation(
             self.dim,
-            self._kernel_template,
+            # am_weight=1: the AM walk alone, no Z to learn.
+            self._kernel_template if self.am_weight < 1.0 else None,
             bandwidth=self.bandwidth_spec,
             gamma=self.gamma_spec,
             n_subsample=self.n_subsample,
@@ -240,32 +270,42 @@ class KameleonMetropolis(AdaptiveStep):
             target_accept=self.target_accept,
             learning_rate=self.learning_rate,
             first_window=self.adapt_interval,
-            am_weight=self.am_weight,
             history_size=self.history_size,
-            on_jitter=self._warn_singular,
         )
 
     def _reset_chain_state(self):
         """Forget everything learned in a previous chain."""
-        self._proposal = self._new_proposal()
-        self._post_tune_steps = 0
+        adaptation = self._new_adaptation()
+        proposal = ScaleFreeProposal(adaptation.state, self.am_weight, on_jitter=self._warn_singular)
+        self._chain = KameleonChain(adaptation, proposal, StepWarnings(), StuckAfterTuning())
         self._target.reset()
-        self._warned_jitter = False
-        self._warnings = StepWarnings()
-        self._stuck = StuckAfterTuning()
-        self._warned_untuned = False
+
+    # Shared with the other steps of ours (steps/base.py): the chain's warnings and stuck counter.
+    @property
+    def _warnings(self) -> StepWarnings:
+        return self._chain.warnings
+
+    @property
+    def _stuck(self) -> StuckAfterTuning:
+        return self._chain.stuck
 
     def stop_tuning(self):
         super().stop_tuning()
-        if self._proposal.tune_steps > 0:
-            warn_after_tuning(type(self).__name__, self._proposal, self.target_accept, self._warnings)
-        self._proposal.end_tuning(self.rng)
+        adaptation = self._chain.adaptation
+        if adaptation.tune_steps > 0:
+            warn_after_tuning(type(self).__name__, adaptation, self.target_accept, self._warnings)
+        adaptation.end_tuning(self.rng)
 
     # ------------------------------------------------------------ properties
     @property
+    def scale_free_adaptation(self) -> ScaleFreeAdaptation:
+        """The scale-free adaptation of the chain run last: its learned state, windows and report."""
+        return self._chain.adaptation
+
+    @property
     def subsample(self) -> np.ndarray | None:
         """The subsample :math:`Z` in the model's coordinates (None before the first Kameleon proposal)."""
-        return self._proposal.subsample
+        return self._chain.adaptation.state.subsample
 
     @property
     def proposal(self) -> WhitenedFamily | None:
@@ -273,83 +313,74 @@ class KameleonMetropolis(AdaptiveStep):
 
         It has ``Z`` and ``covariance(y)``, for :func:`pymc_kameleon.plots.plot_proposal_contours`.
         """
-        return self._proposal.model_family
+        return self._chain.adaptation.state.model_family
 
     @property
-    def scale_free_proposal(self) -> ScaleFreeKameleon:
-        """The whole proposal: learned mean and covariance, the Kameleon and AM components."""
-        return self._proposal
+    def scale_free_proposal(self) -> ScaleFreeProposal:
+        """The whole proposal of the chain run last: the scan, AM or Kameleon/AM mixture move."""
+        return self._chain.proposal
 
     # ------------------------------------------------------------ the step
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list]:
         y = q0.data
-        evals_before = self._target.n_evals
-        estimates_before = self._target.n_estimates
-        logp_y = self._target.current(y, q0.point_map_info, self.rng).logp
-        if not self.tune and self._proposal.tune_steps == 0:
+        chain, target = self._chain, self._target
+        evals_before = target.n_evals
+        estimates_before = target.n_estimates
+        logp_y = target.current(y, q0.point_map_info, self.rng).logp
+        if not self.tune and chain.adaptation.tune_steps == 0:
             self._warn_untuned()
-
-        proposal = self._proposal
         try:
-            move = proposal.propose(y, self.rng)
+            result = metropolis_hastings_step(chain.proposal, y, logp_y, target.evaluate, self.rng)
         except SingularCovarianceError as err:
             raise SingularCovarianceError(f"KameleonMetropolis: {err}") from None
-        if move.feasible:
-            evaluation = self._target.evaluate(move.x)
-            log_ratio = mh_log_ratio(evaluation.logp, logp_y, move.log_q_reverse, move.log_q_forward)
-        else:  # the covariance at the proposal cannot be factorised: reject the proposal
-            log_ratio = -math.inf
-        accepted, accept_prob = metropolis_accept(log_ratio, self.rng)
+        if result.accepted:
+            target.accept(result.state, result.evaluation)
+        adapted = self._adapt(y, result)
 
-        if accepted:
-            y_new = move.x
-            self._target.accept(move.x, evaluation)
-            proposal.accept(move)
-        else:
-            y_new = y
-        component = proposal.last_component
-        adapted = self._adapt(y_new, accept_prob)
-
+        state = chain.adaptation.state
         stats = {
-            "accept": accept_prob,
-            "accepted": float(accepted),
-            "scaling": proposal.am_scale.value,
-            "nu2": math.nan if proposal.nu2 is None else proposal.nu2.value,
-            "bandwidth": proposal.bandwidth,
-            "gamma": proposal.gamma,
+            "accept": result.accept_prob,
+            "accepted": float(result.accepted),
+            "scaling": state.am_scale.value,
+            "nu2": math.nan if state.nu2 is None else state.nu2.value,
+            "bandwidth": state.bandwidth,
+            "gamma": state.gamma,
             "tune": self.tune,
-            "kameleon": component == "kameleon",
+            "kameleon": result.move.component == "kameleon",
             "adapted": adapted,
-            "subsample_size": 0 if proposal.family is None else proposal.family.Z.shape[0],
-            "logp_evals": self._target.n_evals - evals_before,
-            "jitter": move.jitter,
-            "kernel_variance": proposal.kernel_variance,
-            "model_logp": self._target.current_logp,
+            "subsample_size": 0 if state.family is None else state.family.Z.shape[0],
+            "logp_evals": target.n_evals - evals_before,
+            "jitter": result.move.jitter,
+            "kernel_variance": state.kernel_variance,
+            "model_logp": target.current_logp,
         }
-        stats.update(self._target.estimate_stats(estimates_before))
-        self._check_stuck(accepted)
+        stats.update(target.estimate_stats(estimates_before))
+        self._check_stuck(result.accepted)
         self._warnings.attach(stats, "accept")  # with cores>1 they travel to the session this way
-        return RaveledVars(y_new, q0.point_map_info), [stats]
+        return RaveledVars(result.state, q0.point_map_info), [stats]
 
     # ------------------------------------------------------------ adaptation
-    def _adapt(self, y_new, accept_prob) -> bool:
+    def _adapt(self, y, result) -> bool:
+        chain = self._chain
+        if not self.tune:
+            if self.adaptation != "vanishing":
+                return False
+            # Vanishing adaptation after tuning: adapt with probability p_t.
+            chain.post_tune_steps += 1
+            if self.rng.random() >= self._vanishing(chain.post_tune_steps):
+                return False
         # The kept log-estimate of a pseudo-marginal term wanders on its auxiliary chain's time scale by
         # far more than sqrt(d/2), so the climb check reads the exact part only.
-        log_density = self._target.current_exact_logp
-        if self.tune:
-            return self._proposal.adapt(y_new, accept_prob, self.rng, log_density=log_density)
-        if self.adaptation != "vanishing":
-            return False
-        # Vanishing adaptation after tuning: adapt with probability p_t.
-        self._post_tune_steps += 1
-        if self.rng.random() >= self._vanishing(self._post_tune_steps):
-            return False
-        return self._proposal.adapt(y_new, accept_prob, self.rng, log_density=log_density)
+        draw = TuningDraw(
+            result.state, result.accept_prob, result.move.component, y, result.move.x,
+            self._target.current_exact_logp,
+        )
+        return chain.adaptation.adapt(draw, self.rng)
 
     # ------------------------------------------------------------ warnings
     def _warn_singular(self):
-        if not self._warned_jitter:
-            self._warned_jitter = True
+        if not self._chain.warned_jitter:
+            self._chain.warned_jitter = True
             self._warnings.warn(
                 "KameleonMetropolis: a proposal covariance needed diagonal jitter to be factorised; "
                 "consider a larger gamma. Proposals whose covariance cannot be factorised are rejected.",
@@ -358,8 +389,8 @@ class KameleonMetropolis(AdaptiveStep):
             )
 
     def _warn_untuned(self):
-        if not self._warned_untuned:
-            self._warned_untuned = True
+        if not self._chain.warned_untuned:
+            self._chain.warned_untuned = True
             self._warnings.warn(
                 f"KameleonMetropolis: sampling without tuning (tune=0). The proposal is an untuned "
                 f"one-coordinate-at-a-time random walk with unit steps, whatever the scale of the "

@@ -19,7 +19,7 @@ import numpy as np
 from rich.progress import TextColumn
 from rich.table import Column
 
-from pymc_kameleon.core.scale_free import UNCOVERED_LIMIT
+from pymc_kameleon.core.adaptation.scale_free import UNCOVERED_LIMIT
 
 __all__ = [
     "STUCK_DRAWS",
@@ -76,7 +76,7 @@ def tuning_problems(
 ) -> list[str]:
     """Sentences describing what went wrong in tuning (empty if nothing did).
 
-    ``report`` is a :class:`pymc_kameleon.core.scale_free.TuningReport`; ``coordinate_names``
+    ``report`` is a :class:`pymc_kameleon.core.adaptation.diagnostics.TuningReport`; ``coordinate_names``
     names the sampler's coordinates (default ``coordinate j``).
     """
     problems = []

@@ -7,10 +7,12 @@ the steps' end-of-tuning warnings compare with a limit (:mod:`pymc_kameleon.step
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 __all__ = [
+    "TuningReport",
     "gradient_spread",
     "log_density_climb",
     "whitened_drift",
@@ -73,3 +75,59 @@ def gradient_spread(states, gradients) -> np.ndarray:
     if not (usable and np.all(np.isfinite(X)) and np.all(np.isfinite(G))):
         return np.full(X.shape[-1] if X.ndim == 2 else 0, math.nan)
     return X.std(axis=0) * np.sqrt(np.mean(G * G, axis=0))
+
+
+
+@dataclass(frozen=True)
+class TuningReport:
+    r"""What tuning achieved, for the step's end-of-tuning warnings.
+
+    Attributes
+    ----------
+    tune_steps : int
+        Tuning steps taken.
+    phase : str
+        ``"scan"``, ``"adaptive_metropolis"`` or ``"kameleon"`` at the end of tuning.
+    accept_rate : float
+        Mean acceptance probability over the last window of tuning, or over its last
+        ``first_window`` steps if that window had fewer (NaN if none).
+    wants_kameleon : bool
+        Whether the proposal would use Kameleon moves once tuned.
+    uncovered : float
+        Fraction of the last window's states farther than 3 bandwidths (whitened) from every
+        point of :math:`Z`, where the Kameleon term vanishes (NaN before the first :math:`Z`).
+    drift : float
+        Root mean square, over whitened coordinates, of the shift between the means of the first
+        and second halves of the last (up to 1000) tuning states: about 0.5 or less for a chain
+        that has settled, far above 1 for one still walking toward the posterior (NaN with fewer
+        than 200 states).
+    climb : float
+        The rise of the log density between the same two halves, in units of :math:`\sqrt{d/2}`
+        (:func:`~pymc_kameleon.core.adaptation.diagnostics.log_density_climb`; NaN if the step gave no log
+        densities).
+    late_climb : float
+        The same rise between the two halves of the *last half* of those states (NaN with fewer
+        than 400): near 0 for a chain that arrived early in them, whose ``climb`` counts its arrival.
+    late_drift : float
+        ``drift`` over the last half of those states (NaN with fewer than 400), in the same
+        whitened coordinates: small for a chain that arrived early in them.
+    spread : float
+        The smallest, over coordinates, sd of the same states times the root mean square of the log
+        density's gradient there (:func:`~pymc_kameleon.core.adaptation.diagnostics.gradient_spread`):
+        at least about 1 for a chain that explores its target, far below for one stuck in some
+        coordinate (NaN if the step gave no gradients).
+    spread_coordinate : int
+        The coordinate where ``spread`` is smallest (-1 if ``spread`` is NaN).
+    """
+
+    tune_steps: int
+    phase: str
+    accept_rate: float
+    wants_kameleon: bool
+    uncovered: float
+    drift: float = math.nan
+    climb: float = math.nan
+    spread: float = math.nan
+    spread_coordinate: int = -1
+    late_climb: float = math.nan
+    late_drift: float = math.nan

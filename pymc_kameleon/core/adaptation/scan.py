@@ -6,7 +6,8 @@ Each coordinate :math:`j` has its own step size :math:`s_j`; a move is
 :data:`SCAN_TARGET`, with a gain that starts large (3: a step size grows about 5x per accepted
 move, so scales from 1e-4 to 1e4 are found in a few moves) and settles to 0.7. The coordinate
 advances as the scan adapts, so a scan that is not adapted moves one coordinate for ever
-(:meth:`~pymc_kameleon.core.scale_free.ScaleFreeKameleon.end_tuning` ends it).
+(:meth:`~pymc_kameleon.core.adaptation.scale_free.ScaleFreeAdaptation.end_tuning` ends it). The
+move itself is :class:`~pymc_kameleon.core.proposals.CoordinateProposal`, built from this scan.
 
 **In transit.** Far from the posterior a one-dimensional random walk accepts about half its
 moves whatever their size (those toward the posterior, up to twice its distance), so the
@@ -24,8 +25,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
-from pymc_kameleon.core.proposals import Move
 
 __all__ = [
     "MAX_LOG_STEP", "SCAN_TARGET", "TRANSIT_LOG_STEP", "TRANSIT_STREAK", "CoordinateScan", "scan_steps_for",
@@ -60,7 +59,6 @@ class CoordinateScan:
         # Per coordinate: the sign of its last accepted move, and how many in a row went that way.
         self.direction = np.zeros(int(dim))
         self.streak = np.zeros(int(dim), dtype=int)
-        self._proposed = None  # (coordinate, its value before, proposed value) of the last propose
 
     @property
     def in_transit(self) -> np.ndarray:
@@ -72,31 +70,19 @@ class CoordinateScan:
         """Per-coordinate step sizes :math:`s_j`."""
         return np.exp(self.log_scale)
 
-    def propose(self, y, rng) -> Move:
-        j = self.coordinate
-        x = np.array(y, dtype=float, copy=True)
-        x[j] += math.exp(self.log_scale[j]) * rng.standard_normal()
-        self._proposed = (j, float(y[j]), float(x[j]))
-        return Move(x)
-
-    def log_density(self, x, y) -> float:
-        r""":math:`\log q(x \mid y)`: Gaussian along the current coordinate, :math:`-\infty` off it."""
-        j = self.coordinate
-        others = np.delete(x - y, j)
-        if np.any(others != 0.0):
-            return -math.inf
-        s = math.exp(self.log_scale[j])
-        return -0.5 * _LOG_2PI - math.log(s) - 0.5 * ((x[j] - y[j]) / s) ** 2
-
-    def adapt(self, accept_prob: float, y_new=None) -> None:
+    def adapt(self, accept_prob: float, start=None, proposal=None, y_new=None) -> None:
         """One Robbins-Monro step of the current coordinate's log step size, then the next coordinate.
 
-        ``y_new`` is the state after the step; with it, the move's direction and whether it was
-        accepted keep track of the transit (without it, the step size adapts as if not in transit).
+        ``start`` is the state the move started from, ``proposal`` the point it proposed (along the
+        current coordinate) and ``y_new`` the state after the step; with them, the move's direction
+        and whether it was accepted keep track of the transit (without them, the step size adapts
+        as if not in transit).
         """
         j = self.coordinate
-        direction = self._direction_of_last_move(j)
-        accepted = direction != 0.0 and y_new is not None and float(y_new[j]) == self._proposed[2]
+        direction = 0.0
+        if start is not None and proposal is not None:
+            direction = float(np.sign(float(proposal[j]) - float(start[j])))
+        accepted = direction != 0.0 and y_new is not None and float(y_new[j]) == float(proposal[j])
         # In transit, a move away from the posterior says nothing about the step size.
         transit = self.in_transit[j]
         if not (transit and direction == -self.direction[j] and not accepted):
@@ -111,12 +97,5 @@ class CoordinateScan:
             same_way = direction == self.direction[j]
             self.streak[j] = self.streak[j] + 1 if same_way else 1
             self.direction[j] = direction
-        self._proposed = None
         self.counts[j] += 1
         self.coordinate = (j + 1) % self.log_scale.size
-
-    def _direction_of_last_move(self, j: int) -> float:
-        """The sign of the last proposed move if it moved coordinate ``j``, else 0."""
-        if self._proposed is None or self._proposed[0] != j:
-            return 0.0
-        return float(np.sign(self._proposed[2] - self._proposed[1]))

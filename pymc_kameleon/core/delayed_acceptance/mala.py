@@ -1,10 +1,11 @@
-r"""Acceptance ratios of GP-surrogate delayed-acceptance MALA (Benavoli, Wyse and White, section 3).
+r"""GP-surrogate delayed-acceptance MALA (Benavoli, Wyse and White, section 3): its ratios and its move.
 
 The proposal is a Langevin move whose drift is the GP mean gradient; stage 1 marginalises the
 GP's joint law of the log-likelihood and its gradient at the proposal
 (:func:`log_expected_langevin_term`, the paper's Proposition 3.1 in a corrected closed form), and
 stage 2 is the delayed-acceptance correction of :mod:`pymc_kameleon.core.delayed_acceptance.ratios`,
-whose notation this module shares.
+whose notation this module shares. :class:`DelayedAcceptanceMALA` makes the move
+(:mod:`pymc_kameleon.core.delayed_acceptance.kernel`).
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ from typing import NamedTuple
 import numpy as np
 from scipy.linalg import solve_triangular
 
+from pymc_kameleon.core.delayed_acceptance.kernel import DelayedAcceptanceKernel, DelayedAcceptanceResult
 from pymc_kameleon.core.delayed_acceptance.ratios import DALogRatios, _check_current_value, stage2_log_ratio
-from pymc_kameleon.core.linalg import gaussian_logpdf_chol, jittered_cholesky
-from pymc_kameleon.core.mh import mh_log_ratio
-from pymc_kameleon.core.proposals import langevin_log_density
+from pymc_kameleon.core.linalg import gaussian_logpdf_chol, jittered_cholesky, same_array
+from pymc_kameleon.core.mh import accept_probability, metropolis_accept, mh_log_ratio
+from pymc_kameleon.core.proposals import LangevinProposal, langevin_log_density
 
 __all__ = [
+    "DelayedAcceptanceMALA",
     "MALAPoint",
     "log_expected_langevin_term",
     "mala_delayed_acceptance_log_ratios",
@@ -223,3 +226,126 @@ def mala_delayed_acceptance_log_ratios(
         proposal.ll, current.ll, proposal.log_prior, current.log_prior, lq_rev, lq_fwd, fwd, rev
     )
     return DALogRatios(fwd, rev, r2)
+
+
+def _finite_prediction(point) -> bool:
+    """Whether a MALAPoint's GP joint prediction is finite (it can overflow far from the data)."""
+    return bool(np.all(np.isfinite(point.joint_mean)) and np.all(np.isfinite(point.joint_cov)))
+
+
+class _ExactDrift:
+    """The exact drift gradient, evaluating the target where it is asked (the warm-up needs the
+    evaluation at the proposal anyway); at the current state, the gradient already known."""
+
+    def __init__(self, density, current, gradient_of):
+        self.density, self.current, self.gradient_of = density, current, gradient_of
+        self.evaluation = None  # at the last point asked that is not the current state
+
+    def __call__(self, theta):
+        if self.evaluation is None and self.current is not None:
+            current, self.current = self.current, None
+            return self.gradient_of(current)
+        self.evaluation = self.density.evaluate(theta, self.density.prior(theta))
+        if not math.isfinite(self.evaluation.logp):
+            return np.full(np.shape(theta), math.nan)
+        return self.gradient_of(self.evaluation)
+
+
+class _SurrogateDrift:
+    """The GP's drift gradient (mean gradient plus the exact prior gradient), keeping the joint
+    predictions it made: at the current state (``current_point``, cached by the schedule) and at
+    the proposal (``proposal_point``; None where the prior or its gradient is not finite)."""
+
+    def __init__(self, gp, density, x, current_point):
+        self.gp, self.density, self.x, self.current_point = gp, density, x, current_point
+        self.proposal_point = None
+        self.prior = None
+
+    def __call__(self, theta):
+        if same_array(theta, self.x):
+            return self.current_point.drift()
+        self.prior = lp, glp = self.density.prior(theta)
+        if not (math.isfinite(lp) and np.all(np.isfinite(glp))):
+            return np.full(np.shape(theta), math.nan)
+        self.proposal_point = mala_point(self.gp, theta, lp, glp)
+        if not _finite_prediction(self.proposal_point):
+            return np.full(np.shape(theta), math.nan)
+        return self.proposal_point.drift()
+
+
+class DelayedAcceptanceMALA(DelayedAcceptanceKernel):
+    r"""GP delayed-acceptance MALA: a Langevin move with covariance :math:`\lambda^2 C` (the base
+    adaptation's AM scale and learned covariance), drifted by the GP's mean gradient.
+
+    The warm-up is the base proposal's coordinate scan, then plain MALA with the exact gradient
+    (the prior's alone without gradient observations). Stage 1 is :func:`mala_log_alpha1`, stage 2
+    :func:`mala_delayed_acceptance_log_ratios`; a GP prediction that overflowed (far from every
+    training point) cannot screen: :math:`\alpha_1 = 0` if either end's is not finite, a rule
+    symmetric in :math:`(x, y)`, so the chain stays exact.
+
+    Parameters
+    ----------
+    gradient_observations : bool
+        Whether the GP carries the exact log-likelihood gradients (then the exact drift is the whole
+        log density's gradient); otherwise the exact drift is the prior's gradient.
+    *args, **kwargs
+        As for :class:`~pymc_kameleon.core.delayed_acceptance.kernel.DelayedAcceptanceKernel`.
+    """
+
+    def __init__(self, *args, gradient_observations: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.gradient_observations = bool(gradient_observations)
+
+    def langevin_chol(self) -> np.ndarray:
+        r"""Factor :math:`\lambda L` of the Langevin covariance :math:`\lambda^2 C`, :math:`C = L L^\top`."""
+        state = self.adaptation.state
+        return state.am_scale.value * state.chol
+
+    def _exact_gradient(self, evaluation):
+        return evaluation.grad_logp if self.gradient_observations else evaluation.grad_log_prior
+
+    def _exact_step(self, x, current, density, rng) -> DelayedAcceptanceResult:
+        if self.adaptation.phase == "scan":
+            return super()._exact_step(x, current, density, rng)
+        drift = _ExactDrift(density, current, self._exact_gradient)
+        move = LangevinProposal(self.langevin_chol(), drift).propose(x, rng)
+        ev = drift.evaluation
+        log_ratio = -math.inf
+        if math.isfinite(ev.logp):
+            log_ratio = mh_log_ratio(ev.logp, current.logp, move.log_q_reverse, move.log_q_forward)
+        accepted, prob = metropolis_accept(log_ratio, rng)
+        return DelayedAcceptanceResult(
+            move.x if accepted else x, accepted, prob, move.component, move.x,
+            stage2=prob, adapt_prob=prob, evaluation=ev, gp_learns=math.isfinite(ev.log_prior),
+        )
+
+    def _screened_step(self, x, current, density, rng) -> DelayedAcceptanceResult:
+        L = self.langevin_chol()
+        ll_x = current.loglik
+        cur_pt = self.schedule.cached(
+            x, current, lambda: mala_point(self.gp, x, current.log_prior, current.grad_log_prior, ll_x)
+        )
+        drift = _SurrogateDrift(self.gp, density, x, cur_pt)
+        move = LangevinProposal(L, drift).propose(x, rng)
+        y, component, prop_pt = move.x, move.component, drift.proposal_point
+        gp_sd, la1 = math.nan, -math.inf
+        if prop_pt is not None:
+            gp_sd = math.sqrt(max(float(prop_pt.joint_cov[0, 0]), 0.0))
+            if _finite_prediction(cur_pt) and _finite_prediction(prop_pt):
+                la1 = mala_log_alpha1(cur_pt, prop_pt, L, self.current_value)
+        ev, a1, rejected = self._stage1_then_exact(x, y, la1, drift.prior, density, rng, component, gp_sd)
+        if ev is None:
+            return rejected
+        prop_pt = prop_pt._replace(ll=ev.loglik)
+        ratios = mala_delayed_acceptance_log_ratios(cur_pt, prop_pt, L, self.current_value)
+        accepted, a2 = metropolis_accept(ratios.log_ratio_stage2, rng)
+        if accepted:
+            self.schedule.remember(y, ev, prop_pt)  # the next step's prediction at its current state
+        # Stage 1 passed with probability a1, so this is unbiased for the acceptance probability of
+        # plain MH with this (GP-drift) Langevin proposal.
+        log_ratio = mh_log_ratio(ev.loglik + ev.log_prior, ll_x + current.log_prior, move.log_q_reverse,
+                                 move.log_q_forward)
+        return DelayedAcceptanceResult(
+            y if accepted else x, accepted, a2, component, y, stage1=a1, stage2=a2, gp_sd=gp_sd,
+            screened=True, adapt_prob=accept_probability(log_ratio) / a1, evaluation=ev, gp_learns=True,
+        )

@@ -23,7 +23,9 @@ class KameleonMoves(Proposal):
     kernel and :math:`\gamma`) and keeps the factorised covariance at the current state, so a
     step builds exactly one new covariance: the one at the proposal, which the reverse density
     needs. :math:`M_y H M_y^\top` at the current state is kept too, so a change of
-    :math:`\nu^2` or :math:`\gamma` alone costs a Cholesky factorisation, not a covariance.
+    :math:`\nu^2` or :math:`\gamma` alone costs a Cholesky factorisation, not a covariance. The
+    cached factor is keyed by the family's :math:`(\nu^2, \gamma^2)`, so whoever tunes them
+    (:class:`~pymc_kameleon.core.adaptation.state.ScaleFreeState`) may set them on the family.
 
     Parameters
     ----------
@@ -36,8 +38,7 @@ class KameleonMoves(Proposal):
     def __init__(self, family: KameleonProposal, on_jitter=None):
         self.family = family
         self.on_jitter = on_jitter
-        self._scales_version = 0  # bumped whenever nu2 or gamma change
-        self._cur = None  # (scales version, ProposalAtPoint at the current state)
+        self._cur = None  # ((nu2, gamma2), ProposalAtPoint at the current state)
         self._cur_rkhs = None  # (point, M H M^T there)
 
     def set_nu2(self, nu2: float, gamma2: float | None = None) -> None:
@@ -45,7 +46,10 @@ class KameleonMoves(Proposal):
         self.family.nu2 = float(nu2)
         if gamma2 is not None:
             self.family.gamma2 = float(gamma2)
-        self._scales_version += 1
+
+    @property
+    def _scales(self) -> tuple[float, float]:
+        return (self.family.nu2, self.family.gamma2)
 
     def at_current(self, y) -> ProposalAtPoint:
         """The factorised proposal at the current state ``y`` (cached).
@@ -56,7 +60,7 @@ class KameleonMoves(Proposal):
             If the covariance at ``y`` cannot be factorised even with jitter.
         """
         cached = self._cur
-        if cached is not None and cached[0] == self._scales_version and same_array(cached[1].center, y):
+        if cached is not None and cached[0] == self._scales and same_array(cached[1].center, y):
             return cached[1]
         rk = self._cur_rkhs
         if rk is None or not same_array(rk[0], y):
@@ -69,7 +73,7 @@ class KameleonMoves(Proposal):
                 f"the Kameleon proposal covariance at the current state is singular even with jitter "
                 f"({err}). Use a positive gamma (now {math.sqrt(self.family.gamma2)!r})."
             ) from None
-        self._cur = (self._scales_version, at)
+        self._cur = (self._scales, at)
         return at
 
     def factor_at(self, x):
@@ -94,16 +98,17 @@ class KameleonMoves(Proposal):
         x, log_q_forward = at_y.sample_with_log_density(rng)
         at_x, rkhs_x = self.factor_at(x)
         if at_x is None:
-            return Move(x, log_q_forward, math.nan, None, at_y.jitter)
-        return Move(x, log_q_forward, at_x.log_density(y), self.cache_entry(x, at_x, rkhs_x), at_y.jitter)
+            return Move(x, log_q_forward, math.nan, None, at_y.jitter, "kameleon")
+        cache = self.cache_entry(x, at_x, rkhs_x)
+        return Move(x, log_q_forward, at_x.log_density(y), cache, at_y.jitter, "kameleon")
 
     def cache_entry(self, x, at_x, rkhs_x):
         """What :meth:`accept` needs to make ``x`` the current state."""
-        return (self._scales_version, at_x, np.array(x, copy=True), rkhs_x)
+        return (self._scales, at_x, np.array(x, copy=True), rkhs_x)
 
     def accept(self, move: Move) -> None:
-        version, at_x, x, rkhs_x = move.cache
-        self._cur = (version, at_x)
+        scales, at_x, x, rkhs_x = move.cache
+        self._cur = (scales, at_x)
         self._cur_rkhs = (x, rkhs_x)
 
     def log_density(self, x, y) -> float:

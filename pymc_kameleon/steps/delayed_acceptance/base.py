@@ -33,31 +33,30 @@ from __future__ import annotations
 
 import difflib
 import inspect
-import math
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 import pymc as pm
 from pymc.blocking import RaveledVars
 
+from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
+from pymc_kameleon.core.delayed_acceptance.kernel import DelayedAcceptanceKernel
 from pymc_kameleon.core.delayed_acceptance.ratios import CURRENT_VALUES
-from pymc_kameleon.core.gp.options import GPTrainingOptions
 from pymc_kameleon.core.gp.surrogate import GPSurrogate
 from pymc_kameleon.core.gp.training import (
     MAX_STAGE1_ACCEPT,
     MIN_STAGE1_ACCEPT,
     SCREENING_CHECK_STEPS,
+    GPTrainingOptions,
     GPTrainingSchedule,
 )
-from pymc_kameleon.core.mh import metropolis_accept, mh_log_ratio
-from pymc_kameleon.core.proposals import Move
-from pymc_kameleon.core.scale_free import ScaleFreeKameleon
 from pymc_kameleon.core.validation import check_number, check_probability
 from pymc_kameleon.steps.base import AdaptiveStep, continuous_value_vars, coordinate_names
 from pymc_kameleon.steps.reporting import StepWarnings, StuckAfterTuning, warn_after_tuning
 from pymc_kameleon.steps.target_density import GradientUnavailableError, SplitTargetDensity
 
-__all__ = ["GPDelayedAcceptanceStep"]
+__all__ = ["DelayedAcceptanceChain", "GPDelayedAcceptanceStep"]
 
 
 class GPDelayedAcceptanceStep(AdaptiveStep):
@@ -203,42 +202,51 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
     # ------------------------------------------------------------------ state
     def _reset_chain_state(self):
         """Forget everything learned in a previous chain (GP, proposal scale, counters)."""
-        self._warnings = StepWarnings()
-        self._stuck = StuckAfterTuning()
+        warnings_ = StepWarnings()
         name = type(self).__name__
-        self._schedule = GPTrainingSchedule(
+        schedule = GPTrainingSchedule(
             self._gp_options,
-            warn=lambda message, category, stacklevel: self._warnings.warn(
-                f"{name}: {message}", category, stacklevel=stacklevel
-            ),
+            warn=lambda message, category, level: warnings_.warn(f"{name}: {message}", category, level),
         )
-        self._seeded = False  # whether the chain's starting point is in the GP
         self._target.reset()
-        self._evals_at_reset = self._target.n_evals
-        self._proposal = self._base_proposal()
-        self.default_tune_steps = self._proposal.required_tune_steps()
+        adaptation = self._new_adaptation()
+        kernel = self._new_kernel(adaptation, schedule)
+        self._chain = DelayedAcceptanceChain(kernel, warnings_, StuckAfterTuning(), self._target.n_evals)
+        self.default_tune_steps = adaptation.required_tune_steps()
 
-    def _base_proposal(self, kernel=None, am_weight=1.0, **kameleon_options) -> ScaleFreeKameleon:
-        r"""The scale-free adaptation: a coordinate scan, then windows that learn :math:`m`, :math:`C`
-        and :math:`\lambda`. By default its Adaptive Metropolis component :math:`\mathcal N(x, \lambda^2 C)`
-        alone (MALA takes :math:`\lambda^2 C` as its Langevin covariance).
-        """
-        return ScaleFreeKameleon(
+    def _new_adaptation(self, kernel=None, **kameleon_options) -> ScaleFreeAdaptation:
+        r"""The scale-free adaptation of the base proposal: a coordinate scan, then windows that learn
+        :math:`m`, :math:`C` and :math:`\lambda` (and, with a ``kernel``, the Kameleon component's
+        :math:`Z`)."""
+        return ScaleFreeAdaptation(
             self.dim,
             kernel,
             target_accept=self.target_accept,
             learning_rate=self.learning_rate,
             first_window=self.adapt_interval,
-            am_weight=am_weight,
             history_size=self.history_size,
             initial_scan_scale=self.initial_scale,
             **kameleon_options,
         )
 
+    def _new_kernel(self, adaptation: ScaleFreeAdaptation, schedule: GPTrainingSchedule):
+        """The chain's delayed-acceptance kernel (a subclass's move) on ``adaptation`` and ``schedule``."""
+        raise NotImplementedError
+
+    # Shared with the other steps of ours (steps/base.py): the chain's warnings and stuck counter.
+    @property
+    def _warnings(self) -> StepWarnings:
+        return self._chain.warnings
+
+    @property
+    def _stuck(self) -> StuckAfterTuning:
+        return self._chain.stuck
+
     def stop_tuning(self):
         """End of tuning: a last hyperparameter fit if the training set grew, then freeze everything."""
-        schedule = self._schedule
-        tuned = self.tune and self._proposal.tune_steps > 0
+        kernel = self._chain.kernel
+        schedule, adaptation = kernel.schedule, kernel.adaptation
+        tuned = self.tune and adaptation.tune_steps > 0
         if tuned and schedule.paused:
             if schedule.pause_reason == "walking":
                 why = (
@@ -255,7 +263,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
                     f"steps; {schedule.n_pauses} fallback(s) in tuning), so its fit near the posterior "
                     "is untested"
                 )
-            self._end_warm_up()  # screen from here on
+            kernel.end_warm_up(self.rng, tune=self.tune)  # screen from here on
             self._warnings.warn(
                 f"{type(self).__name__}: {why}. Increase `tune`, or start closer to the posterior.",
                 UserWarning,
@@ -265,7 +273,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
             schedule.end_tuning(self.rng)
             if schedule.warm:
                 self._warnings.warn(
-                    f"{type(self).__name__}: tuning ended after {self._proposal.tune_steps} steps, still in "
+                    f"{type(self).__name__}: tuning ended after {adaptation.tune_steps} steps, still in "
                     f"the exact warm-up ({self.gp.n_points} of initial_points={self.initial_points} GP "
                     "points). Every step stays exact until the GP holds initial_points points; it then "
                     "screens with the warm-up's heuristic hyperparameters, never fitted. Increase `tune` "
@@ -294,169 +302,101 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         super().stop_tuning()
         if tuned:
             names = self._coordinate_names
-            warn_after_tuning(type(self).__name__, self._proposal, self.target_accept, self._warnings, names)
-        # The window tuning ended in is not ended: a new C would send the proposals where the GP has
-        # no points, with no screened tuning steps left to find out (a far-start logistic regression,
-        # GP-DA MALA: stage 1 then rejected every proposal after tuning, silently).
-        if self._proposal.end_tuning(self.rng, end_window=False):
-            schedule.set_whitening(self._proposal.whitening)
+            warn_after_tuning(type(self).__name__, adaptation, self.target_accept, self._warnings, names)
+        kernel.freeze(self.rng)
 
     # ------------------------------------------------------------ properties
     @property
     def gp(self) -> GPSurrogate:
         """The GP surrogate of the log-likelihood (of the chain run last)."""
-        return self._schedule.gp
+        return self._chain.kernel.gp
 
     @property
     def gp_schedule(self) -> GPTrainingSchedule:
         """The GP with its training schedule (warm-up, floor, fits, forgetting) of the chain run last."""
-        return self._schedule
+        return self._chain.kernel.schedule
+
+    @property
+    def kernel(self) -> DelayedAcceptanceKernel:
+        """The delayed-acceptance move of the chain run last (PyMC-free: GP, schedule, base proposal)."""
+        return self._chain.kernel
 
     @property
     def n_exact_evals(self) -> int:
         """Exact likelihood evaluations in the current chain, including the one at its start."""
-        return self._target.n_evals - self._evals_at_reset
+        return self._target.n_evals - self._chain.evals_at_reset
 
     @property
-    def scale_free_proposal(self) -> ScaleFreeKameleon:
-        """The scale-free adaptation: learned mean and covariance, scan step sizes, scales."""
-        return self._proposal
+    def scale_free_adaptation(self) -> ScaleFreeAdaptation:
+        """The base proposal's scale-free adaptation: learned mean and covariance, scan step sizes, scales."""
+        return self._chain.kernel.adaptation
 
-    # ------------------------------------------------------------ the GP's schedule
-    def _add_training_point(self, theta, ll, grad=None) -> bool:
-        return self._schedule.add(theta, ll, grad, tune=self.tune)
+    @property
+    def scale_free_proposal(self):
+        """The base proposal of the chain run last, built from the adaptation's learned state."""
+        return self._chain.kernel.proposal
 
-    def _end_warm_up(self) -> bool:
-        typical_step = self._proposal.typical_scale
-        return self._schedule.end_warm_up(tune=self.tune, typical_step=typical_step, rng=self.rng)
-
-    def _after_exact_evaluation(self) -> bool:
-        proposal = self._proposal
-        return self._schedule.after_exact_evaluation(
-            tune=self.tune,
-            scanning=proposal.phase == "scan",
-            window=proposal.window,
-            typical_step=proposal.typical_scale,
-            rng=self.rng,
-        )
-
-    def _adapt(self, y_new, adapt_value, component=None) -> bool:
-        """Adapt the base proposal; at a window end, update the GP. Returns whether it refitted.
-
-        ``component`` names the scale the step's move used (default: the base proposal's last move).
-        """
-        if not self.tune:
-            return False
-        window = self._proposal.window
-        target = self._target
-        changed = self._proposal.adapt(
-            y_new,
-            adapt_value,
-            self.rng,
-            component=component,
+    # ------------------------------------------------------------ the step
+    def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list]:
+        x = q0.data
+        kernel, target = self._chain.kernel, self._target
+        evals_before = target.n_evals
+        estimates_before = target.n_estimates
+        cur = target.current(x, q0.point_map_info, self.rng)
+        result = kernel.step(x, cur, target, self.rng, tune=self.tune)
+        if result.accepted:
+            target.accept(result.state, result.evaluation)
+        # Only now, after the decision, does the new evaluation join the GP, and the base proposal adapt
+        # to an unbiased estimate of the acceptance probability of plain MH on the exact target.
+        refit = kernel.learn(
+            x, result, self.rng, tune=self.tune,
             log_density=target.current_exact_logp,  # without estimates, as for KameleonMetropolis
             gradient=target.current_gradient,
         )
-        if self._proposal.window == window:
-            return False
-        if self._proposal.window_ended_early:
-            self._schedule.pause_while_walking(self._proposal.window, 2 * self.adapt_interval)
-        return self._schedule.window_ended(self._proposal.whitening if changed else None, self.rng)
-
-    # ------------------------------------------------------------ the step
-    def _propose(self, x) -> Move:
-        """Draw from the base proposal (``move.feasible`` is False if the proposal is invalid)."""
-        return self._proposal.propose(x, self.rng)
-
-    def _exact_step(self, x, cur, info):
-        """Warm-up: plain MH with the base proposal and an exact evaluation at its proposal."""
-        move = self._propose(x)
-        y, lq_f, lq_r = move.x, move.log_q_forward, move.log_q_reverse
-        if not move.feasible:
-            metropolis_accept(-math.inf, self.rng)
-            return x, False, 0.0, None
-        lp_y = self._target.prior(y)
-        ev = self._target.evaluate(y, lp_y)
-        accepted, prob = metropolis_accept(mh_log_ratio(ev.logp, cur.logp, lq_r, lq_f), self.rng)
-        info["stage2"] = prob
-        if accepted:
-            self._proposal.accept(move)
-        evaluated = (y, ev) if math.isfinite(ev.log_prior) else None
-        return self._finish(x, y, accepted, ev), accepted, prob, evaluated
-
-    def _stage1_then_exact(self, x, y, log_alpha1, prior, info):
-        """Stage 1 (accept with :math:`\alpha_1`), then the exact evaluation of a survivor.
-
-        Returns ``(evaluation, None)`` for a survivor whose log density is finite, else
-        ``(None, result)`` with the step's result, a rejection (a non-finite one costs no stage 2).
-        """
-        passed, a1 = metropolis_accept(log_alpha1, self.rng)
-        info["stage1"] = a1
-        if not passed:
-            return None, (x, False, 0.0, None)
-        ev = self._target.evaluate(y, prior)
-        if not (math.isfinite(ev.loglik) and math.isfinite(ev.logp)):
-            info["stage2"] = 0.0
-            metropolis_accept(-math.inf, self.rng)
-            return None, (x, False, 0.0, (y, ev))
-        return ev, None
-
-    def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list]:
-        x = q0.data
-        schedule = self._schedule
-        evals_before = self._target.n_evals
-        estimates_before = self._target.n_estimates
-        cur = self._target.current(x, q0.point_map_info, self.rng)
-        refit = False
-        if not self._seeded:
-            # The starting point seeds the GP.
-            self._seeded = True
-            self._add_training_point(x, cur.loglik, cur.grad_exact_loglik)
-            refit = self._after_exact_evaluation()
-        info = {"stage1": 1.0, "stage2": math.nan, "gp_sd": math.nan, "screened": not schedule.warm}
-        if schedule.warm:
-            y_new, accepted, accept_prob, evaluated = self._exact_step(x, cur, info)
-        else:
-            y_new, accepted, accept_prob, evaluated = self._delayed_acceptance_step(x, cur, info)
-        if evaluated is not None:
-            y, ev = evaluated
-            # Only now, after the decision, does the new evaluation join the GP.
-            self._add_training_point(y, ev.loglik, ev.grad_exact_loglik)
-            refit = self._after_exact_evaluation() or refit
-        # The scale adapts to an unbiased estimate of the acceptance probability of plain MH on the
-        # exact target (set by the step; the acceptance probability itself in the warm-up).
-        refit = bool(self._adapt(y_new, info.get("adapt", accept_prob), info.get("component"))) or refit
         stats = {
-            "accept": accept_prob,
-            "accepted": float(accepted),
-            "stage1_accept": info["stage1"],
-            "stage2_accept": info["stage2"],
-            "exact_eval": self._target.n_evals > evals_before,
+            "accept": result.accept_prob,
+            "accepted": float(result.accepted),
+            "stage1_accept": result.stage1,
+            "stage2_accept": result.stage2,
+            "exact_eval": target.n_evals > evals_before,
             "n_exact_evals": self.n_exact_evals,
-            "gp_sd": info["gp_sd"],
-            "gp_points": self.gp.n_points,
-            "screened": info["screened"],
-            "gp_refit": refit,
+            "gp_sd": result.gp_sd,
+            "gp_points": kernel.gp.n_points,
+            "screened": result.screened,
+            "gp_refit": bool(result.refit or refit),
             "tune": self.tune,
-            "scaling": self._proposal.am_scale.value,
-            "model_logp": self._target.current_logp,
+            "scaling": kernel.adaptation.state.am_scale.value,
+            "model_logp": target.current_logp,
         }
-        stats.update(self._target.estimate_stats(estimates_before))
-        if self.tune and info["screened"]:
-            self._schedule.record_stage1(info["stage1"], self._proposal.window)
-        self._check_stuck(accepted)
+        stats.update(target.estimate_stats(estimates_before))
+        stats.update(self._extra_stats())
+        self._check_stuck(result.accepted)
         self._warnings.attach(stats, "accept")  # with cores>1 they travel to the session this way
-        return RaveledVars(y_new, q0.point_map_info), [stats]
+        return RaveledVars(result.state, q0.point_map_info), [stats]
 
-    def _finish(self, x, y, accepted, evaluation):
-        if accepted:
-            self._target.accept(y, evaluation)
-            return y
-        return x
+    def _extra_stats(self) -> dict:
+        """A subclass's own statistics after a step."""
+        return {}
 
-    def _stage2_log_ratios(self, current, proposal, *args):
-        """Both stage-1 log probabilities and the stage-2 log ratio (a hook for tests)."""
-        raise NotImplementedError
+
+@dataclass(eq=False)
+class DelayedAcceptanceChain:
+    """One chain's state in a GP delayed-acceptance step: everything ``_reset_chain_state`` makes afresh.
+
+    Attributes
+    ----------
+    kernel : DelayedAcceptanceKernel
+        The move with its GP, training schedule and base adaptation (PyMC-free).
+    warnings : StepWarnings
+    stuck : StuckAfterTuning
+    evals_at_reset : int
+        The target's likelihood evaluations when the chain started (``n_exact_evals`` counts from there).
+    """
+
+    kernel: DelayedAcceptanceKernel
+    warnings: StepWarnings
+    stuck: StuckAfterTuning
+    evals_at_reset: int
 
 
 def outside_vars_message(step_name: str, vars, outside: list[str], model) -> str:

@@ -3,29 +3,12 @@ log-likelihood and its gradient. The shared machinery is in :mod:`.base`."""
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
-
-from pymc_kameleon.core.delayed_acceptance.mala import (
-    mala_delayed_acceptance_log_ratios,
-    mala_log_alpha1,
-    mala_point,
-)
-from pymc_kameleon.core.mh import accept_probability, metropolis_accept, mh_log_ratio
-from pymc_kameleon.core.proposals import LangevinProposal, langevin_log_density
+from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
+from pymc_kameleon.core.delayed_acceptance.mala import DelayedAcceptanceMALA
+from pymc_kameleon.core.kameleon.scale_free import ScaleFreeProposal
 from pymc_kameleon.steps.delayed_acceptance.base import GPDelayedAcceptanceStep
 
 __all__ = ["GPDelayedAcceptanceMALA"]
-
-# A Langevin move with covariance lambda^2 C adapts lambda as the scale-free proposal's AM moves do.
-_LANGEVIN = "adaptive_metropolis"
-
-
-def _finite_prediction(point) -> bool:
-    """Whether a MALAPoint's GP joint prediction is finite (it can overflow far from the data)."""
-    return bool(np.all(np.isfinite(point.joint_mean)) and np.all(np.isfinite(point.joint_cov)))
-
 
 class GPDelayedAcceptanceMALA(GPDelayedAcceptanceStep):
     r"""Two-stage MALA with a Gaussian-process surrogate of the log-likelihood and its gradient.
@@ -117,79 +100,9 @@ class GPDelayedAcceptanceMALA(GPDelayedAcceptanceStep):
         self.gradient_observations = gradient_observations
         super().__init__(vars, **options)
 
-    def _langevin_draw(self, x, drift, L):
-        r"""Langevin draw :math:`y = x + \tfrac12 \Sigma g + L z`, :math:`z \sim \mathcal N(0, I)`.
-
-        Here :math:`\Sigma = L L^\top`. (A separate method so that tests can record the proposals.)
-        """
-        return LangevinProposal(L).draw(x, drift, self.rng)
-
-    def _proposal_chol(self):
-        r"""Factor :math:`\lambda L` of the Langevin covariance :math:`\lambda^2 C`, :math:`C = L L^\top`."""
-        return self._proposal.am_scale.value * self._proposal.chol
-
-    def _drift_exact(self, evaluation):
-        return evaluation.grad_logp if self.gradient_observations else evaluation.grad_log_prior
-
-    def _exact_step(self, x, cur, info):
-        """Warm-up: the coordinate scan (random-walk moves), then plain MALA with the exact gradient
-        (the prior gradient only without gradient observations)."""
-        if self._proposal.phase == "scan":
-            return super()._exact_step(x, cur, info)
-        info["component"] = _LANGEVIN
-        L = self._proposal_chol()
-        drift_x = self._drift_exact(cur)
-        y = self._langevin_draw(x, drift_x, L)
-        lq_f = langevin_log_density(y, x, drift_x, L)
-        prior_y = self._target.prior(y)
-        ev = self._target.evaluate(y, prior_y)
-        if math.isfinite(ev.logp):
-            drift_y = self._drift_exact(ev)
-            lq_r = langevin_log_density(x, y, drift_y, L) if np.all(np.isfinite(drift_y)) else math.nan
-            log_ratio = mh_log_ratio(ev.logp, cur.logp, lq_r, lq_f)
-        else:
-            log_ratio = -math.inf
-        accepted, prob = metropolis_accept(log_ratio, self.rng)
-        info["stage2"] = prob
-        evaluated = (y, ev) if math.isfinite(prior_y[0]) else None
-        return self._finish(x, y, accepted, ev), accepted, prob, evaluated
-
-    def _delayed_acceptance_step(self, x, cur, info):
-        info["component"] = _LANGEVIN
-        L = self._proposal_chol()
-        ll_x = cur.loglik
-        cur_pt = self._schedule.cached(
-            x, cur, lambda: mala_point(self.gp, x, cur.log_prior, cur.grad_log_prior, ll_x)
+    def _new_kernel(self, adaptation: ScaleFreeAdaptation, schedule) -> DelayedAcceptanceMALA:
+        # The base proposal is the coordinate scan of the warm-up (then the Langevin move takes over).
+        return DelayedAcceptanceMALA(
+            adaptation, ScaleFreeProposal(adaptation.state, 1.0), schedule, self.current_value,
+            pause_steps=2 * self.adapt_interval, gradient_observations=self.gradient_observations,
         )
-        y = self._langevin_draw(x, cur_pt.drift(), L)
-        lp_y, glp_y = self._target.prior(y)
-        if math.isfinite(lp_y) and np.all(np.isfinite(glp_y)):
-            prop_pt = mala_point(self.gp, y, lp_y, glp_y)
-            info["gp_sd"] = math.sqrt(max(float(prop_pt.joint_cov[0, 0]), 0.0))
-            # A GP prediction that overflowed (far from every training point) cannot screen: alpha1 = 0
-            # if either end's is non-finite. The rule is symmetric in (x, y), so the chain stays exact.
-            if _finite_prediction(cur_pt) and _finite_prediction(prop_pt):
-                la1 = mala_log_alpha1(cur_pt, prop_pt, L, self.current_value)
-            else:
-                la1 = -math.inf
-        else:
-            prop_pt, la1 = None, -math.inf
-        ev, rejected = self._stage1_then_exact(x, y, la1, (lp_y, glp_y), info)
-        if ev is None:
-            return rejected
-        ll_y, a1 = ev.loglik, info["stage1"]
-        prop_pt = prop_pt._replace(ll=ll_y)
-        ratios = self._stage2_log_ratios(cur_pt, prop_pt, L)
-        accepted, a2 = metropolis_accept(ratios.log_ratio_stage2, self.rng)
-        info["stage2"] = a2
-        if accepted:
-            self._schedule.remember(y, ev, prop_pt)  # the next step's prediction at its current state
-        # Stage 1 passed with probability a1, so this is unbiased for the acceptance probability of
-        # plain MH with this (GP-drift) Langevin proposal.
-        lq_f = langevin_log_density(y, x, cur_pt.drift(), L)
-        lq_r = langevin_log_density(x, y, prop_pt.drift(), L)
-        info["adapt"] = accept_probability(mh_log_ratio(ll_y + lp_y, ll_x + cur.log_prior, lq_r, lq_f)) / a1
-        return self._finish(x, y, accepted, ev), accepted, a2, (y, ev)
-
-    def _stage2_log_ratios(self, current, proposal, proposal_chol):
-        return mala_delayed_acceptance_log_ratios(current, proposal, proposal_chol, self.current_value)

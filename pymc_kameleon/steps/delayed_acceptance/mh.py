@@ -7,15 +7,10 @@ import math
 
 import numpy as np
 
-from pymc_kameleon.core.delayed_acceptance.ratios import (
-    DAPoint,
-    delayed_acceptance_log_ratios,
-    log_alpha1,
-    surrogate_point,
-)
+from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
+from pymc_kameleon.core.delayed_acceptance.kernel import DelayedAcceptanceMH
 from pymc_kameleon.core.kameleon.kernels import make_kernel
-from pymc_kameleon.core.mh import accept_probability, metropolis_accept, mh_log_ratio
-from pymc_kameleon.core.scale_free import ScaleFreeKameleon
+from pymc_kameleon.core.kameleon.scale_free import ScaleFreeProposal
 from pymc_kameleon.core.validation import check_kameleon_options
 from pymc_kameleon.steps.delayed_acceptance.base import GPDelayedAcceptanceStep
 
@@ -245,71 +240,26 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
         self.gamma_spec = gamma
         super().__init__(vars, **options)
 
-    def _base_proposal(self) -> ScaleFreeKameleon:
-        return super()._base_proposal(
+    def _new_kernel(self, adaptation: ScaleFreeAdaptation, schedule) -> DelayedAcceptanceMH:
+        # Kameleon: the pure Kameleon component (gamma tied to nu2 is its AM-shaped fallback); the
+        # Kameleon/AM mixture showed a bias on a 2-d banana with a poor GP once, later not, and did not
+        # make the far-start regression robust either, so it stays off. Random walk: the AM walk alone.
+        am_weight = 0.0 if self.proposal == "kameleon" else 1.0
+        proposal = ScaleFreeProposal(adaptation.state, am_weight)
+        return DelayedAcceptanceMH(
+            adaptation, proposal, schedule, self.current_value, pause_steps=2 * self.adapt_interval
+        )
+
+    def _new_adaptation(self) -> ScaleFreeAdaptation:
+        if self.proposal != "kameleon":
+            return super()._new_adaptation()
+        return super()._new_adaptation(
             self._kernel_template,
-            # Kameleon: the pure Kameleon component (gamma tied to nu2 is its AM-shaped fallback). The
-            # Kameleon/AM mixture was dropped for a bias seen on a 2-d banana with a poor GP (dc8b351).
-            # At 562678e it no longer shows: z <= 1.6 at seeds 21, 24, 25 with 24 000 draws, and
-            # z <= 2.5 at seeds 22, 23 with 6000. The pure component's z 4.1 at 6000 draws (seed 21)
-            # is a tail excursion: z 1.0 at 24 000. But the mixture did not make the far-start
-            # regression robust either (seed 7: a chain never arrived), so it stays off.
-            # Random walk: the AM component alone.
-            am_weight=0.0 if self.proposal == "kameleon" else 1.0,
             bandwidth=self.bandwidth_spec,
             gamma=self.gamma_spec,
             n_subsample=self.n_subsample,
         )
 
-    @property
-    def kameleon_family(self):
-        """The Kameleon family on the whitened subsample (None before the first one)."""
-        return self._proposal.family
-
-    # ------------------------------------------------------------ steps
-    def _delayed_acceptance_step(self, x, cur, info):
-        move = self._propose(x)
-        y, lq_f, lq_r = move.x, move.log_q_forward, move.log_q_reverse
-        if not move.feasible:  # Kameleon covariance at y singular even with jitter: reject
-            info["stage1"] = 0.0
-            metropolis_accept(-math.inf, self.rng)
-            return x, False, 0.0, None
-        lp_y, _ = self._target.prior(y)
-        ll_x = cur.loglik
-        if self.current_value == "exact":
-            cur_pt = DAPoint(cur.log_prior, math.nan, math.nan, ll_x)
-        else:
-            cur_pt = self._schedule.cached(x, cur, lambda: surrogate_point(self.gp, x, cur.log_prior, ll_x))
-        if math.isfinite(lp_y):
-            prop_pt = surrogate_point(self.gp, y, lp_y)
-            info["gp_sd"] = math.sqrt(prop_pt.var)
-            la1 = log_alpha1(cur_pt, prop_pt, lq_f, lq_r, self.current_value)
-        else:
-            prop_pt, la1 = None, -math.inf
-        ev, rejected = self._stage1_then_exact(x, y, la1, (lp_y, None), info)
-        if ev is None:
-            return rejected
-        ll_y, a1 = ev.loglik, info["stage1"]
-        if self.current_value == "exact":
-            # mu(x), var(x) from the same GP (y is not in it yet), for alpha1(y, x).
-            cur_pt = self._schedule.cached(x, cur, lambda: surrogate_point(self.gp, x, cur.log_prior, ll_x))
-        prop_pt = prop_pt._replace(ll=ll_y)
-        ratios = self._stage2_log_ratios(cur_pt, prop_pt, lq_f, lq_r)
-        accepted, a2 = metropolis_accept(ratios.log_ratio_stage2, self.rng)
-        info["stage2"] = a2
-        # Stage 1 passed with probability a1, so this is unbiased for the plain MH acceptance probability.
-        info["adapt"] = accept_probability(mh_log_ratio(ll_y + lp_y, ll_x + cur.log_prior, lq_r, lq_f)) / a1
-        if accepted:
-            self._proposal.accept(move)
-            self._schedule.remember(y, ev, prop_pt)  # the next step's prediction at its current state
-        return self._finish(x, y, accepted, ev), accepted, a2, (y, ev)
-
-    def _stage2_log_ratios(self, current, proposal, log_q_forward, log_q_reverse):
-        return delayed_acceptance_log_ratios(
-            current, proposal, log_q_forward, log_q_reverse, self.current_value
-        )
-
-    def astep(self, q0):
-        y_new, stats = super().astep(q0)
-        stats[0]["nu2"] = math.nan if self._proposal.nu2 is None else self._proposal.nu2.value
-        return y_new, stats
+    def _extra_stats(self) -> dict:
+        nu2 = self.scale_free_adaptation.state.nu2
+        return {"nu2": math.nan if nu2 is None else nu2.value}

@@ -1,0 +1,398 @@
+r"""Scale-free tuning: the schedule that learns a
+:class:`~pymc_kameleon.core.adaptation.state.ScaleFreeState`.
+
+Everything a user's choice of units could change is defined relative to a covariance
+:math:`C = L L^\top` and mean :math:`m` learned from the chain; the proposals built from the
+state (:class:`~pymc_kameleon.core.kameleon.scale_free.ScaleFreeProposal`, GP-DA MALA's Langevin
+move) live in those whitened coordinates. Tuning (:meth:`ScaleFreeAdaptation.adapt`, fed one
+:class:`~pymc_kameleon.core.adaptation.state.TuningDraw` per step), in the spirit of Stan's
+windowed warm-up:
+
+1. **Coordinate scan** (``scan_steps`` steps): one coordinate moves per step, each with its own
+   step size learned toward acceptance 0.44 (the one-dimensional optimum). It finds every
+   coordinate's scale, from 1e-4 to 1e4, in a few dozen moves each.
+2. **Windows** of doubling length (``first_window``, then twice that, ...; each window is twice as
+   long as the previous one ran, so after one that ended early the doubling starts again from its
+   length). At the end of each window, :math:`m` and :math:`C` are re-estimated from *that
+   window's draws only* (the walk in from a far start is forgotten), shrunk toward their
+   diagonal, and :math:`Z` is redrawn from the same draws. The first window runs AM alone; the
+   Kameleon component starts after it. When the steps pass the log density's gradient (GP-DA
+   MALA), no coordinate's learned variance falls below the window's Cramér-Rao bound
+   :math:`1 / \overline{(\partial_i \log\pi)^2}`.
+3. At every step, :math:`\log\lambda` (on AM moves) and :math:`\log\nu^2` (on Kameleon moves)
+   follow Robbins-Monro toward the target acceptance rate.
+
+After tuning everything is frozen, so the chain is an exact Metropolis-Hastings chain.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.linalg import solve_triangular
+
+from pymc_kameleon.core.adaptation.covariance import shrunk_covariance
+from pymc_kameleon.core.adaptation.diagnostics import (
+    TuningReport,
+    gradient_spread,
+    log_density_climb,
+    whitened_drift,
+)
+from pymc_kameleon.core.adaptation.scales import RobbinsMonro
+from pymc_kameleon.core.adaptation.scan import MAX_LOG_STEP, CoordinateScan, scan_steps_for
+from pymc_kameleon.core.adaptation.state import ScaleFreeState, TuningDraw
+from pymc_kameleon.core.adaptation.whitening import Whitening
+from pymc_kameleon.core.adaptation.windows import AdaptationWindow
+from pymc_kameleon.core.kameleon.family import check_subsample_size, fit_proposal, matched_nu2
+from pymc_kameleon.core.linalg import SingularCovarianceError
+
+__all__ = ["UNCOVERED_LIMIT", "ScaleFreeAdaptation"]
+
+# More than this fraction of the last tuning states beyond 3 bandwidths of every point of Z is
+# reported at the end of tuning, and means that nu^2 was tuned where the kernel term vanished.
+UNCOVERED_LIMIT = 0.1
+
+
+def _bounded_update(rm: RobbinsMonro, signal: float) -> None:
+    """Robbins-Monro step with the signal capped so that the log-scale moves by at most 0.5."""
+    gain = rm.learning_rate * (rm.t + 1) ** (-rm.decay)
+    rm.update(min(signal, rm.target + MAX_LOG_STEP / gain))
+
+
+class ScaleFreeAdaptation:
+    r"""The scan, the doubling windows and the Robbins-Monro scales that learn a :class:`ScaleFreeState`.
+
+    Parameters
+    ----------
+    dim : int
+        Dimension :math:`d`.
+    kernel : kernel object or None
+        Template kernel of the Kameleon component (:func:`pymc_kameleon.core.kameleon.kernels.make_kernel`);
+        None learns no Kameleon component (no :math:`Z`): the Adaptive Metropolis walk alone.
+    bandwidth : "median" or float
+        Kernel bandwidth in whitened units; ``"median"``: the median heuristic over :math:`Z_w`.
+    gamma : "auto" or float
+        :math:`\gamma` in whitened units; ``"auto"``: 0.2 times the median marginal sd of
+        :math:`Z_w` (about 0.2).
+    n_subsample : int
+        Most points in :math:`Z`.
+    nu2 : float, optional
+        Starting :math:`\nu^2` (whitened units). By default the Kameleon component's average
+        proposal variance is matched to the AM component's :math:`\lambda^2` at the first
+        :math:`Z`.
+    target_accept : float
+        Robbins-Monro target for :math:`\lambda` and :math:`\nu^2`.
+    learning_rate : float
+        Robbins-Monro gain :math:`\rho_0` (gain :math:`\rho_0 (t+1)^{-0.6}`).
+    first_window : int
+        Length of the first adaptation window; later windows double.
+    scan_steps : int, optional
+        Length of the coordinate scan (default :func:`~pymc_kameleon.core.adaptation.scan.scan_steps_for`).
+    history_size : int
+        Most window draws kept (evenly thinned beyond that).
+    initial_scan_scale : float
+        Starting step size of every coordinate in the scan.
+
+    Attributes
+    ----------
+    state : ScaleFreeState
+        What has been learned; proposals are built from it.
+    window_ended_early : bool
+        Whether the last window ended before its scheduled end because its draws disagreed with
+        the learned covariance (a chain still walking in, or one that settled into a region much
+        smaller than :math:`C`).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        kernel=None,
+        *,
+        bandwidth="median",
+        gamma="auto",
+        n_subsample: int = 1000,
+        nu2: float | None = None,
+        target_accept: float = 0.234,
+        learning_rate: float = 1.0,
+        first_window: int = 100,
+        scan_steps: int | None = None,
+        history_size: int = 10_000,
+        initial_scan_scale: float = 1.0,
+    ):
+        d = int(dim)
+        if kernel is not None:
+            check_subsample_size(n_subsample, d)
+        self.dim = d
+        self.kernel = kernel
+        self.bandwidth_spec = bandwidth
+        self.gamma_spec = gamma
+        self.n_subsample = int(n_subsample)
+        self.nu2_initial = None if nu2 is None else float(nu2)
+        self.target_accept = float(target_accept)
+        self.learning_rate = float(learning_rate)
+        self.first_window = max(int(first_window), 2)
+        scan_steps = scan_steps_for(d) if scan_steps is None else int(scan_steps)
+        self.state = ScaleFreeState(
+            dim=d,
+            whitening=Whitening.identity(d),
+            scan=CoordinateScan(d, initial_scan_scale, self.learning_rate),
+            am_scale=RobbinsMonro(2.38 / math.sqrt(d), self.target_accept, self.learning_rate),
+            scan_steps=scan_steps,
+        )
+        self.window_ended_early = False
+        first_end = scan_steps if scan_steps > 0 else self.first_window
+        self._windows = AdaptationWindow(d, history_size, self.first_window, first_end)
+
+    # ------------------------------------------------------------------ what is known
+    @property
+    def phase(self) -> str:
+        """``"scan"``, ``"adaptive_metropolis"`` (AM only) or ``"kameleon"`` (the mixture)."""
+        return self.state.phase
+
+    @property
+    def tune_steps(self) -> int:
+        """Tuning steps taken."""
+        return self.state.tune_steps
+
+    @property
+    def window(self) -> int:
+        """Adaptation windows completed (the scan counts as the first)."""
+        return self._windows.index
+
+    @property
+    def windows(self) -> AdaptationWindow:
+        """The current adaptation window (its draws, and the recent tuning states)."""
+        return self._windows
+
+    @property
+    def wants_kameleon(self) -> bool:
+        """Whether a Kameleon component is learned (a kernel was given)."""
+        return self.kernel is not None
+
+    def required_tune_steps(self) -> int:
+        """Tuning steps for the scan and three windows (AM, then two Kameleon refreshes)."""
+        return self.state.scan_steps + 7 * self.first_window
+
+    # ------------------------------------------------------------------ adaptation
+    def adapt(self, draw: TuningDraw, rng) -> bool:
+        """One tuning step after the decision; returns whether :math:`m`, :math:`C` and :math:`Z` changed.
+
+        ``draw.accept_prob`` may be an unbiased estimate that exceeds 1 (delayed acceptance): one
+        step moves a log-scale by at most 0.5, so a rare large value cannot throw the scale (and is
+        not clipped to bias it down).
+        """
+        state = self.state
+        accept_prob = float(draw.accept_prob)
+        state.tune_steps += 1
+        self._windows.record(draw.state, accept_prob, draw.log_density, draw.gradient)
+        if draw.component == "scan":
+            state.scan.adapt(accept_prob, draw.start, draw.proposal, draw.state)
+        elif draw.component == "kameleon":
+            _bounded_update(state.nu2, accept_prob)
+            state.set_kameleon_scales()
+        else:
+            _bounded_update(state.am_scale, accept_prob)
+        if state.tune_steps < self._windows.end and not self._whitening_is_off():
+            return False
+        self.window_ended_early = state.tune_steps < self._windows.end
+        return self._end_window(rng)
+
+    def end_tuning(self, rng, end_window: bool = True) -> bool:
+        r"""Tuning is over: end the scan or the window it ended in. Returns whether the whitening changed.
+
+        - **Inside the coordinate scan:** a frozen scan would move one coordinate for ever (the
+          scan advances its coordinate as it adapts). Instead the chain continues with Adaptive
+          Metropolis moves in the scan's diagonal whitening (the identity if no tuning step was
+          taken), so every coordinate moves.
+        - **Inside a window** that holds at least half as many draws as the previous window, and
+          if ``end_window``: the window ends now (:meth:`_end_partial_window`), so that its draws
+          are not wasted.
+        """
+        state = self.state
+        if state.phase != "scan":
+            return end_window and self._end_partial_window(rng)
+        state.scan_steps = state.tune_steps
+        return state.tune_steps > 0 and self._end_window(rng)
+
+    def _end_partial_window(self, rng) -> bool:
+        r"""End the window that tuning ended in, if it holds at least half the previous one's draws.
+
+        The windows double, and a user's ``tune`` does not line up with them: without this, the
+        draws since the last window's end would never be used (in 20 dimensions with ``tune=3000``
+        the last window ended at step 2050). The scales cannot learn after tuning, so they are
+        carried to the new coordinates by the random-walk rule for acceptance (Roberts and
+        Rosenthal, 2001: it depends on :math:`\lambda^2 \operatorname{tr}(\Sigma^{-1})` in
+        coordinates whitened by the proposal's covariance):
+
+        .. math::
+            \lambda_{new}^2 = \lambda^2\, \operatorname{tr}(C_{new}^{-1} C) / d,
+
+        which keeps the acceptance rate if the target's covariance is :math:`C_{new}`. :math:`\nu^2`
+        (a variance in whitened units) gets the same factor; but if more than
+        :data:`UNCOVERED_LIMIT` of the window's states were beyond 3 bandwidths of every point of
+        the previous Z, where the kernel term vanishes and :math:`\nu^2` tuned only
+        :math:`\gamma`, it is matched to the new :math:`\lambda` instead (:meth:`_matched_nu2`).
+        """
+        state, windows = self.state, self._windows
+        ran = len(windows.accept)
+        planned = windows.end - (state.tune_steps - ran)
+        if 4 * ran < planned or windows.stuck:
+            return False
+        old_chol = state.chol
+        uncovered = self._uncovered_fraction()
+        if not self._end_window(rng):
+            return False
+        relative = solve_triangular(state.chol, old_chol, lower=True, check_finite=False)
+        factor = float(np.sum(relative**2)) / self.dim  # tr(C_new^-1 C_old) / d
+        state.am_scale.rescale(math.sqrt(factor))
+        if state.nu2 is not None and state.family is not None:
+            if uncovered > UNCOVERED_LIMIT:
+                # nu^2 was learned where the kernel term vanished (the states far from the previous Z,
+                # say in the walk-in), so it tuned gamma only: matched to lambda, as at the first Z.
+                state.nu2.rescale(self._matched_nu2() / state.nu2.value)
+            else:
+                state.nu2.rescale(factor)
+            state.set_kameleon_scales()
+        return True
+
+    def _uncovered_fraction(self) -> float:
+        """Fraction of the window's (last 500) states beyond 3 bandwidths (whitened) of every point of
+        Z, where the Kameleon term vanishes (NaN before the first Z or with no draws)."""
+        state, windows = self.state, self._windows
+        if state.family is None or not math.isfinite(state.bandwidth) or len(windows.draws) == 0:
+            return math.nan
+        W = state.whiten(windows.draws.points[-500:])
+        Zw = state.family.Z
+        sq = (W * W).sum(1)[:, None] - 2.0 * W @ Zw.T + (Zw * Zw).sum(1)[None, :]
+        nearest = np.sqrt(np.maximum(sq.min(axis=1), 0.0))
+        return float(np.mean(nearest > 3.0 * state.bandwidth))
+
+    def _matched_nu2(self) -> float:
+        r""":math:`\nu^2` whose Kameleon component has the AM step's average variance :math:`\lambda^2`
+        per whitened coordinate at Z (:func:`~pymc_kameleon.core.kameleon.family.matched_nu2`).
+
+        With ``gamma="auto"``, :math:`\gamma^2 = r \nu^2 \bar v` is tied to :math:`\nu^2`, so
+        :math:`\nu^2 \bar v (1 + r) = \lambda^2`.
+        """
+        state = self.state
+        s2 = state.am_scale.value**2
+        if state.gamma_ratio is not None:
+            return s2 / (state.probe_variance * (1.0 + state.gamma_ratio))
+        return matched_nu2(s2, state.gamma, state.probe_variance)
+
+    def _whitening_is_off(self) -> bool:
+        """Whether the window's draws say the learned covariance is off (never in the scan)."""
+        return self.state.phase != "scan" and self._windows.whitening_is_off(self.state.whitening)
+
+    def _end_window(self, rng) -> bool:
+        """Re-estimate :math:`m, C` and :math:`Z` from this window's draws, then start a longer window.
+
+        Each window starts afresh (Stan's windowed warm-up): a transient from a far start is
+        forgotten after the window it falls in. Only the first window after the scan starts from
+        the scan, whose step sizes bound each coordinate's variance from below.
+        """
+        state, windows = self.state, self._windows
+        points = windows.draws.points
+        after_scan = windows.index == 0 and state.scan_steps > 0
+        if after_scan:
+            points = points[points.shape[0] // 2 :]
+        stuck = not after_scan and windows.stuck
+        # The previous estimate (not the scan's identity) tells a persistent correlation from a walk's.
+        previous = None if after_scan else state.covariance
+        estimate = None if stuck else shrunk_covariance(points, previous)
+        if after_scan:
+            # The scan's step sizes are about 2.4 conditional sds: a floor for coordinates it barely moved.
+            floor = (state.scan.scales / 2.4) ** 2
+            var = floor if estimate is None else np.maximum(np.diag(estimate[1]), floor)
+            # Diagonal: one-coordinate moves say little about correlations.
+            estimate = (points.mean(axis=0), np.diag(var))
+        floor = windows.variance_floor
+        if estimate is not None and floor is not None:
+            # Cramér-Rao: no coordinate's variance is below 1 / E[gradient^2] (a collapsed step's window
+            # would otherwise shrink C where the chain did not move, and the next window moves less).
+            mean, cov = estimate
+            cov = cov + np.diag(np.maximum(floor - np.diag(cov), 0.0))
+            estimate = (mean, cov)
+        changed = estimate is not None and self._set_whitening(*estimate)
+        if changed:
+            if not after_scan:
+                self._refresh_kameleon(points, rng)
+            # New geometry: the scales learn afresh from their current values (as Stan's warm-up does).
+            state.am_scale.restart()
+            if state.nu2 is not None:
+                state.nu2.restart()
+        # The next window is twice as long as this one ran: after a window that ended early (the
+        # geometry changed) the schedule does not jump ahead to a window longer than the tuning left.
+        length = len(windows.accept)
+        windows.start_next(state.tune_steps + (self.first_window if after_scan else 2 * length))
+        return changed
+
+    def _set_whitening(self, mean, cov) -> bool:
+        try:
+            whitening = Whitening.from_moments(mean, cov)
+        except SingularCovarianceError:
+            return False
+        self.state.whitening = whitening
+        self.state.family = None  # redrawn on the new whitened subsample by _refresh_kameleon
+        return True
+
+    def _refresh_kameleon(self, points, rng) -> None:
+        if self.kernel is None:
+            return
+        state = self.state
+        Z = points
+        if Z.shape[0] > self.n_subsample:
+            idx = np.sort(rng.choice(Z.shape[0], size=self.n_subsample, replace=False))
+            Z = Z[idx]
+        probe_nu2 = 1.0 if state.nu2 is None else state.nu2.value
+        fit = fit_proposal(state.whiten(Z), self.kernel, self.bandwidth_spec, self.gamma_spec, probe_nu2, rng)
+        if fit is None:
+            return
+        if state.nu2 is None:
+            nu2 = self.nu2_initial
+            if nu2 is None:
+                nu2 = matched_nu2(state.am_scale.value**2, fit.gamma, fit.probe_variance)
+            state.nu2 = RobbinsMonro(nu2, self.target_accept, self.learning_rate)
+        elif fit.probe_variance > 0 and state.probe_variance > 0:
+            state.nu2.rescale(state.probe_variance / fit.probe_variance)
+        state.probe_variance = fit.probe_variance
+        state.bandwidth = fit.bandwidth
+        # With gamma="auto", gamma^2 is tied to nu^2: where the kernel term vanishes (far from Z, or
+        # nearly constant weights in high dimension) the component is still a tuned random walk.
+        if self.gamma_spec == "auto" and state.gamma_ratio is None:
+            state.gamma_ratio = fit.gamma**2 / (state.nu2.value * fit.probe_variance)
+        state.family = fit.family
+        state.set_kameleon_scales()
+
+    # ------------------------------------------------------------------ diagnostics
+    def report(self) -> TuningReport:
+        """Diagnostics at the end of tuning
+        (:class:`~pymc_kameleon.core.adaptation.diagnostics.TuningReport`)."""
+        state, windows = self.state, self._windows
+        uncovered = self._uncovered_fraction()
+        recent = state.whiten(np.array(windows.recent)) if windows.recent else None
+        drift = math.nan if recent is None else whitened_drift(recent)
+        late_drift = math.nan if recent is None else whitened_drift(recent[recent.shape[0] // 2 :])
+        recent_log_density = list(windows.recent_log_density)
+        climb = log_density_climb(recent_log_density, self.dim)
+        late_climb = log_density_climb(recent_log_density[len(recent_log_density) // 2 :], self.dim)
+        spread, spread_coordinate = math.nan, -1
+        if windows.recent_gradient and all(g is not None for g in windows.recent_gradient):
+            kappa = gradient_spread(np.array(windows.recent), np.array(windows.recent_gradient))
+            if kappa.size and np.all(np.isfinite(kappa)):
+                spread_coordinate = int(np.argmin(kappa))
+                spread = float(kappa[spread_coordinate])
+        return TuningReport(
+            state.tune_steps,
+            state.phase,
+            windows.last_accept_rate,
+            self.wants_kameleon,
+            uncovered,
+            drift,
+            climb,
+            spread,
+            spread_coordinate,
+            late_climb,
+            late_drift,
+        )

@@ -1,0 +1,313 @@
+r"""The GP delayed-acceptance move without PyMC: exact warm-up steps, screened two-stage steps, and
+what the GP and the base adaptation learn after each.
+
+A :class:`DelayedAcceptanceKernel` owns one chain's GP (with its training schedule,
+:class:`~pymc_kameleon.core.gp.training.GPTrainingSchedule`), the scale-free adaptation of its base
+proposal (:class:`~pymc_kameleon.core.adaptation.scale_free.ScaleFreeAdaptation`) and the proposal
+built from it. A step asks it for one move (:meth:`~DelayedAcceptanceKernel.step`, which returns a
+:class:`DelayedAcceptanceResult`), keeps the accepted state's evaluation, then hands the result back
+(:meth:`~DelayedAcceptanceKernel.learn`): only then, after the decision, does the new exact
+evaluation join the GP, so each step's two stages use one fixed surrogate and the chain is exact
+(:mod:`pymc_kameleon.core.delayed_acceptance.ratios`).
+
+The target is any object with the two methods of :class:`SplitDensity`. Notation: :math:`x` is the
+current state and :math:`y` the proposal (the GP-DA paper's), in this subpackage only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+import numpy as np
+
+from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
+from pymc_kameleon.core.adaptation.state import TuningDraw
+from pymc_kameleon.core.delayed_acceptance.ratios import (
+    CURRENT_VALUES,
+    DAPoint,
+    delayed_acceptance_log_ratios,
+    log_alpha1,
+    surrogate_point,
+)
+from pymc_kameleon.core.gp.training import GPTrainingSchedule
+from pymc_kameleon.core.mh import accept_probability, metropolis_accept, mh_log_ratio
+
+__all__ = ["DelayedAcceptanceKernel", "DelayedAcceptanceMH", "DelayedAcceptanceResult", "SplitDensity"]
+
+
+class SplitDensity(Protocol):
+    """The target as delayed acceptance needs it: the (cheap) prior apart from the (expensive) likelihood.
+
+    ``prior(theta)`` returns ``(log_prior, grad_log_prior or None)``. ``evaluate(theta, prior)``
+    evaluates the likelihood at ``theta`` given the prior already computed there and returns an
+    evaluation with the attributes ``logp`` (the log posterior density), ``loglik``, ``log_prior``,
+    ``grad_log_prior``, ``grad_exact_loglik`` and ``grad_logp`` (gradients None where unknown).
+    :class:`pymc_kameleon.steps.target_density.SplitTargetDensity` is one.
+    """
+
+    def prior(self, theta) -> tuple[float, Any]: ...
+
+    def evaluate(self, theta, prior=None) -> Any: ...
+
+
+@dataclass(frozen=True)
+class DelayedAcceptanceResult:
+    r"""One delayed-acceptance (or exact warm-up) step.
+
+    Attributes
+    ----------
+    state : array of shape (d,)
+        The state after the step.
+    accepted : bool
+    accept_prob : float
+        The probability of accepting the proposal given the stage-1 outcome: :math:`\alpha_2` if
+        stage 1 passed, 0 if it failed; in an exact step, the plain MH probability.
+    stage1, stage2 : float
+        :math:`\alpha_1` (1 in an exact step) and :math:`\alpha_2` (NaN where stage 2 was not reached).
+    gp_sd : float
+        The GP's predictive sd of the log-likelihood at the proposal (NaN if not predicted).
+    screened : bool
+        Whether the GP screened this proposal (False in the warm-up and its pauses).
+    adapt_prob : float
+        What the base proposal's scale adapts to: an unbiased estimate of the plain MH acceptance
+        probability on the exact target (the acceptance probability itself in an exact step).
+    component : str
+        The scale the move used (:class:`~pymc_kameleon.core.adaptation.state.TuningDraw`).
+    proposal : array of shape (d,)
+        The proposed point.
+    evaluation : object or None
+        The exact evaluation at the proposal (None if it was not evaluated).
+    gp_learns : bool
+        Whether that evaluation joins the GP after the decision.
+    refit : bool
+        Whether the GP's hyperparameters were fitted before the move (the chain's first step).
+    """
+
+    state: np.ndarray
+    accepted: bool
+    accept_prob: float
+    component: str
+    proposal: np.ndarray
+    stage1: float = 1.0
+    stage2: float = math.nan
+    gp_sd: float = math.nan
+    screened: bool = False
+    adapt_prob: float = math.nan
+    evaluation: Any = None
+    gp_learns: bool = False
+    refit: bool = False
+
+
+class DelayedAcceptanceKernel:
+    r"""One chain of GP delayed acceptance: its base proposal, the adaptation that tunes it, and its GP.
+
+    Subclasses give the screened two-stage move (:meth:`_screened_step`); this class gives the exact
+    warm-up step (plain MH with the base proposal), the GP's seeding and training, and the adaptation.
+
+    Parameters
+    ----------
+    adaptation : ScaleFreeAdaptation
+        Learns the base proposal's whitening and scales.
+    proposal : Proposal
+        The base proposal, built from ``adaptation.state``.
+    schedule : GPTrainingSchedule
+        The GP and when it learns.
+    current_value : {"exact", "surrogate"}
+        What stands for the log-likelihood at the current state in :math:`\alpha_1`
+        (:mod:`pymc_kameleon.core.delayed_acceptance.ratios`).
+    pause_steps : int
+        Exact steps at most in a screening pause after a window that ended early
+        (:meth:`~pymc_kameleon.core.gp.training.GPTrainingSchedule.pause_while_walking`).
+    """
+
+    def __init__(
+        self,
+        adaptation: ScaleFreeAdaptation,
+        proposal,
+        schedule: GPTrainingSchedule,
+        current_value: str = "exact",
+        pause_steps: int = 200,
+    ):
+        if current_value not in CURRENT_VALUES:
+            raise ValueError(f"current_value must be one of {CURRENT_VALUES}, got {current_value!r}.")
+        self.adaptation = adaptation
+        self.proposal = proposal
+        self.schedule = schedule
+        self.current_value = current_value
+        self.pause_steps = int(pause_steps)
+        self.seeded = False  # whether the chain's starting point is in the GP
+
+    @property
+    def gp(self):
+        """The GP surrogate of the log-likelihood."""
+        return self.schedule.gp
+
+    # ------------------------------------------------------------------ the move
+    def step(self, x, current, density: SplitDensity, rng, *, tune: bool) -> DelayedAcceptanceResult:
+        """One move from ``x``, whose evaluation is ``current``: exact while the GP warms up, else screened.
+
+        At a chain's first step the starting point seeds the GP first.
+        """
+        refit = False
+        if not self.seeded:
+            self.seeded = True
+            self.schedule.add(x, current.loglik, current.grad_exact_loglik, tune=tune)
+            refit = self._after_exact_evaluation(rng, tune)
+        if self.schedule.warm:
+            result = self._exact_step(x, current, density, rng)
+        else:
+            result = self._screened_step(x, current, density, rng)
+        return replace(result, refit=True) if refit else result
+
+    def _exact_step(self, x, current, density, rng) -> DelayedAcceptanceResult:
+        """Warm-up: plain MH with the base proposal and an exact evaluation at its proposal."""
+        move = self.proposal.propose(x, rng)
+        y = move.x
+        if not move.feasible:
+            metropolis_accept(-math.inf, rng)
+            return DelayedAcceptanceResult(x, False, 0.0, move.component, y, adapt_prob=0.0)
+        ev = density.evaluate(y, density.prior(y))
+        accepted, prob = metropolis_accept(
+            mh_log_ratio(ev.logp, current.logp, move.log_q_reverse, move.log_q_forward), rng
+        )
+        if accepted:
+            self.proposal.accept(move)
+        return DelayedAcceptanceResult(
+            y if accepted else x, accepted, prob, move.component, y,
+            stage2=prob, adapt_prob=prob, evaluation=ev, gp_learns=math.isfinite(ev.log_prior),
+        )
+
+    def _screened_step(self, x, current, density, rng) -> DelayedAcceptanceResult:
+        raise NotImplementedError
+
+    def _stage1_then_exact(self, x, y, log_alpha1, prior, density, rng, component, gp_sd):
+        """Stage 1 (accept with :math:`\\alpha_1`), then the exact evaluation of a survivor.
+
+        Returns ``(evaluation, alpha1, None)`` for a survivor whose log density is finite, else
+        ``(None, alpha1, result)``: a rejection (a non-finite one costs no stage 2).
+        """
+        passed, a1 = metropolis_accept(log_alpha1, rng)
+        if not passed:
+            return None, a1, DelayedAcceptanceResult(
+                x, False, 0.0, component, y, stage1=a1, gp_sd=gp_sd, screened=True, adapt_prob=0.0
+            )
+        ev = density.evaluate(y, prior)
+        if not (math.isfinite(ev.loglik) and math.isfinite(ev.logp)):
+            metropolis_accept(-math.inf, rng)
+            return None, a1, DelayedAcceptanceResult(
+                x, False, 0.0, component, y, stage1=a1, stage2=0.0, gp_sd=gp_sd, screened=True,
+                adapt_prob=0.0, evaluation=ev, gp_learns=True,
+            )
+        return ev, a1, None
+
+    # ------------------------------------------------------------------ learning
+    def learn(self, x, result: DelayedAcceptanceResult, rng, *, tune: bool, log_density=math.nan,
+              gradient=None) -> bool:
+        """After the decision: the new evaluation joins the GP, then the base proposal adapts.
+
+        ``log_density`` and ``gradient`` are the target's (exact) log density and its gradient at
+        ``result.state``, for the end-of-tuning checks. Returns whether the GP's hyperparameters
+        were fitted.
+        """
+        refit = False
+        if result.gp_learns:
+            ev = result.evaluation
+            self.schedule.add(result.proposal, ev.loglik, ev.grad_exact_loglik, tune=tune)
+            refit = self._after_exact_evaluation(rng, tune)
+        if tune:
+            draw = TuningDraw(
+                result.state, result.adapt_prob, result.component, x, result.proposal, log_density, gradient
+            )
+            refit = self._adapt(draw, rng) or refit
+            if result.screened:
+                self.schedule.record_stage1(result.stage1, self.adaptation.window)
+        return refit
+
+    def _after_exact_evaluation(self, rng, tune: bool) -> bool:
+        adaptation = self.adaptation
+        return self.schedule.after_exact_evaluation(
+            tune=tune,
+            scanning=adaptation.phase == "scan",
+            window=adaptation.window,
+            typical_step=adaptation.state.typical_scale,
+            rng=rng,
+        )
+
+    def _adapt(self, draw: TuningDraw, rng) -> bool:
+        """Adapt the base proposal; at a window end, update the GP. Returns whether it refitted."""
+        adaptation = self.adaptation
+        window = adaptation.window
+        changed = adaptation.adapt(draw, rng)
+        if adaptation.window == window:
+            return False
+        if adaptation.window_ended_early:
+            self.schedule.pause_while_walking(adaptation.window, self.pause_steps)
+        return self.schedule.window_ended(adaptation.state.whitening if changed else None, rng)
+
+    def end_warm_up(self, rng, *, tune: bool) -> bool:
+        """Screen from now on (the warm-up's heuristic hyperparameters, fitted if tuning)."""
+        return self.schedule.end_warm_up(tune=tune, typical_step=self.adaptation.state.typical_scale, rng=rng)
+
+    def freeze(self, rng) -> None:
+        """Tuning is over: freeze the base proposal (ending the coordinate scan if tuning ended in it).
+
+        The window tuning ended in is not ended: a new :math:`C` would send the proposals where the
+        GP has no points, with no screened tuning steps left to find out (a far-start logistic
+        regression, GP-DA MALA: stage 1 then rejected every proposal after tuning, silently).
+        """
+        if self.adaptation.end_tuning(rng, end_window=False):
+            self.schedule.set_whitening(self.adaptation.state.whitening)
+
+
+class DelayedAcceptanceMH(DelayedAcceptanceKernel):
+    r"""GP delayed-acceptance MH: stage 1 on the GP marginalised at the proposal (paper eq. 4), stage 2
+    exact (eq. 6), with the base proposal's asymmetric :math:`Q` terms in both stages.
+
+    The scale adapts to :math:`\alpha_{MH}(x, y) / \alpha_1(x, y)` for a proposal that passed stage 1
+    (0 otherwise): stage 1 passes with probability :math:`\alpha_1`, so this is an unbiased
+    estimate of the plain MH acceptance probability, and a poor surrogate cannot shrink the scale.
+    """
+
+    def _screened_step(self, x, current, density, rng) -> DelayedAcceptanceResult:
+        move = self.proposal.propose(x, rng)
+        y, lq_f, lq_r, component = move.x, move.log_q_forward, move.log_q_reverse, move.component
+        if not move.feasible:  # Kameleon covariance at y singular even with jitter: reject
+            metropolis_accept(-math.inf, rng)
+            return DelayedAcceptanceResult(
+                x, False, 0.0, component, y, stage1=0.0, screened=True, adapt_prob=0.0
+            )
+        gp, schedule, exact = self.gp, self.schedule, self.current_value == "exact"
+        lp_y, _ = density.prior(y)
+        ll_x = current.loglik
+        if exact:
+            cur_pt = DAPoint(current.log_prior, math.nan, math.nan, ll_x)
+        else:
+            cur_pt = schedule.cached(x, current, lambda: surrogate_point(gp, x, current.log_prior, ll_x))
+        gp_sd = math.nan
+        if math.isfinite(lp_y):
+            prop_pt = surrogate_point(gp, y, lp_y)
+            gp_sd = math.sqrt(prop_pt.var)
+            la1 = log_alpha1(cur_pt, prop_pt, lq_f, lq_r, self.current_value)
+        else:
+            prop_pt, la1 = None, -math.inf
+        ev, a1, rejected = self._stage1_then_exact(x, y, la1, (lp_y, None), density, rng, component, gp_sd)
+        if ev is None:
+            return rejected
+        ll_y = ev.loglik
+        if exact:
+            # mu(x), var(x) from the same GP (y is not in it yet), for alpha1(y, x).
+            cur_pt = schedule.cached(x, current, lambda: surrogate_point(gp, x, current.log_prior, ll_x))
+        prop_pt = prop_pt._replace(ll=ll_y)
+        ratios = delayed_acceptance_log_ratios(cur_pt, prop_pt, lq_f, lq_r, self.current_value)
+        accepted, a2 = metropolis_accept(ratios.log_ratio_stage2, rng)
+        # Stage 1 passed with probability a1, so this is unbiased for the plain MH acceptance probability.
+        adapt_prob = accept_probability(mh_log_ratio(ll_y + lp_y, ll_x + current.log_prior, lq_r, lq_f)) / a1
+        if accepted:
+            self.proposal.accept(move)
+            schedule.remember(y, ev, prop_pt)  # the next step's prediction at its current state
+        return DelayedAcceptanceResult(
+            y if accepted else x, accepted, a2, component, y, stage1=a1, stage2=a2, gp_sd=gp_sd,
+            screened=True, adapt_prob=adapt_prob, evaluation=ev, gp_learns=True,
+        )
