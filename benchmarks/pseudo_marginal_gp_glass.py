@@ -126,7 +126,7 @@ def timing(kernel, n_tune, n_steps, seed, n_importance):
     reps = 200
     if step.proposal is not None:
         for _ in range(reps):
-            step.scale_free_proposal.propose(y0, step.rng)  # the step's own move (core.scale_free)
+            step.scale_free_proposal.propose(y0, step.rng)  # the step's own move (core.kameleon.scale_free)
     proposal = (time.perf_counter() - start) / reps
     return dict(total=total, estimator=estimator, rest=total - estimator, proposal=proposal,
                 subsample=0 if step.proposal is None else step.proposal.Z.shape[0])

@@ -164,7 +164,7 @@ class RandomWalkProposal(Proposal):
 
 
 class CoordinateProposal(Proposal):
-    r"""One coordinate per step: :math:`x = y + s_j \varepsilon e_j`, :math:`\varepsilon \sim \mathcal N(0, 1)`
+    r"""One coordinate per step: :math:`x = y + s_j \varepsilon e_j`, :math:`\varepsilon \sim N(0, 1)`
     (:math:`e_j` the :math:`j`-th unit vector).
 
     Built from a coordinate scan (:class:`~pymc_kameleon.core.adaptation.scan.CoordinateScan`):
@@ -278,9 +278,10 @@ def mixture_log_density(log_q_main, log_q_walk, walk_weight: float):
         \log\big((1 - \rho)\, q_{\mathrm{main}} + \rho\, q_{\mathrm{walk}}\big),
         \qquad \rho = \text{walk\_weight} \in (0, 1).
 
-    The Kameleon moves mixed with a random walk in :class:`~pymc_kameleon.core.scale_free.ScaleFreeKameleon`
-    (KAMH, GP-DA) and in :class:`~pymc_kameleon.core.smc.mixtures.GlobalWalkMixture` (KASS) use
-    it for both Hastings terms, so the MH ratio is exact whichever component drew the move.
+    The Kameleon moves mixed with a random walk in
+    :class:`~pymc_kameleon.core.kameleon.scale_free.ScaleFreeProposal` (KAMH, GP-DA) and in
+    :class:`~pymc_kameleon.core.smc.mixtures.GlobalWalkMixture` (KASS) use it for both Hastings
+    terms, so the MH ratio is exact whichever component drew the move.
     """
     return np.logaddexp(math.log1p(-walk_weight) + log_q_main, math.log(walk_weight) + log_q_walk)
 

@@ -6,19 +6,20 @@ import numpy as np
 import pytest
 
 from pymc_kameleon.core.adaptation import scan as coordinate_scan
+from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
 from pymc_kameleon.core.adaptation.scan import SCAN_TARGET, TRANSIT_LOG_STEP, TRANSIT_STREAK, CoordinateScan
+from pymc_kameleon.core.adaptation.state import TuningDraw
 from pymc_kameleon.core.kameleon.kernels import make_kernel
+from pymc_kameleon.core.kameleon.scale_free import ScaleFreeProposal
 from pymc_kameleon.core.mh import metropolis_accept, mh_log_ratio
-from pymc_kameleon.core.scale_free import ScaleFreeKameleon
 
 
 def _move(scan, y, step, accept_prob, accepted):
-    """One scan step of the given size on a one-coordinate scan (the draw replaced by ``step``)."""
-    scan.propose(y, np.random.default_rng(0))
+    """One scan step of the given size on a one-coordinate scan."""
     x = y + step
-    scan._proposed = (0, float(y[0]), float(x[0]))
-    scan.adapt(accept_prob, x if accepted else y)
-    return x if accepted else y
+    y_new = x if accepted else y
+    scan.adapt(accept_prob, y, x, y_new)
+    return y_new
 
 
 def test_in_transit_a_move_back_leaves_the_step_and_one_forward_grows_it_by_the_transit_step():
@@ -54,17 +55,19 @@ def _scan_from(start_sds, seed, d=20):
     """Run only the coordinate scan on independent normals with sds 1e-3..1e3."""
     sds = np.logspace(-3, 3, d)
     rng = np.random.default_rng(seed)
-    prop = ScaleFreeKameleon(d, make_kernel("gaussian"))
+    adaptation = ScaleFreeAdaptation(d, make_kernel("gaussian"))
+    prop = ScaleFreeProposal(adaptation.state, 0.1)
     x = start_sds * sds
     cur = -0.5 * np.sum((x / sds) ** 2)
-    for _ in range(prop.scan_steps):
+    for _ in range(adaptation.state.scan_steps):
+        start = x
         move = prop.propose(x, rng)
         lp = -0.5 * np.sum((move.x / sds) ** 2)
         accepted, prob = metropolis_accept(mh_log_ratio(lp, cur, move.log_q_reverse, move.log_q_forward), rng)
         if accepted:
             x, cur = move.x, lp
-        prop.adapt(x, prob, rng)
-    return np.abs(x / sds), prop.scan_scales / sds
+        adaptation.adapt(TuningDraw(x, prob, move.component, start, move.x), rng)
+    return np.abs(x / sds), adaptation.state.scan_scales / sds
 
 
 @pytest.mark.parametrize("transit", [True, False], ids=["transit", "control-without"])

@@ -1,5 +1,6 @@
-"""The scale-free Kameleon proposal: exact Hastings terms, its density by Monte Carlo, tuning, and
-affine equivariance (sampling x and A x + b agree after mapping back), with negative controls."""
+"""Scale-free tuning (ScaleFreeAdaptation) and the proposal built from its state (ScaleFreeProposal):
+exact Hastings terms, the density by Monte Carlo, the windows, the end-of-tuning report, and affine
+equivariance (sampling x and A x + b agree after mapping back), with negative controls."""
 
 import math
 
@@ -9,28 +10,40 @@ from conftest import _mcse_of_mean as ess_mcse
 from scipy.stats import multivariate_normal
 
 from pymc_kameleon.core.adaptation.covariance import shrunk_covariance
+from pymc_kameleon.core.adaptation.diagnostics import TuningReport
+from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
 from pymc_kameleon.core.adaptation.scales import RobbinsMonro
+from pymc_kameleon.core.adaptation.state import TuningDraw
 from pymc_kameleon.core.adaptation.whitening import Whitening
 from pymc_kameleon.core.kameleon.family import KameleonProposal
 from pymc_kameleon.core.kameleon.kernels import GaussianKernel, make_kernel
-from pymc_kameleon.core.kameleon.moves import KameleonMoves
+from pymc_kameleon.core.kameleon.scale_free import ScaleFreeProposal
 from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
 from pymc_kameleon.core.mh import metropolis_accept, mh_log_ratio
-from pymc_kameleon.core.scale_free import ScaleFreeKameleon
 
 M = np.array([1.0, -2.0])
 C = np.array([[4.0, 1.2], [1.2, 0.9]])
 ZW = np.random.default_rng(0).normal(size=(30, 2))
 
 
+def feed(adaptation, y, accept_prob, rng, component="adaptive_metropolis", **draw):
+    """One tuning draw, as a step feeds it (``draw``: start, proposal, log_density, gradient)."""
+    return adaptation.adapt(TuningDraw(y, accept_prob, component, **draw), rng)
+
+
+def am_only(dim, **options):
+    """Scale-free adaptation without a Kameleon component (the AM walk's whitening and scale)."""
+    return ScaleFreeAdaptation(dim, None, **options)
+
+
 def in_kameleon_phase(am_weight=0.3, lam=0.8, gamma2=0.05, nu2=0.6, bandwidth=1.1):
-    """A proposal put in a known tuned state (whitening M, C; Z, kernel and scales fixed)."""
-    prop = ScaleFreeKameleon(2, GaussianKernel(1.0), am_weight=am_weight)
-    prop.whitening = Whitening.from_moments(M, C)
-    prop.tune_steps = prop.scan_steps
-    prop.am_scale = RobbinsMonro(lam)
-    prop.moves = KameleonMoves(KameleonProposal(ZW, GaussianKernel(bandwidth), gamma2, nu2))
-    return prop
+    """A proposal built from a known tuned state (whitening M, C; Z, kernel and scales fixed)."""
+    state = ScaleFreeAdaptation(2, GaussianKernel(1.0)).state
+    state.whitening = Whitening.from_moments(M, C)
+    state.tune_steps = state.scan_steps
+    state.am_scale = RobbinsMonro(lam)
+    state.family = KameleonProposal(ZW, GaussianKernel(bandwidth), gamma2, nu2)
+    return ScaleFreeProposal(state, am_weight)
 
 
 def mixture_log_density(x, y, am_weight=0.3, lam=0.8, gamma2=0.05, nu2=0.6, bandwidth=1.1):
@@ -85,21 +98,21 @@ def test_proposal_density_by_monte_carlo_and_negative_controls():
     assert abs(_density_identity_z(prop, y, prop.log_density)) < 4
     # Negative controls: a density that forgets the Jacobian |L|^-1 of the whitening, and one with
     # twice the AM component's scale, do not match the draws.
-    log_det = prop.whitening.log_det
+    log_det = prop.state.whitening.log_det
     assert abs(_density_identity_z(prop, y, lambda x, y: prop.log_density(x, y) + log_det)) > 6
     wrong = in_kameleon_phase(lam=1.6)
     assert abs(_density_identity_z(prop, y, wrong.log_density)) > 6
 
 
 def test_scan_phase_density_and_moves_are_one_coordinate():
-    prop = ScaleFreeKameleon(3, make_kernel("gaussian"))
+    prop = ScaleFreeProposal(ScaleFreeAdaptation(3, make_kernel("gaussian")).state, 0.1)
     y = np.array([1.0, 2.0, 3.0])
     move = prop.propose(y, np.random.default_rng(0))
     assert np.count_nonzero(move.x != y) == 1 and move.log_q_forward == move.log_q_reverse == 0.0
     # The moved coordinate is N(y_j, s_j^2), as log_density says.
     rng = np.random.default_rng(1)
     steps = np.array([prop.propose(y, rng).x[0] - y[0] for _ in range(20_000)])
-    s = prop.scan_scales[0]
+    s = prop.state.scan_scales[0]
     assert abs(steps.std() / s - 1) < 0.02
     x = y + np.array([0.3, 0.0, 0.0])
     assert prop.log_density(x, y) == pytest.approx(
@@ -162,14 +175,15 @@ def _windows_then_partial(partial_steps, partial_sd, am_weight=1.0, shift=0.0):
     """Windows of 50, 100, 200 draws from N(0, I) (ending at steps 50, 150, 350), then
     ``partial_steps`` draws from N(shift, partial_sd^2 I) in the next window, planned to end at 750."""
     rng = np.random.default_rng(8)
-    kernel = make_kernel("linear" if am_weight == 1.0 else "gaussian")
-    prop = ScaleFreeKameleon(2, kernel, am_weight=am_weight, scan_steps=0, first_window=50)
+    kernel = None if am_weight == 1.0 else make_kernel("gaussian")
+    adaptation = ScaleFreeAdaptation(2, kernel, scan_steps=0, first_window=50)
+    component = "adaptive_metropolis"  # no moves are proposed here: every draw adapts lambda
     for _ in range(350):
-        prop.adapt(rng.normal(size=2), 0.3, rng)
-    assert prop.window == 3
+        feed(adaptation, rng.normal(size=2), 0.3, rng, component)
+    assert adaptation.window == 3
     for _ in range(partial_steps):
-        prop.adapt(shift + partial_sd * rng.normal(size=2), 0.3, rng)
-    return prop, rng
+        feed(adaptation, shift + partial_sd * rng.normal(size=2), 0.3, rng, component)
+    return adaptation, rng
 
 
 @pytest.mark.parametrize("partial_steps", [150, 99])
@@ -178,18 +192,18 @@ def test_tuning_that_ends_inside_a_window_ends_it_and_carries_lambda_over(partia
     window ends, C is its draws' covariance (sd 2, not the earlier windows' 1), and lambda follows
     lambda_new^2 = lambda^2 tr(C_new^-1 C_old) / d. With 99 steps (fewer than half), nothing changes."""
     prop, rng = _windows_then_partial(partial_steps, 2.0)
-    old_cov, old_lambda = prop.covariance.copy(), prop.am_scale.value
+    old_cov, old_lambda = prop.state.covariance.copy(), prop.state.am_scale.value
     ended = prop.end_tuning(rng)
     assert ended == (partial_steps == 150)
     if not ended:
-        np.testing.assert_array_equal(prop.covariance, old_cov)
-        assert prop.am_scale.value == old_lambda
+        np.testing.assert_array_equal(prop.state.covariance, old_cov)
+        assert prop.state.am_scale.value == old_lambda
         return
     assert prop.window == 4
-    assert np.sqrt(np.diag(prop.covariance)) == pytest.approx([2.0, 2.0], rel=0.25)
-    factor = np.trace(np.linalg.solve(prop.covariance, old_cov)) / 2
+    assert np.sqrt(np.diag(prop.state.covariance)) == pytest.approx([2.0, 2.0], rel=0.25)
+    factor = np.trace(np.linalg.solve(prop.state.covariance, old_cov)) / 2
     assert factor == pytest.approx(0.25, rel=0.5)  # about (1/2)^2: C grew 4 times
-    assert prop.am_scale.value == pytest.approx(old_lambda * math.sqrt(factor), rel=1e-12)
+    assert prop.state.am_scale.value == pytest.approx(old_lambda * math.sqrt(factor), rel=1e-12)
     assert not prop.end_tuning(rng)  # the new window is empty
 
 
@@ -202,18 +216,19 @@ def test_at_the_end_of_tuning_nu2_follows_lambda_or_is_matched_to_it(shift):
     prop, rng = _windows_then_partial(150, 2.0, am_weight=0.5, shift=shift)
     uncovered = prop._uncovered_fraction()
     assert (uncovered > 0.9) if shift else (uncovered < 0.1)
-    nu2, probe, old_cov = prop.nu2.value, prop._probe_variance, prop.covariance.copy()
-    z_before = prop.subsample.copy()
+    nu2, probe, old_cov = prop.state.nu2.value, prop.state.probe_variance, prop.state.covariance.copy()
+    z_before = prop.state.subsample.copy()
     assert prop.end_tuning(rng)
-    assert not np.array_equal(prop.subsample, z_before)
+    assert not np.array_equal(prop.state.subsample, z_before)
     if shift:
-        component_variance = prop.nu2.value * prop._probe_variance * (1.0 + prop._gamma_ratio)
-        assert component_variance == pytest.approx(prop.am_scale.value**2, rel=1e-12)
+        component_variance = prop.state.nu2.value * prop.state.probe_variance * (1.0 + prop.state.gamma_ratio)
+        assert component_variance == pytest.approx(prop.state.am_scale.value**2, rel=1e-12)
     else:
-        factor = np.trace(np.linalg.solve(prop.covariance, old_cov)) / 2
+        factor = np.trace(np.linalg.solve(prop.state.covariance, old_cov)) / 2
         # (the new Z's probe variance rescales nu^2 first, as at any window's end)
-        assert prop.nu2.value == pytest.approx(nu2 * probe / prop._probe_variance * factor, rel=1e-9)
-    assert prop.moves.family.nu2 == pytest.approx(prop.nu2.value, rel=1e-12)
+        expected = nu2 * probe / prop.state.probe_variance * factor
+        assert prop.state.nu2.value == pytest.approx(expected, rel=1e-9)
+    assert prop.state.family.nu2 == pytest.approx(prop.state.nu2.value, rel=1e-12)
 
 
 # -------------------------------------------------------------------------------- chains
@@ -225,15 +240,18 @@ def banana_log_density(x, b=0.5):
 EXACT_SD = np.array([1.0, math.sqrt(1.5), 1.0])
 
 
-def run_chains(log_density, make_proposal, x0, chains=4, tune=3000, draws=5000, seed=0):
-    """Plain NumPy MH chains driven by a ScaleFreeKameleon; returns draws of shape (chains, draws, d)."""
+def run_chains(log_density, make_adaptation, x0, chains=4, tune=3000, draws=5000, seed=0, am_weight=0.1):
+    """Plain NumPy MH chains with a ScaleFreeProposal on a ScaleFreeAdaptation's state, tuned for
+    ``tune`` steps then frozen; returns draws of shape (chains, draws, d)."""
     out = []
     for c in range(chains):
         rng = np.random.default_rng([seed, c])
-        prop = make_proposal()
+        adaptation = make_adaptation()
+        prop = ScaleFreeProposal(adaptation.state, am_weight)
         x, lx = np.array(x0, dtype=float), log_density(x0)
         kept = []
         for t in range(tune + draws):
+            start = x
             move = prop.propose(x, rng)
             ly = log_density(move.x) if move.feasible else -np.inf
             accepted, p = metropolis_accept(mh_log_ratio(ly, lx, move.log_q_reverse, move.log_q_forward), rng)
@@ -241,7 +259,7 @@ def run_chains(log_density, make_proposal, x0, chains=4, tune=3000, draws=5000, 
                 x, lx = move.x, ly
                 prop.accept(move)
             if t < tune:
-                prop.adapt(x, p, rng)
+                feed(adaptation, x, p, rng, move.component, start=start, proposal=move.x)
             else:
                 kept.append(x)
         out.append(kept)
@@ -253,7 +271,7 @@ _Q = np.linalg.qr(np.random.default_rng(5).normal(size=(3, 3)))[0]
 DENSE = (_Q @ np.diag([0.1, 1.0, 10.0]) @ _Q.T, np.array([1.0, 2.0, -3.0]))
 
 
-def transformed_z_scores(A, b, make_proposal, seed=0):
+def transformed_z_scores(A, b, make_adaptation, seed=0):
     """Sample z = A x + b, map back, and return |mean| / MCSE and |sd - exact| / MCSE per coordinate."""
     A_inv = np.linalg.inv(A)
 
@@ -261,7 +279,7 @@ def transformed_z_scores(A, b, make_proposal, seed=0):
         return banana_log_density(A_inv @ (z - b))
 
     z0 = A @ np.array([2.0, 2.0, -2.0]) + b  # a start away from the bulk
-    Z = run_chains(log_density, make_proposal, z0, seed=seed)
+    Z = run_chains(log_density, make_adaptation, z0, seed=seed)
     X = np.einsum("ij,cdj->cdi", A_inv, Z - b)
     scores = []
     for j in range(3):
@@ -281,16 +299,16 @@ def test_affine_equivariance(transform):
     that depends on units."""
     A, b = {"identity": (np.eye(3), np.zeros(3)), "diagonal 1e-4..1e4": DIAG, "dense": DENSE}[transform]
     scores = transformed_z_scores(
-        A, b, lambda: ScaleFreeKameleon(3, make_kernel("gaussian"), n_subsample=300)
+        A, b, lambda: ScaleFreeAdaptation(3, make_kernel("gaussian"), n_subsample=300)
     )
     assert scores.max() < 4.5, scores
 
 
-class _NotWhitened(ScaleFreeKameleon):
-    """Negative control: the same proposal without the learned covariance (identity whitening)."""
+class _NotWhitened(ScaleFreeAdaptation):
+    """Negative control: the same adaptation without the learned covariance (identity whitening)."""
 
     def _set_whitening(self, mean, cov):
-        changed = self.moves is None and self.window > 0
+        changed = self.state.family is None and self.window > 0
         return changed or self.window == 0
 
 
@@ -315,19 +333,19 @@ def test_window_ends_early_when_the_whitening_is_off(late_sd):
     The window after the early end is twice as long as that one ran (200 steps, ending at 650), not
     twice the 400 planned (before: 800 steps, which a tuning run may never finish)."""
     rng = np.random.default_rng(5)
-    prop = ScaleFreeKameleon(2, make_kernel("linear"), am_weight=1.0, scan_steps=0, first_window=50)
+    prop = am_only(2, scan_steps=0, first_window=50)
     for _ in range(350):
-        prop.adapt(rng.normal(size=2), 0.3, rng)
+        feed(prop, rng.normal(size=2), 0.3, rng)
     assert prop.window == 3
     ends = []
     for step in range(351, 751):
         window = prop.window
-        prop.adapt(late_sd * rng.normal(size=2), 0.3, rng)
+        feed(prop, late_sd * rng.normal(size=2), 0.3, rng)
         if prop.window != window:
             ends.append(step)
     if late_sd < 1:
         assert ends == [450, 650]
-        assert np.sqrt(np.diag(prop.covariance)) == pytest.approx([late_sd] * 2, rel=0.3)
+        assert np.sqrt(np.diag(prop.state.covariance)) == pytest.approx([late_sd] * 2, rel=0.3)
     else:
         assert ends == [750]
 
@@ -336,19 +354,19 @@ def test_a_window_in_which_the_chain_never_moved_keeps_the_whitening():
     """Delayed acceptance's adaptation signal is an importance weight: one rare pass (here 50) in a
     window where the chain never moved must not count as movement (it once shrank C to 1e-30)."""
     rng = np.random.default_rng(2)
-    prop = ScaleFreeKameleon(2, make_kernel("linear"), am_weight=1.0, scan_steps=0, first_window=50)
+    prop = am_only(2, scan_steps=0, first_window=50)
     for _ in range(50):
-        prop.adapt(rng.normal(size=2), 0.3, rng)
-    before = prop.covariance.copy()
+        feed(prop, rng.normal(size=2), 0.3, rng)
+    before = prop.state.covariance.copy()
     stuck_at = rng.normal(size=2)
     for i in range(100):
-        prop.adapt(stuck_at, 50.0 if i == 10 else 0.0, rng)
+        feed(prop, stuck_at, 50.0 if i == 10 else 0.0, rng)
     assert prop.window == 2
-    np.testing.assert_array_equal(prop.covariance, before)
+    np.testing.assert_array_equal(prop.state.covariance, before)
     # Control: a window that moves is re-estimated.
     for _ in range(200):
-        prop.adapt(3.0 * rng.normal(size=2), 0.3, rng)
-    assert prop.window == 3 and np.trace(prop.covariance) > 4 * np.trace(before)
+        feed(prop, 3.0 * rng.normal(size=2), 0.3, rng)
+    assert prop.window == 3 and np.trace(prop.state.covariance) > 4 * np.trace(before)
 
 
 @pytest.mark.parametrize("walking", [True, False], ids=["walking", "settled"])
@@ -358,12 +376,12 @@ def test_report_drift_flags_a_chain_still_walking_at_the_end_of_tuning(walking):
     from pymc_kameleon.steps.reporting import tuning_problems
 
     rng = np.random.default_rng(4)
-    prop = ScaleFreeKameleon(2, make_kernel("linear"), am_weight=1.0, scan_steps=0, first_window=50)
+    prop = am_only(2, scan_steps=0, first_window=50)
     for _ in range(350):
-        prop.adapt(rng.normal(size=2), 0.3, rng)
+        feed(prop, rng.normal(size=2), 0.3, rng)
     ramp = np.linspace(0.0, 20.0 if walking else 0.0, 1000)
     for i in range(1000):
-        prop.adapt(ramp[i] + 0.1 * rng.normal(size=2), 0.3, rng)
+        feed(prop, ramp[i] + 0.1 * rng.normal(size=2), 0.3, rng)
     report = prop.report()
     problems = " ".join(tuning_problems(report, 0.234, 0, 2))
     if walking:
@@ -389,13 +407,13 @@ def _report_after_walking_in(far, d=20):
     from pymc_kameleon.steps.reporting import tuning_problems
 
     rng = np.random.default_rng(5)
-    prop = ScaleFreeKameleon(d, make_kernel("linear"), am_weight=1.0, scan_steps=0, first_window=50)
+    prop = am_only(d, scan_steps=0, first_window=50)
     for _ in range(350):
-        prop.adapt(rng.normal(size=d), 0.3, rng)
+        feed(prop, rng.normal(size=d), 0.3, rng)
     for offset in far:
         y = rng.normal(size=d)
         y[0] += offset
-        prop.adapt(y, 0.3, rng, log_density=-0.5 * y @ y)
+        feed(prop, y, 0.3, rng, log_density=-0.5 * y @ y)
     report = prop.report()
     return report, " ".join(tuning_problems(report, 0.234, 0, d))
 
@@ -435,7 +453,6 @@ def test_a_steady_climb_warns_although_it_rose_less_than_the_limit_over_the_last
     so it still warns: only a chain flat over the last half is taken to have arrived early."""
     import dataclasses
 
-    from pymc_kameleon.core.scale_free import TuningReport
     from pymc_kameleon.steps.reporting import tuning_problems
 
     base = TuningReport(5000, "adaptive_metropolis", 0.25, False, math.nan)
@@ -452,7 +469,6 @@ def test_a_drift_that_happened_early_in_the_last_tuning_states_is_not_reported()
     arrived early in them); a steady walk keeps about half of it and is reported."""
     import dataclasses
 
-    from pymc_kameleon.core.scale_free import TuningReport
     from pymc_kameleon.steps.reporting import tuning_problems
 
     base = TuningReport(5000, "adaptive_metropolis", 0.25, False, math.nan)
@@ -486,12 +502,12 @@ def test_report_spread_flags_a_coordinate_that_barely_moved(stuck):
     from pymc_kameleon.steps.reporting import tuning_problems
 
     sd, rng = np.array([1.0, 2.0]), np.random.default_rng(6)
-    prop = ScaleFreeKameleon(2, make_kernel("linear"), am_weight=1.0, scan_steps=0, first_window=50)
+    prop = am_only(2, scan_steps=0, first_window=50)
     for _ in range(1000):
         y = sd * rng.normal(size=2)
         if stuck:
             y[1] = 5.0 + 0.02 * rng.normal()
-        prop.adapt(y, 0.3, rng, log_density=math.nan, gradient=-y / sd**2)
+        feed(prop, y, 0.3, rng, log_density=math.nan, gradient=-y / sd**2)
     report = prop.report()
     problems = " ".join(tuning_problems(report, 0.234, 0, 2, coordinate_names=["a", "b"]))
     if stuck:
@@ -524,12 +540,12 @@ def test_a_window_that_barely_moved_cannot_shrink_c_below_the_cramer_rao_floor(w
     of coordinate 1 is at least that, while coordinate 0 (sd 1, floor about 1) keeps its estimate.
     Without gradients (control) the window shrinks it to about 1e-4."""
     rng = np.random.default_rng(8)
-    prop = ScaleFreeKameleon(2, make_kernel("linear"), am_weight=1.0, scan_steps=0, first_window=200)
+    prop = am_only(2, scan_steps=0, first_window=200)
     for _ in range(200):
         y = np.array([rng.normal(), 0.5 + 0.01 * rng.normal()])
-        prop.adapt(y, 0.3, rng, gradient=-y if with_gradient else None)
+        feed(prop, y, 0.3, rng, gradient=-y if with_gradient else None)
     assert prop.window == 1
-    var = np.diag(prop.covariance)
+    var = np.diag(prop.state.covariance)
     if with_gradient:
         assert var[1] == pytest.approx(4.0, rel=0.05) and 0.7 < var[0] < 1.3
     else:
@@ -539,10 +555,10 @@ def test_a_window_that_barely_moved_cannot_shrink_c_below_the_cramer_rao_floor(w
 def test_report_spread_needs_a_gradient_at_every_recent_state():
     """A step without gradients (KameleonMetropolis, GP-DA MH) gets no spread check (NaN)."""
     rng = np.random.default_rng(7)
-    prop = ScaleFreeKameleon(2, make_kernel("linear"), am_weight=1.0, scan_steps=0, first_window=50)
+    prop = am_only(2, scan_steps=0, first_window=50)
     for i in range(400):
         y = rng.normal(size=2)
-        prop.adapt(y, 0.3, rng, gradient=-y if i % 2 else None)
+        feed(prop, y, 0.3, rng, gradient=-y if i % 2 else None)
     report = prop.report()
     assert math.isnan(report.spread) and report.spread_coordinate == -1
 
@@ -551,7 +567,6 @@ def test_report_spread_needs_a_gradient_at_every_recent_state():
 def test_report_never_shows_an_acceptance_rate_above_one(rate, shown):
     """GP-DA records an importance-weighted estimate of each step's acceptance probability, whose
     window mean can exceed 1: the warning shows a rate of at most 1 and says what it estimated."""
-    from pymc_kameleon.core.scale_free import TuningReport
     from pymc_kameleon.steps.reporting import tuning_problems
 
     report = TuningReport(5000, "adaptive_metropolis", rate, False, math.nan)
@@ -562,13 +577,13 @@ def test_report_never_shows_an_acceptance_rate_above_one(rate, shown):
 def _stopped_at_a_window_boundary():
     """A chain that moved for 300 steps, then stopped, with tuning ending as a window ends."""
     rng = np.random.default_rng(3)
-    prop = ScaleFreeKameleon(2, make_kernel("linear"), am_weight=1.0, scan_steps=0, first_window=50)
+    prop = am_only(2, scan_steps=0, first_window=50)
     y = np.zeros(2)
     for i in range(3000):
         if i < 300:
             y = rng.normal(size=2)
-        prop.adapt(y, 0.3 if i < 300 else 0.0, rng)
-        if i > 600 and len(prop._windows.accept) == 0:
+        feed(prop, y, 0.3 if i < 300 else 0.0, rng)
+        if i > 600 and len(prop.windows.accept) == 0:
             return prop
     raise AssertionError("no window ended")
 
@@ -586,11 +601,10 @@ def test_acceptance_at_the_end_of_tuning_reads_the_last_steps_when_a_window_just
 
 
 def test_negative_control_the_new_window_alone_hides_a_stopped_chain():
-    from pymc_kameleon.core.scale_free import TuningReport
     from pymc_kameleon.steps.reporting import tuning_problems
 
     prop = _stopped_at_a_window_boundary()
-    rate = prop._windows.accept_rate  # what the report read before
+    rate = prop.windows.accept_rate  # what the report read before
     assert math.isnan(rate)
     report = TuningReport(prop.tune_steps, prop.phase, rate, False, math.nan)
     assert tuning_problems(report, 0.234, 0, 2) == []
@@ -599,17 +613,18 @@ def test_negative_control_the_new_window_alone_hides_a_stopped_chain():
 @pytest.mark.parametrize("tuned_steps", [0, 10])
 def test_tuning_that_ends_inside_the_scan_leaves_every_coordinate_moving(tuned_steps):
     """A frozen scan moved one coordinate for ever (its coordinate advances only as it adapts)."""
-    prop = ScaleFreeKameleon(3, make_kernel("gaussian"))
+    adaptation = ScaleFreeAdaptation(3, make_kernel("gaussian"))
+    prop = ScaleFreeProposal(adaptation.state, 0.1)
     rng = np.random.default_rng(0)
     y = np.zeros(3)
     for _ in range(tuned_steps):
-        prop.propose(y, rng)
-        prop.adapt(y, 0.5, rng)
-    assert prop.phase == "scan"
-    assert prop.end_tuning(rng) == (tuned_steps > 0)
-    assert prop.phase == "adaptive_metropolis"
+        move = prop.propose(y, rng)
+        feed(adaptation, y, 0.5, rng, move.component, start=y, proposal=move.x)
+    assert adaptation.phase == "scan"
+    assert adaptation.end_tuning(rng) == (tuned_steps > 0)
+    assert adaptation.phase == "adaptive_metropolis"
     moves = np.array([prop.propose(y, rng).x for _ in range(50)])
     assert np.all(moves != 0.0)  # every coordinate moves at every step
     move = prop.propose(y, rng)  # a symmetric random walk
     assert prop.log_density(move.x, y) == pytest.approx(prop.log_density(y, move.x))
-    assert not prop.end_tuning(rng)  # once only
+    assert not adaptation.end_tuning(rng)  # once only

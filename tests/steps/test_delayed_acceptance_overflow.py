@@ -78,8 +78,8 @@ def test_warm_up_values_far_below_the_best_are_clipped_with_zero_gradient():
         pm.Normal("y", x, 1.0, observed=data)
         step = GPDelayedAcceptanceMALA(rng=3)
     assert step.gp_schedule.warm
-    step._add_training_point(np.array([0.0]), -5.0, np.array([1.0]))
-    step._add_training_point(np.array([3.0]), -1e300, np.array([-1e300]))
+    step.gp_schedule.add(np.array([0.0]), -5.0, np.array([1.0]), tune=True)
+    step.gp_schedule.add(np.array([3.0]), -1e300, np.array([-1e300]), tune=True)
     np.testing.assert_allclose(step.gp.values, [-5.0, -5.0 - 55.0])
     np.testing.assert_array_equal(step.gp.G[1], [0.0])
 
@@ -91,7 +91,7 @@ def test_mh_step_clips_warm_up_values_too():
         pm.Normal("y", x, 1.0, observed=np.array([0.3, -0.4]))
         step = GPDelayedAcceptanceMH(rng=3)
     assert step.gp_schedule.warm
-    step._add_training_point(np.array([0.0]), -5.0)
-    step._add_training_point(np.array([3.0]), -1e6)
+    step.gp_schedule.add(np.array([0.0]), -5.0, tune=True)
+    step.gp_schedule.add(np.array([3.0]), -1e6, tune=True)
     np.testing.assert_allclose(step.gp.values, [-5.0, -5.0 - 55.0])
 

@@ -29,8 +29,10 @@ from scipy.stats import multivariate_normal, norm
 from pymc_kameleon import GPDelayedAcceptanceMALA, GPDelayedAcceptanceMH, PseudoMarginalPotential
 from pymc_kameleon.core.adaptation.scan import scan_steps_for
 from pymc_kameleon.core.delayed_acceptance.mala import log_expected_langevin_term
+from pymc_kameleon.core.kameleon.scale_free import ScaleFreeProposal
 from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
 from pymc_kameleon.core.mh import mh_log_ratio
+from pymc_kameleon.core.proposals import LangevinProposal
 from pymc_kameleon.targets import banana, correlated_gaussian
 
 Z_MAX = 4.0
@@ -113,17 +115,17 @@ def test_evaluations_are_saved_on_an_easy_target():
 
 
 # ------------------------------------------------------------ exact ratios, MH
-def _record_mh_proposals(step):
-    """Record every proposal (and its log Q terms) the step draws, one per step."""
+def _record_mh_proposals(monkeypatch):
+    """Record every proposal (and its log Q terms) the base proposal draws, one per step."""
     record = []
-    original = step._propose
+    original = ScaleFreeProposal.propose
 
-    def draw(x):
-        move = original(x)
+    def propose(self, x, rng):
+        move = original(self, x, rng)
         record.append((np.array(move.x, copy=True), move.log_q_forward, move.log_q_reverse))
         return move
 
-    step._propose = draw
+    monkeypatch.setattr(ScaleFreeProposal, "propose", propose)
     return record
 
 
@@ -132,17 +134,18 @@ def _record_mh_proposals(step):
     [dict(), dict(current_value="surrogate"), dict(proposal="kameleon", adapt_interval=25, n_subsample=40)],
     ids=["exact", "surrogate", "kameleon"],
 )
-def test_exact_stage_ratios_mh(kwargs):
+def test_exact_stage_ratios_mh(kwargs, monkeypatch):
     """alpha1 and alpha2 as reported equal the paper's eqs. (4) and (6), computed here from the GP
     *before* the step (the proposal is added only after the decision) and closed-form densities."""
     model = tiny_model()
     with model:
         step = GPDelayedAcceptanceMH(initial_points=4, rng=11, **kwargs)
-    record = _record_mh_proposals(step)
-    snapshots = []  # the GP and the base proposal before each step
+    record = _record_mh_proposals(monkeypatch)
+    snapshots = []  # the GP and the base proposal's adaptation before each step
+    am_weight = 0.0 if kwargs.get("proposal") == "kameleon" else 1.0
 
     def before(s):
-        snapshots.append((copy.deepcopy(s.gp), copy.deepcopy(s.scale_free_proposal)))
+        snapshots.append((copy.deepcopy(s.gp), copy.deepcopy(s.scale_free_adaptation)))
 
     rows = drive(model, step, 250, stop_tuning_at=150, before=before)
     assert len(record) == len(rows) == len(snapshots)
@@ -151,7 +154,8 @@ def test_exact_stage_ratios_mh(kwargs):
         x = float(old["x"])
         y_arr, lq_f, lq_r = record[i]
         y = float(y_arr[0])
-        gp, base = snapshots[i]
+        gp, adaptation = snapshots[i]
+        base = adaptation.state
         if base.family is not None:  # the Kameleon/AM mixture densities, from scratch
 
             def mixture(to, frm, base=base):
@@ -160,8 +164,8 @@ def test_exact_stage_ratios_mh(kwargs):
                 am = multivariate_normal(frm, base.am_scale.value**2 * base.covariance)
                 with np.errstate(divide="ignore"):  # am_weight may be 0 or 1
                     return np.logaddexp(
-                        np.log1p(-base.am_weight) + kameleon.logpdf(to),
-                        np.log(base.am_weight) + am.logpdf(to),
+                        np.log1p(-am_weight) + kameleon.logpdf(to),
+                        np.log(am_weight) + am.logpdf(to),
                     )
 
             exp_f, exp_r = mixture(np.array([y]), np.array([x])), mixture(np.array([x]), np.array([y]))
@@ -194,7 +198,7 @@ def test_exact_stage_ratios_mh(kwargs):
                 assert not stats["accepted"]
         # The proposal joins the GP only after the decision, and only if it was evaluated (a window
         # end during tuning also drops points from before the previous window).
-        window_ended = i + 1 < len(snapshots) and snapshots[i + 1][1].window != base.window
+        window_ended = i + 1 < len(snapshots) and snapshots[i + 1][1].window != adaptation.window
         if i > 0 and not window_ended:
             assert stats["gp_points"] == gp.n_points + int(stats["exact_eval"])
         assert float(new["x"]) == (y if stats["accepted"] else x)
@@ -204,7 +208,7 @@ def test_exact_stage_ratios_mh(kwargs):
         assert checked["kameleon"] > 120
 
 
-def test_exact_stage_ratios_mala():
+def test_exact_stage_ratios_mala(monkeypatch):
     """GP-MALA: drift from the GP mean gradient plus the exact prior gradient; alpha1 from the
     closed form of Proposition 3.1 (checked against Monte Carlo in tests/core); stage 2 with the
     Langevin densities of the kernel actually used."""
@@ -212,18 +216,18 @@ def test_exact_stage_ratios_mala():
     with model:
         step = GPDelayedAcceptanceMALA(initial_points=4, rng=12)
     draws, chols, snapshots = {}, {}, []  # by step; the coordinate scan's steps draw no Langevin move
-    original_draw, original_chol = step._langevin_draw, step._proposal_chol
+    original = LangevinProposal.propose
 
-    def draw(x, drift, L):
-        y = original_draw(x, drift, L)
-        draws[len(snapshots) - 1] = (np.array(drift, copy=True), np.array(y, copy=True))
-        return y
+    def propose(self, x, rng):
+        at = []
+        drift = self.drift
+        self.drift = lambda theta: at.append(np.array(drift(theta), copy=True)) or at[-1]
+        move = original(self, x, rng)
+        draws[len(snapshots) - 1] = (at[0], np.array(move.x, copy=True))
+        chols[len(snapshots) - 1] = np.array(self.chol, copy=True)
+        return move
 
-    def chol():
-        chols[len(snapshots) - 1] = original_chol()
-        return chols[len(snapshots) - 1]
-
-    step._langevin_draw, step._proposal_chol = draw, chol
+    monkeypatch.setattr(LangevinProposal, "propose", propose)
     # In 1-d the exact warm-up is the coordinate scan's 75 steps.
     rows = drive(model, step, 300, stop_tuning_at=200, before=lambda s: snapshots.append(copy.deepcopy(s.gp)))
     assert set(draws) == set(chols) and len(draws) > 200
@@ -644,7 +648,7 @@ def test_a_gp_that_rejects_everything_falls_back_to_exact_steps_during_tuning(mo
     """A GP 1000 nats too pessimistic rejects every proposal at stage 1. After 100 such screened
     tuning steps, MH falls back to exact steps until the next adaptation window ends, then screens
     again with a refitted GP; tuning that ends during a fallback says so."""
-    import pymc_kameleon.steps.delayed_acceptance.mh as da
+    import pymc_kameleon.core.delayed_acceptance.kernel as da
 
     real = da.surrogate_point
     monkeypatch.setattr(
@@ -665,7 +669,7 @@ def test_a_gp_that_rejects_everything_falls_back_to_exact_steps_during_tuning(mo
     # It screens again, still fails, and falls back again.
     assert resumed > first + 100 and step.gp_schedule.n_pauses >= 2
     # Exact steps adapt the scale to the true acceptance rate: it does not collapse.
-    assert step.scale_free_proposal.am_scale.value > 0.3
+    assert step.scale_free_adaptation.state.am_scale.value > 0.3
     assert not screened[-1]
     with pytest.warns(UserWarning, match=r"tuning ended in an exact fallback.*Increase `tune`"):
         step.stop_tuning()
@@ -687,7 +691,7 @@ def test_control_a_good_gp_never_falls_back():
 def test_a_gp_that_passes_everything_says_so_at_the_end_of_tuning(monkeypatch):
     """A GP 1000 nats too optimistic passes every proposal at stage 1: exact, but each step pays an
     exact evaluation. (A fit stuck in the white-noise optimum did this on a Lotka-Volterra posterior.)"""
-    import pymc_kameleon.steps.delayed_acceptance.mh as da
+    import pymc_kameleon.core.delayed_acceptance.kernel as da
 
     real = da.surrogate_point
     monkeypatch.setattr(
@@ -747,7 +751,7 @@ def test_tuning_that_ends_in_a_walking_pause_says_so():
         calls.append(None)
         if len(calls) == 401:
             assert not step.gp_schedule.warm  # screening until now
-            step.gp_schedule.pause_while_walking(step.scale_free_proposal.window, 2 * step.adapt_interval)
+            step.gp_schedule.pause_while_walking(step.scale_free_adaptation.window, 2 * step.adapt_interval)
 
     rows = drive(model, step, 450, before=pause_at_step_400)
     assert not any(s["screened"] for _, _, s in rows[400:])  # exact steps during the pause

@@ -13,8 +13,9 @@ import pytest
 from conftest import SAMPLE_KW
 
 from pymc_kameleon import KameleonMetropolis
+from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
 from pymc_kameleon.core.kameleon.moves import KameleonMoves
-from pymc_kameleon.core.scale_free import ScaleFreeKameleon
+from pymc_kameleon.core.kameleon.scale_free import ScaleFreeProposal
 
 
 def banana_model(b=0.5, dim=2):
@@ -69,18 +70,18 @@ class _Audit:
     def __init__(self, monkeypatch):
         self.rows = []
         self._moves = []
-        original = ScaleFreeKameleon.propose
+        original = ScaleFreeProposal.propose
 
         def propose(proposal, y, rng):
             move = original(proposal, y, rng)
             self._moves.append((np.array(y, copy=True), move))
             return move
 
-        monkeypatch.setattr(ScaleFreeKameleon, "propose", propose)
+        monkeypatch.setattr(ScaleFreeProposal, "propose", propose)
 
     def record(self, snapshot):
         y, move = self._moves.pop()
-        if move.feasible and snapshot.phase == "kameleon":
+        if move.feasible and snapshot.state.phase == "kameleon":
             fwd, rev = snapshot.log_density(move.x, y), snapshot.log_density(y, move.x)
             self.rows.append((move.log_q_forward, fwd, move.log_q_reverse, rev))
 
@@ -98,7 +99,7 @@ def _run_audited(step_cls, monkeypatch, n_steps=600):
         def astep(self, q0):
             # The proposal alone: its jitter callback is a bound method, and copying it copied the
             # whole step with its compiled functions (20 s per test).
-            p = self._proposal
+            p = self.scale_free_proposal
             snapshot = copy.deepcopy(p, memo={id(p.on_jitter): None})
             out = super().astep(q0)
             audit.record(snapshot)
@@ -271,17 +272,17 @@ def test_a_chain_stuck_after_tuning_warns(step_name, broken, monkeypatch):
     import pymc_kameleon
 
     if broken:
-        original = ScaleFreeKameleon.end_tuning
+        original = ScaleFreeAdaptation.end_tuning
 
         def end_tuning(self, rng, **kwargs):
             changed = original(self, rng, **kwargs)
-            self.am_scale.rescale(1e6)
-            if self.nu2 is not None:
-                self.nu2.rescale(1e12)
-                self._set_kameleon_scales()
+            self.state.am_scale.rescale(1e6)
+            if self.state.nu2 is not None:
+                self.state.nu2.rescale(1e12)
+                self.state.set_kameleon_scales()
             return changed
 
-        monkeypatch.setattr(ScaleFreeKameleon, "end_tuning", end_tuning)
+        monkeypatch.setattr(ScaleFreeAdaptation, "end_tuning", end_tuning)
     with pm.Model(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         x = pm.Normal("x", 0, 1, shape=2)

@@ -316,7 +316,7 @@ def test_a_strongly_correlated_posterior_is_whitened_in_its_narrow_direction(nam
         step = KameleonMetropolis() if name == "KameleonMetropolis" else GPDelayedAcceptanceMH()
         pm.sample(step=step, tune=2000, draws=10, chains=1, cores=1, random_seed=1, progressbar=False,
                   compute_convergence_checks=False)
-    inv_L = np.linalg.inv(step.scale_free_proposal.whitening.chol)
+    inv_L = np.linalg.inv(step.scale_free_adaptation.state.chol)
     eig = np.linalg.eigvalsh(inv_L @ cov @ inv_L.T)
     assert bool(eig.min() > 1 / 3 and eig.max() < 3) == keep, eig
 
@@ -383,17 +383,17 @@ def test_the_gradient_spread_warning_reaches_the_user_and_names_the_coordinate(m
     import dataclasses
 
     from pymc_kameleon import GPDelayedAcceptanceMALA
-    from pymc_kameleon.core.scale_free import ScaleFreeKameleon
+    from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
 
     reports = []
-    real_report = ScaleFreeKameleon.report
+    real_report = ScaleFreeAdaptation.report
 
     def stuck_report(self):
         report = real_report(self)
         reports.append(report)
         return dataclasses.replace(report, spread=0.03, spread_coordinate=0)
 
-    monkeypatch.setattr(ScaleFreeKameleon, "report", stuck_report)
+    monkeypatch.setattr(ScaleFreeAdaptation, "report", stuck_report)
     with _eight_schools_non_centred(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         pm.sample(step=GPDelayedAcceptanceMALA(), tune=1500, draws=20, chains=1, random_seed=1,

@@ -70,6 +70,12 @@ class ScaleFreeProposal(Proposal):
         self._current_white = None
 
     @property
+    def symmetric(self) -> bool:
+        """The scan's and the AM walk's moves are symmetric (their Hastings terms are reported as 0);
+        the Kameleon mixture's are not."""
+        return self.state.phase == "scan" or self.state.family is None
+
+    @property
     def moves(self) -> KameleonMoves | None:
         """The Kameleon component on the state's whitened subsample (None before the first)."""
         family = self.state.family

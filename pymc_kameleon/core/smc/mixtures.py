@@ -76,7 +76,7 @@ class GlobalWalkMixture(_LocalMovesMixture):
     with :math:`q_K` the Kameleon family and :math:`\sigma^2` the optimal random-walk variance
     of the stage (so the walk is ASMC's move in whitened coordinates). The walk moves particles
     where the Kameleon covariance carries little information (far from :math:`Z`), as in
-    :class:`~pymc_kameleon.core.scale_free.ScaleFreeKameleon`.
+    :class:`~pymc_kameleon.core.kameleon.scale_free.ScaleFreeProposal`.
 
     Parameters
     ----------

@@ -24,9 +24,12 @@ Stage 2 (paper eq. 6), paid: only survivors of stage 1 get an exact :math:`\ell(
 The prior is always exact. Because one surrogate (the GP before the new evaluation is added)
 gives both :math:`\alpha_1(x, y)` and :math:`\alpha_1(y, x)`, each step is reversible with respect
 to the exact posterior, however poor the GP is. The new evaluation joins the GP only *after*
-the step's decision. The ratios live in :mod:`pymc_kameleon.core.delayed_acceptance.ratios`, the GP's
-training schedule in :mod:`pymc_kameleon.core.gp.training`, the scale-free base proposal in
-:mod:`pymc_kameleon.core.scale_free`; this module runs them inside PyMC.
+the step's decision. The move itself, PyMC-free, is
+:class:`~pymc_kameleon.core.delayed_acceptance.kernel.DelayedAcceptanceKernel` (its ratios in
+:mod:`pymc_kameleon.core.delayed_acceptance.ratios`, the GP's training schedule in
+:mod:`pymc_kameleon.core.gp.training`, the base proposal's tuning in
+:mod:`pymc_kameleon.core.adaptation.scale_free`); this module connects it to PyMC: options, the
+compiled split target, per-chain state, statistics and warnings.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ class GPDelayedAcceptanceMALA(GPDelayedAcceptanceStep):
     with :math:`\nabla\mu` the gradient of the GP mean (:meth:`GPSurrogate.predict_gradient`) and
     the exact prior gradient. The preconditioner :math:`C` and the scale :math:`\lambda` are learned
     scale-free, as for :class:`GPDelayedAcceptanceMH`
-    (:class:`~pymc_kameleon.core.scale_free.ScaleFreeKameleon`): the exact warm-up starts with a
+    (:class:`~pymc_kameleon.core.adaptation.scale_free.ScaleFreeAdaptation`): the exact warm-up starts with a
     coordinate scan (25 d + 50 random-walk steps, one coordinate each) that finds every
     parameter's scale; then windows of doubling length (from ``adapt_interval``) re-estimate
     :math:`C` from their own draws (a walk in from a far start is forgotten), the GP's inputs are

@@ -84,7 +84,7 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
       still exact, but not added (a sliding window would cost an :math:`O(t^3)` refactorisation
       per step). The chain is exact either way.
 
-    **Base proposal.** :class:`~pymc_kameleon.core.scale_free.ScaleFreeKameleon`, as in
+    **Base proposal.** :class:`~pymc_kameleon.core.kameleon.scale_free.ScaleFreeProposal`, as in
     :class:`~pymc_kameleon.KameleonMetropolis`: a coordinate scan, then windows of doubling length
     (from ``adapt_interval``) that re-estimate the mean and covariance from their own draws.
     ``"random_walk"`` (default): its Adaptive Metropolis component alone,
