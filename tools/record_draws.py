@@ -14,8 +14,8 @@ scan, Adaptive Metropolis window, Kameleon windows, windows that end early) to r
 Hashes depend on the installed PyMC, PyTensor, NumPy and BLAS, so record and check with the same
 environment (one file per stack). Record with PyTensor's compilation cache warm (run ``check``
 once first): on PyMC 6, a graph's first compilation gave ``lp`` and ``accept`` of ``kamh-tune-0``
-that differed from later runs by 6e-14 (the draws were the same). ``--save-arrays DIR`` also writes each case's arrays to
-``DIR/<case>.npz``, to see where two runs part.
+that differed from later runs by 6e-14 (the draws were the same). ``--save-arrays DIR`` also
+writes each case's arrays to ``DIR/<case>.npz``, to see where two runs part.
 """
 
 from __future__ import annotations
