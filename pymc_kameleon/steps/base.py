@@ -8,17 +8,25 @@ pseudo-marginal statistics when the model has a PseudoMarginalPotential.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence
 from pymc.util import get_random_generator, get_value_vars_from_user_vars
 from pymc.vartypes import discrete_types
 
-from pymc_kameleon.steps.reporting import progressbar_config, progressbar_update_functions
+from pymc_kameleon.steps.reporting import (
+    StepWarnings,
+    StuckAfterTuning,
+    progressbar_config,
+    progressbar_update_functions,
+)
 
 __all__ = [
     "PSEUDO_MARGINAL_STATS",
     "AdaptiveStep",
+    "ChainState",
     "PerChainReset",
     "continuous_value_vars",
     "coordinate_names",
@@ -119,12 +127,33 @@ def continuous_value_vars(vars, model, step_name: str):
     return vars
 
 
+@dataclass(eq=False, kw_only=True)
+class ChainState:
+    """What a step keeps per chain, made afresh by ``_reset_chain_state`` (and pickled with the step).
+
+    Each step declares its own subclass (:class:`~pymc_kameleon.steps.kameleon.KameleonChain`,
+    :class:`~pymc_kameleon.steps.delayed_acceptance.base.DelayedAcceptanceChain`) and keeps it in
+    ``self._chain``; these two fields every continuous step of ours has.
+
+    Attributes
+    ----------
+    warnings : StepWarnings
+        The chain's warnings (kept for the statistics in a worker process).
+    stuck : StuckAfterTuning
+        Rejections in a row after tuning.
+    """
+
+    warnings: StepWarnings = field(default_factory=StepWarnings)
+    stuck: StuckAfterTuning = field(default_factory=StuckAfterTuning)
+
+
 class AdaptiveStep(PerChainReset, ArrayStepShared):
     """Base of our steps: a continuous block sampled with an exact (kept) pseudo-marginal estimate.
 
     A subclass builds its target density (:class:`~pymc_kameleon.steps.target_density.TargetDensity`)
-    and calls :meth:`_join_pymc`; it implements ``_reset_chain_state`` (per-chain state) and
-    ``astep``. The statistics below mean the same in every step; subclasses add their own.
+    and calls :meth:`_join_pymc`; it implements ``_reset_chain_state``, which puts the chain's state
+    (a :class:`ChainState`) in ``self._chain``, and ``astep``. The statistics below mean the same in
+    every step; subclasses add their own.
     """
 
     default_blocked = True
@@ -149,10 +178,15 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         super().__init__(vars, target.shared, blocked=blocked, rng=rng)
         self._reset_chain_state()
 
+    @property
+    def _warnings(self) -> StepWarnings:
+        return self._chain.warnings
+
     def _check_stuck(self, accepted: bool) -> None:
         """Warn once if the chain rejects :data:`~pymc_kameleon.steps.reporting.STUCK_DRAWS` proposals in
-        a row after tuning (``_stuck`` and ``_warnings`` are set by the subclass's ``_reset_chain_state``)."""
-        message = self._stuck.message(type(self).__name__, accepted, self.tune, self._warnings.n_warned > 0)
+        a row after tuning."""
+        warned = self._warnings.n_warned > 0
+        message = self._chain.stuck.message(type(self).__name__, accepted, self.tune, warned)
         if message:
             self._warnings.warn(message, UserWarning, stacklevel=3)
 

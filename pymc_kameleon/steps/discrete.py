@@ -16,6 +16,8 @@ and changes nothing in any other model.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pymc as pm
 from pymc.blocking import RaveledVars
@@ -31,7 +33,15 @@ from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
 from pymc_kameleon.steps.base import AdaptiveStep
 from pymc_kameleon.steps.target_density import TargetDensity
 
-__all__ = ["DiscreteMetropolis", "register_with_pymc"]
+__all__ = ["DiscreteChain", "DiscreteMetropolis", "register_with_pymc"]
+
+
+@dataclass(eq=False)
+class DiscreteChain:
+    """One chain's state in :class:`DiscreteMetropolis`: the integer moves' scales :math:`s_j`
+    (Robbins-Monro, during tuning; the binary elements' are never used)."""
+
+    scales: list
 
 
 class DiscreteMetropolis(AdaptiveStep):
@@ -106,7 +116,8 @@ class DiscreteMetropolis(AdaptiveStep):
         self._join_pymc(vars, target, blocked, rng)
 
     def _reset_chain_state(self):
-        self._scales = [RobbinsMonro(self.scaling_initial, self.target_accept) for _ in range(self.dim)]
+        scales = [RobbinsMonro(self.scaling_initial, self.target_accept) for _ in range(self.dim)]
+        self._chain = DiscreteChain(scales)
         self._target.reset()
 
     @staticmethod
@@ -140,12 +151,12 @@ class DiscreteMetropolis(AdaptiveStep):
                 y, logp_y = x, evaluation.logp
                 n_accepted += 1
             if self.tune and not self._binary[j]:
-                self._scales[j].update(accept_probs[j])
+                self._chain.scales[j].update(accept_probs[j])
         stats = {
             "accept": float(np.mean(accept_probs)),
             "accepted": n_accepted / self.dim,
             "tune": self.tune,
-            "scaling": float(np.mean([s.value for s in self._scales])),
+            "scaling": float(np.mean([s.value for s in self._chain.scales])),
             "model_logp": self._target.current_logp,
             "logp_evals": self._target.n_evals - evals_before,
         }
@@ -154,7 +165,7 @@ class DiscreteMetropolis(AdaptiveStep):
 
     def _jump(self, j: int) -> int:
         """Symmetric integer jump: round(s_j Z), with 0 replaced by +-1."""
-        jump = int(round(self._scales[j].value * self.rng.standard_normal()))
+        jump = int(round(self._chain.scales[j].value * self.rng.standard_normal()))
         return jump if jump != 0 else (1 if self.rng.random() < 0.5 else -1)
 
 

@@ -22,8 +22,8 @@ from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
 from pymc_kameleon.core.linalg import SingularCovarianceError
 from pymc_kameleon.core.mh import metropolis_hastings_step
 from pymc_kameleon.core.validation import check_kameleon_options, check_number, check_probability
-from pymc_kameleon.steps.base import AdaptiveStep, continuous_value_vars
-from pymc_kameleon.steps.reporting import StepWarnings, StuckAfterTuning, warn_after_tuning
+from pymc_kameleon.steps.base import AdaptiveStep, ChainState, continuous_value_vars
+from pymc_kameleon.steps.reporting import warn_after_tuning
 from pymc_kameleon.steps.target_density import TargetDensity
 
 __all__ = ["KameleonMetropolis"]
@@ -31,9 +31,9 @@ __all__ = ["KameleonMetropolis"]
 _ADAPTATIONS = ("freeze", "vanishing")
 
 
-@dataclass(eq=False)
-class KameleonChain:
-    """One chain's state in :class:`KameleonMetropolis`: everything ``_reset_chain_state`` makes afresh.
+@dataclass(eq=False, kw_only=True)
+class KameleonChain(ChainState):
+    """One chain's state in :class:`KameleonMetropolis` (and the ``warnings`` and ``stuck`` of every step).
 
     Attributes
     ----------
@@ -41,8 +41,6 @@ class KameleonChain:
         What tuning learns (whitening, scales, :math:`Z`) and when.
     proposal : ScaleFreeProposal
         The scan, AM or Kameleon/AM mixture move, built from ``adaptation.state``.
-    warnings : StepWarnings
-    stuck : StuckAfterTuning
     post_tune_steps : int
         Steps since tuning ended (vanishing adaptation's clock).
     warned_jitter, warned_untuned : bool
@@ -51,8 +49,6 @@ class KameleonChain:
 
     adaptation: ScaleFreeAdaptation
     proposal: ScaleFreeProposal
-    warnings: StepWarnings
-    stuck: StuckAfterTuning
     post_tune_steps: int = 0
     warned_jitter: bool = False
     warned_untuned: bool = False
@@ -277,17 +273,8 @@ class KameleonMetropolis(AdaptiveStep):
         """Forget everything learned in a previous chain."""
         adaptation = self._new_adaptation()
         proposal = ScaleFreeProposal(adaptation.state, self.am_weight, on_jitter=self._warn_singular)
-        self._chain = KameleonChain(adaptation, proposal, StepWarnings(), StuckAfterTuning())
+        self._chain = KameleonChain(adaptation=adaptation, proposal=proposal)
         self._target.reset()
-
-    # Shared with the other steps of ours (steps/base.py): the chain's warnings and stuck counter.
-    @property
-    def _warnings(self) -> StepWarnings:
-        return self._chain.warnings
-
-    @property
-    def _stuck(self) -> StuckAfterTuning:
-        return self._chain.stuck
 
     def stop_tuning(self):
         super().stop_tuning()

@@ -28,6 +28,7 @@ from scipy.stats import multivariate_normal, norm
 
 from pymc_kameleon import GPDelayedAcceptanceMALA, GPDelayedAcceptanceMH, PseudoMarginalPotential
 from pymc_kameleon.core.adaptation.scan import scan_steps_for
+from pymc_kameleon.core.delayed_acceptance.kernel import DelayedAcceptanceMH
 from pymc_kameleon.core.delayed_acceptance.mala import log_expected_langevin_term
 from pymc_kameleon.core.kameleon.scale_free import ScaleFreeProposal
 from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
@@ -543,7 +544,7 @@ def test_pseudo_marginal_likelihood_keeps_the_current_estimate():
 
 
 # ------------------------------------------------------- invariance (slow)
-class SkipAlpha1MH(GPDelayedAcceptanceMH):
+class SkipAlpha1Kernel(DelayedAcceptanceMH):
     """Negative control: stage 2 is the plain exact MH ratio, without the alpha1(y,x)/alpha1(x,y) factor."""
 
     def _stage2_log_ratios(self, current, proposal, log_q_forward, log_q_reverse):
@@ -552,6 +553,10 @@ class SkipAlpha1MH(GPDelayedAcceptanceMH):
             proposal.ll + proposal.log_prior, current.ll + current.log_prior, log_q_reverse, log_q_forward
         )
         return ratios._replace(log_ratio_stage2=plain)
+
+
+class SkipAlpha1MH(GPDelayedAcceptanceMH):
+    kernel_class = SkipAlpha1Kernel
 
 
 # A deliberately poor surrogate: fixed, absurd hyperparameters (length scales 100x too short, a tiny

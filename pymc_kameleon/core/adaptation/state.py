@@ -20,7 +20,7 @@ import numpy as np
 
 from pymc_kameleon.core.adaptation.scales import RobbinsMonro
 from pymc_kameleon.core.adaptation.scan import CoordinateScan
-from pymc_kameleon.core.adaptation.whitening import Whitening
+from pymc_kameleon.core.adaptation.whitening import WhitenedCoordinates, Whitening
 from pymc_kameleon.core.kameleon.family import KameleonProposal
 from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
 
@@ -66,8 +66,10 @@ class TuningDraw(NamedTuple):
 
 
 @dataclass(eq=False)
-class ScaleFreeState:
+class ScaleFreeState(WhitenedCoordinates):
     r"""The learned state of scale-free tuning (see the module docstring).
+
+    Its ``mean``, ``chol``, ``covariance``, ``whiten`` and ``to_model`` are those of ``whitening``.
 
     Attributes
     ----------
@@ -117,30 +119,6 @@ class ScaleFreeState:
         if self.tune_steps < self.scan_steps:
             return "scan"
         return "adaptive_metropolis" if self.family is None else "kameleon"
-
-    # ------------------------------------------------------------------ coordinates
-    @property
-    def mean(self) -> np.ndarray:
-        """The learned mean :math:`m`."""
-        return self.whitening.mean
-
-    @property
-    def chol(self) -> np.ndarray:
-        """Lower Cholesky factor :math:`L` of the learned covariance."""
-        return self.whitening.chol
-
-    @property
-    def covariance(self) -> np.ndarray:
-        """The learned covariance :math:`C = L L^\\top`."""
-        return self.chol @ self.chol.T
-
-    def whiten(self, x) -> np.ndarray:
-        """:math:`w = L^{-1}(x - m)` for a point (d,) or rows (n, d)."""
-        return self.whitening.whiten(x)
-
-    def to_model(self, w) -> np.ndarray:
-        """:math:`x = m + L w` for a point (d,) or rows (n, d)."""
-        return self.whitening.to_model(w)
 
     # ------------------------------------------------------------------ derived figures
     @property

@@ -10,8 +10,9 @@ built from it. A step asks it for one move (:meth:`~DelayedAcceptanceKernel.step
 evaluation join the GP, so each step's two stages use one fixed surrogate and the chain is exact
 (:mod:`pymc_kameleon.core.delayed_acceptance.ratios`).
 
-The target is any object with the two methods of :class:`SplitDensity`. Notation: :math:`x` is the
-current state and :math:`y` the proposal (the GP-DA paper's), in this subpackage only.
+The target is any object with the two methods of :class:`SplitDensity`. In the code the states are
+``current`` and ``proposed`` (as in the whole package); the docstrings' equations write :math:`x` for
+the current state and :math:`y` for the proposal (the GP-DA paper's notation).
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ class DelayedAcceptanceResult:
         probability on the exact target (the acceptance probability itself in an exact step).
     component : str
         The scale the move used (:class:`~pymc_kameleon.core.adaptation.state.TuningDraw`).
-    proposal : array of shape (d,)
+    proposed : array of shape (d,)
         The proposed point.
     evaluation : object or None
         The exact evaluation at the proposal (None if it was not evaluated).
@@ -89,7 +90,7 @@ class DelayedAcceptanceResult:
     accepted: bool
     accept_prob: float
     component: str
-    proposal: np.ndarray
+    proposed: np.ndarray
     stage1: float = 1.0
     stage2: float = math.nan
     gp_sd: float = math.nan
@@ -145,44 +146,44 @@ class DelayedAcceptanceKernel:
         return self.schedule.gp
 
     # ------------------------------------------------------------------ the move
-    def step(self, x, current, density: SplitDensity, rng, *, tune: bool) -> DelayedAcceptanceResult:
-        """One move from ``x``, whose evaluation is ``current``: exact while the GP warms up, else screened.
-
-        At a chain's first step the starting point seeds the GP first.
-        """
+    def step(self, current, current_eval, density: SplitDensity, rng, *, tune: bool):
+        """One move from the state ``current``, whose evaluation is ``current_eval``: exact while the GP
+        warms up, else screened. At a chain's first step the starting point seeds the GP first.
+        Returns a :class:`DelayedAcceptanceResult`."""
         refit = False
         if not self.seeded:
             self.seeded = True
-            self.schedule.add(x, current.loglik, current.grad_exact_loglik, tune=tune)
+            self.schedule.add(current, current_eval.loglik, current_eval.grad_exact_loglik, tune=tune)
             refit = self._after_exact_evaluation(rng, tune)
         if self.schedule.warm:
-            result = self._exact_step(x, current, density, rng)
+            result = self._exact_step(current, current_eval, density, rng)
         else:
-            result = self._screened_step(x, current, density, rng)
+            result = self._screened_step(current, current_eval, density, rng)
         return replace(result, refit=True) if refit else result
 
-    def _exact_step(self, x, current, density, rng) -> DelayedAcceptanceResult:
+    def _exact_step(self, current, current_eval, density, rng) -> DelayedAcceptanceResult:
         """Warm-up: plain MH with the base proposal and an exact evaluation at its proposal."""
-        move = self.proposal.propose(x, rng)
-        y = move.x
+        move = self.proposal.propose(current, rng)
+        proposed = move.x
         if not move.feasible:
             metropolis_accept(-math.inf, rng)
-            return DelayedAcceptanceResult(x, False, 0.0, move.component, y, adapt_prob=0.0)
-        ev = density.evaluate(y, density.prior(y))
-        accepted, prob = metropolis_accept(
-            mh_log_ratio(ev.logp, current.logp, move.log_q_reverse, move.log_q_forward), rng
-        )
+            return DelayedAcceptanceResult(current, False, 0.0, move.component, proposed, adapt_prob=0.0)
+        proposed_eval = density.evaluate(proposed, density.prior(proposed))
+        lq_f, lq_r = move.log_q_forward, move.log_q_reverse
+        log_ratio = mh_log_ratio(proposed_eval.logp, current_eval.logp, lq_r, lq_f)
+        accepted, prob = metropolis_accept(log_ratio, rng)
         if accepted:
             self.proposal.accept(move)
         return DelayedAcceptanceResult(
-            y if accepted else x, accepted, prob, move.component, y,
-            stage2=prob, adapt_prob=prob, evaluation=ev, gp_learns=math.isfinite(ev.log_prior),
+            proposed if accepted else current, accepted, prob, move.component, proposed,
+            stage2=prob, adapt_prob=prob, evaluation=proposed_eval,
+            gp_learns=math.isfinite(proposed_eval.log_prior),
         )
 
-    def _screened_step(self, x, current, density, rng) -> DelayedAcceptanceResult:
+    def _screened_step(self, current, current_eval, density, rng) -> DelayedAcceptanceResult:
         raise NotImplementedError
 
-    def _stage1_then_exact(self, x, y, log_alpha1, prior, density, rng, component, gp_sd):
+    def _stage1_then_exact(self, current, proposed, log_alpha1, prior, density, rng, component, gp_sd):
         """Stage 1 (accept with :math:`\\alpha_1`), then the exact evaluation of a survivor.
 
         Returns ``(evaluation, alpha1, None)`` for a survivor whose log density is finite, else
@@ -191,21 +192,23 @@ class DelayedAcceptanceKernel:
         passed, a1 = metropolis_accept(log_alpha1, rng)
         if not passed:
             return None, a1, DelayedAcceptanceResult(
-                x, False, 0.0, component, y, stage1=a1, gp_sd=gp_sd, screened=True, adapt_prob=0.0
+                current, False, 0.0, component, proposed, stage1=a1, gp_sd=gp_sd, screened=True,
+                adapt_prob=0.0,
             )
-        ev = density.evaluate(y, prior)
-        if not (math.isfinite(ev.loglik) and math.isfinite(ev.logp)):
+        proposed_eval = density.evaluate(proposed, prior)
+        if not (math.isfinite(proposed_eval.loglik) and math.isfinite(proposed_eval.logp)):
             metropolis_accept(-math.inf, rng)
             return None, a1, DelayedAcceptanceResult(
-                x, False, 0.0, component, y, stage1=a1, stage2=0.0, gp_sd=gp_sd, screened=True,
-                adapt_prob=0.0, evaluation=ev, gp_learns=True,
+                current, False, 0.0, component, proposed, stage1=a1, stage2=0.0, gp_sd=gp_sd, screened=True,
+                adapt_prob=0.0, evaluation=proposed_eval, gp_learns=True,
             )
-        return ev, a1, None
+        return proposed_eval, a1, None
 
     # ------------------------------------------------------------------ learning
-    def learn(self, x, result: DelayedAcceptanceResult, rng, *, tune: bool, log_density=math.nan,
+    def learn(self, current, result: DelayedAcceptanceResult, rng, *, tune: bool, log_density=math.nan,
               gradient=None) -> bool:
-        """After the decision: the new evaluation joins the GP, then the base proposal adapts.
+        """After the decision on a move from ``current``: the new evaluation joins the GP, then the
+        base proposal adapts.
 
         ``log_density`` and ``gradient`` are the target's (exact) log density and its gradient at
         ``result.state``, for the end-of-tuning checks. Returns whether the GP's hyperparameters
@@ -213,12 +216,13 @@ class DelayedAcceptanceKernel:
         """
         refit = False
         if result.gp_learns:
-            ev = result.evaluation
-            self.schedule.add(result.proposal, ev.loglik, ev.grad_exact_loglik, tune=tune)
+            evaluation = result.evaluation
+            self.schedule.add(result.proposed, evaluation.loglik, evaluation.grad_exact_loglik, tune=tune)
             refit = self._after_exact_evaluation(rng, tune)
         if tune:
             draw = TuningDraw(
-                result.state, result.adapt_prob, result.component, x, result.proposal, log_density, gradient
+                result.state, result.adapt_prob, result.component, current, result.proposed,
+                log_density, gradient,
             )
             refit = self._adapt(draw, rng) or refit
             if result.screened:
@@ -270,44 +274,59 @@ class DelayedAcceptanceMH(DelayedAcceptanceKernel):
     estimate of the plain MH acceptance probability, and a poor surrogate cannot shrink the scale.
     """
 
-    def _screened_step(self, x, current, density, rng) -> DelayedAcceptanceResult:
-        move = self.proposal.propose(x, rng)
-        y, lq_f, lq_r, component = move.x, move.log_q_forward, move.log_q_reverse, move.component
-        if not move.feasible:  # Kameleon covariance at y singular even with jitter: reject
+    def _screened_step(self, current, current_eval, density, rng) -> DelayedAcceptanceResult:
+        move = self.proposal.propose(current, rng)
+        proposed, lq_f, lq_r, component = move.x, move.log_q_forward, move.log_q_reverse, move.component
+        if not move.feasible:  # Kameleon covariance at the proposal singular even with jitter: reject
             metropolis_accept(-math.inf, rng)
             return DelayedAcceptanceResult(
-                x, False, 0.0, component, y, stage1=0.0, screened=True, adapt_prob=0.0
+                current, False, 0.0, component, proposed, stage1=0.0, screened=True, adapt_prob=0.0
             )
         gp, schedule, exact = self.gp, self.schedule, self.current_value == "exact"
-        lp_y, _ = density.prior(y)
-        ll_x = current.loglik
+        lp_proposed, _ = density.prior(proposed)
+        ll_current, lp_current = current_eval.loglik, current_eval.log_prior
+
+        def predicted_at_current():
+            return surrogate_point(gp, current, lp_current, ll_current)
+
         if exact:
-            cur_pt = DAPoint(current.log_prior, math.nan, math.nan, ll_x)
+            current_point = DAPoint(lp_current, math.nan, math.nan, ll_current)
         else:
-            cur_pt = schedule.cached(x, current, lambda: surrogate_point(gp, x, current.log_prior, ll_x))
+            current_point = schedule.cached(current, current_eval, predicted_at_current)
         gp_sd = math.nan
-        if math.isfinite(lp_y):
-            prop_pt = surrogate_point(gp, y, lp_y)
-            gp_sd = math.sqrt(prop_pt.var)
-            la1 = log_alpha1(cur_pt, prop_pt, lq_f, lq_r, self.current_value)
+        if math.isfinite(lp_proposed):
+            proposed_point = surrogate_point(gp, proposed, lp_proposed)
+            gp_sd = math.sqrt(proposed_point.var)
+            la1 = log_alpha1(current_point, proposed_point, lq_f, lq_r, self.current_value)
         else:
-            prop_pt, la1 = None, -math.inf
-        ev, a1, rejected = self._stage1_then_exact(x, y, la1, (lp_y, None), density, rng, component, gp_sd)
-        if ev is None:
+            proposed_point, la1 = None, -math.inf
+        prior = (lp_proposed, None)
+        proposed_eval, a1, rejected = self._stage1_then_exact(
+            current, proposed, la1, prior, density, rng, component, gp_sd
+        )
+        if proposed_eval is None:
             return rejected
-        ll_y = ev.loglik
+        ll_proposed = proposed_eval.loglik
         if exact:
-            # mu(x), var(x) from the same GP (y is not in it yet), for alpha1(y, x).
-            cur_pt = schedule.cached(x, current, lambda: surrogate_point(gp, x, current.log_prior, ll_x))
-        prop_pt = prop_pt._replace(ll=ll_y)
-        ratios = delayed_acceptance_log_ratios(cur_pt, prop_pt, lq_f, lq_r, self.current_value)
+            # The GP's prediction at the current state (the proposal is not in it yet), for alpha1 back.
+            current_point = schedule.cached(current, current_eval, predicted_at_current)
+        proposed_point = proposed_point._replace(ll=ll_proposed)
+        ratios = self._stage2_log_ratios(current_point, proposed_point, lq_f, lq_r)
         accepted, a2 = metropolis_accept(ratios.log_ratio_stage2, rng)
         # Stage 1 passed with probability a1, so this is unbiased for the plain MH acceptance probability.
-        adapt_prob = accept_probability(mh_log_ratio(ll_y + lp_y, ll_x + current.log_prior, lq_r, lq_f)) / a1
+        log_ratio = mh_log_ratio(ll_proposed + lp_proposed, ll_current + lp_current, lq_r, lq_f)
         if accepted:
             self.proposal.accept(move)
-            schedule.remember(y, ev, prop_pt)  # the next step's prediction at its current state
+            schedule.remember(proposed, proposed_eval, proposed_point)  # the next step's current state
         return DelayedAcceptanceResult(
-            y if accepted else x, accepted, a2, component, y, stage1=a1, stage2=a2, gp_sd=gp_sd,
-            screened=True, adapt_prob=adapt_prob, evaluation=ev, gp_learns=True,
+            proposed if accepted else current, accepted, a2, component, proposed, stage1=a1, stage2=a2,
+            gp_sd=gp_sd, screened=True, adapt_prob=accept_probability(log_ratio) / a1,
+            evaluation=proposed_eval, gp_learns=True,
+        )
+
+    def _stage2_log_ratios(self, current_point, proposed_point, log_q_forward, log_q_reverse):
+        """Both stage-1 log probabilities and the stage-2 log ratio, from one surrogate (a hook for the
+        negative controls of the tests)."""
+        return delayed_acceptance_log_ratios(
+            current_point, proposed_point, log_q_forward, log_q_reverse, self.current_value
         )

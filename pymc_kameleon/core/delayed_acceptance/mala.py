@@ -234,17 +234,17 @@ def _finite_prediction(point) -> bool:
 
 
 class _ExactDrift:
-    """The exact drift gradient, evaluating the target where it is asked (the warm-up needs the
-    evaluation at the proposal anyway); at the current state, the gradient already known."""
+    """The exact drift gradient: at the current state the one already known, elsewhere from an
+    exact evaluation of the target there (``evaluation``; the warm-up's MH ratio needs it anyway)."""
 
-    def __init__(self, density, current, gradient_of):
-        self.density, self.current, self.gradient_of = density, current, gradient_of
-        self.evaluation = None  # at the last point asked that is not the current state
+    def __init__(self, density, current, current_eval, gradient_of):
+        self.density, self.current, self.current_eval = density, current, current_eval
+        self.gradient_of = gradient_of
+        self.evaluation = None
 
     def __call__(self, theta):
-        if self.evaluation is None and self.current is not None:
-            current, self.current = self.current, None
-            return self.gradient_of(current)
+        if same_array(theta, self.current):
+            return self.gradient_of(self.current_eval)
         self.evaluation = self.density.evaluate(theta, self.density.prior(theta))
         if not math.isfinite(self.evaluation.logp):
             return np.full(np.shape(theta), math.nan)
@@ -254,23 +254,23 @@ class _ExactDrift:
 class _SurrogateDrift:
     """The GP's drift gradient (mean gradient plus the exact prior gradient), keeping the joint
     predictions it made: at the current state (``current_point``, cached by the schedule) and at
-    the proposal (``proposal_point``; None where the prior or its gradient is not finite)."""
+    the proposal (``proposed_point``; None where the prior or its gradient is not finite)."""
 
-    def __init__(self, gp, density, x, current_point):
-        self.gp, self.density, self.x, self.current_point = gp, density, x, current_point
-        self.proposal_point = None
+    def __init__(self, gp, density, current, current_point):
+        self.gp, self.density, self.current, self.current_point = gp, density, current, current_point
+        self.proposed_point = None
         self.prior = None
 
     def __call__(self, theta):
-        if same_array(theta, self.x):
+        if same_array(theta, self.current):
             return self.current_point.drift()
         self.prior = lp, glp = self.density.prior(theta)
         if not (math.isfinite(lp) and np.all(np.isfinite(glp))):
             return np.full(np.shape(theta), math.nan)
-        self.proposal_point = mala_point(self.gp, theta, lp, glp)
-        if not _finite_prediction(self.proposal_point):
+        self.proposed_point = mala_point(self.gp, theta, lp, glp)
+        if not _finite_prediction(self.proposed_point):
             return np.full(np.shape(theta), math.nan)
-        return self.proposal_point.drift()
+        return self.proposed_point.drift()
 
 
 class DelayedAcceptanceMALA(DelayedAcceptanceKernel):
@@ -304,48 +304,55 @@ class DelayedAcceptanceMALA(DelayedAcceptanceKernel):
     def _exact_gradient(self, evaluation):
         return evaluation.grad_logp if self.gradient_observations else evaluation.grad_log_prior
 
-    def _exact_step(self, x, current, density, rng) -> DelayedAcceptanceResult:
+    def _exact_step(self, current, current_eval, density, rng) -> DelayedAcceptanceResult:
         if self.adaptation.phase == "scan":
-            return super()._exact_step(x, current, density, rng)
-        drift = _ExactDrift(density, current, self._exact_gradient)
-        move = LangevinProposal(self.langevin_chol(), drift).propose(x, rng)
-        ev = drift.evaluation
+            return super()._exact_step(current, current_eval, density, rng)
+        drift = _ExactDrift(density, current, current_eval, self._exact_gradient)
+        move = LangevinProposal(self.langevin_chol(), drift).propose(current, rng)
+        proposed, proposed_eval = move.x, drift.evaluation
         log_ratio = -math.inf
-        if math.isfinite(ev.logp):
-            log_ratio = mh_log_ratio(ev.logp, current.logp, move.log_q_reverse, move.log_q_forward)
+        if math.isfinite(proposed_eval.logp):
+            lq_f, lq_r = move.log_q_forward, move.log_q_reverse
+            log_ratio = mh_log_ratio(proposed_eval.logp, current_eval.logp, lq_r, lq_f)
         accepted, prob = metropolis_accept(log_ratio, rng)
         return DelayedAcceptanceResult(
-            move.x if accepted else x, accepted, prob, move.component, move.x,
-            stage2=prob, adapt_prob=prob, evaluation=ev, gp_learns=math.isfinite(ev.log_prior),
+            proposed if accepted else current, accepted, prob, move.component, proposed,
+            stage2=prob, adapt_prob=prob, evaluation=proposed_eval,
+            gp_learns=math.isfinite(proposed_eval.log_prior),
         )
 
-    def _screened_step(self, x, current, density, rng) -> DelayedAcceptanceResult:
+    def _screened_step(self, current, current_eval, density, rng) -> DelayedAcceptanceResult:
         L = self.langevin_chol()
-        ll_x = current.loglik
-        cur_pt = self.schedule.cached(
-            x, current, lambda: mala_point(self.gp, x, current.log_prior, current.grad_log_prior, ll_x)
+        ll_current, lp_current = current_eval.loglik, current_eval.log_prior
+        current_point = self.schedule.cached(
+            current, current_eval,
+            lambda: mala_point(self.gp, current, lp_current, current_eval.grad_log_prior, ll_current),
         )
-        drift = _SurrogateDrift(self.gp, density, x, cur_pt)
-        move = LangevinProposal(L, drift).propose(x, rng)
-        y, component, prop_pt = move.x, move.component, drift.proposal_point
+        drift = _SurrogateDrift(self.gp, density, current, current_point)
+        move = LangevinProposal(L, drift).propose(current, rng)
+        proposed, component, proposed_point = move.x, move.component, drift.proposed_point
         gp_sd, la1 = math.nan, -math.inf
-        if prop_pt is not None:
-            gp_sd = math.sqrt(max(float(prop_pt.joint_cov[0, 0]), 0.0))
-            if _finite_prediction(cur_pt) and _finite_prediction(prop_pt):
-                la1 = mala_log_alpha1(cur_pt, prop_pt, L, self.current_value)
-        ev, a1, rejected = self._stage1_then_exact(x, y, la1, drift.prior, density, rng, component, gp_sd)
-        if ev is None:
+        if proposed_point is not None:
+            gp_sd = math.sqrt(max(float(proposed_point.joint_cov[0, 0]), 0.0))
+            if _finite_prediction(current_point) and _finite_prediction(proposed_point):
+                la1 = mala_log_alpha1(current_point, proposed_point, L, self.current_value)
+        proposed_eval, a1, rejected = self._stage1_then_exact(
+            current, proposed, la1, drift.prior, density, rng, component, gp_sd
+        )
+        if proposed_eval is None:
             return rejected
-        prop_pt = prop_pt._replace(ll=ev.loglik)
-        ratios = mala_delayed_acceptance_log_ratios(cur_pt, prop_pt, L, self.current_value)
+        ll_proposed = proposed_eval.loglik
+        proposed_point = proposed_point._replace(ll=ll_proposed)
+        ratios = mala_delayed_acceptance_log_ratios(current_point, proposed_point, L, self.current_value)
         accepted, a2 = metropolis_accept(ratios.log_ratio_stage2, rng)
         if accepted:
-            self.schedule.remember(y, ev, prop_pt)  # the next step's prediction at its current state
+            self.schedule.remember(proposed, proposed_eval, proposed_point)  # the next step's current state
         # Stage 1 passed with probability a1, so this is unbiased for the acceptance probability of
         # plain MH with this (GP-drift) Langevin proposal.
-        log_ratio = mh_log_ratio(ev.loglik + ev.log_prior, ll_x + current.log_prior, move.log_q_reverse,
-                                 move.log_q_forward)
+        lq_f, lq_r = move.log_q_forward, move.log_q_reverse
+        log_ratio = mh_log_ratio(ll_proposed + proposed_eval.log_prior, ll_current + lp_current, lq_r, lq_f)
         return DelayedAcceptanceResult(
-            y if accepted else x, accepted, a2, component, y, stage1=a1, stage2=a2, gp_sd=gp_sd,
-            screened=True, adapt_prob=accept_probability(log_ratio) / a1, evaluation=ev, gp_learns=True,
+            proposed if accepted else current, accepted, a2, component, proposed, stage1=a1, stage2=a2,
+            gp_sd=gp_sd, screened=True, adapt_prob=accept_probability(log_ratio) / a1,
+            evaluation=proposed_eval, gp_learns=True,
         )

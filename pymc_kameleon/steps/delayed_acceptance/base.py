@@ -55,8 +55,8 @@ from pymc_kameleon.core.gp.training import (
     GPTrainingSchedule,
 )
 from pymc_kameleon.core.validation import check_number, check_probability
-from pymc_kameleon.steps.base import AdaptiveStep, continuous_value_vars, coordinate_names
-from pymc_kameleon.steps.reporting import StepWarnings, StuckAfterTuning, warn_after_tuning
+from pymc_kameleon.steps.base import AdaptiveStep, ChainState, continuous_value_vars, coordinate_names
+from pymc_kameleon.steps.reporting import StepWarnings, warn_after_tuning
 from pymc_kameleon.steps.target_density import GradientUnavailableError, SplitTargetDensity
 
 __all__ = ["DelayedAcceptanceChain", "GPDelayedAcceptanceStep"]
@@ -205,16 +205,18 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
     # ------------------------------------------------------------------ state
     def _reset_chain_state(self):
         """Forget everything learned in a previous chain (GP, proposal scale, counters)."""
-        warnings_ = StepWarnings()
+        chain_warnings = StepWarnings()
         name = type(self).__name__
         schedule = GPTrainingSchedule(
             self._gp_options,
-            warn=lambda message, category, level: warnings_.warn(f"{name}: {message}", category, level),
+            warn=lambda message, category, level: chain_warnings.warn(f"{name}: {message}", category, level),
         )
         self._target.reset()
         adaptation = self._new_adaptation()
         kernel = self._new_kernel(adaptation, schedule)
-        self._chain = DelayedAcceptanceChain(kernel, warnings_, StuckAfterTuning(), self._target.n_evals)
+        self._chain = DelayedAcceptanceChain(
+            kernel=kernel, evals_at_reset=self._target.n_evals, warnings=chain_warnings
+        )
         self.default_tune_steps = adaptation.required_tune_steps()
 
     def _new_adaptation(self, kernel=None, **kameleon_options) -> ScaleFreeAdaptation:
@@ -235,15 +237,6 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
     def _new_kernel(self, adaptation: ScaleFreeAdaptation, schedule: GPTrainingSchedule):
         """The chain's delayed-acceptance kernel (a subclass's move) on ``adaptation`` and ``schedule``."""
         raise NotImplementedError
-
-    # Shared with the other steps of ours (steps/base.py): the chain's warnings and stuck counter.
-    @property
-    def _warnings(self) -> StepWarnings:
-        return self._chain.warnings
-
-    @property
-    def _stuck(self) -> StuckAfterTuning:
-        return self._chain.stuck
 
     def stop_tuning(self):
         """End of tuning: a last hyperparameter fit if the training set grew, then freeze everything."""
@@ -382,23 +375,19 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         return {}
 
 
-@dataclass(eq=False)
-class DelayedAcceptanceChain:
-    """One chain's state in a GP delayed-acceptance step: everything ``_reset_chain_state`` makes afresh.
+@dataclass(eq=False, kw_only=True)
+class DelayedAcceptanceChain(ChainState):
+    """One chain's state in a GP delayed-acceptance step (and the ``warnings`` and ``stuck`` of every step).
 
     Attributes
     ----------
     kernel : DelayedAcceptanceKernel
         The move with its GP, training schedule and base adaptation (PyMC-free).
-    warnings : StepWarnings
-    stuck : StuckAfterTuning
     evals_at_reset : int
         The target's likelihood evaluations when the chain started (``n_exact_evals`` counts from there).
     """
 
     kernel: DelayedAcceptanceKernel
-    warnings: StepWarnings
-    stuck: StuckAfterTuning
     evals_at_reset: int
 
 

@@ -89,6 +89,8 @@ class GPDelayedAcceptanceMALA(GPDelayedAcceptanceStep):
     """
 
     name = "gp_da_mala"
+    #: The PyMC-free move (:class:`~pymc_kameleon.core.delayed_acceptance.mala.DelayedAcceptanceMALA`).
+    kernel_class = DelayedAcceptanceMALA
     _default_target_accept = 0.35  # per exact evaluation, not per iteration (docstring)
     _default_initial_scale = 0.5
     _uses_prior_gradient = True
@@ -102,7 +104,7 @@ class GPDelayedAcceptanceMALA(GPDelayedAcceptanceStep):
 
     def _new_kernel(self, adaptation: ScaleFreeAdaptation, schedule) -> DelayedAcceptanceMALA:
         # The base proposal is the coordinate scan of the warm-up (then the Langevin move takes over).
-        return DelayedAcceptanceMALA(
+        return self.kernel_class(
             adaptation, ScaleFreeProposal(adaptation.state, 1.0), schedule, self.current_value,
             pause_steps=2 * self.adapt_interval, gradient_observations=self.gradient_observations,
         )

@@ -211,6 +211,8 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
     """
 
     name = "gp_da_mh"
+    #: The PyMC-free move (:class:`~pymc_kameleon.core.delayed_acceptance.kernel.DelayedAcceptanceMH`).
+    kernel_class = DelayedAcceptanceMH
     stats_dtypes_shapes = {
         **GPDelayedAcceptanceStep.stats_dtypes_shapes,
         # nu2 of the Kameleon component (NaN for the random walk and before the first subsample).
@@ -246,7 +248,7 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
         # make the far-start regression robust either, so it stays off. Random walk: the AM walk alone.
         am_weight = 0.0 if self.proposal == "kameleon" else 1.0
         proposal = ScaleFreeProposal(adaptation.state, am_weight)
-        return DelayedAcceptanceMH(
+        return self.kernel_class(
             adaptation, proposal, schedule, self.current_value, pause_steps=2 * self.adapt_interval
         )
 
