@@ -628,3 +628,30 @@ def test_tuning_that_ends_inside_the_scan_leaves_every_coordinate_moving(tuned_s
     move = prop.propose(y, rng)  # a symmetric random walk
     assert prop.log_density(move.x, y) == pytest.approx(prop.log_density(y, move.x))
     assert not adaptation.end_tuning(rng)  # once only
+
+
+def test_windows_of_several_chains_merge_into_the_window_of_all_their_steps():
+    """Mergeable state (for tuning pooled across chains): two chains' windows merged estimate the mean
+    and covariance of all their draws, and pool the acceptance rate, the moves and the gradients'
+    variance floor; the recent states (end-of-tuning checks) stay the first chain's."""
+    from pymc_kameleon.core.adaptation.windows import AdaptationWindow
+
+    rng = np.random.default_rng(9)
+    a, b = AdaptationWindow(2, 1000, 50, 100), AdaptationWindow(2, 1000, 50, 100)
+    points_a, points_b = rng.normal(size=(60, 2)), 3.0 + 2.0 * rng.normal(size=(40, 2))
+    for window, points, p in ((a, points_a, 0.2), (b, points_b, 0.6)):
+        for y in points:
+            window.record(y, p, gradient=-y)
+    b.record(points_b[-1], 0.0, gradient=-points_b[-1])  # one step that did not move
+    pooled = a.merged(b)
+    both = np.vstack([points_a, points_b, points_b[-1:]])
+    mean, cov = shrunk_covariance(both)
+    got_mean, got_cov = shrunk_covariance(pooled.draws.points)
+    np.testing.assert_array_equal(got_mean, mean)
+    np.testing.assert_array_equal(got_cov, cov)
+    assert pooled.accept_rate == pytest.approx((60 * 0.2 + 40 * 0.6) / 101)
+    assert pooled.moves == a.moves + b.moves == 59 + 39
+    np.testing.assert_allclose(pooled.variance_floor, 1.0 / np.mean(both**2, axis=0))
+    assert list(pooled.recent) == list(a.recent) and len(a.draws) == 60  # the windows are unchanged
+    # Control: the first chain's window alone estimates something else.
+    assert not np.allclose(shrunk_covariance(a.draws.points)[1], cov)

@@ -139,6 +139,31 @@ class AdaptationWindow:
         # dominated by one wide direction, like the trace).
         return sign <= 0 or abs(log_det / points.shape[1]) > 2.0 * math.log(_WHITENING_TOLERANCE)
 
+    def merged(self, *others: AdaptationWindow) -> AdaptationWindow:
+        """This window pooled with other chains' windows of the same schedule (mergeable state).
+
+        The pooled window's draws are each window's stored draws in turn (evenly thinned if they
+        exceed this window's capacity), and its sufficient statistics are the sums of theirs: the
+        acceptance probabilities, the steps that moved, the squared gradients and their count. So
+        the mean and covariance it estimates (:func:`~.covariance.shrunk_covariance` of its draws),
+        its variance floor, acceptance rate and stuck test are those of all the chains' steps
+        together. The recent states (the end-of-tuning checks) stay
+        this chain's.
+        """
+        pooled = AdaptationWindow(self.draws.dim, self.draws.capacity, self.first_window, self.end)
+        pooled.index = self.index
+        for window in (self, *others):
+            for point in window.draws.points:
+                pooled.draws.append(point)
+            pooled.accept.extend(window.accept)
+            pooled.moves += window.moves
+            pooled._gradient_squares = pooled._gradient_squares + window._gradient_squares
+            pooled._gradients += window._gradients
+        pooled._last_state = self._last_state
+        pooled.recent, pooled.recent_log_density = self.recent.copy(), self.recent_log_density.copy()
+        pooled.recent_gradient, pooled.recent_accept = self.recent_gradient.copy(), self.recent_accept.copy()
+        return pooled
+
     def start_next(self, end: int) -> None:
         """Close this window and start the next, which ends at tuning step ``end``."""
         self.index += 1
