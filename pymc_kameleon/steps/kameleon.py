@@ -322,7 +322,14 @@ class KameleonMetropolis(AdaptiveStep):
             raise SingularCovarianceError(f"KameleonMetropolis: {err}") from None
         if result.accepted:
             target.accept(result.state, result.evaluation)
-        adapted = self._adapt(y, result)
+        adapted = False
+        if self.tune or self._adapts_after_tuning():
+            # The kept log-estimate of a pseudo-marginal term wanders on its auxiliary chain's time scale
+            # by far more than sqrt(d/2), so the climb check reads the exact part only.
+            move = result.move
+            exact_logp = target.current_exact_logp
+            draw = TuningDraw(result.state, result.accept_prob, move.component, y, move.x, exact_logp)
+            adapted = chain.adaptation.adapt(draw, self.rng)
 
         state = chain.adaptation.state
         stats = {
@@ -347,22 +354,12 @@ class KameleonMetropolis(AdaptiveStep):
         return RaveledVars(result.state, q0.point_map_info), [stats]
 
     # ------------------------------------------------------------ adaptation
-    def _adapt(self, y, result) -> bool:
-        chain = self._chain
-        if not self.tune:
-            if self.adaptation != "vanishing":
-                return False
-            # Vanishing adaptation after tuning: adapt with probability p_t.
-            chain.post_tune_steps += 1
-            if self.rng.random() >= self._vanishing(chain.post_tune_steps):
-                return False
-        # The kept log-estimate of a pseudo-marginal term wanders on its auxiliary chain's time scale by
-        # far more than sqrt(d/2), so the climb check reads the exact part only.
-        draw = TuningDraw(
-            result.state, result.accept_prob, result.move.component, y, result.move.x,
-            self._target.current_exact_logp,
-        )
-        return chain.adaptation.adapt(draw, self.rng)
+    def _adapts_after_tuning(self) -> bool:
+        """Vanishing adaptation after tuning: adapt with probability :math:`p_t` at post-tuning step t."""
+        if self.adaptation != "vanishing":
+            return False
+        self._chain.post_tune_steps += 1
+        return self.rng.random() < self._vanishing(self._chain.post_tune_steps)
 
     # ------------------------------------------------------------ warnings
     def _warn_singular(self):

@@ -334,18 +334,19 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
 
     # ------------------------------------------------------------ the step
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list]:
-        x = q0.data
-        kernel, target = self._chain.kernel, self._target
+        current = q0.data
+        kernel: DelayedAcceptanceKernel = self._chain.kernel
+        target = self._target
         evals_before = target.n_evals
         estimates_before = target.n_estimates
-        cur = target.current(x, q0.point_map_info, self.rng)
-        result = kernel.step(x, cur, target, self.rng, tune=self.tune)
+        current_eval = target.current(current, q0.point_map_info, self.rng)
+        result = kernel.step(current, current_eval, target, self.rng, tune=self.tune)
         if result.accepted:
             target.accept(result.state, result.evaluation)
         # Only now, after the decision, does the new evaluation join the GP, and the base proposal adapt
         # to an unbiased estimate of the acceptance probability of plain MH on the exact target.
         refit = kernel.learn(
-            x, result, self.rng, tune=self.tune,
+            current, result, self.rng, tune=self.tune,
             log_density=target.current_exact_logp,  # without estimates, as for KameleonMetropolis
             gradient=target.current_gradient,
         )
