@@ -191,11 +191,11 @@ def test_kameleon_cache_follows_accepted_moves_and_nu2():
     move = moves.propose(y, rng)
     moves.accept(move)
     assert moves.at_current(move.x) is move.cache[1]
-    moves.set_nu2(2.0)
+    family.nu2 = 2.0  # set on the family by whoever tunes it (ScaleFreeState): the cache follows
     fresh = KameleonProposal(_Z, GaussianKernel(1.3), 0.04, 2.0).at(move.x)
     assert np.allclose(moves.at_current(move.x).chol, fresh.chol, rtol=1e-12)
-    family.nu2 = 3.0  # set on the family by whoever tunes it: the cache follows too
-    fresh = KameleonProposal(_Z, GaussianKernel(1.3), 0.04, 3.0).at(move.x)
+    family.gamma2 = 0.09
+    fresh = KameleonProposal(_Z, GaussianKernel(1.3), 0.09, 2.0).at(move.x)
     assert np.allclose(moves.at_current(move.x).chol, fresh.chol, rtol=1e-12)
 
 

@@ -29,7 +29,6 @@ __all__ = [
     "mala_delayed_acceptance_log_ratios",
     "mala_log_alpha1",
     "mala_point",
-    "mala_stage1_log_ratio",
 ]
 
 
@@ -119,29 +118,6 @@ def log_expected_langevin_term(
     u = solve_triangular(Lm, KW.T @ r, lower=True, check_finite=False)
     quad = float(r @ (K @ r)) - float(u @ u)
     return base - float(np.log(np.diagonal(Lm)).sum()) + float(b @ m) - 0.5 * float(Wm @ Wm) + 0.5 * quad
-
-
-def mala_stage1_log_ratio(
-    log_expected_reverse, ll_current, log_prior_prop, log_prior_current, log_q_forward
-) -> float:
-    r"""Stage-1 log ratio of GP delayed-acceptance MALA (the paper's eq. 9, marginalised).
-
-    .. math::
-        \log r_1 = \log E\big[e^{\tilde\ell(y)} Q_{\tilde\ell}(x \mid y)\big] + \log p(y)
-                 - c(x) - \log p(x) - \log Q(y \mid x),
-
-    where the expectation (:func:`log_expected_langevin_term`, with ``theta_star = y`` and
-    ``theta_prime = x``) is over the GP's joint law of the log-likelihood and its gradient at
-    :math:`y`, and :math:`Q(y \mid x)` is the density of the move actually proposed. The MH
-    version is the special case ``log_expected_reverse = mu + var / 2 + log Q(x|y)``.
-    """
-    return mh_log_ratio(
-        float(log_expected_reverse) + float(log_prior_prop),
-        float(ll_current) + float(log_prior_current),
-        0.0,
-        log_q_forward,
-    )
-
 
 class MALAPoint(NamedTuple):
     """What is known at one point within one step of GP delayed-acceptance MALA.

@@ -86,7 +86,8 @@ class GPFactor:
 
     @property
     def cholesky_factor(self) -> np.ndarray:
-        """Lower Cholesky factor of :math:`K` (nugget included), shape ``(t p, t p)`` (a copy)."""
+        """Lower Cholesky factor of :math:`K` (nugget included), shape ``(t p, t p)`` (a copy; for
+        inspection and checks, as :meth:`covariance_matrix`)."""
         return self._L.copy()
 
     @property

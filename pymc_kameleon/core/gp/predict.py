@@ -33,7 +33,8 @@ class GPPredictionMixin:
     def predict_mean(self, theta):
         r"""Predictive mean :math:`\mu(\theta) = m + k_\theta^\top\alpha`, :math:`O(t p d)` per point.
 
-        ``theta`` of shape ``(d,)`` gives a float, ``(n, d)`` an array of shape ``(n,)``.
+        ``theta`` of shape ``(d,)`` gives a float, ``(n, d)`` an array of shape ``(n,)``. (For
+        inspection and checks: the samplers use :meth:`predict`, which gives the variance too.)
         """
         x, single = self._as_batch(theta)
         mean = np.full(x.shape[0], self.mean_value)

@@ -41,12 +41,6 @@ class KameleonMoves(Proposal):
         self._cur = None  # ((nu2, gamma2), ProposalAtPoint at the current state)
         self._cur_rkhs = None  # (point, M H M^T there)
 
-    def set_nu2(self, nu2: float, gamma2: float | None = None) -> None:
-        """Change :math:`\\nu^2` (and :math:`\\gamma^2`, if given); the cached factor is refreshed lazily."""
-        self.family.nu2 = float(nu2)
-        if gamma2 is not None:
-            self.family.gamma2 = float(gamma2)
-
     @property
     def _scales(self) -> tuple[float, float]:
         return (self.family.nu2, self.family.gamma2)
