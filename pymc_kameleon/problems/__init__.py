@@ -17,9 +17,7 @@
 
 The targets, the Table 1 posteriors and the sensor network are :class:`Problem` s (see
 :mod:`~pymc_kameleon.problems.base`); the real posteriors are builders of ``(model, reference,
-initvals)``, as the benchmark samples them. The old paths
-``pymc_kameleon.targets`` and ``pymc_kameleon.examples[.table1|.sensor_network|.gp_classification]``
-re-export these modules.
+initvals)``, as the benchmark samples them.
 """
 
 from pymc_kameleon.problems.base import Problem

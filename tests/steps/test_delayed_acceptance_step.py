@@ -31,7 +31,7 @@ from pymc_kameleon.core.adaptation.scan import scan_steps_for
 from pymc_kameleon.core.delayed_acceptance.mala import log_expected_langevin_term
 from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
 from pymc_kameleon.core.mh import mh_log_ratio
-from pymc_kameleon.targets import banana, correlated_gaussian
+from pymc_kameleon.problems.targets import banana, correlated_gaussian
 
 Z_MAX = 4.0
 STEPS = [GPDelayedAcceptanceMH, GPDelayedAcceptanceMALA]
