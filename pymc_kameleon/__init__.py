@@ -9,7 +9,8 @@ The public API::
 ``pymc_kameleon.core`` holds the NumPy math (no PyMC imports), ``pymc_kameleon.problems`` the
 benchmark targets with exact references, the papers' problems (GP classification on UCI Glass,
 Table 1 of the GP-DA paper, sensor-network localisation) and the catalogue of posteriors real users
-bring, and ``pymc_kameleon.plots`` plotting helpers.
+bring, ``pymc_kameleon.plots`` plotting helpers, and ``pymc_kameleon.testing`` the helpers of
+this package's tests (models, MCSE z-scores, seeded runs and their records).
 """
 
 from pymc_kameleon.pseudo_marginal import (

@@ -5,7 +5,6 @@ import math
 
 import numpy as np
 import pytest
-from conftest import _mcse_of_mean as ess_mcse
 from scipy.stats import multivariate_normal
 
 from pymc_kameleon.core.adaptation.covariance import shrunk_covariance
@@ -17,6 +16,7 @@ from pymc_kameleon.core.kameleon.moves import KameleonMoves
 from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
 from pymc_kameleon.core.mh import metropolis_accept, mh_log_ratio
 from pymc_kameleon.core.scale_free import ScaleFreeKameleon
+from pymc_kameleon.testing import mcse_of_mean as ess_mcse
 
 M = np.array([1.0, -2.0])
 C = np.array([[4.0, 1.2], [1.2, 0.9]])

@@ -10,11 +10,11 @@ import warnings
 import numpy as np
 import pymc as pm
 import pytest
-from conftest import SAMPLE_KW
 
 from pymc_kameleon import KameleonMetropolis
 from pymc_kameleon.core.kameleon.moves import KameleonMoves
 from pymc_kameleon.core.scale_free import ScaleFreeKameleon
+from pymc_kameleon.testing import SAMPLE_KW
 
 
 def banana_model(b=0.5, dim=2):

@@ -13,7 +13,11 @@ import cloudpickle
 import numpy as np
 import pymc as pm
 import pytest
-from conftest import (
+from pymc.step_methods.compound import Competence
+
+from pymc_kameleon import GPDelayedAcceptanceMALA, GPDelayedAcceptanceMH, KameleonMetropolis
+from pymc_kameleon.core.adaptation.scan import scan_steps_for
+from pymc_kameleon.testing import (
     SAMPLE_KW,
     assert_same_records,
     gaussian_data_model,
@@ -23,10 +27,6 @@ from conftest import (
     sample_with_seed,
     start_chain,
 )
-from pymc.step_methods.compound import Competence
-
-from pymc_kameleon import GPDelayedAcceptanceMALA, GPDelayedAcceptanceMH, KameleonMetropolis
-from pymc_kameleon.core.adaptation.scan import scan_steps_for
 
 STEPS = [KameleonMetropolis, GPDelayedAcceptanceMH, GPDelayedAcceptanceMALA]
 
