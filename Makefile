@@ -17,7 +17,7 @@ export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 PYTEST6_ARGS ?=
 
-.PHONY: demo lint test test-pymc5 test-pymc6 benchmark benchmark-quick benchmark-kameleon notebooks clean
+.PHONY: demo lint test test-fast test-pymc5 test-pymc6 benchmark benchmark-quick benchmark-kameleon notebooks clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,12 @@ test: lint
 ## lint: ruff check (rules in pyproject.toml); `make test` runs it first
 lint: $(VENV)/.installed
 	$(PY) -m ruff check .
+
+## test-fast: ruff check, then the tests that sample nothing, on PyMC 5 (under half a minute): the NumPy
+##            core, the problems, the metrics and the benchmarks' exact references
+FAST_TESTS := tests/core tests/problems tests/test_metrics.py tests/test_benchmarks.py
+test-fast: $(VENV)/.installed lint
+	$(PY) -m pytest -q -m "not slow" $(FAST_TESTS)
 
 ## test-pymc5, test-pymc6: the whole suite, slow tests included, on one stack
 test-pymc5: $(VENV)/.installed lint

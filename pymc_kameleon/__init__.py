@@ -7,10 +7,10 @@ The public API::
     from pymc_kameleon import KASS, ASMC              # pm.sample_smc(kernel=KASS)
 
 ``pymc_kameleon.core`` holds the NumPy math (no PyMC imports), ``pymc_kameleon.problems`` the
-benchmark targets with exact references and the papers' problems (GP classification on UCI
-Glass, Table 1 of the GP-DA paper, sensor-network localisation; ``pymc_kameleon.targets`` and
-``pymc_kameleon.examples`` are the old paths, kept as re-exports), and ``pymc_kameleon.plots``
-plotting helpers.
+benchmark targets with exact references, the papers' problems (GP classification on UCI Glass,
+Table 1 of the GP-DA paper, sensor-network localisation) and the catalogue of posteriors real users
+bring, ``pymc_kameleon.plots`` plotting helpers, and ``pymc_kameleon.testing`` the helpers of
+this package's tests (models, MCSE z-scores, seeded runs and their records).
 """
 
 from pymc_kameleon.pseudo_marginal import (

@@ -141,8 +141,10 @@ def test_real_posteriors_quick_mode(capsys, tmp_path):
 def test_real_posteriors_records_our_steps_warnings_and_counts_mala_evaluations():
     """A run whose step warns (tuning far too short) says so in the row's notes; the quiet control
     does not. GP-DA MALA's exact evaluations are counted like GP-DA MH's."""
+    from pymc_kameleon.problems.scales import normals_5d_scales
+
     bench = _load("real_posteriors")
-    reference = bench.normals_5d_scales()[1]
+    reference = normals_5d_scales()[1]
     short = bench.run_one("normals-5d-scales", "GPDelayedAcceptanceMALA", 1, chains=1, tune=30, draws=20,
                           cores=1, reference=reference)
     assert short["warned"] and short["evals"] >= 1

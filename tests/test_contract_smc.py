@@ -6,10 +6,10 @@ seed reproducing the run, on a plain model and on a pseudo-marginal one."""
 import numpy as np
 import pymc as pm
 import pytest
-from conftest import SAMPLE_KW, assert_same_records, gaussian_data_model, latent_gaussian_model
 
 from pymc_kameleon import ASMC, KASS
 from pymc_kameleon.smc import log_evidence, stage_stats
+from pymc_kameleon.testing import SAMPLE_KW, assert_same_records, gaussian_data_model, latent_gaussian_model
 
 KERNELS = pytest.mark.parametrize("kernel", [KASS, ASMC], ids=lambda k: k.__name__)
 MODELS = {"plain": gaussian_data_model, "pseudo_marginal": latent_gaussian_model}

@@ -10,10 +10,14 @@
 - :mod:`~pymc_kameleon.problems.table1` (import it explicitly; it builds PyMC models and Ops): the
   five targets of Table 1 of the GP delayed-acceptance paper, with simulated data and counted
   likelihood evaluations.
+- :mod:`~pymc_kameleon.problems.real_posteriors` (import it explicitly, as ``table1``): the
+  posteriors real users bring (``benchmarks/real_posteriors.py``), in themed modules with their
+  references: ``regressions.py``, ``hierarchical.py``, ``time_series.py``, ``ode.py`` (also the SIR
+  solve of Table 1's T4), ``scales.py``; ``reference.py`` says what a reference holds.
 
-All of them are :class:`Problem` s (see :mod:`~pymc_kameleon.problems.base`). The old paths
-``pymc_kameleon.targets`` and ``pymc_kameleon.examples[.table1|.sensor_network|.gp_classification]``
-re-export these modules.
+The targets, the Table 1 posteriors and the sensor network are :class:`Problem` s (see
+:mod:`~pymc_kameleon.problems.base`); the real posteriors are builders of ``(model, reference,
+initvals)``, as the benchmark samples them.
 """
 
 from pymc_kameleon.problems.base import Problem

@@ -59,7 +59,6 @@ from pymc_kameleon.problems.base import Problem
 __all__ = [
     "DEFAULT_SEED",
     "SensorNetworkData",
-    "reflect_across_base_line",
     "sensor_network_data",
     "sensor_network_model",
     "side_of_base_line",
@@ -224,15 +223,6 @@ def side_of_base_line(data: SensorNetworkData, x) -> np.ndarray:
     xs = np.asarray(x, dtype=float).reshape(*np.shape(x)[:-1], data.n_sensors, 2)
     cross = (b1[0] - b0[0]) * (xs[..., 1] - b0[1]) - (b1[1] - b0[1]) * (xs[..., 0] - b0[0])
     return cross > 0
-
-
-def reflect_across_base_line(data: SensorNetworkData, x) -> np.ndarray:
-    """Reflect every unknown sensor across the base line (the likelihood is invariant under it)."""
-    b0, b1 = data.base_locations[0], data.base_locations[1]
-    u = (b1 - b0) / np.linalg.norm(b1 - b0)
-    xs = np.asarray(x, dtype=float).reshape(*np.shape(x)[:-1], data.n_sensors, 2) - b0
-    along = np.sum(xs * u, axis=-1, keepdims=True) * u
-    return (b0 + 2.0 * along - xs).reshape(np.shape(x))
 
 
 def sensor_network_model(data: SensorNetworkData | None = None):

@@ -6,7 +6,6 @@ import math
 
 import numpy as np
 import pytest
-from conftest import _mcse_of_mean as ess_mcse
 from scipy.stats import multivariate_normal
 
 from pymc_kameleon.core.adaptation.covariance import shrunk_covariance
@@ -20,6 +19,7 @@ from pymc_kameleon.core.kameleon.kernels import GaussianKernel, make_kernel
 from pymc_kameleon.core.kameleon.scale_free import ScaleFreeProposal
 from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
 from pymc_kameleon.core.mh import metropolis_accept, mh_log_ratio
+from pymc_kameleon.testing import mcse_of_mean as ess_mcse
 
 M = np.array([1.0, -2.0])
 C = np.array([[4.0, 1.2], [1.2, 0.9]])

@@ -1,6 +1,4 @@
-"""The one problem abstraction (problems.base.Problem) and the old import paths that re-export it."""
-
-import importlib
+"""The one problem abstraction (problems.base.Problem)."""
 
 import numpy as np
 import pytest
@@ -42,20 +40,3 @@ def test_table1_target_is_a_problem():
     assert target.exact_mean is None
     with pytest.raises(NotImplementedError, match="Table1Target"):
         target.log_density(np.zeros(3))
-
-
-@pytest.mark.parametrize(
-    "old, new",
-    [
-        ("pymc_kameleon.targets", "pymc_kameleon.problems.targets"),
-        ("pymc_kameleon.examples", "pymc_kameleon.problems.gp_classification"),
-        ("pymc_kameleon.examples.table1", "pymc_kameleon.problems.table1"),
-        ("pymc_kameleon.examples.sensor_network", "pymc_kameleon.problems.sensor_network"),
-        ("pymc_kameleon.examples.gp_classification", "pymc_kameleon.problems.gp_classification"),
-    ],
-)
-def test_old_import_paths_reexport_the_same_objects(old, new):
-    old_mod, new_mod = importlib.import_module(old), importlib.import_module(new)
-    assert set(old_mod.__all__) <= set(new_mod.__all__)
-    for name in old_mod.__all__:
-        assert getattr(old_mod, name) is getattr(new_mod, name), name

@@ -9,7 +9,6 @@ from scipy.stats import norm
 from pymc_kameleon.problems.sensor_network import (
     DEFAULT_SEED,
     SensorNetworkData,
-    reflect_across_base_line,
     sensor_network_data,
     sensor_network_model,
     side_of_base_line,
@@ -69,6 +68,15 @@ def test_data_reproducible_and_documented():
     assert a.pairs.shape == (9, 2) and not np.any(a.pairs[:, 0] >= a.n_sensors)  # bases never pair with bases
     assert a.observed.sum() == 6 and np.all(a.distances[~a.observed] == 0)
     assert (a.R, a.sigma2, a.prior_mean, a.prior_sd) == (0.3, 0.02, 0.5, 1.0)
+
+
+def reflect_across_base_line(data: SensorNetworkData, x) -> np.ndarray:
+    """Reflect every unknown sensor across the base line (the likelihood is invariant under it)."""
+    b0, b1 = data.base_locations[0], data.base_locations[1]
+    u = (b1 - b0) / np.linalg.norm(b1 - b0)
+    xs = np.asarray(x, dtype=float).reshape(*np.shape(x)[:-1], data.n_sensors, 2) - b0
+    along = np.sum(xs * u, axis=-1, keepdims=True) * u
+    return (b0 + 2.0 * along - xs).reshape(np.shape(x))
 
 
 def test_likelihood_is_invariant_under_reflection_across_base_line():

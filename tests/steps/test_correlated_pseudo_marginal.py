@@ -1,7 +1,7 @@
 """Correlated pseudo-marginal: (theta, u) proposed jointly, u by Crank-Nicolson, and the chain stays exact.
 
 Exact tests drive a step by hand with a scripted, deterministic estimator of (theta, u); the slow
-tests check the latent Gaussian model of conftest.py (known posterior) with the MCSE tolerance,
+tests check the latent Gaussian model of pymc_kameleon.testing (known posterior) with the MCSE tolerance,
 and a negative control that drops the kept state.
 """
 
@@ -11,7 +11,6 @@ import warnings
 import numpy as np
 import pymc as pm
 import pytest
-from conftest import LATENT_POST_MEAN, SAMPLE_KW, latent_gaussian_correlated_model, latent_gaussian_z_scores
 from scipy.stats import norm
 
 from pymc_kameleon import (
@@ -22,6 +21,12 @@ from pymc_kameleon import (
 )
 from pymc_kameleon.core.proposals import crank_nicolson_move
 from pymc_kameleon.steps.target_density import TargetDensity
+from pymc_kameleon.testing import (
+    LATENT_POST_MEAN,
+    SAMPLE_KW,
+    latent_gaussian_correlated_model,
+    latent_gaussian_z_scores,
+)
 
 Z_MAX = 4.0
 

@@ -12,7 +12,7 @@ import numpy as np
 import pymc as pm
 
 from pymc_kameleon import GPDelayedAcceptanceMALA, GPDelayedAcceptanceMH
-from pymc_kameleon.examples.table1 import banana_ab
+from pymc_kameleon.problems.table1 import banana_ab
 
 
 def test_nonfinite_gp_prediction_rejects_at_stage_one():

@@ -15,13 +15,6 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 import pytest
-from conftest import (
-    SAMPLE_KW,
-    gaussian_data_model,
-    invariance_z_scores,
-    latent_gaussian_model,
-    latent_gaussian_z_scores,
-)
 from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 from scipy.stats import multivariate_normal, norm
@@ -34,7 +27,14 @@ from pymc_kameleon.core.kameleon.scale_free import ScaleFreeProposal
 from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
 from pymc_kameleon.core.mh import mh_log_ratio
 from pymc_kameleon.core.proposals import LangevinProposal
-from pymc_kameleon.targets import banana, correlated_gaussian
+from pymc_kameleon.problems.targets import banana, correlated_gaussian
+from pymc_kameleon.testing import (
+    SAMPLE_KW,
+    gaussian_data_model,
+    invariance_z_scores,
+    latent_gaussian_model,
+    latent_gaussian_z_scores,
+)
 
 Z_MAX = 4.0
 STEPS = [GPDelayedAcceptanceMH, GPDelayedAcceptanceMALA]
@@ -637,7 +637,7 @@ def test_negative_control_skipping_the_alpha1_correction_is_caught():
 
 @pytest.mark.slow
 def test_invariance_pseudo_marginal():
-    """Latent Gaussian model with a noisy importance-sampling likelihood (conftest.py)."""
+    """Latent Gaussian model with a noisy importance-sampling likelihood (pymc_kameleon.testing)."""
     model = latent_gaussian_model()
     with model:
         with warnings.catch_warnings():

@@ -11,7 +11,6 @@ import warnings
 import numpy as np
 import pymc as pm
 import pytest
-from conftest import SAMPLE_KW, _mcse_of_mean
 from scipy.special import logsumexp
 from scipy.stats import multivariate_normal, norm, poisson
 
@@ -22,6 +21,8 @@ from pymc_kameleon import (
     PseudoMarginalPotential,
     importance_sampling_estimator,
 )
+from pymc_kameleon.testing import SAMPLE_KW
+from pymc_kameleon.testing import mcse_of_mean as _mcse_of_mean
 
 Y = np.array([3.1, 2.2, 4.0, 2.9, 3.5])
 K_GRID = np.arange(40)

@@ -7,7 +7,7 @@ import pymc as pm
 import pytest
 
 from pymc_kameleon import KameleonMetropolis
-from pymc_kameleon.targets import banana, correlated_gaussian, ring
+from pymc_kameleon.problems.targets import banana, correlated_gaussian, ring
 
 # Every statistic must lie within Z_MAX Monte Carlo standard errors of its exact value.
 # With ~6 statistics per target, a correct sampler fails by chance with probability < 1e-3.

@@ -10,12 +10,12 @@ import warnings
 import numpy as np
 import pymc as pm
 import pytest
-from conftest import SAMPLE_KW
 
 from pymc_kameleon import KameleonMetropolis
 from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
 from pymc_kameleon.core.kameleon.moves import KameleonMoves
 from pymc_kameleon.core.kameleon.scale_free import ScaleFreeProposal
+from pymc_kameleon.testing import SAMPLE_KW
 
 
 def banana_model(b=0.5, dim=2):

@@ -1,6 +1,6 @@
 """KameleonMetropolis with a PseudoMarginalPotential is the exact pseudo-marginal chain.
 
-The exactness tests use the latent Gaussian model of conftest.py (a known marginal likelihood,
+The exactness tests use the latent Gaussian model of pymc_kameleon.testing (a known marginal likelihood,
 estimated deliberately noisily by importance sampling). Per-chain reset, seeds, pickling and cores=2
 with a pseudo-marginal model are in the step contract (test_step_contract.py), for every step.
 """
@@ -11,10 +11,15 @@ import warnings
 import numpy as np
 import pymc as pm
 import pytest
-from conftest import SAMPLE_KW, latent_gaussian_log_estimator, latent_gaussian_model, latent_gaussian_z_scores
 from scipy.stats import norm
 
 from pymc_kameleon import KameleonMetropolis, PseudoMarginalPotential
+from pymc_kameleon.testing import (
+    SAMPLE_KW,
+    latent_gaussian_log_estimator,
+    latent_gaussian_model,
+    latent_gaussian_z_scores,
+)
 
 Z_MAX = 4.0
 

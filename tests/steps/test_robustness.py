@@ -9,76 +9,21 @@ import pymc as pm
 import pytest
 
 from pymc_kameleon import KASS, GPDelayedAcceptanceMH, KameleonMetropolis
+from pymc_kameleon.problems.hierarchical import eight_schools_noncentred, eight_schools_noncentred_far_start
+from pymc_kameleon.problems.regressions import UNSTANDARDISED_REGRESSION_FAR_START as FAR
+from pymc_kameleon.problems.regressions import unstandardised_regression as regression
+from pymc_kameleon.problems.regressions import unstandardised_regression_reference
+from pymc_kameleon.problems.scales import TWO_NORMALS_OBSERVED_A_SD as A_SD
+from pymc_kameleon.problems.scales import TWO_NORMALS_OBSERVED_B_SD as B_SD
+from pymc_kameleon.problems.scales import two_normals_observed as two_normals
 
 pytestmark = pytest.mark.slow
-
-# ---------------------------------------------------------------------------- two normals
-# a ~ N(0, 1e-2), b ~ N(0, 1e4) a priori; one observation of each at 0 with sd 1e-3 and 1e3.
-# Posterior: independent normals, mean 0, sd 1/sqrt(1/prior_var + 1/lik_var).
-A_SD = 1.0 / np.sqrt(1e4 + 1e6)
-B_SD = 1.0 / np.sqrt(1e-8 + 1e-6)
-
-
-def two_normals():
-    with pm.Model() as model:
-        a = pm.Normal("a", 0, 1e-2)
-        b = pm.Normal("b", 0, 1e4)
-        pm.Normal("ya", a, 1e-3, observed=0.0)
-        pm.Normal("yb", b, 1e3, observed=0.0)
-    return model
-
-
-# ------------------------------------------------------------------ unstandardised regression
-_rng = np.random.default_rng(0)
-INCOME = _rng.uniform(2e4, 1.5e5, 200)  # dollars
-Y = 0.96 + 2e-5 * INCOME + _rng.normal(0, 0.5, 200)
-FAR = {"b0": 50.0, "b1": -0.01, "sigma": 20.0}
-
-
-def regression():
-    with pm.Model() as model:
-        b0 = pm.Normal("b0", 0, 100)
-        b1 = pm.Normal("b1", 0, 1e-2)
-        sigma = pm.HalfNormal("sigma", 5)
-        pm.Normal("y", b0 + b1 * INCOME, sigma, observed=Y)
-    return model
 
 
 @pytest.fixture(scope="module")
 def regression_reference():
-    """Exact posterior means and sds, by quadrature over sigma.
-
-    Given sigma the model is conjugate: with X = [1, income / 1e5] (b1 rescaled to c = 1e5 b1 so
-    the 2 x 2 algebra is well conditioned) and prior precision P, the conditional posterior of
-    (b0, c) is N(m, A^-1), A = P + X'X / sigma^2, m = A^-1 X'y / sigma^2, and
-    log p(y | sigma) = -n log sigma - (log|A| + y'y / sigma^2 - m'Am) / 2 + const. The marginal
-    of sigma (HalfNormal(5) prior) is tabulated on a fine grid; (b0, c) is then a mixture of normals.
-    """
-    X = np.column_stack([np.ones_like(INCOME), INCOME / 1e5])
-    prior_precision = np.diag([1.0 / 100.0**2, 1.0 / (1e-2 * 1e5) ** 2])
-    sigma = np.linspace(0.3, 0.8, 4001)
-    log_w, means, covs = [], [], []
-    for s in sigma:
-        A = prior_precision + X.T @ X / s**2
-        m = np.linalg.solve(A, X.T @ Y / s**2)
-        log_w.append(
-            -len(Y) * np.log(s) - 0.5 * (np.linalg.slogdet(A)[1] + Y @ Y / s**2 - m @ A @ m) - s**2 / 50.0
-        )
-        means.append(m)
-        covs.append(np.linalg.inv(A))
-    w = np.exp(np.array(log_w) - max(log_w))
-    w /= w.sum()
-    assert w[0] < 1e-12 and w[-1] < 1e-12  # the grid covers the posterior of sigma
-    means, covs = np.array(means), np.array(covs)
-    mean = w @ means
-    cov = np.einsum("i,ijk->jk", w, covs + means[:, :, None] * means[:, None, :]) - np.outer(mean, mean)
-    sd = np.sqrt(np.diag(cov))
-    sigma_mean = float(w @ sigma)
-    return {
-        "b0": (float(mean[0]), float(sd[0])),
-        "b1": (float(mean[1]) / 1e5, float(sd[1]) / 1e5),
-        "sigma": (sigma_mean, float(np.sqrt(w @ (sigma - sigma_mean) ** 2))),
-    }
+    """Exact posterior means and sds, by quadrature over sigma."""
+    return unstandardised_regression_reference()
 
 
 def check(idata, reference, rhat=True, strict=False):
@@ -340,14 +285,7 @@ def test_gp_da_screening_pauses_while_the_chain_walks_in(monkeypatch):
 
 
 def _eight_schools_non_centred():
-    y = np.array([28.0, 8, -3, 7, -1, 1, 18, 12])
-    s = np.array([15.0, 10, 16, 11, 9, 11, 10, 18])
-    with pm.Model() as model:
-        mu = pm.Normal("mu", 0, 5)
-        tau = pm.HalfCauchy("tau", 5)
-        theta_t = pm.Normal("theta_t", 0, 1, shape=8)
-        pm.Normal("y", mu + tau * theta_t, s, observed=y)
-    return model
+    return eight_schools_noncentred()[0]
 
 
 @pytest.mark.parametrize("floor", [True, False], ids=["shipped", "no-floor"])
@@ -365,8 +303,8 @@ def test_mala_does_not_stick_in_one_coordinate(floor, monkeypatch):
 
     if not floor:
         monkeypatch.setattr(AdaptationWindow, "variance_floor", property(lambda self: None))
-    start = {"mu": 200.0, "tau": 1000.0, "theta_t": 10.0 * (-1.0) ** np.arange(8)}
-    with _eight_schools_non_centred(), warnings.catch_warnings(record=True) as caught:
+    model, _, start = eight_schools_noncentred_far_start()
+    with model, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         idata = pm.sample(step=GPDelayedAcceptanceMALA(), tune=3000, draws=200, chains=1, random_seed=1,
                           initvals=start, progressbar=False, compute_convergence_checks=False)

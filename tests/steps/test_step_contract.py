@@ -2,7 +2,9 @@
 invalid options named, a non-finite start a clear error, per-chain state reset (PyMC 5's reset_tuning,
 PyMC 6's setup_chain), same seed same draws, a pickled step and cores=2 drawing what sequential chains
 draw, on a plain model and on a pseudo-marginal one; and what they share with PyMC's own steps: the
-`lp` statistic, options typed as NumPy scalars, warnings from worker processes."""
+`lp` statistic, options typed as NumPy scalars, warnings from worker processes. DiscreteMetropolis keeps
+the contracts that apply to a step of discrete variables, on models of its own (a Poisson variable,
+with a likelihood or beside a PseudoMarginalPotential)."""
 
 import math
 import warnings
@@ -13,7 +15,18 @@ import cloudpickle
 import numpy as np
 import pymc as pm
 import pytest
-from conftest import (
+from pymc.step_methods.compound import Competence
+from scipy.stats import norm
+
+from pymc_kameleon import (
+    DiscreteMetropolis,
+    GPDelayedAcceptanceMALA,
+    GPDelayedAcceptanceMH,
+    KameleonMetropolis,
+    PseudoMarginalPotential,
+)
+from pymc_kameleon.core.adaptation.scan import scan_steps_for
+from pymc_kameleon.testing import (
     SAMPLE_KW,
     assert_same_records,
     gaussian_data_model,
@@ -23,10 +36,6 @@ from conftest import (
     sample_with_seed,
     start_chain,
 )
-from pymc.step_methods.compound import Competence
-
-from pymc_kameleon import GPDelayedAcceptanceMALA, GPDelayedAcceptanceMH, KameleonMetropolis
-from pymc_kameleon.core.adaptation.scan import scan_steps_for
 
 STEPS = [KameleonMetropolis, GPDelayedAcceptanceMH, GPDelayedAcceptanceMALA]
 
@@ -37,6 +46,34 @@ def regression_model():
         s = pm.HalfNormal("s", 1.0)  # a transformed variable: lp is in the log-scale coordinates
         pm.Normal("y", b[0] + b[1] * np.arange(4.0), s, observed=[0.1, 0.6, 0.9, 1.7])
     return model
+
+
+# DiscreteMetropolis's models: one integer k ~ Poisson(20) and observations N(k, 2^2). The posterior
+# (sd about 1) lies 20 sds above 0, so no jump leaves the support (where no estimate would be made).
+DISCRETE_Y = np.array([19.0, 22.5, 20.5, 18.0])
+
+
+def discrete_model():
+    with pm.Model() as model:
+        k = pm.Poisson("k", 20.0)
+        pm.Normal("y", k, 2.0, observed=DISCRETE_Y)
+    return model
+
+
+def discrete_log_estimate(k, rng):
+    """log p(y | k) plus log-normal noise of mean 1 on the likelihood: unbiased and noisy."""
+    return float(norm.logpdf(DISCRETE_Y, k, 2.0).sum() - 0.125 + 0.5 * rng.standard_normal())
+
+
+def discrete_pseudo_marginal_model():
+    with pm.Model() as model:
+        k = pm.Poisson("k", 20.0)
+        PseudoMarginalPotential("lik", discrete_log_estimate, inputs=[k])
+    return model
+
+
+def _model_for(cls):
+    return discrete_model() if cls is DiscreteMetropolis else regression_model()
 
 
 @pytest.mark.parametrize("cls", STEPS)
@@ -72,6 +109,20 @@ def test_lp_in_a_compound_step_is_the_last_steps():
     np.testing.assert_allclose(lp[:, -1], expected, rtol=1e-10)
 
 
+def test_lp_of_the_discrete_step_is_the_model_log_density_of_each_draw():
+    """As for the continuous steps: `lp` is the model's log density at every draw (control: the
+    previous draw's differs wherever the chain moved)."""
+    model = discrete_model()
+    with model:
+        idata = pm.sample(step=DiscreteMetropolis(), tune=100, draws=60, chains=1, random_seed=1, **SAMPLE_KW)
+    logp = model.compile_logp()
+    k = idata.posterior["k"].values[0]
+    lp = idata.sample_stats["lp"].values[0]
+    np.testing.assert_allclose(lp, [logp({"k": k_i}) for k_i in k], rtol=1e-10, atol=1e-10)
+    moved = np.flatnonzero(np.diff(k) != 0) + 1
+    assert moved.size > 0 and np.all(lp[moved] != lp[moved - 1])
+
+
 NUMPY_OPTIONS = {
     KameleonMetropolis: dict(
         target_accept=np.float32(0.3),
@@ -93,12 +144,13 @@ NUMPY_OPTIONS = {
     GPDelayedAcceptanceMALA: dict(
         target_accept=np.float32(0.5), initial_scale=np.float32(0.5), max_points=np.int64(300)
     ),
+    DiscreteMetropolis: dict(scaling=np.float32(2.0), target_accept=np.float32(0.4)),
 }
 
 
-@pytest.mark.parametrize("cls", STEPS)
+@pytest.mark.parametrize("cls", STEPS + [DiscreteMetropolis])
 def test_numpy_scalar_options_are_accepted(cls):
-    with regression_model():
+    with _model_for(cls):
         step = cls(**NUMPY_OPTIONS[cls])
         assert type(step.target_accept) is float
         pm.sample(step=step, tune=150, draws=10, chains=1, random_seed=3, **SAMPLE_KW)
@@ -142,6 +194,7 @@ def test_a_carried_warning_is_raised_when_unpickled_and_leaves_a_plain_number():
     assert carry_warnings(1.5, []) == 1.5 and type(carry_warnings(1.5, [])) is float
 
 
+# Not DiscreteMetropolis: its tuning (one Robbins-Monro scale per element) has no warnings to carry.
 @pytest.mark.parametrize(
     "cls, kwargs, message",
     [
@@ -200,6 +253,12 @@ def _gp_da_exact_evals(stats):
     return np.diff(stats["n_exact_evals"], axis=1, prepend=0)
 
 
+def _discrete_chain_start(stats):
+    """DiscreteMetropolis starts each chain afresh: k's scale from `scaling` (1), so after the first
+    step log(scaling) = accept - target_accept, the Robbins-Monro step of gain 1."""
+    np.testing.assert_allclose(np.log(stats["scaling"][:, 0]), stats["accept"][:, 0] - 0.44, rtol=1e-12)
+
+
 @dataclass(frozen=True)
 class StepCase:
     id: str
@@ -212,6 +271,10 @@ class StepCase:
     estimates_per_draw: set  # estimator calls per step after tuning, with a PseudoMarginalPotential
     bad_options: list  # (options, the option its error names)
     pseudo_marginal_options: dict = field(default_factory=dict)
+    models: dict | None = None  # "plain" and "pseudo_marginal" model builders, if not MODELS
+
+    def model(self, name):
+        return (self.models or MODELS)[name]()
 
     def make(self, model, vars=None, *, pseudo_marginal=False, **options):
         options = {**self.options, **(self.pseudo_marginal_options if pseudo_marginal else {}), **options}
@@ -294,6 +357,19 @@ CASES = [
         pseudo_marginal_options=dict(gradient_observations=False),
         **GP_DA,
     ),
+    StepCase(
+        "discrete", DiscreteMetropolis, {},
+        tune=30,
+        check_chain_start=_discrete_chain_start,
+        exact_evals=lambda stats: stats["logp_evals"],  # no jump leaves the support: each is estimated
+        estimates_per_draw={1},  # one element, one proposal per step
+        bad_options=[
+            (dict(scaling=0.0), "scaling"),
+            (dict(scaling="wide"), "scaling"),
+            (dict(target_accept=1.5), "target_accept"),
+        ],
+        models={"plain": discrete_model, "pseudo_marginal": discrete_pseudo_marginal_model},
+    ),
 ]
 MODELS = {"plain": gaussian_data_model, "pseudo_marginal": latent_gaussian_model}
 INVALID_OPTIONS = [
@@ -305,13 +381,18 @@ CHAIN_START = 40  # steps compared at the start of a chain
 DRAWS = 10
 
 each_step = pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)
+# Not DiscreteMetropolis: it refuses continuous variables instead (test_discrete_step.py), and an integer
+# variable holds no NaN or inf.
+each_continuous_step = pytest.mark.parametrize(
+    "case", [c for c in CASES if c.cls is not DiscreteMetropolis], ids=lambda case: case.id
+)
 each_model = pytest.mark.parametrize("model_name", list(MODELS))
 # The contract runs tune only as long as the start of each step's schedule, shorter than they ask for.
 short_tuning = pytest.mark.filterwarnings("ignore:.*tuning took:UserWarning")
 
 
 def _make(case, model_name):
-    model = MODELS[model_name]()
+    model = case.model(model_name)
     return model, case.make(model, pseudo_marginal=model_name == "pseudo_marginal")
 
 
@@ -329,7 +410,7 @@ def _settings(step):
     return {k: v for k, v in vars(step).items() if isinstance(v, (bool, int, float, str, type(None)))}
 
 
-@each_step
+@each_continuous_step
 def test_discrete_variables_are_refused_with_a_clear_error(case):
     with pm.Model() as model:
         k = pm.Poisson("k", 3.0)
@@ -355,10 +436,10 @@ def test_discrete_variables_are_refused_with_a_clear_error(case):
 @pytest.mark.parametrize("case, options, option", INVALID_OPTIONS)
 def test_invalid_options_name_the_option(case, options, option):
     with pytest.raises(ValueError, match=option):
-        case.make(gaussian_data_model(), **options)
+        case.make(case.model("plain"), **options)
 
 
-@each_step
+@each_continuous_step
 @each_model
 def test_nonfinite_start_is_a_clear_error(case, model_name):
     model, step = _make(case, model_name)
@@ -453,7 +534,7 @@ SAMPLED = [(c, m) for c in CASES for m in MODELS if (c.id, m) != ("gp_da_kameleo
 @pytest.fixture(scope="module", params=SAMPLED, ids=lambda p: f"{p[0].id}-{p[1]}")
 def sampled(request):
     case, model_name = request.param
-    model, pseudo_marginal = MODELS[model_name](), model_name == "pseudo_marginal"
+    model, pseudo_marginal = case.model(model_name), model_name == "pseudo_marginal"
     step = case.make(model, pseudo_marginal=pseudo_marginal)
     kw = dict(tune=case.tune, draws=DRAWS, discard_tuned_samples=False)
     runs = dict(
@@ -483,7 +564,7 @@ def test_cores_2_gives_the_draws_of_sequential_chains(sampled):
     sequential chains on one step object record. Negative control: the two chains differ."""
     assert_same_records(recorded(sampled.parallel), recorded(sampled.first))
     draws = sampled.parallel.posterior[sampled.var].values
-    assert draws.shape == (2, DRAWS, 2) and not np.array_equal(draws[0], draws[1])
+    assert draws.shape[:2] == (2, DRAWS) and not np.array_equal(draws[0], draws[1])
 
 
 @short_tuning
@@ -506,13 +587,13 @@ def test_per_chain_state_is_reset_between_chains(sampled):
         assert "loglik_estimate" not in sampled.step.stats_dtypes_shapes and "loglik_estimate" not in post
 
 
-@pytest.mark.parametrize("cls", [KameleonMetropolis, GPDelayedAcceptanceMH])
+@pytest.mark.parametrize("cls", [KameleonMetropolis, GPDelayedAcceptanceMH, DiscreteMetropolis])
 def test_a_step_reused_by_another_pm_sample_starts_afresh_in_worker_processes(cls):
     """PyMC 5's worker processes call only set_rng before a chain, PyMC 6's only setup_chain; neither
     calls reset_tuning or sets `tune`. A step object that has already sampled once must still start
     each parallel chain afresh, tuning included: it draws what a fresh step draws. (It used to go on
     from its old state: Kameleon moves from the first step on PyMC 5, and no tuning at all on PyMC 6.)"""
-    model = gaussian_data_model()
+    model = discrete_model() if cls is DiscreteMetropolis else gaussian_data_model()
     with model:
         used, fresh = cls(), cls()
     kw = dict(tune=250, draws=10, cores=2, discard_tuned_samples=False)

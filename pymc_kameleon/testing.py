@@ -1,0 +1,395 @@
+"""Test support for this package's own tests, as :mod:`pymc.testing` is PyMC's.
+
+Users who write tests of their own step methods can use it too. It holds
+
+- Monte Carlo comparisons with exact answers: :func:`mcse_of_mean`, :func:`invariance_z_scores`
+  (HDR coverages and means of a :class:`~pymc_kameleon.problems.hdr.Target`),
+  :func:`latent_gaussian_z_scores`;
+- small models: :func:`gaussian_data_model` (smooth, with a likelihood term and a proper prior),
+  and a latent Gaussian model with a known marginal likelihood whose likelihood is estimated, for
+  pseudo-marginal steps (:func:`latent_gaussian_model`, :func:`latent_gaussian_correlated_model`,
+  :func:`latent_gaussian_log_estimator`, the ``LATENT_*`` constants);
+- drivers: :func:`sample_with_seed` (``pm.sample`` with a seed), :func:`start_chain` and
+  :func:`run_steps` (a step by hand, prepared per chain as each PyMC version does, see
+  :data:`CHAIN_HOOKS`), and :func:`recorded` and :func:`assert_same_records` to compare what two
+  runs recorded.
+
+PyMC and ArviZ are imported inside the functions that use them, so importing this module costs
+only NumPy.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = [
+    "CHAIN_HOOKS",
+    "INVARIANCE_QS",
+    "LATENT_D",
+    "LATENT_J",
+    "LATENT_POST_MEAN",
+    "LATENT_POST_VAR",
+    "LATENT_Y",
+    "RECORDED_GROUPS",
+    "SAMPLE_KW",
+    "assert_same_records",
+    "gaussian_data_model",
+    "invariance_z_scores",
+    "latent_gaussian_correlated_model",
+    "latent_gaussian_log_estimator",
+    "latent_gaussian_model",
+    "latent_gaussian_z_scores",
+    "mcse_of_mean",
+    "recorded",
+    "run_steps",
+    "sample_with_seed",
+    "start_chain",
+]
+
+#: HDR coverages that :func:`invariance_z_scores` checks.
+INVARIANCE_QS = (0.25, 0.5, 0.75, 0.9)
+#: ``pm.sample`` options of every test run: no progress bar, no convergence checks.
+SAMPLE_KW = dict(progressbar=False, compute_convergence_checks=False)
+
+
+# ------------------------------------------------------------------ comparisons with exact answers
+def mcse_of_mean(values) -> float:
+    """Monte Carlo standard error of the mean of MCMC draws, from ArviZ's ESS.
+
+    Works with ArviZ 0.x and 1.x.
+
+    Parameters
+    ----------
+    values : array_like of shape (chain, draw), or (draw,) for one chain
+
+    Returns
+    -------
+    float
+    """
+    import arviz as az
+
+    values = np.atleast_2d(np.asarray(values, dtype=float))
+    try:
+        return float(az.mcse(values, method="mean"))  # ArviZ 1 takes (chain, draw) arrays
+    except TypeError:
+        dataset = az.convert_to_dataset({"v": values})  # ArviZ 0.x wants a dataset
+        return float(az.mcse(dataset, method="mean")["v"])
+
+
+def invariance_z_scores(draws, target, qs=INVARIANCE_QS) -> dict:
+    """Standardised errors |estimate - exact| / MCSE for HDR coverages and coordinate means.
+
+    Every statistic is a posterior mean, so its Monte Carlo standard error comes from ArviZ's
+    ESS, which accounts for autocorrelation.
+
+    Parameters
+    ----------
+    draws : array_like of shape (chain, draw, dim)
+    target : pymc_kameleon.problems.hdr.Target
+        The exact posterior (``in_hdr`` and ``exact_mean``).
+    qs : sequence of float
+        HDR coverages to check.
+
+    Returns
+    -------
+    dict
+        ``coverage_<q>`` and ``mean_<j>`` -> z-score.
+    """
+    draws = np.asarray(draws, dtype=float)
+    flat = draws.reshape(-1, draws.shape[-1])
+    out = {}
+    for q in qs:
+        inside = target.in_hdr(flat, q).reshape(draws.shape[:2]).astype(float)
+        out[f"coverage_{q}"] = abs(inside.mean() - q) / max(mcse_of_mean(inside), 1e-12)
+    exact_mean = target.exact_mean
+    for j in range(draws.shape[-1]):
+        est = draws[..., j]
+        out[f"mean_{j}"] = abs(est.mean() - exact_mean[j]) / max(mcse_of_mean(est), 1e-12)
+    return out
+
+
+# ------------------------------------------------------------------------------------ small models
+def gaussian_data_model(seed=0, n=30):
+    """mu ~ N(0, 10^2 I) in 2-d and n observations y_i ~ N(mu, I).
+
+    A smooth posterior with gradients, a likelihood term (the GP steps need one) and a proper
+    prior (SMC starts from prior draws).
+
+    Parameters
+    ----------
+    seed : int
+        Seed of the simulated observations.
+    n : int
+        Number of observations.
+
+    Returns
+    -------
+    pymc.Model
+        Free variable ``mu`` (shape 2), observed ``y``.
+    """
+    import pymc as pm
+
+    data = np.random.default_rng(seed).normal([0.5, -1.0], 1.0, size=(n, 2))
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 10, shape=2)
+        pm.Normal("y", mu, 1, observed=data)
+    return model
+
+
+# A latent Gaussian model with a known marginal likelihood, for pseudo-marginal samplers:
+# z_j ~ N(theta, I), y_j | z_j ~ N(z_j, I), so y_j | theta ~ N(theta, 2I), and with the prior
+# theta ~ N(0, I) the posterior is N(sum(y) / (2 + J), I / (1 + J/2)). The likelihood is estimated
+# by importance sampling from p(z | theta), deliberately noisily (sd of the log-estimate ~1-1.4).
+LATENT_J, LATENT_D = 10, 2
+LATENT_Y = np.array([0.5, -0.5]) + math.sqrt(2.0) * np.random.default_rng(2024).normal(
+    size=(LATENT_J, LATENT_D)
+)
+LATENT_POST_MEAN = LATENT_Y.sum(0) / 2 / (1 + LATENT_J / 2)
+LATENT_POST_VAR = 1 / (1 + LATENT_J / 2)
+
+
+def latent_gaussian_log_estimator(n_importance=20):
+    """The latent Gaussian model's log-likelihood estimator: importance sampling from p(z | theta).
+
+    Parameters
+    ----------
+    n_importance : int
+        Importance samples per group.
+
+    Returns
+    -------
+    callable
+        ``log_est(*thetas, rng) -> float``, the thetas raveled and joined into one vector.
+    """
+    from pymc_kameleon import log_mean_exp
+
+    def log_est(*args):
+        *thetas, rng = args
+        theta = np.hstack([np.ravel(t) for t in thetas])
+        z = theta + rng.standard_normal((n_importance, LATENT_J, LATENT_D))  # z ~ p(z | theta)
+        log_w = -0.5 * ((LATENT_Y - z) ** 2).sum(-1) - math.log(2 * math.pi)  # log p(y_j | z_j)
+        return float(log_mean_exp(log_w, axis=0).sum())
+
+    return log_est
+
+
+def latent_gaussian_model(split=False, n_importance=20):
+    """The latent Gaussian model with a ``PseudoMarginalPotential`` named "lik".
+
+    Parameters
+    ----------
+    split : bool
+        False: one free variable ``theta`` of shape 2. True: the scalars ``theta0`` and
+        ``theta1`` (for two-block CompoundSteps).
+    n_importance : int
+        Importance samples per group of the estimator.
+
+    Returns
+    -------
+    pymc.Model
+    """
+    import pymc as pm
+
+    from pymc_kameleon import PseudoMarginalPotential
+
+    with pm.Model() as model:
+        if split:
+            inputs = [pm.Normal("theta0", 0, 1), pm.Normal("theta1", 0, 1)]
+        else:
+            inputs = [pm.Normal("theta", 0, 1, shape=LATENT_D)]
+        PseudoMarginalPotential("lik", latent_gaussian_log_estimator(n_importance), inputs=inputs)
+    return model
+
+
+def latent_gaussian_correlated_model(n_importance=2, correlation=0.9):
+    """The latent Gaussian model with a correlated estimator: z = theta + u, u of shape (N, J, D).
+
+    Parameters
+    ----------
+    n_importance : int
+        Importance samples N per group.
+    correlation : float
+        Correlation of the estimator's auxiliary variables between successive proposals.
+
+    Returns
+    -------
+    pymc.Model
+        Free variable ``theta`` (shape 2) and the ``PseudoMarginalPotential`` "lik".
+    """
+    import pymc as pm
+
+    from pymc_kameleon import PseudoMarginalPotential, correlated_importance_sampling_estimator
+
+    def log_weight(z, theta):  # log p(y_j | z_j) per importance sample and group: shape (N, J)
+        return -0.5 * ((LATENT_Y - z) ** 2).sum(-1) - math.log(2 * math.pi)
+
+    estimator = correlated_importance_sampling_estimator(
+        log_weight, lambda u, theta: theta + u, n_importance, latent_shape=(LATENT_J, LATENT_D)
+    )
+    with pm.Model() as model:
+        theta = pm.Normal("theta", 0, 1, shape=LATENT_D)
+        PseudoMarginalPotential("lik", estimator, inputs=[theta], correlation=correlation)
+    return model
+
+
+def latent_gaussian_z_scores(draws) -> dict:
+    """|error| / MCSE for the exact posterior mean and variance of each coordinate of theta.
+
+    Parameters
+    ----------
+    draws : ndarray of shape (chain, draw, 2)
+        Draws of theta from the latent Gaussian model.
+
+    Returns
+    -------
+    dict
+        ``mean_<j>`` and ``var_<j>`` -> z-score.
+    """
+    scores = {}
+    for j in range(draws.shape[-1]):
+        x = draws[..., j]
+        scores[f"mean_{j}"] = abs(x.mean() - LATENT_POST_MEAN[j]) / mcse_of_mean(x)
+        sq = (x - LATENT_POST_MEAN[j]) ** 2
+        scores[f"var_{j}"] = abs(sq.mean() - LATENT_POST_VAR) / mcse_of_mean(sq)
+    return scores
+
+
+# ------------------------------------------------------------------------ runs and their records
+def sample_with_seed(model, step, seed, *, tune, draws, chains=2, cores=1, **kwargs):
+    """``pm.sample(step=step, random_seed=seed)`` on ``model``, without progress bar or convergence checks.
+
+    Parameters
+    ----------
+    model : pymc.Model
+    step : step method
+    seed : int
+        ``random_seed`` of ``pm.sample``.
+    tune, draws, chains, cores : int
+        As for ``pm.sample``.
+    **kwargs
+        Further ``pm.sample`` options.
+
+    Returns
+    -------
+    InferenceData
+    """
+    import pymc as pm
+
+    with model:
+        return pm.sample(
+            step=step, tune=tune, draws=draws, chains=chains, cores=cores, random_seed=seed,
+            **SAMPLE_KW, **kwargs,
+        )
+
+
+#: The InferenceData groups that :func:`recorded` keeps.
+RECORDED_GROUPS = ("posterior", "sample_stats", "warmup_posterior", "warmup_sample_stats")
+
+
+def recorded(idata) -> dict:
+    """Every draw and statistic a ``pm.sample`` run kept (ArviZ 0.x and 1.x).
+
+    Parameters
+    ----------
+    idata : InferenceData or DataTree
+
+    Returns
+    -------
+    dict
+        ``"group/name"`` -> ndarray, over :data:`RECORDED_GROUPS`.
+    """
+    out = {}
+    for group in RECORDED_GROUPS:
+        data = getattr(idata, group, None)
+        if data is not None:
+            out.update({f"{group}/{name}": np.asarray(var.values) for name, var in data.data_vars.items()})
+    return out
+
+
+def assert_same_records(a: dict, b: dict) -> None:
+    """Assert equal names and equal arrays (NaN equals NaN).
+
+    Parameters
+    ----------
+    a, b : dict
+        Records from :func:`recorded` or :func:`run_steps`.
+
+    Raises
+    ------
+    AssertionError
+        If the names or any array differ.
+    """
+    if sorted(a) != sorted(b):
+        raise AssertionError(f"recorded names differ: {sorted(a)} != {sorted(b)}")
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+def _set_rng(step, rng):
+    if hasattr(step, "set_rng"):
+        step.set_rng(rng)
+    else:
+        step.rng = rng  # what PyMC 6's BlockedStep.setup_chain does
+
+
+#: Per-chain set-up of a step as each PyMC calls it before a chain, and a negative control:
+#: name -> ``hook(step, rng, tune)``.
+CHAIN_HOOKS = {
+    # PyMC 5 (cores=1): the chain's generator, then reset_tuning(). (PyMC 6 steps have no set_rng.)
+    "reset_tuning": lambda step, rng, tune: (_set_rng(step, rng), step.reset_tuning()),
+    # PyMC 6: setup_chain(rng, tune, draws), alone here (pm.sample calls reset_tuning after it too).
+    "setup_chain": lambda step, rng, tune: step.setup_chain(rng, tune, 0),
+    # PyMC 5's worker processes: set_rng alone (our steps reset there too).
+    "set_rng": lambda step, rng, tune: _set_rng(step, rng),
+    # Negative control: a new generator and nothing else (no hook of ours runs).
+    "rng_only": lambda step, rng, tune: setattr(step, "rng", rng),
+}
+
+
+def start_chain(step, seed, hook="setup_chain", tune=1) -> None:
+    """Prepare ``step`` for a chain with ``np.random.default_rng(seed)``, as ``pm.sample`` does.
+
+    Parameters
+    ----------
+    step : step method
+    seed : int
+    hook : str
+        A key of :data:`CHAIN_HOOKS`: which PyMC's per-chain call to make.
+    tune : int
+        Tuning steps of the chain (nonzero: the step starts tuning).
+    """
+    step.tune = bool(tune)
+    CHAIN_HOOKS[hook](step, np.random.default_rng(seed), tune)
+
+
+def run_steps(step, point, n_steps, stop_tuning_at=None):
+    """Take ``n_steps`` steps from ``point`` by hand.
+
+    Parameters
+    ----------
+    step : step method
+    point : dict
+        The start, value variable name -> value.
+    n_steps : int
+    stop_tuning_at : int, optional
+        Call ``step.stop_tuning()`` before this step.
+
+    Returns
+    -------
+    point : dict
+        The last point.
+    record : dict
+        ``"draw/<name>"`` and ``"stat/<name>"`` -> array with one row per step (as :func:`recorded`).
+    """
+    draws, stats = [], []
+    for i in range(n_steps):
+        if i == stop_tuning_at:
+            step.stop_tuning()
+        point, step_stats = step.step(point)
+        draws.append({name: np.array(value, copy=True) for name, value in point.items()})
+        stats.append(step_stats[0])
+    record = {f"draw/{name}": np.array([d[name] for d in draws]) for name in draws[0]}
+    record.update({f"stat/{name}": np.array([s[name] for s in stats]) for name in stats[0]})
+    return point, record
