@@ -16,6 +16,7 @@ from pymc.step_methods.compound import Competence
 from pymc.util import get_random_generator, get_value_vars_from_user_vars
 from pymc.vartypes import discrete_types
 
+from pymc_kameleon.steps.population import pooled_class_for
 from pymc_kameleon.steps.reporting import (
     StepWarnings,
     StuckAfterTuning,
@@ -159,6 +160,10 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
     default_blocked = True
     # Keeps the pseudo-marginal estimate at the current state (see pseudo_marginal.py).
     exact_pseudo_marginal = True
+    # Pooled tuning (steps/population.py): a subclass sets its pooled variant and default.
+    pooled = False
+    _pooled_class = None
+    _default_tuning = "per_chain"
     stats_dtypes_shapes = {
         "accept": (np.float64, []),
         # float64 like pm.Metropolis, which PyMC pairs with our steps for discrete variables:
@@ -169,6 +174,15 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         # The model log density at the state returned (PyMC's name; ArviZ's InferenceData calls it `lp`).
         "model_logp": (np.float64, []),
     }
+
+    def __new__(cls, *args, **kwargs):
+        # tuning="pooled" makes the step's population variant (steps/population.py).
+        new_cls = pooled_class_for(cls, args, kwargs, cls._default_tuning)
+        return super(AdaptiveStep, new_cls).__new__(new_cls, *args, **kwargs)
+
+    def _population_states(self) -> np.ndarray | None:
+        """Every chain's state at the start of this iteration (pooled tuning only; else None)."""
+        return None
 
     def _join_pymc(self, vars, target, blocked, rng) -> None:
         """Finish ``__init__``: keep the target, declare the statistics, set up PyMC's step, reset."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pymc as pm
 from pymc.blocking import RaveledVars
+from pymc.step_methods.arraystep import PopulationArrayStepShared
 
 from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
 from pymc_kameleon.core.adaptation.scales import VanishingProbability
@@ -23,6 +24,7 @@ from pymc_kameleon.core.linalg import SingularCovarianceError
 from pymc_kameleon.core.mh import metropolis_hastings_step
 from pymc_kameleon.core.validation import check_kameleon_options, check_number, check_probability
 from pymc_kameleon.steps.base import AdaptiveStep, ChainState, continuous_value_vars
+from pymc_kameleon.steps.population import TUNINGS, PooledTuning
 from pymc_kameleon.steps.reporting import warn_after_tuning
 from pymc_kameleon.steps.target_density import TargetDensity
 
@@ -112,6 +114,11 @@ class KameleonMetropolis(AdaptiveStep):
         :math:`\nu^2` and :math:`\gamma`. ``"vanishing"`` keeps adapting after tuning with
         probability :math:`p_t = t^{-\kappa}` at post-tuning step :math:`t` (the
         paper's diminishing-adaptation alternative).
+    tuning : {"per_chain", "pooled"}, default "per_chain"
+        ``"pooled"``: ``pm.sample`` runs the chains as a population, and each chain's adaptation
+        windows learn the mean, covariance and :math:`Z` from every chain's tuning draws (its own
+        scales and random stream stay its own); see :mod:`pymc_kameleon.steps.population`. Models
+        with a :func:`~pymc_kameleon.PseudoMarginalPotential` tune per chain.
     vanishing_decay : float, default 1.0
         :math:`\kappa \in (0, 1]` for ``adaptation="vanishing"``.
     adapt_interval : int, default 100
@@ -202,6 +209,7 @@ class KameleonMetropolis(AdaptiveStep):
         target_accept: float = 0.234,
         am_weight: float = 0.1,
         adaptation: str = "freeze",
+        tuning: str = "per_chain",
         vanishing_decay: float = 1.0,
         adapt_interval: int = 100,
         learning_rate: float = 1.0,
@@ -225,6 +233,8 @@ class KameleonMetropolis(AdaptiveStep):
             raise ValueError(f"am_weight must be in [0, 1], got {am_weight!r}.")
         if adaptation not in _ADAPTATIONS:
             raise ValueError(f"adaptation must be one of {_ADAPTATIONS}, got {adaptation!r}.")
+        if tuning not in TUNINGS:
+            raise ValueError(f"tuning must be one of {TUNINGS}, got {tuning!r}.")
         self._vanishing = VanishingProbability(vanishing_decay)  # validates the decay
         if history_size is None:
             history_size = max(10 * int(n_subsample), 10_000)
@@ -240,6 +250,7 @@ class KameleonMetropolis(AdaptiveStep):
         self.target_accept = float(target_accept)
         self.am_weight = float(am_weight)
         self.adaptation = adaptation
+        self.tuning = tuning
         self.adapt_interval = int(adapt_interval)
         self.learning_rate = float(learning_rate)
         self.history_size = int(history_size)
@@ -271,6 +282,8 @@ class KameleonMetropolis(AdaptiveStep):
 
     def _reset_chain_state(self):
         """Forget everything learned in a previous chain."""
+        if self.pooled:  # a population's chains are shallow copies of one step: each its own state
+            self._target = self._target.fork()
         adaptation = self._new_adaptation()
         proposal = ScaleFreeProposal(adaptation.state, self.am_weight, on_jitter=self._warn_singular)
         self._chain = KameleonChain(adaptation=adaptation, proposal=proposal)
@@ -328,7 +341,10 @@ class KameleonMetropolis(AdaptiveStep):
             # by far more than sqrt(d/2), so the climb check reads the exact part only.
             move = result.move
             exact_logp = target.current_exact_logp
-            draw = TuningDraw(result.state, result.accept_prob, move.component, y, move.x, exact_logp)
+            population = self._population_states() if self.tune else None
+            draw = TuningDraw(
+                result.state, result.accept_prob, move.component, y, move.x, exact_logp, None, population
+            )
             adapted = chain.adaptation.adapt(draw, self.rng)
 
         state = chain.adaptation.state
@@ -382,3 +398,13 @@ class KameleonMetropolis(AdaptiveStep):
                 UserWarning,
                 stacklevel=4,
             )
+
+
+class PooledKameleonMetropolis(PooledTuning, KameleonMetropolis, PopulationArrayStepShared):
+    """``KameleonMetropolis(tuning="pooled")``: a population step (:mod:`pymc_kameleon.steps.population`)."""
+
+
+# Messages and PyMC's step listing name the step the user made; pickling finds the class by its
+# qualified name, which stays PooledKameleonMetropolis.
+PooledKameleonMetropolis.__name__ = "KameleonMetropolis"
+KameleonMetropolis._pooled_class = PooledKameleonMetropolis

@@ -56,6 +56,7 @@ from pymc_kameleon.core.gp.training import (
 )
 from pymc_kameleon.core.validation import check_number, check_probability
 from pymc_kameleon.steps.base import AdaptiveStep, ChainState, continuous_value_vars, coordinate_names
+from pymc_kameleon.steps.population import TUNINGS
 from pymc_kameleon.steps.reporting import StepWarnings, warn_after_tuning
 from pymc_kameleon.steps.target_density import GradientUnavailableError, SplitTargetDensity
 
@@ -110,6 +111,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         adapt_interval=100,
         learning_rate=1.0,
         history_size=10_000,
+        tuning="per_chain",
         model=None,
         initial_point=None,
         compile_kwargs=None,
@@ -127,6 +129,8 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         check_number("adapt_interval", adapt_interval, integer=True, minimum=0)
         check_number("learning_rate", learning_rate, minimum=0)
         check_number("history_size", history_size, integer=True, minimum=1)
+        if tuning not in TUNINGS:
+            raise ValueError(f"tuning must be one of {TUNINGS}, got {tuning!r}.")
 
         if initial_point is None:
             initial_point = model.initial_point()
@@ -167,6 +171,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         self.adapt_interval = int(adapt_interval)
         self.learning_rate = float(learning_rate)
         self.history_size = int(history_size)
+        self.tuning = tuning
         self._join_pymc(vars, target, blocked, rng)
 
     @classmethod
@@ -205,6 +210,8 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
     # ------------------------------------------------------------------ state
     def _reset_chain_state(self):
         """Forget everything learned in a previous chain (GP, proposal scale, counters)."""
+        if self.pooled:  # a population's chains are shallow copies of one step: each its own state
+            self._target = self._target.fork()
         chain_warnings = StepWarnings()
         name = type(self).__name__
         schedule = GPTrainingSchedule(
@@ -349,6 +356,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
             current, result, self.rng, tune=self.tune,
             log_density=target.current_exact_logp,  # without estimates, as for KameleonMetropolis
             gradient=target.current_gradient,
+            population=self._population_states() if self.tune else None,
         )
         stats = {
             "accept": result.accept_prob,
