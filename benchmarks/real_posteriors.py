@@ -100,6 +100,11 @@ EXTRA_SAMPLERS = {
         partial(GPDelayedAcceptanceMH, proposal="kameleon"), needs_likelihood=True
     ),
     "GPDelayedAcceptanceMALA": Sampler(GPDelayedAcceptanceMALA, needs_gradient=True, needs_likelihood=True),
+    # Pooled tuning across chains (pm.sample runs the chains as a population).
+    "KameleonMetropolis-pooled": Sampler(partial(KameleonMetropolis, tuning="pooled")),
+    "GPDelayedAcceptanceMH-pooled": Sampler(
+        partial(GPDelayedAcceptanceMH, tuning="pooled"), needs_likelihood=True
+    ),
 }
 ALL_SAMPLERS = {**SAMPLERS, **EXTRA_SAMPLERS}
 

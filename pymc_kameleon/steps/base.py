@@ -184,6 +184,11 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         """Every chain's state at the start of this iteration (pooled tuning only; else None)."""
         return None
 
+    @property
+    def _speaks_for_population(self) -> bool:
+        """Whether this chain reports what the population's chains share (pooled tuning: chain 0)."""
+        return self.pooled and getattr(self, "this_chain", None) == 0
+
     def _join_pymc(self, vars, target, blocked, rng) -> None:
         """Finish ``__init__``: keep the target, declare the statistics, set up PyMC's step, reset."""
         self._target = target

@@ -23,7 +23,7 @@ from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
 from pymc_kameleon.core.linalg import SingularCovarianceError
 from pymc_kameleon.core.mh import metropolis_hastings_step
 from pymc_kameleon.core.validation import check_kameleon_options, check_number, check_probability
-from pymc_kameleon.steps.base import AdaptiveStep, ChainState, continuous_value_vars
+from pymc_kameleon.steps.base import AdaptiveStep, ChainState, continuous_value_vars, coordinate_names
 from pymc_kameleon.steps.population import TUNINGS, PooledTuning
 from pymc_kameleon.steps.reporting import warn_after_tuning
 from pymc_kameleon.steps.target_density import TargetDensity
@@ -259,6 +259,7 @@ class KameleonMetropolis(AdaptiveStep):
             initial_point = model.initial_point()
         vars = continuous_value_vars(vars, model, type(self).__name__)
         self.dim = int(sum(np.size(initial_point[v.name]) for v in vars))
+        self._coordinate_names = coordinate_names(vars, initial_point)
         target = TargetDensity(model, vars, initial_point, compile_kwargs, type(self).__name__)
         self._join_pymc(vars, target, blocked, rng)
         # PyMC 6 asks each step how long it needs to tune (pm.sample(tune=None)).
@@ -293,7 +294,10 @@ class KameleonMetropolis(AdaptiveStep):
         super().stop_tuning()
         adaptation = self._chain.adaptation
         if adaptation.tune_steps > 0:
-            warn_after_tuning(type(self).__name__, adaptation, self.target_accept, self._warnings)
+            warn_after_tuning(
+                type(self).__name__, adaptation, self.target_accept, self._warnings, self._coordinate_names,
+                across_chains=self._speaks_for_population,
+            )
         adaptation.end_tuning(self.rng)
 
     # ------------------------------------------------------------ properties
@@ -335,7 +339,7 @@ class KameleonMetropolis(AdaptiveStep):
             raise SingularCovarianceError(f"KameleonMetropolis: {err}") from None
         if result.accepted:
             target.accept(result.state, result.evaluation)
-        adapted = False
+        adapted, new_state, rescued = False, result.state, False
         if self.tune or self._adapts_after_tuning():
             # The kept log-estimate of a pseudo-marginal term wanders on its auxiliary chain's time scale
             # by far more than sqrt(d/2), so the climb check reads the exact part only.
@@ -345,7 +349,14 @@ class KameleonMetropolis(AdaptiveStep):
             draw = TuningDraw(
                 result.state, result.accept_prob, move.component, y, move.x, exact_logp, None, population
             )
+            window = chain.adaptation.window
             adapted = chain.adaptation.adapt(draw, self.rng)
+            if population is not None and chain.adaptation.window != window:
+                jump = self._rescue(target.current_exact_logp, population, self.rng)
+                if jump is not None:
+                    new_state, evaluation = jump
+                    target.accept(new_state, evaluation)
+                    rescued = True
 
         state = chain.adaptation.state
         stats = {
@@ -365,9 +376,11 @@ class KameleonMetropolis(AdaptiveStep):
             "model_logp": target.current_logp,
         }
         stats.update(target.estimate_stats(estimates_before))
+        if self.pooled:
+            stats["rescued"] = rescued
         self._check_stuck(result.accepted)
         self._warnings.attach(stats, "accept")  # with cores>1 they travel to the session this way
-        return RaveledVars(result.state, q0.point_map_info), [stats]
+        return RaveledVars(new_state, q0.point_map_info), [stats]
 
     # ------------------------------------------------------------ adaptation
     def _adapts_after_tuning(self) -> bool:
@@ -402,6 +415,8 @@ class KameleonMetropolis(AdaptiveStep):
 
 class PooledKameleonMetropolis(PooledTuning, KameleonMetropolis, PopulationArrayStepShared):
     """``KameleonMetropolis(tuning="pooled")``: a population step (:mod:`pymc_kameleon.steps.population`)."""
+
+    stats_dtypes_shapes = {**KameleonMetropolis.stats_dtypes_shapes, **PooledTuning.stats_dtypes_shapes}
 
 
 # Messages and PyMC's step listing name the step the user made; pickling finds the class by its

@@ -12,6 +12,14 @@ frozen, as with per-chain tuning, so each chain is an exact Metropolis-Hastings 
 Every chain of a population records the same states at the same step, so their windows end
 together and learn the same covariance whichever process they run in: ``cores=1`` and ``cores>1``
 give the same draws.
+
+**Stranded chains are rescued during tuning.** At each adaptation window's end, a chain compares its
+log density with the other chains' (evaluated at their states: a few evaluations per window). If it
+is more than :data:`RESCUE_NATS` :math:`+` :data:`RESCUE_SDS` :math:`\sqrt{d/2}` nats below their
+median (:math:`\sqrt{d/2}` is the spread of the log density over a :math:`d`-dimensional Gaussian
+posterior), it is stuck in a local mode or still far out, and it jumps to the state of one of the
+chains at or above the median (its own random stream chooses which). Modes that hold comparable mass
+have comparable log densities and keep their chains; the statistic ``rescued`` records a jump.
 """
 
 from __future__ import annotations
@@ -21,9 +29,13 @@ import pymc as pm
 
 from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
 
-__all__ = ["TUNINGS", "PooledTuning", "pooled_class_for"]
+__all__ = ["RESCUE_NATS", "RESCUE_SDS", "TUNINGS", "PooledTuning", "pooled_class_for"]
 
 TUNINGS = ("pooled", "per_chain")
+#: A chain this many nats, plus RESCUE_SDS sqrt(d/2), below the other chains' median log density at a
+#: window's end during tuning jumps to one of theirs.
+RESCUE_NATS = 20.0
+RESCUE_SDS = 10.0
 
 
 class PooledTuning:
@@ -31,6 +43,8 @@ class PooledTuning:
     ``PopulationArrayStepShared`` after it in the bases)."""
 
     pooled = True
+    # Whether a stranded chain jumped to another chain's state at this step (tuning only).
+    stats_dtypes_shapes = {"rescued": (bool, [])}
 
     def link_population(self, population, chain_index):
         """PyMC links the chains' states (refusing fewer than 3 chains; pooling needs 2, and one chain
@@ -48,6 +62,24 @@ class PooledTuning:
         names = [v.name for v in self.vars]
         rows = [np.concatenate([np.ravel(point[n]) for n in names]) for point in population]
         return np.array(rows, dtype=float)
+
+    def _rescue(self, own_logp: float, population, rng):
+        """At a window's end during tuning: the state and evaluation of another chain to jump to, if
+        this chain is stranded (see the module docstring), else None."""
+        if population is None:
+            return None
+        others = [k for k in range(population.shape[0]) if k != self.this_chain]
+        evaluations = {k: self._target.evaluate(population[k]) for k in others}
+        exact = np.array([evaluations[k].exact for k in others])
+        finite = np.isfinite(exact)
+        if not finite.any():
+            return None
+        median = float(np.median(exact[finite]))
+        if not own_logp < median - (RESCUE_NATS + RESCUE_SDS * np.sqrt(self.dim / 2.0)):
+            return None
+        above = [k for k, value in zip(others, exact) if np.isfinite(value) and value >= median]
+        k = above[int(rng.integers(len(above)))]
+        return np.array(population[k], copy=True), evaluations[k]
 
 
 def pooled_class_for(cls, args, kwargs, default: str):

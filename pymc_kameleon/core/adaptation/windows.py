@@ -36,7 +36,8 @@ class AdaptationWindow:
     ``recent_gradient`` keep the last :data:`DRIFT_STATES` tuning states, their log densities and
     (if the step has them) the log density's gradients there across windows, for the drift, climb
     and gradient-spread checks; ``recent_accept`` their acceptance probabilities, for the
-    acceptance check when tuning ends early in a window.
+    acceptance check when tuning ends early in a window; ``recent_population`` (pooled) every
+    chain's states at those steps, for the end-of-tuning check across chains.
 
     **Pooled** (a population of chains, see :meth:`record`): the window's draws are every chain's
     state at every step, so its covariance, :math:`Z`, movement and end-early test read all chains'
@@ -59,6 +60,7 @@ class AdaptationWindow:
         self.recent_log_density = deque(maxlen=DRIFT_STATES)
         self.recent_gradient = deque(maxlen=DRIFT_STATES)
         self.recent_accept = deque(maxlen=DRIFT_STATES)
+        self.recent_population = deque(maxlen=DRIFT_STATES)  # pooled: every chain's state per step
 
     def record(
         self, y_new, accept_prob: float, log_density: float = math.nan, gradient=None, population=None
@@ -86,6 +88,7 @@ class AdaptationWindow:
             if self._last_rows is not None and self._last_rows.shape == rows.shape:
                 self.moves += int(np.count_nonzero(np.any(rows != self._last_rows, axis=1)))
             self._last_rows = rows.copy()
+            self.recent_population.append(self._last_rows)
         self._last_state = y_new.copy()
         self.recent.append(self._last_state)
         self.recent_log_density.append(float(log_density))

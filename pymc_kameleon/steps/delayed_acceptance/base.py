@@ -305,7 +305,10 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         super().stop_tuning()
         if tuned:
             names = self._coordinate_names
-            warn_after_tuning(type(self).__name__, adaptation, self.target_accept, self._warnings, names)
+            warn_after_tuning(
+                type(self).__name__, adaptation, self.target_accept, self._warnings, names,
+                across_chains=self._speaks_for_population,
+            )
         kernel.freeze(self.rng)
 
     # ------------------------------------------------------------ properties
@@ -352,12 +355,22 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
             target.accept(result.state, result.evaluation)
         # Only now, after the decision, does the new evaluation join the GP, and the base proposal adapt
         # to an unbiased estimate of the acceptance probability of plain MH on the exact target.
+        population = self._population_states() if self.tune else None
+        window = kernel.adaptation.window
         refit = kernel.learn(
             current, result, self.rng, tune=self.tune,
             log_density=target.current_exact_logp,  # without estimates, as for KameleonMetropolis
             gradient=target.current_gradient,
-            population=self._population_states() if self.tune else None,
+            population=population,
         )
+        new_state, rescued = result.state, False
+        if population is not None and kernel.adaptation.window != window:
+            jump = self._rescue(target.current_exact_logp, population, self.rng)
+            if jump is not None:
+                new_state, evaluation = jump
+                target.accept(new_state, evaluation)
+                kernel.schedule.add(new_state, evaluation.loglik, evaluation.grad_exact_loglik, tune=True)
+                rescued = True
         stats = {
             "accept": result.accept_prob,
             "accepted": float(result.accepted),
@@ -375,9 +388,11 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         }
         stats.update(target.estimate_stats(estimates_before))
         stats.update(self._extra_stats())
+        if self.pooled:
+            stats["rescued"] = rescued
         self._check_stuck(result.accepted)
         self._warnings.attach(stats, "accept")  # with cores>1 they travel to the session this way
-        return RaveledVars(result.state, q0.point_map_info), [stats]
+        return RaveledVars(new_state, q0.point_map_info), [stats]
 
     def _extra_stats(self) -> dict:
         """A subclass's own statistics after a step."""
