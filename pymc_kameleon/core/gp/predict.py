@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from pymc_kameleon.core.gp.covariance import se_ard_covariance
+from pymc_kameleon.core.linalg import one_blas_thread
 
 __all__ = ["GPPredictionMixin"]
 
@@ -30,6 +31,7 @@ class GPPredictionMixin:
             )
         return self._inputs(x), single
 
+    @one_blas_thread
     def predict_mean(self, theta):
         r"""Predictive mean :math:`\mu(\theta) = m + k_\theta^\top\alpha`, :math:`O(t p d)` per point.
 
@@ -43,6 +45,7 @@ class GPPredictionMixin:
             mean += Kx @ self._get_alpha()
         return float(mean[0]) if single else mean
 
+    @one_blas_thread
     def predict(self, theta):
         r"""Predictive mean and variance of the latent :math:`f(\theta)`.
 
@@ -75,6 +78,7 @@ class GPPredictionMixin:
             return float(mean[0]), float(var[0])
         return mean, var
 
+    @one_blas_thread
     def predict_gradient(self, theta):
         r"""Gradient of the predictive mean.
 
@@ -100,6 +104,7 @@ class GPPredictionMixin:
             out = self._gradient_out((C @ self._get_alpha()).reshape(x.shape[0], self.dim + 1)[:, 1:])
         return out[0] if single else out
 
+    @one_blas_thread
     def predict_joint(self, theta):
         r"""Joint predictive mean and covariance of :math:`(f(\theta), \nabla f(\theta))`.
 

@@ -89,6 +89,7 @@ from pymc_kameleon.core.gp import fit as gp_fit
 from pymc_kameleon.core.gp.covariance import se_ard_covariance
 from pymc_kameleon.core.gp.factor import GPFactor
 from pymc_kameleon.core.gp.predict import GPPredictionMixin
+from pymc_kameleon.core.linalg import one_blas_thread
 
 __all__ = ["GPSurrogate", "se_ard_covariance"]
 
@@ -200,6 +201,7 @@ class GPSurrogate(GPPredictionMixin, GPFactor):
         L = self._whitening.chol
         return solve_triangular(L, np.asarray(grad_w).T, lower=True, trans="T", check_finite=False).T
 
+    @one_blas_thread
     def set_input_whitening(self, whitening) -> None:
         r"""Let the kernel act on :math:`w = L^{-1}(\theta - m)`, then refactorise (:math:`O(n^3)`).
 
@@ -240,6 +242,7 @@ class GPSurrogate(GPPredictionMixin, GPFactor):
             self._alpha = None
         return n_low
 
+    @one_blas_thread
     def latest(self, m: int, max_points: int | None = None) -> GPSurrogate:
         """A surrogate with the same settings, hyperparameters and whitening on the latest ``m`` points.
 
@@ -263,6 +266,7 @@ class GPSurrogate(GPPredictionMixin, GPFactor):
         return sub
 
     # ------------------------------------------------------------------ adding points
+    @one_blas_thread
     def add(self, theta, value, grad=None) -> bool:
         r"""Condition on one more exact evaluation, by a Cholesky append in :math:`O(n^2 p)`.
 
@@ -332,6 +336,7 @@ class GPSurrogate(GPPredictionMixin, GPFactor):
         """
         return gp_fit.log_marginal_likelihood(self)
 
+    @one_blas_thread
     def loo_log_predictive_density(self) -> float:
         r"""Leave-one-out log predictive density of the stored values, :math:`O(n^3)`.
 
@@ -346,6 +351,7 @@ class GPSurrogate(GPPredictionMixin, GPFactor):
         """
         return gp_fit.default_bounds(self)
 
+    @one_blas_thread
     def fit_hyperparameters(
         self, *, n_restarts: int = 0, rng=None, bounds=None, maxiter: int = 200, data_start: bool = True
     ):

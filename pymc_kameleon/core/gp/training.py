@@ -42,7 +42,7 @@ import numpy as np
 
 from pymc_kameleon.core.gp.fit import data_scales
 from pymc_kameleon.core.gp.options import GPTrainingOptions
-from pymc_kameleon.core.linalg import SingularCovarianceError, same_array
+from pymc_kameleon.core.linalg import SingularCovarianceError, one_blas_thread, same_array
 
 __all__ = [
     "GP_FLOOR_NATS",
@@ -103,6 +103,7 @@ class GPTrainingSchedule:
     def accepts_points(self, tune: bool) -> bool:
         return tune or self.warm or self.options.gp_after_tuning == "grow"
 
+    @one_blas_thread
     def add(self, theta, ll, grad=None, *, tune: bool) -> bool:
         """Condition the GP on one exact evaluation (after the step's decision); whether it was added.
 
@@ -153,6 +154,7 @@ class GPTrainingSchedule:
         """
         self.forget_oldest(self.gp.n_points - self.gp.n_points // 2)
 
+    @one_blas_thread
     def forget_oldest(self, n: int) -> None:
         """Drop the ``n`` oldest points (a refactorisation); window starts count from the new first."""
         self.gp = self.gp.latest(self.gp.n_points - n, max_points=self.options.max_points)
@@ -177,6 +179,7 @@ class GPTrainingSchedule:
             gp.set_hyperparameters(signal_variance=spread)
 
     # ------------------------------------------------------------ hyperparameters
+    @one_blas_thread
     def end_warm_up(self, *, tune: bool, typical_step: float, rng) -> bool:
         """Set the hyperparameters (heuristics, then a fit if tuning). Returns whether it fitted.
 
@@ -200,6 +203,7 @@ class GPTrainingSchedule:
             return True
         return False
 
+    @one_blas_thread
     def fit(self, rng, n_restarts: int = 0) -> None:
         """Fit the hyperparameters by marginal likelihood on the latest ``fit_max_points`` points."""
         gp = self.gp
@@ -261,6 +265,7 @@ class GPTrainingSchedule:
             return True
         return False
 
+    @one_blas_thread
     def window_ended(self, whitening, rng) -> bool:
         """An adaptation window ended (tuning): forget the transient, re-whiten, refit.
 
@@ -282,11 +287,13 @@ class GPTrainingSchedule:
             return True
         return False
 
+    @one_blas_thread
     def end_tuning(self, rng) -> None:
         """A last fit if the training set grew by a quarter since the previous one."""
         if self.options.fit_hyperparameters and not self.warm and self.gp.n_points >= 1.25 * self.fitted_at:
             self.fit(rng)
 
+    @one_blas_thread
     def set_whitening(self, whitening) -> None:
         """Move the GP's kernel to new whitened coordinates (same points)."""
         self.gp.set_input_whitening(whitening)
