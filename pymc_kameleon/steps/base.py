@@ -163,7 +163,7 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
     # Pooled tuning (steps/population.py): a subclass sets its pooled variant and default.
     pooled = False
     _pooled_class = None
-    _default_tuning = "per_chain"
+    _default_tuning = "pooled"
     stats_dtypes_shapes = {
         "accept": (np.float64, []),
         # float64 like pm.Metropolis, which PyMC pairs with our steps for discrete variables:

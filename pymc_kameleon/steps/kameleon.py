@@ -114,11 +114,14 @@ class KameleonMetropolis(AdaptiveStep):
         :math:`\nu^2` and :math:`\gamma`. ``"vanishing"`` keeps adapting after tuning with
         probability :math:`p_t = t^{-\kappa}` at post-tuning step :math:`t` (the
         paper's diminishing-adaptation alternative).
-    tuning : {"per_chain", "pooled"}, default "per_chain"
-        ``"pooled"``: ``pm.sample`` runs the chains as a population, and each chain's adaptation
-        windows learn the mean, covariance and :math:`Z` from every chain's tuning draws (its own
-        scales and random stream stay its own); see :mod:`pymc_kameleon.steps.population`. Models
-        with a :func:`~pymc_kameleon.PseudoMarginalPotential` tune per chain.
+    tuning : {"pooled", "per_chain"}, default "pooled"
+        ``"pooled"``: ``pm.sample`` runs the chains as a population, each chain's adaptation windows
+        learn the mean, covariance and :math:`Z` from every chain's tuning draws (its own scales and
+        random stream stay its own), a chain stranded far below the others jumps to one of their
+        states at a window's end, and the end of tuning compares the chains; see
+        :mod:`pymc_kameleon.steps.population`. With one chain, and for models with a
+        :func:`~pymc_kameleon.PseudoMarginalPotential`, tuning is per chain. ``"per_chain"``: each
+        chain tunes alone (PyMC's ordinary sampler, chains in parallel processes with ``cores>1``).
     vanishing_decay : float, default 1.0
         :math:`\kappa \in (0, 1]` for ``adaptation="vanishing"``.
     adapt_interval : int, default 100
@@ -209,7 +212,7 @@ class KameleonMetropolis(AdaptiveStep):
         target_accept: float = 0.234,
         am_weight: float = 0.1,
         adaptation: str = "freeze",
-        tuning: str = "per_chain",
+        tuning: str = "pooled",
         vanishing_decay: float = 1.0,
         adapt_interval: int = 100,
         learning_rate: float = 1.0,

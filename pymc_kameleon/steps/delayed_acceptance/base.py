@@ -111,7 +111,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         adapt_interval=100,
         learning_rate=1.0,
         history_size=10_000,
-        tuning="per_chain",
+        tuning="pooled",
         model=None,
         initial_point=None,
         compile_kwargs=None,

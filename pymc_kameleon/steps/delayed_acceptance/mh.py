@@ -154,11 +154,13 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
         Robbins-Monro gain :math:`\rho_0` (gain :math:`\rho_0 (t+1)^{-0.6}` at tuning step t).
     history_size : int, default 10000
         Most history points kept (evenly thinned) for the covariance and the Kameleon subsample.
-    tuning : {"per_chain", "pooled"}, default "per_chain"
-        ``"pooled"``: ``pm.sample`` runs the chains as a population, and the base proposal's windows
-        learn the mean, covariance (and Kameleon subsample) from every chain's tuning draws; each
-        chain keeps its own GP, scales and random stream (:mod:`pymc_kameleon.steps.population`).
-        Models with a PseudoMarginalPotential tune per chain.
+    tuning : {"pooled", "per_chain"}, default "pooled"
+        ``"pooled"``: ``pm.sample`` runs the chains as a population, the base proposal's windows
+        learn the mean, covariance (and Kameleon subsample) from every chain's tuning draws, a
+        stranded chain is rescued, and the end of tuning compares the chains; each chain keeps its
+        own GP, scales and random stream (:mod:`pymc_kameleon.steps.population`). With one chain,
+        and for models with a PseudoMarginalPotential, tuning is per chain. ``"per_chain"``: each
+        chain tunes alone.
     kernel, bandwidth, n_subsample, gamma : optional
         Kameleon proposal options, as for :class:`~pymc_kameleon.KameleonMetropolis`
         (``proposal="kameleon"`` only).
