@@ -184,6 +184,11 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         """Every chain's state at the start of this iteration (pooled tuning only; else None)."""
         return None
 
+    def _last_run(self):
+        """The step object whose chain ran last: this one (pooled tuning: the copy PyMC made for the
+        last chain, with ``cores=1``)."""
+        return self
+
     @property
     def _speaks_for_population(self) -> bool:
         """Whether this chain reports what the population's chains share (pooled tuning: chain 0)."""
@@ -192,6 +197,8 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
     def _join_pymc(self, vars, target, blocked, rng) -> None:
         """Finish ``__init__``: keep the target, declare the statistics, set up PyMC's step, reset."""
         self._target = target
+        if self.pooled:
+            self._population_steps = {}  # chain -> PyMC's copy of this step (steps/population.py)
         declare_pseudo_marginal_stats(self, target)
         self.tune = True
         super().__init__(vars, target.shared, blocked=blocked, rng=rng)

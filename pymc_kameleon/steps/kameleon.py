@@ -307,12 +307,12 @@ class KameleonMetropolis(AdaptiveStep):
     @property
     def scale_free_adaptation(self) -> ScaleFreeAdaptation:
         """The scale-free adaptation of the chain run last: its learned state, windows and report."""
-        return self._chain.adaptation
+        return self._last_run()._chain.adaptation
 
     @property
     def subsample(self) -> np.ndarray | None:
         """The subsample :math:`Z` in the model's coordinates (None before the first Kameleon proposal)."""
-        return self._chain.adaptation.state.subsample
+        return self._last_run()._chain.adaptation.state.subsample
 
     @property
     def proposal(self) -> WhitenedFamily | None:
@@ -320,12 +320,12 @@ class KameleonMetropolis(AdaptiveStep):
 
         It has ``Z`` and ``covariance(y)``, for :func:`pymc_kameleon.plots.plot_proposal_contours`.
         """
-        return self._chain.adaptation.state.model_family
+        return self._last_run()._chain.adaptation.state.model_family
 
     @property
     def scale_free_proposal(self) -> ScaleFreeProposal:
         """The whole proposal of the chain run last: the scan, AM or Kameleon/AM mixture move."""
-        return self._chain.proposal
+        return self._last_run()._chain.proposal
 
     # ------------------------------------------------------------ the step
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list]:

@@ -48,10 +48,38 @@ class PooledTuning:
 
     def link_population(self, population, chain_index):
         """PyMC links the chains' states (refusing fewer than 3 chains; pooling needs 2, and one chain
-        tunes alone)."""
+        tunes alone).
+
+        Each chain's step is PyMC's shallow copy of the step the user made; the copy registers itself
+        with it, so that after ``pm.sample(cores=1)`` the user's step shows the last chain's state
+        (its GP, its learned covariance, its proposal), as it does with per-chain tuning.
+        """
         self.population = population
         self.this_chain = chain_index
         self.other_chains = [c for c in range(len(population)) if c != chain_index]
+        self._population_member = True
+        registry = self.__dict__.get("_population_steps")
+        if registry is not None:
+            registry[chain_index] = self
+
+    def _last_run(self):
+        if self.__dict__.get("_population_member"):
+            return self
+        registry = self.__dict__.get("_population_steps")
+        return registry[max(registry)] if registry else self
+
+    def __copy__(self):
+        # PyMC's population copies share the registry with the step the user made (see link_population).
+        twin = object.__new__(type(self))
+        twin.__dict__.update(self.__dict__)
+        return twin
+
+    def __getstate__(self):
+        # A pickled step (cores>1 sends one to each worker) carries no other chain's step.
+        state = dict(self.__dict__)
+        state["_population_steps"] = {}
+        state.pop("_population_member", None)
+        return state
 
     def _population_states(self) -> np.ndarray | None:
         """Every chain's state at the start of this iteration, in the step's raveled coordinates
@@ -90,7 +118,8 @@ def pooled_class_for(cls, args, kwargs, default: str):
     """
     tuning = kwargs.get("tuning", default)
     pooled = getattr(cls, "_pooled_class", None)
-    if tuning != "pooled" or pooled is None or issubclass(cls, PooledTuning):
+    # A subclass of a step (a user's, a test's) keeps its own class: its pooled variant is its own to make.
+    if tuning != "pooled" or pooled is None or issubclass(cls, PooledTuning) or not issubclass(pooled, cls):
         return cls
     model = pm.modelcontext(kwargs.get("model"))
     try:

@@ -36,8 +36,8 @@ def _sample(model, step_factory, *, chains=4, cores=1, tune=600, draws=200, seed
 @pytest.mark.parametrize("cls", STEPS)
 def test_pooled_tuning_is_a_population_step_named_as_the_users(cls):
     with gaussian_data_model():
-        step = cls(tuning="pooled")
-        plain = cls()
+        step = cls()  # the default
+        plain = cls(tuning="per_chain")
     assert isinstance(step, cls) and isinstance(step, PooledTuning)
     assert isinstance(step, pm.step_methods.arraystep.PopulationArrayStepShared)
     assert type(step).__name__ == cls.__name__ and not isinstance(plain, PooledTuning)
@@ -82,7 +82,7 @@ def test_same_draws_with_one_or_two_cores_and_for_the_same_seed(cls):
 def test_one_chain_tunes_alone_as_per_chain_tuning_does():
     """A population of one: the draws of tuning="per_chain" (PyMC's own sampler), bit for bit."""
     pooled = recorded(_sample(gaussian_data_model(), lambda: KameleonMetropolis(tuning="pooled"), chains=1))
-    plain = recorded(_sample(gaussian_data_model(), KameleonMetropolis, chains=1))
+    plain = recorded(_sample(gaussian_data_model(), lambda: KameleonMetropolis(tuning="per_chain"), chains=1))
     pooled.pop("sample_stats/rescued")
     assert_same_records(pooled, plain)
 

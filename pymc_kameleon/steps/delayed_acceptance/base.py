@@ -315,32 +315,33 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
     @property
     def gp(self) -> GPSurrogate:
         """The GP surrogate of the log-likelihood (of the chain run last)."""
-        return self._chain.kernel.gp
+        return self._last_run()._chain.kernel.gp
 
     @property
     def gp_schedule(self) -> GPTrainingSchedule:
         """The GP with its training schedule (warm-up, floor, fits, forgetting) of the chain run last."""
-        return self._chain.kernel.schedule
+        return self._last_run()._chain.kernel.schedule
 
     @property
     def kernel(self) -> DelayedAcceptanceKernel:
         """The delayed-acceptance move of the chain run last (PyMC-free: GP, schedule, base proposal)."""
-        return self._chain.kernel
+        return self._last_run()._chain.kernel
 
     @property
     def n_exact_evals(self) -> int:
         """Exact likelihood evaluations in the current chain, including the one at its start."""
-        return self._target.n_evals - self._chain.evals_at_reset
+        run = self._last_run()
+        return run._target.n_evals - run._chain.evals_at_reset
 
     @property
     def scale_free_adaptation(self) -> ScaleFreeAdaptation:
         """The base proposal's scale-free adaptation: learned mean and covariance, scan step sizes, scales."""
-        return self._chain.kernel.adaptation
+        return self._last_run()._chain.kernel.adaptation
 
     @property
     def scale_free_proposal(self):
         """The base proposal of the chain run last, built from the adaptation's learned state."""
-        return self._chain.kernel.proposal
+        return self._last_run()._chain.kernel.proposal
 
     # ------------------------------------------------------------ the step
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list]:
