@@ -6,9 +6,10 @@ eight schools (centred and non-centred), an AR(2) series, a GARCH(1,1) volatilit
 two-component mixture, GP hyperparameters, a Lotka-Volterra ODE behind a black-box
 ``solve_ivp`` Op (near and far start), the KAMH paper's 8-d banana B(0.1, 100) and flower,
 two independent normals with sd 1e-3 and 1e3, 5 normals on scales 1e-4 to 1e4, and a 50-d
-correlated Gaussian; and two frontier posteriors from posteriordb where today only NUTS
-converges (issue 43): the Lotka-Volterra ODE on the Hudson's Bay lynx-hare pelts (black-box Op) and a
-centred latent Poisson GP. The models, their data and how their references are obtained are in
+correlated Gaussian; and two frontier posteriors from posteriordb where no gradient-free sampler
+converges today (issue 43): the Lotka-Volterra ODE on the Hudson's Bay lynx-hare pelts (black-box
+Op; NUTS converges on its differentiable twin) and a centred latent Poisson GP (NUTS diverges too;
+it converges on the non-centred form). The models, their data and how their references are obtained are in
 ``pymc_kameleon.problems.real_posteriors`` (the catalogue, ``POSTERIORS``); this script samples
 them, and computes and caches the NUTS references.
 

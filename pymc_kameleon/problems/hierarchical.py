@@ -139,7 +139,8 @@ def gp_poisson_latent():
     (rate 4), alpha ~ N(0, 2) truncated at 0, f ~ MVN(0, K) with K = alpha^2 exp(-(x_i - x_j)^2 /
     (2 rho^2)) + 1e-10 I, k ~ Poisson(exp(f)). posteriordb's Stan file is non-centred (f = L f_tilde);
     here f is sampled directly, so its prior couples it to (alpha, rho) and, K being near singular,
-    confines it to thin ridges. The NUTS reference samples the non-centred model.
+    confines it to thin ridges: NUTS diverges here too (R-hat 1.6 at 4 x (3000 + 6000),
+    ``benchmarks/results/frontier_before.md``). The NUTS reference samples the non-centred model.
 
     Returns
     -------

@@ -93,7 +93,7 @@ POSTERIORS: dict[str, Callable[[], tuple]] = {
     "normals-5d-scales": normals_5d_scales,
     "gaussian-50d": gaussian_50d,
     "regression-17d-mixed-scales": regression_mixed_scales,
-    # The frontier (issue 43): posteriors where today only NUTS converges.
+    # The frontier (issue 43): no gradient-free sampler converges here today; NUTS does on their twins.
     "lotka-volterra-lynx-hare": lotka_volterra_lynx_hare,
     "gp-poisson-latent": gp_poisson_latent,
 }
