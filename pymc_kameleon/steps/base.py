@@ -184,6 +184,10 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         """Every chain's state at the start of this iteration (pooled tuning only; else None)."""
         return None
 
+    def _rescue(self, own_logp: float, population, adaptation, window_before: int, rng):
+        """The state and evaluation a stranded chain jumps to (pooled tuning only; else None)."""
+        return None
+
     def _last_run(self):
         """The step object whose chain ran last: this one (pooled tuning: the copy PyMC made for the
         last chain, with ``cores=1``)."""

@@ -354,12 +354,11 @@ class KameleonMetropolis(AdaptiveStep):
             )
             window = chain.adaptation.window
             adapted = chain.adaptation.adapt(draw, self.rng)
-            if population is not None and chain.adaptation.window != window:
-                jump = self._rescue(target.current_exact_logp, population, self.rng)
-                if jump is not None:
-                    new_state, evaluation = jump
-                    target.accept(new_state, evaluation)
-                    rescued = True
+            jump = self._rescue(exact_logp, population, chain.adaptation, window, self.rng)
+            if jump is not None:
+                new_state, evaluation = jump
+                target.accept(new_state, evaluation)
+                rescued = True
 
         state = chain.adaptation.state
         stats = {

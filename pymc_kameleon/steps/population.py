@@ -13,13 +13,18 @@ Every chain of a population records the same states at the same step, so their w
 together and learn the same covariance whichever process they run in: ``cores=1`` and ``cores>1``
 give the same draws.
 
-**Stranded chains are rescued during tuning.** At each adaptation window's end, a chain compares its
-log density with the other chains' (evaluated at their states: a few evaluations per window). If it
-is more than :data:`RESCUE_NATS` :math:`+` :data:`RESCUE_SDS` :math:`\sqrt{d/2}` nats below their
-median (:math:`\sqrt{d/2}` is the spread of the log density over a :math:`d`-dimensional Gaussian
+**Stranded chains are rescued during tuning.** At each adaptation window's end, and every
+:data:`RESCUE_EVERY` tuning steps (a chain may find the posterior late in a long window, and the others
+should follow it before tuning ends), a chain compares its log density with the other chains'
+(evaluated at their states: ``chains - 1`` evaluations per check, counted in ``logp_evals``). If it
+is more than :data:`RESCUE_NATS` :math:`+` :data:`RESCUE_SDS` :math:`\sqrt{d/2}` nats below one of
+them (:math:`\sqrt{d/2}` is the spread of the log density over a :math:`d`-dimensional Gaussian
 posterior), it is stuck in a local mode or still far out, and it jumps to the state of one of the
-chains at or above the median (its own random stream chooses which). Modes that hold comparable mass
-have comparable log densities and keep their chains; the statistic ``rescued`` records a jump.
+chains that far above it (its own random stream chooses which): one chain that has found the
+posterior is enough. Modes that hold comparable mass have comparable log densities and keep their
+chains (a mode :math:`k`-fold narrower in each of :math:`d` coordinates sits :math:`d \log k` nats
+higher for the same mass, below the threshold for :math:`k \lesssim 10` at :math:`d = 8`); the
+statistic ``rescued`` records a jump.
 """
 
 from __future__ import annotations
@@ -29,13 +34,16 @@ import pymc as pm
 
 from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
 
-__all__ = ["RESCUE_NATS", "RESCUE_SDS", "TUNINGS", "PooledTuning", "pooled_class_for"]
+__all__ = ["RESCUE_EVERY", "RESCUE_NATS", "RESCUE_SDS", "TUNINGS", "PooledTuning", "pooled_class_for"]
 
 TUNINGS = ("pooled", "per_chain")
 #: A chain this many nats, plus RESCUE_SDS sqrt(d/2), below the other chains' median log density at a
-#: window's end during tuning jumps to one of theirs.
-RESCUE_NATS = 20.0
-RESCUE_SDS = 10.0
+#: check during tuning jumps to one of theirs. At d = 8 that is 20 nats: a mode whose log density is
+#: 20 nats below the others' holds about e^-20 of their mass unless it is far wider.
+RESCUE_NATS = 10.0
+RESCUE_SDS = 5.0
+#: Tuning steps between two checks for stranded chains (besides each window's end).
+RESCUE_EVERY = 100
 
 
 class PooledTuning:
@@ -91,22 +99,22 @@ class PooledTuning:
         rows = [np.concatenate([np.ravel(point[n]) for n in names]) for point in population]
         return np.array(rows, dtype=float)
 
-    def _rescue(self, own_logp: float, population, rng):
-        """At a window's end during tuning: the state and evaluation of another chain to jump to, if
-        this chain is stranded (see the module docstring), else None."""
+    def _rescue(self, own_logp: float, population, adaptation, window_before: int, rng):
+        """At a check during tuning (a window's end, or every :data:`RESCUE_EVERY` steps): the state and
+        evaluation of another chain to jump to, if this chain is stranded (see the module docstring),
+        else None."""
         if population is None:
+            return None
+        if adaptation.window == window_before and adaptation.tune_steps % RESCUE_EVERY:
             return None
         others = [k for k in range(population.shape[0]) if k != self.this_chain]
         evaluations = {k: self._target.evaluate(population[k]) for k in others}
         exact = np.array([evaluations[k].exact for k in others])
-        finite = np.isfinite(exact)
-        if not finite.any():
+        gap = RESCUE_NATS + RESCUE_SDS * np.sqrt(self.dim / 2.0)
+        far_above = [k for k, value in zip(others, exact) if np.isfinite(value) and value > own_logp + gap]
+        if not far_above:
             return None
-        median = float(np.median(exact[finite]))
-        if not own_logp < median - (RESCUE_NATS + RESCUE_SDS * np.sqrt(self.dim / 2.0)):
-            return None
-        above = [k for k, value in zip(others, exact) if np.isfinite(value) and value >= median]
-        k = above[int(rng.integers(len(above)))]
+        k = far_above[int(rng.integers(len(far_above)))]
         return np.array(population[k], copy=True), evaluations[k]
 
 

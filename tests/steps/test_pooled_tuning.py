@@ -11,7 +11,7 @@ import pytest
 from pymc_kameleon import GPDelayedAcceptanceMALA, GPDelayedAcceptanceMH, KameleonMetropolis
 from pymc_kameleon.core.adaptation.windows import AdaptationWindow
 from pymc_kameleon.problems.targets import banana
-from pymc_kameleon.steps.population import PooledTuning
+from pymc_kameleon.steps.population import RESCUE_EVERY, RESCUE_NATS, RESCUE_SDS, PooledTuning
 from pymc_kameleon.testing import (
     SAMPLE_KW,
     assert_same_records,
@@ -142,15 +142,15 @@ def test_a_multimodal_posterior_keeps_both_modes_and_says_the_chains_disagree():
     assert len(said) == 1 and "in x[0]" in said[0], said
 
 
-def _stranded(tuning):
-    """N(0, I) in 2-d with a narrow local mode at (20, 20) about 100 nats below it; the last of four
-    chains starts in the local mode."""
+def _stranded(tuning, depth=100.0, n_stranded=1):
+    """N(0, I) in 2-d with a narrow local mode at (20, 20) ``depth`` nats below it; the last
+    ``n_stranded`` of four chains start in the local mode."""
     with pm.Model() as model:
         x = pm.Flat("x", shape=2, initval=np.zeros(2))
         main = -0.5 * pm.math.sum(x**2)
-        local = -100.0 - 0.5 * pm.math.sum(((x - 20.0) / 0.3) ** 2)
+        local = -depth - 0.5 * pm.math.sum(((x - 20.0) / 0.3) ** 2)
         pm.Potential("lp", pm.math.logaddexp(main, local))
-    starts = [{"x": np.array([0.5, -0.5])}] * 3 + [{"x": np.array([20.0, 20.0])}]
+    starts = [{"x": np.array([0.5, -0.5])}] * (4 - n_stranded) + [{"x": np.array([20.0, 20.0])}] * n_stranded
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return pm.sample(step=KameleonMetropolis(tuning=tuning), tune=800, draws=300, chains=4, cores=1,
@@ -158,7 +158,7 @@ def _stranded(tuning):
 
 
 def test_a_stranded_chain_is_rescued_during_tuning():
-    """The chain in the local mode (100 nats below) jumps to another chain's state at a window's end and
+    """The chain in the local mode (100 nats below) jumps to another chain's state at a check and
     samples the main mode; per-chain tuning (the control) leaves it stranded."""
     idata = _stranded("pooled")
     rescued = idata.warmup_sample_stats["rescued"].values
@@ -166,3 +166,21 @@ def test_a_stranded_chain_is_rescued_during_tuning():
     assert np.abs(idata.posterior["x"].values[3]).max() < 6.0
     control = _stranded("per_chain")
     assert np.abs(control.posterior["x"].values[3] - 20.0).max() < 2.0
+
+
+def test_one_chain_that_found_the_posterior_is_enough():
+    """Three of four chains start in the local mode: each jumps to the one chain in the main mode at
+    the first check (RESCUE_EVERY steps, before the first window ends), and all sample the main mode."""
+    idata = _stranded("pooled", n_stranded=3)
+    rescued = idata.warmup_sample_stats["rescued"].values
+    assert not rescued[0].any()
+    assert all(np.flatnonzero(rescued[c])[0] == RESCUE_EVERY - 1 for c in (1, 2, 3))
+    assert np.abs(idata.posterior["x"].values).max() < 6.0
+
+
+def test_a_chain_less_than_the_threshold_below_is_left_alone():
+    """A local mode 10 nats below (less than RESCUE_NATS + RESCUE_SDS sqrt(d/2) = 15 at d = 2) keeps
+    its chain: rescue is for chains far below, not for every chain below the others."""
+    assert RESCUE_NATS + RESCUE_SDS * np.sqrt(2 / 2) > 10.0
+    idata = _stranded("pooled", depth=10.0)
+    assert not idata.warmup_sample_stats["rescued"].values.any()

@@ -365,13 +365,12 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
             population=population,
         )
         new_state, rescued = result.state, False
-        if population is not None and kernel.adaptation.window != window:
-            jump = self._rescue(target.current_exact_logp, population, self.rng)
-            if jump is not None:
-                new_state, evaluation = jump
-                target.accept(new_state, evaluation)
-                kernel.schedule.add(new_state, evaluation.loglik, evaluation.grad_exact_loglik, tune=True)
-                rescued = True
+        jump = self._rescue(target.current_exact_logp, population, kernel.adaptation, window, self.rng)
+        if jump is not None:
+            new_state, evaluation = jump
+            target.accept(new_state, evaluation)
+            kernel.schedule.add(new_state, evaluation.loglik, evaluation.grad_exact_loglik, tune=True)
+            rescued = True
         stats = {
             "accept": result.accept_prob,
             "accepted": float(result.accepted),
