@@ -104,7 +104,14 @@ EXTRA_SAMPLERS = {
         partial(GPDelayedAcceptanceMH, proposal="kameleon"), needs_likelihood=True
     ),
     "GPDelayedAcceptanceMALA": Sampler(GPDelayedAcceptanceMALA, needs_gradient=True, needs_likelihood=True),
-    # Pooled tuning across chains (pm.sample runs the chains as a population).
+    # PyMC's population sampler (chains >= 3: it proposes from other chains' differences).
+    "DEMetropolis": Sampler(pm.DEMetropolis),
+    # Tuning pooled across chains (our default since issue 43: pm.sample runs the chains as a
+    # population) or per chain (the default before), whatever the default.
+    "KameleonMetropolis-per-chain": Sampler(partial(KameleonMetropolis, tuning="per_chain")),
+    "GPDelayedAcceptanceMH-per-chain": Sampler(
+        partial(GPDelayedAcceptanceMH, tuning="per_chain"), needs_likelihood=True
+    ),
     "KameleonMetropolis-pooled": Sampler(partial(KameleonMetropolis, tuning="pooled")),
     "GPDelayedAcceptanceMH-pooled": Sampler(
         partial(GPDelayedAcceptanceMH, tuning="pooled"), needs_likelihood=True
@@ -149,11 +156,13 @@ def log_density_evaluations(sampler_name: str, idata, model) -> float:
       each proposes a vector variable element by element (``elemwise_update``), and every proposal
       calls ``delta_logp``, one compiled function computing logp(proposal) - logp(current): two
       evaluations per scalar element per iteration.
-    * ``DEMetropolisZ``: one blocked ``delta_logp`` per iteration, so two evaluations.
+    * ``DEMetropolisZ`` and ``DEMetropolis`` (a population sampler): one blocked ``delta_logp`` per
+      iteration, so two evaluations.
     * ``KameleonMetropolis``: its ``logp_evals`` stat (one per iteration; the current value is cached).
     * ``GPDelayedAcceptanceMH`` and ``GPDelayedAcceptanceMALA``: exact likelihood evaluations, the
       sum of the ``exact_eval`` stat plus one per chain for the start (checked against the running
-      ``n_exact_evals`` stat). The prior, evaluated at every proposal, is not counted; MALA's exact
+      ``n_exact_evals`` stat); pooled, the running ``n_exact_evals``, which also counts the checks for
+      stranded chains (each evaluates the other chains' states). The prior, evaluated at every proposal, is not counted; MALA's exact
       evaluations also return the likelihood's gradient.
     * ``NUTS``: gradient evaluations, the ``n_steps`` stat (leapfrog steps).
 
@@ -176,13 +185,15 @@ def log_density_evaluations(sampler_name: str, idata, model) -> float:
     if base in ("GPDelayedAcceptanceMH", "GPDelayedAcceptanceMALA"):
         evals = float(_stat(idata, "exact_eval").sum()) + n_chain  # + the evaluation at each chain's start
         running = float(idata.sample_stats["n_exact_evals"].values[:, -1].sum())
+        if "rescued" in idata.sample_stats or "rescued" in getattr(idata, "warmup_sample_stats", {}):
+            return running  # pooled: the checks for stranded chains evaluate the others' states too
         if evals != running:
             warnings.warn(f"exact_eval counts {evals:.0f} evaluations, n_exact_evals {running:.0f}",
                           stacklevel=2)
         return evals
     if base == "NUTS":
         return float(_stat(idata, "n_steps").sum())
-    if base == "DEMetropolisZ":
+    if base in ("DEMetropolisZ", "DEMetropolis"):
         return 2.0 * n_chain * n_iter
     if base == "Metropolis":
         d = sum(int(np.size(v)) for v in model.initial_point().values())

@@ -26,6 +26,7 @@ from pymc_kameleon.problems.hierarchical import (
     eight_schools_noncentred_far_start,
     gp_hyperparameters,
     gp_poisson_latent,
+    gp_poisson_latent_noncentred,
     mixture,
 )
 from pymc_kameleon.problems.ode import lotka_volterra, lotka_volterra_far_start, lotka_volterra_lynx_hare
@@ -96,4 +97,5 @@ POSTERIORS: dict[str, Callable[[], tuple]] = {
     # The frontier (issue 43): no gradient-free sampler converges here today; NUTS does on their twins.
     "lotka-volterra-lynx-hare": lotka_volterra_lynx_hare,
     "gp-poisson-latent": gp_poisson_latent,
+    "gp-poisson-latent-noncentred": gp_poisson_latent_noncentred,
 }
