@@ -162,8 +162,8 @@ def log_density_evaluations(sampler_name: str, idata, model) -> float:
     * ``GPDelayedAcceptanceMH`` and ``GPDelayedAcceptanceMALA``: exact likelihood evaluations, the
       sum of the ``exact_eval`` stat plus one per chain for the start (checked against the running
       ``n_exact_evals`` stat); pooled, the running ``n_exact_evals``, which also counts the checks for
-      stranded chains (each evaluates the other chains' states). The prior, evaluated at every proposal, is not counted; MALA's exact
-      evaluations also return the likelihood's gradient.
+      stranded chains (each evaluates the other chains' states). The prior, evaluated at every
+      proposal, is not counted; MALA's exact evaluations also return the likelihood's gradient.
     * ``NUTS``: gradient evaluations, the ``n_steps`` stat (leapfrog steps).
 
     Parameters
