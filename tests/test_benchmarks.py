@@ -133,7 +133,9 @@ def test_real_posteriors_quick_mode(capsys, tmp_path):
     iters = 2 * (200 + 200)
     assert result["two-normals"]["Metropolis"][0]["evals"] == 2 * 2 * iters
     assert result["two-normals"]["DEMetropolisZ"][0]["evals"] == 2 * iters
-    assert iters <= result["two-normals"]["KameleonMetropolis"][0]["evals"] <= iters + 2
+    # KAMH: one per iteration, plus (pooled tuning, the default) the checks for stranded chains, each
+    # evaluating the other chain's state: every 100 tuning steps and at window ends
+    assert iters <= result["two-normals"]["KameleonMetropolis"][0]["evals"] <= 1.02 * iters + 2
     assert result["two-normals"]["NUTS"][0]["evals"] > iters
 
 

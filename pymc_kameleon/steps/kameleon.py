@@ -358,6 +358,7 @@ class KameleonMetropolis(AdaptiveStep):
             if jump is not None:
                 new_state, evaluation = jump
                 target.accept(new_state, evaluation)
+                chain.adaptation.windows.forget_recent_states()
                 rescued = True
 
         state = chain.adaptation.state

@@ -62,6 +62,13 @@ class AdaptationWindow:
         self.recent_accept = deque(maxlen=DRIFT_STATES)
         self.recent_population = deque(maxlen=DRIFT_STATES)  # pooled: every chain's state per step
 
+    def forget_recent_states(self) -> None:
+        """After this chain jumped to another's state (a rescue): its drift, climb and gradient
+        checks read only the states since."""
+        self.recent.clear()
+        self.recent_log_density.clear()
+        self.recent_gradient.clear()
+
     def record(
         self, y_new, accept_prob: float, log_density: float = math.nan, gradient=None, population=None
     ) -> None:
@@ -87,6 +94,10 @@ class AdaptationWindow:
             self.rows += rows.shape[0]
             if self._last_rows is not None and self._last_rows.shape == rows.shape:
                 self.moves += int(np.count_nonzero(np.any(rows != self._last_rows, axis=1)))
+                if _some_chain_jumped(self._last_rows, rows):
+                    # A rescued chain's states before its jump are no part of its walk: the
+                    # cross-chain check reads only the population's states since.
+                    self.recent_population.clear()
             self._last_rows = rows.copy()
             self.recent_population.append(self._last_rows)
         self._last_state = y_new.copy()
@@ -202,3 +213,15 @@ class AdaptationWindow:
         self.rows = 0
         self._gradient_squares = np.zeros_like(self._gradient_squares)
         self._gradients = 0
+
+
+def _some_chain_jumped(previous: np.ndarray, rows: np.ndarray) -> bool:
+    """Whether some chain's state now equals another chain's previous state exactly: a rescue (in a
+    continuous space no Metropolis move lands there)."""
+    for k in range(rows.shape[0]):
+        if np.array_equal(rows[k], previous[k]):
+            continue
+        others = np.delete(previous, k, axis=0)
+        if np.any(np.all(others == rows[k], axis=1)):
+            return True
+    return False

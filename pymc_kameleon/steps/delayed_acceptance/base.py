@@ -369,6 +369,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         if jump is not None:
             new_state, evaluation = jump
             target.accept(new_state, evaluation)
+            kernel.adaptation.windows.forget_recent_states()
             kernel.schedule.add(new_state, evaluation.loglik, evaluation.grad_exact_loglik, tune=True)
             rescued = True
         stats = {
