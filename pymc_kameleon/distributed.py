@@ -81,8 +81,10 @@ def sample_chains(model, step_factory, client, chains: int = 4, random_seed=None
 
     For models whose chains are long and expensive, on machines a single ``pm.sample(cores=...)``
     cannot reach. Each task calls ``pm.sample(step=step_factory(), chains=1, ...)`` with the random
-    stream that ``pm.sample(chains=chains, random_seed=random_seed)`` gives that chain, so the result
-    equals ``pm.sample``'s, chain for chain.
+    stream that ``pm.sample(chains=chains, random_seed=random_seed)`` gives that chain. Each chain
+    therefore tunes alone: the result equals ``pm.sample``'s, chain for chain, with
+    ``tuning="per_chain"`` steps (with the default pooled tuning, ``pm.sample``'s chains learn from
+    each other while tuning, which separate tasks cannot).
 
     Parameters
     ----------

@@ -254,9 +254,10 @@ def test_sample_chains_equals_pm_sample(client):
         pm.Normal("x", 0, 1, shape=2)
     kwargs = dict(draws=40, tune=40, random_seed=7)
     with model:
+        # Chains on a cluster tune alone, as per-chain tuning does in one pm.sample.
         reference = pm.sample(
-            step=KameleonMetropolis(), chains=3, cores=1, progressbar=False, compute_convergence_checks=False,
-            **kwargs,
+            step=KameleonMetropolis(tuning="per_chain"), chains=3, cores=1, progressbar=False,
+            compute_convergence_checks=False, **kwargs,
         )
     on_dask = sample_chains(model, KameleonMetropolis, client, chains=3, **kwargs)
     np.testing.assert_array_equal(on_dask.posterior["x"].values, reference.posterior["x"].values)

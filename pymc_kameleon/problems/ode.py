@@ -8,6 +8,9 @@ r"""ODEs behind black-box ``solve_ivp`` Ops, as a user wraps a SciPy solve: no g
   :mod:`~pymc_kameleon.problems.reference`); the model solves the ODE in the black-box
   :class:`LotkaVolterraOp`, and its NUTS reference in :class:`LotkaVolterraSensitivityOp`, which
   also solves the forward sensitivities and so has a gradient.
+- The same ODE on real data, the Hudson's Bay Company's lynx and hare pelts of 1900-1920, as in
+  posteriordb's ``hudson_lynx_hare-lotka_volterra``: :func:`lotka_volterra_lynx_hare`, with the
+  same black-box Op and a differentiable twin for its NUTS reference.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ __all__ = [
     "SIRSolveOp",
     "lotka_volterra",
     "lotka_volterra_far_start",
+    "lotka_volterra_lynx_hare",
     "sir_solution",
     "solve_lotka_volterra",
 ]
@@ -274,3 +278,68 @@ def lotka_volterra_far_start():
     """The same posterior, every rate started at 1 (the posterior has beta and delta near 0.025)."""
     initvals = {"alpha": 1.0, "beta": 1.0, "gamma": 1.0, "delta": 1.0}
     return _lotka_volterra_model(differentiable=False), _LV_REFERENCE, initvals
+
+
+# --------------------------------------------------------------------------- Hudson's Bay lynx and hare
+# Pelts in thousands, one row a year from 1900 (t = 0) to 1920 (t = 20); columns hare (prey) and lynx
+# (predator), as the ODE's state. posteriordb's data "hudson_lynx_hare" (Howard 2009, from Hewitt
+# 1921), the file hudson-bay-lynx-hare.csv of Carpenter's Stan case study in stan-dev/example-models
+# (knitr/lotka-volterra); posteriordb splits off the 1900 row as y_init.
+_LYNX_HARE_PELTS = np.array([
+    [30.0, 4.0], [47.2, 6.1], [70.2, 9.8], [77.4, 35.2], [36.3, 59.4], [20.6, 41.7], [18.1, 19.0],
+    [21.4, 13.0], [22.0, 8.3], [25.4, 9.1], [27.1, 7.4], [40.3, 8.0], [57.0, 12.3], [76.6, 19.5],
+    [52.3, 45.7], [19.5, 51.1], [11.2, 29.7], [7.6, 15.8], [14.6, 9.7], [16.2, 10.1], [24.7, 8.6],
+])
+_THETA_PRIOR_MEAN = np.array([1.0, 0.05, 1.0, 0.05])
+_THETA_PRIOR_SD = np.array([0.5, 0.05, 0.5, 0.05])
+
+
+def _lynx_hare_model(differentiable: bool):
+    """posteriordb's lotka_volterra.stan on the lynx-hare pelts: theta (4), z_init (2), sigma (2)."""
+    with pm.Model() as model:
+        # Stan's real<lower=0> theta with a normal prior: a truncated normal (its normaliser is constant).
+        # Started at the prior means, as the simulated-data model is.
+        theta = pm.TruncatedNormal("theta", _THETA_PRIOR_MEAN, _THETA_PRIOR_SD, lower=0.0, shape=4,
+                                   initval=_THETA_PRIOR_MEAN)
+        z_init = pm.LogNormal("z_init", np.log(10.0), 1.0, shape=2)
+        sigma = pm.LogNormal("sigma", -1.0, 1.0, shape=2)
+        params = pt.concatenate([theta, z_init])
+        z = LotkaVolterraSensitivityOp()(params)[0] if differentiable else LotkaVolterraOp()(params)
+        # Row 0 of the solution is z_init: Stan's y_init ~ lognormal(log(z_init), sigma) is its first row.
+        pm.LogNormal("y", pt.log(z), sigma, observed=_LYNX_HARE_PELTS)
+    return model
+
+
+_LYNX_HARE_REFERENCE = NutsReference(
+    "lotka-volterra-lynx-hare",
+    partial(_lynx_hare_model, differentiable=True),
+    "a differentiable twin of the model: the same ODE, likelihood and priors, solved by scipy's odeint "
+    "(LSODA, same tolerances) together with its forward sensitivities dz/dparams, which give the gradient",
+    tune=1000,
+    draws=3000,
+)
+
+
+def lotka_volterra_lynx_hare():
+    """Lotka-Volterra on the Hudson's Bay lynx and hare pelts, 1900-1920 (posteriordb's model and data).
+
+    posteriordb's ``hudson_lynx_hare-lotka_volterra`` (Carpenter's Stan case study "Predator-prey
+    population dynamics"): prey (hare) and predator (lynx) follow du/dt = (alpha - beta v) u,
+    dv/dt = (-gamma + delta u) v with theta = (alpha, beta, gamma, delta); theta[1], theta[3] ~
+    N(1, 0.5) and theta[2], theta[4] ~ N(0.05, 0.05), all > 0; z_init ~ LogNormal(log 10, 1);
+    sigma ~ LogNormal(-1, 1); each of the 21 yearly pelt counts (the 1900 one included, around
+    z_init) ~ LogNormal(log z(t), sigma) of its species. The data and the Stan model were checked
+    against posteriordb (``posterior_database/models/stan/lotka_volterra.stan``) and the case study's
+    ``hudson-bay-lynx-hare.csv``. The ODE is solved as :func:`lotka_volterra` solves it (LSODA, rtol
+    1e-6, atol 1e-8, floor 1e-9, at most 20 000 right-hand-side evaluations; Stan's file uses RK45 with
+    rtol 1e-5, atol 1e-3) inside the black-box :class:`LotkaVolterraOp` (no gradient); the NUTS
+    reference samples a twin solved with sensitivities.
+
+    Returns
+    -------
+    model : pymc.Model
+        Free variables ``theta`` (4), ``z_init`` (2) and ``sigma`` (2); theta starts at its prior means.
+    reference : NutsReference
+    initvals : None
+    """
+    return _lynx_hare_model(differentiable=False), _LYNX_HARE_REFERENCE, None

@@ -1,11 +1,12 @@
-"""The posteriors real users bring: twenty models, each with its reference (the real-posteriors catalogue).
+"""The posteriors real users bring: 22 models, each with its reference (the real-posteriors catalogue).
 
 Regressions and GLMs with unstandardised predictors (:mod:`~pymc_kameleon.problems.regressions`),
-eight schools, a mixture and GP hyperparameters (:mod:`~pymc_kameleon.problems.hierarchical`), an
-AR(2) series and a GARCH(1,1) model (:mod:`~pymc_kameleon.problems.time_series`), a Lotka-Volterra
-ODE behind a black-box ``solve_ivp`` Op (:mod:`~pymc_kameleon.problems.ode`), normals on scales
-1e-4 to 1e4 and a 50-d Gaussian (:mod:`~pymc_kameleon.problems.scales`), and here the KAMH paper's
-8-d banana and flower with exact references. :data:`POSTERIORS` maps the names that
+eight schools, a mixture, GP hyperparameters and a centred latent Poisson GP
+(:mod:`~pymc_kameleon.problems.hierarchical`), an AR(2) series and a GARCH(1,1) model
+(:mod:`~pymc_kameleon.problems.time_series`), a Lotka-Volterra ODE behind a black-box ``solve_ivp``
+Op on simulated data and on the Hudson's Bay lynx-hare pelts (:mod:`~pymc_kameleon.problems.ode`),
+normals on scales 1e-4 to 1e4 and a 50-d Gaussian (:mod:`~pymc_kameleon.problems.scales`), and
+here the KAMH paper's 8-d banana and flower with exact references. :data:`POSTERIORS` maps the names that
 ``benchmarks/real_posteriors.py`` reports to the builders.
 
 Every builder returns ``(model, reference, initvals)``; see :mod:`~pymc_kameleon.problems.reference`
@@ -24,9 +25,11 @@ from pymc_kameleon.problems.hierarchical import (
     eight_schools_noncentred,
     eight_schools_noncentred_far_start,
     gp_hyperparameters,
+    gp_poisson_latent,
+    gp_poisson_latent_noncentred,
     mixture,
 )
-from pymc_kameleon.problems.ode import lotka_volterra, lotka_volterra_far_start
+from pymc_kameleon.problems.ode import lotka_volterra, lotka_volterra_far_start, lotka_volterra_lynx_hare
 from pymc_kameleon.problems.reference import ExactReference
 from pymc_kameleon.problems.regressions import (
     logistic_glm,
@@ -91,4 +94,8 @@ POSTERIORS: dict[str, Callable[[], tuple]] = {
     "normals-5d-scales": normals_5d_scales,
     "gaussian-50d": gaussian_50d,
     "regression-17d-mixed-scales": regression_mixed_scales,
+    # The frontier (issue 43): no gradient-free sampler converges here today; NUTS does on their twins.
+    "lotka-volterra-lynx-hare": lotka_volterra_lynx_hare,
+    "gp-poisson-latent": gp_poisson_latent,
+    "gp-poisson-latent-noncentred": gp_poisson_latent_noncentred,
 }

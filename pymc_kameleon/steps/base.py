@@ -16,6 +16,7 @@ from pymc.step_methods.compound import Competence
 from pymc.util import get_random_generator, get_value_vars_from_user_vars
 from pymc.vartypes import discrete_types
 
+from pymc_kameleon.steps.population import pooled_class_for
 from pymc_kameleon.steps.reporting import (
     StepWarnings,
     StuckAfterTuning,
@@ -159,6 +160,10 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
     default_blocked = True
     # Keeps the pseudo-marginal estimate at the current state (see pseudo_marginal.py).
     exact_pseudo_marginal = True
+    # Pooled tuning (steps/population.py): a subclass sets its pooled variant and default.
+    pooled = False
+    _pooled_class = None
+    _default_tuning = "pooled"
     stats_dtypes_shapes = {
         "accept": (np.float64, []),
         # float64 like pm.Metropolis, which PyMC pairs with our steps for discrete variables:
@@ -170,9 +175,34 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         "model_logp": (np.float64, []),
     }
 
+    def __new__(cls, *args, **kwargs):
+        # tuning="pooled" makes the step's population variant (steps/population.py).
+        new_cls = pooled_class_for(cls, args, kwargs, cls._default_tuning)
+        return super(AdaptiveStep, new_cls).__new__(new_cls, *args, **kwargs)
+
+    def _population_states(self) -> np.ndarray | None:
+        """Every chain's state at the start of this iteration (pooled tuning only; else None)."""
+        return None
+
+    def _rescue(self, own_logp: float, population, adaptation, window_before: int, rng):
+        """The state and evaluation a stranded chain jumps to (pooled tuning only; else None)."""
+        return None
+
+    def _last_run(self):
+        """The step object whose chain ran last: this one (pooled tuning: the copy PyMC made for the
+        last chain, with ``cores=1``)."""
+        return self
+
+    @property
+    def _speaks_for_population(self) -> bool:
+        """Whether this chain reports what the population's chains share (pooled tuning: chain 0)."""
+        return self.pooled and getattr(self, "this_chain", None) == 0
+
     def _join_pymc(self, vars, target, blocked, rng) -> None:
         """Finish ``__init__``: keep the target, declare the statistics, set up PyMC's step, reset."""
         self._target = target
+        if self.pooled:
+            self._population_steps = {}  # chain -> PyMC's copy of this step (steps/population.py)
         declare_pseudo_marginal_stats(self, target)
         self.tune = True
         super().__init__(vars, target.shared, blocked=blocked, rng=rng)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pymc as pm
 from pymc.blocking import RaveledVars
+from pymc.step_methods.arraystep import PopulationArrayStepShared
 
 from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
 from pymc_kameleon.core.adaptation.scales import VanishingProbability
@@ -22,7 +23,8 @@ from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
 from pymc_kameleon.core.linalg import SingularCovarianceError
 from pymc_kameleon.core.mh import metropolis_hastings_step
 from pymc_kameleon.core.validation import check_kameleon_options, check_number, check_probability
-from pymc_kameleon.steps.base import AdaptiveStep, ChainState, continuous_value_vars
+from pymc_kameleon.steps.base import AdaptiveStep, ChainState, continuous_value_vars, coordinate_names
+from pymc_kameleon.steps.population import TUNINGS, PooledTuning
 from pymc_kameleon.steps.reporting import warn_after_tuning
 from pymc_kameleon.steps.target_density import TargetDensity
 
@@ -112,6 +114,14 @@ class KameleonMetropolis(AdaptiveStep):
         :math:`\nu^2` and :math:`\gamma`. ``"vanishing"`` keeps adapting after tuning with
         probability :math:`p_t = t^{-\kappa}` at post-tuning step :math:`t` (the
         paper's diminishing-adaptation alternative).
+    tuning : {"pooled", "per_chain"}, default "pooled"
+        ``"pooled"``: ``pm.sample`` runs the chains as a population, each chain's adaptation windows
+        learn the mean, covariance and :math:`Z` from every chain's tuning draws (its own scales and
+        random stream stay its own), a chain stranded far below the others jumps to one of their
+        states at a window's end, and the end of tuning compares the chains; see
+        :mod:`pymc_kameleon.steps.population`. With one chain, and for models with a
+        :func:`~pymc_kameleon.PseudoMarginalPotential`, tuning is per chain. ``"per_chain"``: each
+        chain tunes alone (PyMC's ordinary sampler, chains in parallel processes with ``cores>1``).
     vanishing_decay : float, default 1.0
         :math:`\kappa \in (0, 1]` for ``adaptation="vanishing"``.
     adapt_interval : int, default 100
@@ -202,6 +212,7 @@ class KameleonMetropolis(AdaptiveStep):
         target_accept: float = 0.234,
         am_weight: float = 0.1,
         adaptation: str = "freeze",
+        tuning: str = "pooled",
         vanishing_decay: float = 1.0,
         adapt_interval: int = 100,
         learning_rate: float = 1.0,
@@ -225,6 +236,8 @@ class KameleonMetropolis(AdaptiveStep):
             raise ValueError(f"am_weight must be in [0, 1], got {am_weight!r}.")
         if adaptation not in _ADAPTATIONS:
             raise ValueError(f"adaptation must be one of {_ADAPTATIONS}, got {adaptation!r}.")
+        if tuning not in TUNINGS:
+            raise ValueError(f"tuning must be one of {TUNINGS}, got {tuning!r}.")
         self._vanishing = VanishingProbability(vanishing_decay)  # validates the decay
         if history_size is None:
             history_size = max(10 * int(n_subsample), 10_000)
@@ -240,6 +253,7 @@ class KameleonMetropolis(AdaptiveStep):
         self.target_accept = float(target_accept)
         self.am_weight = float(am_weight)
         self.adaptation = adaptation
+        self.tuning = tuning
         self.adapt_interval = int(adapt_interval)
         self.learning_rate = float(learning_rate)
         self.history_size = int(history_size)
@@ -248,6 +262,7 @@ class KameleonMetropolis(AdaptiveStep):
             initial_point = model.initial_point()
         vars = continuous_value_vars(vars, model, type(self).__name__)
         self.dim = int(sum(np.size(initial_point[v.name]) for v in vars))
+        self._coordinate_names = coordinate_names(vars, initial_point)
         target = TargetDensity(model, vars, initial_point, compile_kwargs, type(self).__name__)
         self._join_pymc(vars, target, blocked, rng)
         # PyMC 6 asks each step how long it needs to tune (pm.sample(tune=None)).
@@ -271,6 +286,8 @@ class KameleonMetropolis(AdaptiveStep):
 
     def _reset_chain_state(self):
         """Forget everything learned in a previous chain."""
+        if self.pooled:  # a population's chains are shallow copies of one step: each its own state
+            self._target = self._target.fork()
         adaptation = self._new_adaptation()
         proposal = ScaleFreeProposal(adaptation.state, self.am_weight, on_jitter=self._warn_singular)
         self._chain = KameleonChain(adaptation=adaptation, proposal=proposal)
@@ -280,19 +297,22 @@ class KameleonMetropolis(AdaptiveStep):
         super().stop_tuning()
         adaptation = self._chain.adaptation
         if adaptation.tune_steps > 0:
-            warn_after_tuning(type(self).__name__, adaptation, self.target_accept, self._warnings)
+            warn_after_tuning(
+                type(self).__name__, adaptation, self.target_accept, self._warnings, self._coordinate_names,
+                across_chains=self._speaks_for_population,
+            )
         adaptation.end_tuning(self.rng)
 
     # ------------------------------------------------------------ properties
     @property
     def scale_free_adaptation(self) -> ScaleFreeAdaptation:
         """The scale-free adaptation of the chain run last: its learned state, windows and report."""
-        return self._chain.adaptation
+        return self._last_run()._chain.adaptation
 
     @property
     def subsample(self) -> np.ndarray | None:
         """The subsample :math:`Z` in the model's coordinates (None before the first Kameleon proposal)."""
-        return self._chain.adaptation.state.subsample
+        return self._last_run()._chain.adaptation.state.subsample
 
     @property
     def proposal(self) -> WhitenedFamily | None:
@@ -300,12 +320,12 @@ class KameleonMetropolis(AdaptiveStep):
 
         It has ``Z`` and ``covariance(y)``, for :func:`pymc_kameleon.plots.plot_proposal_contours`.
         """
-        return self._chain.adaptation.state.model_family
+        return self._last_run()._chain.adaptation.state.model_family
 
     @property
     def scale_free_proposal(self) -> ScaleFreeProposal:
         """The whole proposal of the chain run last: the scan, AM or Kameleon/AM mixture move."""
-        return self._chain.proposal
+        return self._last_run()._chain.proposal
 
     # ------------------------------------------------------------ the step
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list]:
@@ -322,14 +342,24 @@ class KameleonMetropolis(AdaptiveStep):
             raise SingularCovarianceError(f"KameleonMetropolis: {err}") from None
         if result.accepted:
             target.accept(result.state, result.evaluation)
-        adapted = False
+        adapted, new_state, rescued = False, result.state, False
         if self.tune or self._adapts_after_tuning():
             # The kept log-estimate of a pseudo-marginal term wanders on its auxiliary chain's time scale
             # by far more than sqrt(d/2), so the climb check reads the exact part only.
             move = result.move
             exact_logp = target.current_exact_logp
-            draw = TuningDraw(result.state, result.accept_prob, move.component, y, move.x, exact_logp)
+            population = self._population_states() if self.tune else None
+            draw = TuningDraw(
+                result.state, result.accept_prob, move.component, y, move.x, exact_logp, None, population
+            )
+            window = chain.adaptation.window
             adapted = chain.adaptation.adapt(draw, self.rng)
+            jump = self._rescue(exact_logp, population, chain.adaptation, window, self.rng)
+            if jump is not None:
+                new_state, evaluation = jump
+                target.accept(new_state, evaluation)
+                chain.adaptation.windows.forget_recent_states()
+                rescued = True
 
         state = chain.adaptation.state
         stats = {
@@ -349,9 +379,11 @@ class KameleonMetropolis(AdaptiveStep):
             "model_logp": target.current_logp,
         }
         stats.update(target.estimate_stats(estimates_before))
+        if self.pooled:
+            stats["rescued"] = rescued
         self._check_stuck(result.accepted)
         self._warnings.attach(stats, "accept")  # with cores>1 they travel to the session this way
-        return RaveledVars(result.state, q0.point_map_info), [stats]
+        return RaveledVars(new_state, q0.point_map_info), [stats]
 
     # ------------------------------------------------------------ adaptation
     def _adapts_after_tuning(self) -> bool:
@@ -382,3 +414,15 @@ class KameleonMetropolis(AdaptiveStep):
                 UserWarning,
                 stacklevel=4,
             )
+
+
+class PooledKameleonMetropolis(PooledTuning, KameleonMetropolis, PopulationArrayStepShared):
+    """``KameleonMetropolis(tuning="pooled")``: a population step (:mod:`pymc_kameleon.steps.population`)."""
+
+    stats_dtypes_shapes = {**KameleonMetropolis.stats_dtypes_shapes, **PooledTuning.stats_dtypes_shapes}
+
+
+# Messages and PyMC's step listing name the step the user made; pickling finds the class by its
+# qualified name, which stays PooledKameleonMetropolis.
+PooledKameleonMetropolis.__name__ = "KameleonMetropolis"
+KameleonMetropolis._pooled_class = PooledKameleonMetropolis

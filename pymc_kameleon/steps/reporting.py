@@ -15,6 +15,7 @@ import math
 import multiprocessing
 import warnings
 
+import arviz as az
 import numpy as np
 from rich.progress import TextColumn
 from rich.table import Column
@@ -22,7 +23,10 @@ from rich.table import Column
 from pymc_kameleon.core.adaptation.scale_free import UNCOVERED_LIMIT
 
 __all__ = [
+    "CROSS_CHAIN_RHAT",
     "STUCK_DRAWS",
+    "cross_chain_problem",
+    "cross_chain_rhat",
     "StepWarnings",
     "StuckAfterTuning",
     "carry_warnings",
@@ -30,12 +34,12 @@ __all__ = [
     "progressbar_config",
     "progressbar_update_functions",
     "tuning_problems",
-    "tuning_warning",
     "warn_after_tuning",
 ]
 
-# pm.sample(cores>1) and pm.sample_smc(cores>1) name their worker processes so (PyMC 5.28 and 6).
-_PYMC_WORKER_PREFIXES = ("worker_chain_", "smc_worker_chain_")
+# pm.sample(cores>1) and pm.sample_smc(cores>1) name their worker processes so (PyMC 5.28 and 6), and
+# the population sampler (pooled tuning with cores>1) its chains' processes.
+_PYMC_WORKER_PREFIXES = ("worker_chain_", "smc_worker_chain_", "ChainWalker")
 
 # Acceptance rates outside [target / 2, (1 + target) / 2] at the end of tuning are reported.
 _LOW_ACCEPT_FACTOR = 0.5
@@ -63,6 +67,9 @@ _LATE_SHARE = 0.25
 # about 1 for draws from the target (measured, GP-DA MALA, 63 chains not stuck: 0.24-3.7, all but one
 # >= 0.60; 0.03 and 0.06 on two chains silently stuck in one coordinate).
 _SPREAD_LIMIT = 0.1
+#: Pooled tuning: chains whose last tuning states have a split R-hat above this in some coordinate
+#: disagreed at the end of tuning (the end-of-tuning warning says so, once, from chain 0).
+CROSS_CHAIN_RHAT = 1.1
 
 
 def _arrived_early(late: float, whole: float, limit: float) -> bool:
@@ -256,24 +263,56 @@ class StuckAfterTuning:
         )
 
 
-def tuning_warning(
-    step_name: str, report, target_accept: float, required_steps: int, dim: int, coordinate_names=None
-):
-    """The end-of-tuning warning text for a :class:`TuningReport` (None if nothing went wrong)."""
-    problems = tuning_problems(report, target_accept, required_steps, dim, coordinate_names)
-    return f"{step_name}: " + "; ".join(problems) + "." if problems else None
-
-
 def warn_after_tuning(
-    step_name: str, proposal, target_accept: float, sink: StepWarnings, coordinate_names=None
+    step_name: str, adaptation, target_accept: float, sink: StepWarnings, coordinate_names=None,
+    across_chains: bool = False,
 ) -> None:
-    """One UserWarning at the end of a chain's tuning, listing every problem found (none: silent)."""
-    required = proposal.required_tune_steps()
-    message = tuning_warning(
-        step_name, proposal.report(), target_accept, required, proposal.dim, coordinate_names
+    """One UserWarning at the end of a chain's tuning, listing every problem found (none: silent).
+
+    ``across_chains``: also compare the chains' last tuning states (pooled tuning; one chain says so).
+    """
+    required = adaptation.required_tune_steps()
+    problems = tuning_problems(adaptation.report(), target_accept, required, adaptation.dim, coordinate_names)
+    if across_chains:
+        problem = cross_chain_problem(adaptation.windows.recent_population, coordinate_names)
+        if problem:
+            problems.append(problem)
+    if problems:
+        sink.warn(f"{step_name}: " + "; ".join(problems) + ".", UserWarning, stacklevel=3)
+
+
+def cross_chain_rhat(population_states) -> tuple[float, int]:
+    """The largest split R-hat over coordinates (ArviZ's, rank-normalised) of the chains' last tuning
+    states, and its coordinate: NaN and -1 with fewer than two chains or 100 states.
+
+    ``population_states`` holds, per step, every chain's state (rows).
+    """
+    states = np.asarray(list(population_states), dtype=float)  # (steps, chains, d)
+    if states.ndim != 3 or states.shape[0] < 100 or states.shape[1] < 2:
+        return math.nan, -1
+    by_chain = states.transpose(1, 0, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a coordinate no chain moved in: NaN
+        rhat = np.array([float(az.rhat(by_chain[:, :, j])) for j in range(by_chain.shape[2])])
+    if not np.any(np.isfinite(rhat)):
+        return math.nan, -1
+    j = int(np.nanargmax(rhat))
+    return float(rhat[j]), j
+
+
+def cross_chain_problem(population_states, coordinate_names=None) -> str | None:
+    """The sentence for chains that disagreed at the end of tuning (None if they agreed)."""
+    rhat, j = cross_chain_rhat(population_states)
+    if not (math.isfinite(rhat) and rhat > CROSS_CHAIN_RHAT):
+        return None
+    name = coordinate_names[j] if coordinate_names is not None else f"coordinate {j}"
+    n_steps = len(population_states)
+    return (
+        f"the chains disagreed at the end of tuning: the split R-hat of their last {n_steps} tuning "
+        f"states is {rhat:.2f} in {name} (above {CROSS_CHAIN_RHAT}), so some chain was still walking in, "
+        "stuck in a mode of its own, or mixing too slowly for the tuning it had, and the draws may not "
+        "agree either; increase `tune`, or start the chains closer to the posterior (initvals)"
     )
-    if message:
-        sink.warn(message, UserWarning, stacklevel=3)
 
 
 def progressbar_config(n_chains=1):

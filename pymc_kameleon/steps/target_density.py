@@ -8,6 +8,7 @@ prior and the log-likelihood, as GP delayed acceptance needs.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 
@@ -160,6 +161,16 @@ class TargetDensity:
             "loglik_estimate": self.current_log_estimate,
             "estimator_calls": self.n_estimates - estimates_before,
         }
+
+    def fork(self) -> TargetDensity:
+        """A copy for another chain: the same compiled functions, a state of its own (reset).
+
+        PyMC's population sampler makes one shallow copy of a step per chain, and in one process
+        (``cores=1``) they would otherwise share the current state.
+        """
+        twin = copy.copy(self)
+        twin.reset()
+        return twin
 
     def reset(self):
         """Forget the current state and the estimators' generator (at the start of a chain)."""

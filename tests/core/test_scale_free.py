@@ -655,3 +655,27 @@ def test_windows_of_several_chains_merge_into_the_window_of_all_their_steps():
     assert list(pooled.recent) == list(a.recent) and len(a.draws) == 60  # the windows are unchanged
     # Control: the first chain's window alone estimates something else.
     assert not np.allclose(shrunk_covariance(a.draws.points)[1], cov)
+
+
+def test_a_rescue_restarts_the_states_the_end_of_tuning_checks_read():
+    """Pooled windows: when a chain's state becomes another chain's previous state exactly (a rescue),
+    the population's recent states restart, so the cross-chain check reads none from before the
+    jump; ordinary moves keep them. The rescued chain forgets its own recent states too."""
+    from pymc_kameleon.core.adaptation.windows import AdaptationWindow
+
+    rng = np.random.default_rng(0)
+    window = AdaptationWindow(dim=2, history_size=100, first_window=50, end=50)
+    rows = rng.normal(size=(3, 2))
+    for _ in range(5):
+        rows = rows + rng.normal(scale=0.1, size=rows.shape)
+        window.record(rows[0], 0.3, -1.0, None, rows)
+    assert len(window.recent_population) == 5
+    jumped = rows + rng.normal(scale=0.1, size=rows.shape)
+    jumped[2] = rows[0]  # chain 2 jumps to chain 0's state
+    window.record(jumped[0], 0.3, -1.0, None, jumped)
+    assert len(window.recent_population) == 1  # the states since the jump: this step's
+    window.record(jumped[0], 0.3, -1.0, None, jumped)  # a step where no chain moved: no jump
+    assert len(window.recent_population) == 2
+    assert len(window.recent) == 7
+    window.forget_recent_states()
+    assert not window.recent and not window.recent_log_density and not window.recent_gradient

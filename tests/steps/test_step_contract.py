@@ -233,7 +233,9 @@ def _kameleon_chain_start(adapt_interval):
         assert not kameleon[:, : first_z + 1].any()
         assert (size[:, :first_z] == 0).all()
         if kameleon.shape[1] > first_z:
-            assert ((size[:, first_z] > 0) & (size[:, first_z] <= adapt_interval)).all()
+            # Z holds the first window's draws: of both chains, with pooled tuning (the default)
+            n_chains = kameleon.shape[0]
+            assert ((size[:, first_z] > 0) & (size[:, first_z] <= n_chains * adapt_interval)).all()
         if kameleon.shape[1] > first_z + 50:
             assert kameleon[:, first_z + 1 :].mean() > 0.8  # the Kameleon component draws 90%
 
@@ -539,7 +541,8 @@ def sampled(request):
     kw = dict(tune=case.tune, draws=DRAWS, discard_tuned_samples=False)
     runs = dict(
         first=sample_with_seed(model, step, 11, **kw),
-        again=sample_with_seed(model, step, 11, chains=1, **kw),
+        # Pooled tuning: chain 0 of two learns from chain 1, so the rerun has both chains.
+        again=sample_with_seed(model, step, 11, chains=2 if step.pooled else 1, **kw),
         other=sample_with_seed(model, step, 12, chains=1, **kw),
         parallel=sample_with_seed(
             model, case.make(model, pseudo_marginal=pseudo_marginal), 11, cores=2, **kw
@@ -550,10 +553,13 @@ def sampled(request):
 
 @short_tuning
 def test_same_seed_same_draws_sequential(sampled):
-    """One seed, one step object, two pm.sample calls: the same draws and statistics, tuning included.
-    Negative control: another seed draws otherwise."""
-    first_chain = {name: values[:1] for name, values in recorded(sampled.first).items()}
-    assert_same_records(recorded(sampled.again), first_chain)
+    """One seed, one step object, two pm.sample calls: the same draws and statistics, tuning included
+    (per-chain tuning: a one-chain run draws the first chain of a two-chain one). Negative control:
+    another seed draws otherwise."""
+    again = recorded(sampled.again)
+    first = recorded(sampled.first)
+    chains = next(iter(again.values())).shape[0]
+    assert_same_records(again, {name: values[:chains] for name, values in first.items()})
     other, first = sampled.other.posterior[sampled.var].values, sampled.first.posterior[sampled.var].values
     assert not np.array_equal(other[0], first[0])
 
@@ -594,8 +600,10 @@ def test_a_step_reused_by_another_pm_sample_starts_afresh_in_worker_processes(cl
     each parallel chain afresh, tuning included: it draws what a fresh step draws. (It used to go on
     from its old state: Kameleon moves from the first step on PyMC 5, and no tuning at all on PyMC 6.)"""
     model = discrete_model() if cls is DiscreteMetropolis else gaussian_data_model()
+    # PyMC's parallel sampler (pooled tuning runs its own population, of copies of the step).
+    options = {} if cls is DiscreteMetropolis else {"tuning": "per_chain"}
     with model:
-        used, fresh = cls(), cls()
+        used, fresh = cls(**options), cls(**options)
     kw = dict(tune=250, draws=10, cores=2, discard_tuned_samples=False)
     sample_with_seed(model, used, 5, **{**kw, "cores": 1})
     assert not used.tune  # the first run ended its tuning

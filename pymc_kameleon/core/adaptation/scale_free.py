@@ -185,7 +185,7 @@ class ScaleFreeAdaptation:
         state = self.state
         accept_prob = float(draw.accept_prob)
         state.tune_steps += 1
-        self._windows.record(draw.state, accept_prob, draw.log_density, draw.gradient)
+        self._windows.record(draw.state, accept_prob, draw.log_density, draw.gradient, draw.population)
         if draw.component == "scan":
             state.scan.adapt(accept_prob, draw.start, draw.proposal, draw.state)
         elif draw.component == "kameleon":

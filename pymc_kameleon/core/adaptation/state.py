@@ -54,6 +54,10 @@ class TuningDraw(NamedTuple):
     gradient : array of shape (d,), optional
         The log density's gradient at ``state``, if the step has it, for the gradient-spread check
         and the Cramér-Rao floor of the learned variances.
+    population : array of shape (n_chains, d), optional
+        Pooled tuning: every chain's state at the start of the step, this chain's among them; the
+        adaptation window records these rows instead of ``state``
+        (:meth:`~pymc_kameleon.core.adaptation.windows.AdaptationWindow.record`).
     """
 
     state: np.ndarray
@@ -63,6 +67,7 @@ class TuningDraw(NamedTuple):
     proposal: np.ndarray | None = None
     log_density: float = math.nan
     gradient: np.ndarray | None = None
+    population: np.ndarray | None = None
 
 
 @dataclass(eq=False)

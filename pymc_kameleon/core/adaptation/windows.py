@@ -36,7 +36,12 @@ class AdaptationWindow:
     ``recent_gradient`` keep the last :data:`DRIFT_STATES` tuning states, their log densities and
     (if the step has them) the log density's gradients there across windows, for the drift, climb
     and gradient-spread checks; ``recent_accept`` their acceptance probabilities, for the
-    acceptance check when tuning ends early in a window.
+    acceptance check when tuning ends early in a window; ``recent_population`` (pooled) every
+    chain's states at those steps, for the end-of-tuning check across chains.
+
+    **Pooled** (a population of chains, see :meth:`record`): the window's draws are every chain's
+    state at every step, so its covariance, :math:`Z`, movement and end-early test read all chains'
+    tuning; the acceptance, the gradients and the recent states stay this chain's.
     """
 
     def __init__(self, dim: int, history_size: int, first_window: int, end: int):
@@ -45,7 +50,9 @@ class AdaptationWindow:
         self.index = 0
         self.end = end
         self.accept = []  # acceptance probabilities (or their estimates) of this window's steps
-        self.moves = 0  # steps of this window whose state differs from the previous one
+        self.moves = 0  # steps of this window whose state differs from the previous one (per chain, pooled)
+        self.rows = 0  # draws recorded in this window (one per step, or one per chain and step, pooled)
+        self._last_rows = None  # the population's states at the last pooled step
         self._gradient_squares = np.zeros(dim)  # sum over this window's steps of the squared gradient
         self._gradients = 0  # steps of this window that came with a gradient
         self._last_state = None
@@ -53,16 +60,46 @@ class AdaptationWindow:
         self.recent_log_density = deque(maxlen=DRIFT_STATES)
         self.recent_gradient = deque(maxlen=DRIFT_STATES)
         self.recent_accept = deque(maxlen=DRIFT_STATES)
+        self.recent_population = deque(maxlen=DRIFT_STATES)  # pooled: every chain's state per step
 
-    def record(self, y_new, accept_prob: float, log_density: float = math.nan, gradient=None) -> None:
+    def forget_recent_states(self) -> None:
+        """After this chain jumped to another's state (a rescue): its drift, climb and gradient
+        checks read only the states since."""
+        self.recent.clear()
+        self.recent_log_density.clear()
+        self.recent_gradient.clear()
+
+    def record(
+        self, y_new, accept_prob: float, log_density: float = math.nan, gradient=None, population=None
+    ) -> None:
         """One tuning step's state, acceptance probability, log density (NaN if unknown) and the log
-        density's gradient (None if unknown)."""
-        self.draws.append(y_new)
+        density's gradient (None if unknown).
+
+        ``population``, if given, is every chain's state at the start of the step (rows, this
+        chain's among them, in a fixed order): those rows are the window's draws instead of
+        ``y_new``, so that every chain of a population records the same draws.
+        """
         self.accept.append(float(accept_prob))
         self.recent_accept.append(float(accept_prob))
         y_new = np.asarray(y_new, dtype=float)
-        if self._last_state is not None and not np.array_equal(y_new, self._last_state):
-            self.moves += 1
+        if population is None:
+            self.draws.append(y_new)
+            self.rows += 1
+            if self._last_state is not None and not np.array_equal(y_new, self._last_state):
+                self.moves += 1
+        else:
+            rows = np.asarray(population, dtype=float)
+            for row in rows:
+                self.draws.append(row)
+            self.rows += rows.shape[0]
+            if self._last_rows is not None and self._last_rows.shape == rows.shape:
+                self.moves += int(np.count_nonzero(np.any(rows != self._last_rows, axis=1)))
+                if _some_chain_jumped(self._last_rows, rows):
+                    # A rescued chain's states before its jump are no part of its walk: the
+                    # cross-chain check reads only the population's states since.
+                    self.recent_population.clear()
+            self._last_rows = rows.copy()
+            self.recent_population.append(self._last_rows)
         self._last_state = y_new.copy()
         self.recent.append(self._last_state)
         self.recent_log_density.append(float(log_density))
@@ -81,7 +118,7 @@ class AdaptationWindow:
         Counted from the draws, not from the adaptation signal: delayed acceptance's signal is an
         importance weight that one rare pass can make large in a window where the chain never moved.
         """
-        return self.moves < _MIN_WINDOW_MOVES * len(self.accept)
+        return self.moves < _MIN_WINDOW_MOVES * self.rows
 
     @property
     def variance_floor(self) -> np.ndarray | None:
@@ -127,7 +164,8 @@ class AdaptationWindow:
         tuning run shorter than the window schedule does not end with a covariance from the
         transient (an unstandardised regression from a far start: sds 2-100x the posterior's before).
         """
-        n = len(self.draws)
+        # Pooled windows hold several draws per step; the checks follow the steps.
+        n = len(self.draws) if self._last_rows is None else len(self.accept)
         if self.index == 0 or n < 2 * self.first_window or n % self.first_window:
             return False
         points = self.draws.points
@@ -157,6 +195,7 @@ class AdaptationWindow:
                 pooled.draws.append(point)
             pooled.accept.extend(window.accept)
             pooled.moves += window.moves
+            pooled.rows += window.rows
             pooled._gradient_squares = pooled._gradient_squares + window._gradient_squares
             pooled._gradients += window._gradients
         pooled._last_state = self._last_state
@@ -171,5 +210,18 @@ class AdaptationWindow:
         self.draws.clear()
         self.accept = []
         self.moves = 0
+        self.rows = 0
         self._gradient_squares = np.zeros_like(self._gradient_squares)
         self._gradients = 0
+
+
+def _some_chain_jumped(previous: np.ndarray, rows: np.ndarray) -> bool:
+    """Whether some chain's state now equals another chain's previous state exactly: a rescue (in a
+    continuous space no Metropolis move lands there)."""
+    for k in range(rows.shape[0]):
+        if np.array_equal(rows[k], previous[k]):
+            continue
+        others = np.delete(previous, k, axis=0)
+        if np.any(np.all(others == rows[k], axis=1)):
+            return True
+    return False

@@ -206,13 +206,14 @@ class DelayedAcceptanceKernel:
 
     # ------------------------------------------------------------------ learning
     def learn(self, current, result: DelayedAcceptanceResult, rng, *, tune: bool, log_density=math.nan,
-              gradient=None) -> bool:
+              gradient=None, population=None) -> bool:
         """After the decision on a move from ``current``: the new evaluation joins the GP, then the
         base proposal adapts.
 
         ``log_density`` and ``gradient`` are the target's (exact) log density and its gradient at
-        ``result.state``, for the end-of-tuning checks. Returns whether the GP's hyperparameters
-        were fitted.
+        ``result.state``, for the end-of-tuning checks, and ``population`` every chain's state at the
+        start of the step (pooled tuning; :class:`~pymc_kameleon.core.adaptation.state.TuningDraw`).
+        Returns whether the GP's hyperparameters were fitted.
         """
         refit = False
         if result.gp_learns:
@@ -222,7 +223,7 @@ class DelayedAcceptanceKernel:
         if tune:
             draw = TuningDraw(
                 result.state, result.adapt_prob, result.component, current, result.proposed,
-                log_density, gradient,
+                log_density, gradient, population,
             )
             refit = self._adapt(draw, rng) or refit
             if result.screened:

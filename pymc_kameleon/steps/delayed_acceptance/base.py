@@ -56,6 +56,7 @@ from pymc_kameleon.core.gp.training import (
 )
 from pymc_kameleon.core.validation import check_number, check_probability
 from pymc_kameleon.steps.base import AdaptiveStep, ChainState, continuous_value_vars, coordinate_names
+from pymc_kameleon.steps.population import TUNINGS
 from pymc_kameleon.steps.reporting import StepWarnings, warn_after_tuning
 from pymc_kameleon.steps.target_density import GradientUnavailableError, SplitTargetDensity
 
@@ -110,6 +111,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         adapt_interval=100,
         learning_rate=1.0,
         history_size=10_000,
+        tuning="pooled",
         model=None,
         initial_point=None,
         compile_kwargs=None,
@@ -127,6 +129,8 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         check_number("adapt_interval", adapt_interval, integer=True, minimum=0)
         check_number("learning_rate", learning_rate, minimum=0)
         check_number("history_size", history_size, integer=True, minimum=1)
+        if tuning not in TUNINGS:
+            raise ValueError(f"tuning must be one of {TUNINGS}, got {tuning!r}.")
 
         if initial_point is None:
             initial_point = model.initial_point()
@@ -167,6 +171,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         self.adapt_interval = int(adapt_interval)
         self.learning_rate = float(learning_rate)
         self.history_size = int(history_size)
+        self.tuning = tuning
         self._join_pymc(vars, target, blocked, rng)
 
     @classmethod
@@ -205,6 +210,8 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
     # ------------------------------------------------------------------ state
     def _reset_chain_state(self):
         """Forget everything learned in a previous chain (GP, proposal scale, counters)."""
+        if self.pooled:  # a population's chains are shallow copies of one step: each its own state
+            self._target = self._target.fork()
         chain_warnings = StepWarnings()
         name = type(self).__name__
         schedule = GPTrainingSchedule(
@@ -298,39 +305,43 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         super().stop_tuning()
         if tuned:
             names = self._coordinate_names
-            warn_after_tuning(type(self).__name__, adaptation, self.target_accept, self._warnings, names)
+            warn_after_tuning(
+                type(self).__name__, adaptation, self.target_accept, self._warnings, names,
+                across_chains=self._speaks_for_population,
+            )
         kernel.freeze(self.rng)
 
     # ------------------------------------------------------------ properties
     @property
     def gp(self) -> GPSurrogate:
         """The GP surrogate of the log-likelihood (of the chain run last)."""
-        return self._chain.kernel.gp
+        return self._last_run()._chain.kernel.gp
 
     @property
     def gp_schedule(self) -> GPTrainingSchedule:
         """The GP with its training schedule (warm-up, floor, fits, forgetting) of the chain run last."""
-        return self._chain.kernel.schedule
+        return self._last_run()._chain.kernel.schedule
 
     @property
     def kernel(self) -> DelayedAcceptanceKernel:
         """The delayed-acceptance move of the chain run last (PyMC-free: GP, schedule, base proposal)."""
-        return self._chain.kernel
+        return self._last_run()._chain.kernel
 
     @property
     def n_exact_evals(self) -> int:
         """Exact likelihood evaluations in the current chain, including the one at its start."""
-        return self._target.n_evals - self._chain.evals_at_reset
+        run = self._last_run()
+        return run._target.n_evals - run._chain.evals_at_reset
 
     @property
     def scale_free_adaptation(self) -> ScaleFreeAdaptation:
         """The base proposal's scale-free adaptation: learned mean and covariance, scan step sizes, scales."""
-        return self._chain.kernel.adaptation
+        return self._last_run()._chain.kernel.adaptation
 
     @property
     def scale_free_proposal(self):
         """The base proposal of the chain run last, built from the adaptation's learned state."""
-        return self._chain.kernel.proposal
+        return self._last_run()._chain.kernel.proposal
 
     # ------------------------------------------------------------ the step
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list]:
@@ -345,11 +356,22 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
             target.accept(result.state, result.evaluation)
         # Only now, after the decision, does the new evaluation join the GP, and the base proposal adapt
         # to an unbiased estimate of the acceptance probability of plain MH on the exact target.
+        population = self._population_states() if self.tune else None
+        window = kernel.adaptation.window
         refit = kernel.learn(
             current, result, self.rng, tune=self.tune,
             log_density=target.current_exact_logp,  # without estimates, as for KameleonMetropolis
             gradient=target.current_gradient,
+            population=population,
         )
+        new_state, rescued = result.state, False
+        jump = self._rescue(target.current_exact_logp, population, kernel.adaptation, window, self.rng)
+        if jump is not None:
+            new_state, evaluation = jump
+            target.accept(new_state, evaluation)
+            kernel.adaptation.windows.forget_recent_states()
+            kernel.schedule.add(new_state, evaluation.loglik, evaluation.grad_exact_loglik, tune=True)
+            rescued = True
         stats = {
             "accept": result.accept_prob,
             "accepted": float(result.accepted),
@@ -367,9 +389,11 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         }
         stats.update(target.estimate_stats(estimates_before))
         stats.update(self._extra_stats())
+        if self.pooled:
+            stats["rescued"] = rescued
         self._check_stuck(result.accepted)
         self._warnings.attach(stats, "accept")  # with cores>1 they travel to the session this way
-        return RaveledVars(result.state, q0.point_map_info), [stats]
+        return RaveledVars(new_state, q0.point_map_info), [stats]
 
     def _extra_stats(self) -> dict:
         """A subclass's own statistics after a step."""

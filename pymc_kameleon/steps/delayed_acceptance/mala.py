@@ -3,10 +3,13 @@ log-likelihood and its gradient. The shared machinery is in :mod:`.base`."""
 
 from __future__ import annotations
 
+from pymc.step_methods.arraystep import PopulationArrayStepShared
+
 from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
 from pymc_kameleon.core.delayed_acceptance.mala import DelayedAcceptanceMALA
 from pymc_kameleon.core.kameleon.scale_free import ScaleFreeProposal
 from pymc_kameleon.steps.delayed_acceptance.base import GPDelayedAcceptanceStep
+from pymc_kameleon.steps.population import PooledTuning
 
 __all__ = ["GPDelayedAcceptanceMALA"]
 
@@ -77,7 +80,7 @@ class GPDelayedAcceptanceMALA(GPDelayedAcceptanceStep):
         Starting step size of the coordinate scan (on the sampler's unconstrained space).
     initial_points, fit_hyperparameters, hyperparameters, noise_variance, current_value : optional
         As for :class:`GPDelayedAcceptanceMH`.
-    gp_after_tuning, jitter, adapt_interval, learning_rate, history_size : optional
+    gp_after_tuning, jitter, adapt_interval, learning_rate, history_size, tuning : optional
         As for :class:`GPDelayedAcceptanceMH`.
     model, initial_point, compile_kwargs, rng, blocked
         As for other PyMC step methods.
@@ -108,3 +111,13 @@ class GPDelayedAcceptanceMALA(GPDelayedAcceptanceStep):
             adaptation, ScaleFreeProposal(adaptation.state, 1.0), schedule, self.current_value,
             pause_steps=2 * self.adapt_interval, gradient_observations=self.gradient_observations,
         )
+
+
+class PooledGPDelayedAcceptanceMALA(PooledTuning, GPDelayedAcceptanceMALA, PopulationArrayStepShared):
+    """``GPDelayedAcceptanceMALA(tuning="pooled")``, a population step (steps/population.py)."""
+
+    stats_dtypes_shapes = {**GPDelayedAcceptanceMALA.stats_dtypes_shapes, **PooledTuning.stats_dtypes_shapes}
+
+
+PooledGPDelayedAcceptanceMALA.__name__ = "GPDelayedAcceptanceMALA"  # as in steps/kameleon.py
+GPDelayedAcceptanceMALA._pooled_class = PooledGPDelayedAcceptanceMALA

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from pymc.step_methods.arraystep import PopulationArrayStepShared
 
 from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
 from pymc_kameleon.core.delayed_acceptance.kernel import DelayedAcceptanceMH
@@ -13,6 +14,7 @@ from pymc_kameleon.core.kameleon.kernels import make_kernel
 from pymc_kameleon.core.kameleon.scale_free import ScaleFreeProposal
 from pymc_kameleon.core.validation import check_kameleon_options
 from pymc_kameleon.steps.delayed_acceptance.base import GPDelayedAcceptanceStep
+from pymc_kameleon.steps.population import PooledTuning
 
 __all__ = ["GPDelayedAcceptanceMH"]
 
@@ -152,6 +154,13 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
         Robbins-Monro gain :math:`\rho_0` (gain :math:`\rho_0 (t+1)^{-0.6}` at tuning step t).
     history_size : int, default 10000
         Most history points kept (evenly thinned) for the covariance and the Kameleon subsample.
+    tuning : {"pooled", "per_chain"}, default "pooled"
+        ``"pooled"``: ``pm.sample`` runs the chains as a population, the base proposal's windows
+        learn the mean, covariance (and Kameleon subsample) from every chain's tuning draws, a
+        stranded chain is rescued, and the end of tuning compares the chains; each chain keeps its
+        own GP, scales and random stream (:mod:`pymc_kameleon.steps.population`). With one chain,
+        and for models with a PseudoMarginalPotential, tuning is per chain. ``"per_chain"``: each
+        chain tunes alone.
     kernel, bandwidth, n_subsample, gamma : optional
         Kameleon proposal options, as for :class:`~pymc_kameleon.KameleonMetropolis`
         (``proposal="kameleon"`` only).
@@ -265,3 +274,13 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
     def _extra_stats(self) -> dict:
         nu2 = self.scale_free_adaptation.state.nu2
         return {"nu2": math.nan if nu2 is None else nu2.value}
+
+
+class PooledGPDelayedAcceptanceMH(PooledTuning, GPDelayedAcceptanceMH, PopulationArrayStepShared):
+    """``GPDelayedAcceptanceMH(tuning="pooled")``, a population step (steps/population.py)."""
+
+    stats_dtypes_shapes = {**GPDelayedAcceptanceMH.stats_dtypes_shapes, **PooledTuning.stats_dtypes_shapes}
+
+
+PooledGPDelayedAcceptanceMH.__name__ = "GPDelayedAcceptanceMH"  # as in steps/kameleon.py
+GPDelayedAcceptanceMH._pooled_class = PooledGPDelayedAcceptanceMH

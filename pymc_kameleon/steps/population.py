@@ -1,0 +1,138 @@
+r"""Pooled tuning: our steps as PyMC population steps, whose chains learn from each other while tuning.
+
+A step made with ``tuning="pooled"`` is an instance of a subclass that is also a
+:class:`pymc.step_methods.arraystep.PopulationArrayStepShared`, so ``pm.sample`` runs its chains as a
+population (``pymc/sampling/population.py``): all chains step once per iteration, and each is given
+every chain's state at the start of the iteration. During tuning each chain's adaptation window
+records all those states (:meth:`~pymc_kameleon.core.adaptation.windows.AdaptationWindow.record`),
+so the learned mean, covariance and Kameleon subsample :math:`Z` come from every chain's tuning
+draws; each chain keeps its own random stream, acceptance and scales. After tuning everything is
+frozen, as with per-chain tuning, so each chain is an exact Metropolis-Hastings chain.
+
+Every chain of a population records the same states at the same step, so their windows end
+together and learn the same covariance whichever process they run in: ``cores=1`` and ``cores>1``
+give the same draws.
+
+**Stranded chains are rescued during tuning.** At each adaptation window's end, and every
+:data:`RESCUE_EVERY` tuning steps (a chain may find the posterior late in a long window, and the others
+should follow it before tuning ends), a chain compares its log density with the other chains'
+(evaluated at their states: ``chains - 1`` evaluations per check, counted in ``logp_evals``). If it
+is more than :data:`RESCUE_NATS` :math:`+` :data:`RESCUE_SDS` :math:`\sqrt{d/2}` nats below one of
+them (:math:`\sqrt{d/2}` is the spread of the log density over a :math:`d`-dimensional Gaussian
+posterior), it is stuck in a local mode or still far out, and it jumps to the state of one of the
+chains that far above it (its own random stream chooses which): one chain that has found the
+posterior is enough. Modes that hold comparable mass have comparable log densities and keep their
+chains (a mode :math:`k`-fold narrower in each of :math:`d` coordinates sits :math:`d \log k` nats
+higher for the same mass, below the threshold for :math:`k \lesssim 10` at :math:`d = 8`); the
+statistic ``rescued`` records a jump.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pymc as pm
+
+from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
+
+__all__ = ["RESCUE_EVERY", "RESCUE_NATS", "RESCUE_SDS", "TUNINGS", "PooledTuning", "pooled_class_for"]
+
+TUNINGS = ("pooled", "per_chain")
+#: A chain this many nats, plus RESCUE_SDS sqrt(d/2), below the other chains' median log density at a
+#: check during tuning jumps to one of theirs. At d = 8 that is 20 nats: a mode whose log density is
+#: 20 nats below the others' holds about e^-20 of their mass unless it is far wider.
+RESCUE_NATS = 10.0
+RESCUE_SDS = 5.0
+#: Tuning steps between two checks for stranded chains (besides each window's end).
+RESCUE_EVERY = 100
+
+
+class PooledTuning:
+    """Mixin of the pooled variant of a step (before the step's class, with
+    ``PopulationArrayStepShared`` after it in the bases)."""
+
+    pooled = True
+    # Whether a stranded chain jumped to another chain's state at this step (tuning only).
+    stats_dtypes_shapes = {"rescued": (bool, [])}
+
+    def link_population(self, population, chain_index):
+        """PyMC links the chains' states (refusing fewer than 3 chains; pooling needs 2, and one chain
+        tunes alone).
+
+        Each chain's step is PyMC's shallow copy of the step the user made; the copy registers itself
+        with it, so that after ``pm.sample(cores=1)`` the user's step shows the last chain's state
+        (its GP, its learned covariance, its proposal), as it does with per-chain tuning.
+        """
+        self.population = population
+        self.this_chain = chain_index
+        self.other_chains = [c for c in range(len(population)) if c != chain_index]
+        self._population_member = True
+        registry = self.__dict__.get("_population_steps")
+        if registry is not None:
+            registry[chain_index] = self
+
+    def _last_run(self):
+        if self.__dict__.get("_population_member"):
+            return self
+        registry = self.__dict__.get("_population_steps")
+        return registry[max(registry)] if registry else self
+
+    def __copy__(self):
+        # PyMC's population copies share the registry with the step the user made (see link_population).
+        twin = object.__new__(type(self))
+        twin.__dict__.update(self.__dict__)
+        return twin
+
+    def __getstate__(self):
+        # A pickled step (cores>1 sends one to each worker) carries no other chain's step.
+        state = dict(self.__dict__)
+        state["_population_steps"] = {}
+        state.pop("_population_member", None)
+        return state
+
+    def _population_states(self) -> np.ndarray | None:
+        """Every chain's state at the start of this iteration, in the step's raveled coordinates
+        (None with fewer than two chains)."""
+        population = getattr(self, "population", None)
+        if population is None or len(population) < 2:
+            return None
+        names = [v.name for v in self.vars]
+        rows = [np.concatenate([np.ravel(point[n]) for n in names]) for point in population]
+        return np.array(rows, dtype=float)
+
+    def _rescue(self, own_logp: float, population, adaptation, window_before: int, rng):
+        """At a check during tuning (a window's end, or every :data:`RESCUE_EVERY` steps): the state and
+        evaluation of another chain to jump to, if this chain is stranded (see the module docstring),
+        else None."""
+        if population is None:
+            return None
+        if adaptation.window == window_before and adaptation.tune_steps % RESCUE_EVERY:
+            return None
+        others = [k for k in range(population.shape[0]) if k != self.this_chain]
+        evaluations = {k: self._target.evaluate(population[k]) for k in others}
+        exact = np.array([evaluations[k].exact for k in others])
+        gap = RESCUE_NATS + RESCUE_SDS * np.sqrt(self.dim / 2.0)
+        far_above = [k for k, value in zip(others, exact) if np.isfinite(value) and value > own_logp + gap]
+        if not far_above:
+            return None
+        k = far_above[int(rng.integers(len(far_above)))]
+        return np.array(population[k], copy=True), evaluations[k]
+
+
+def pooled_class_for(cls, args, kwargs, default: str):
+    """The class ``cls.__new__`` should make: its pooled variant for ``tuning="pooled"``, else ``cls``.
+
+    Models with a :func:`~pymc_kameleon.PseudoMarginalPotential` tune per chain: the population of
+    ``cores=1`` runs its chains in one process, where they would share the estimator's kept estimate.
+    """
+    tuning = kwargs.get("tuning", default)
+    pooled = getattr(cls, "_pooled_class", None)
+    # A subclass of a step (a user's, a test's) keeps its own class: its pooled variant is its own to make.
+    if tuning != "pooled" or pooled is None or issubclass(cls, PooledTuning) or not issubclass(pooled, cls):
+        return cls
+    model = pm.modelcontext(kwargs.get("model"))
+    try:
+        if pseudo_marginal_terms(model):
+            return cls
+    except (TypeError, ValueError):  # a misused potential: the step's __init__ says what is wrong
+        return cls
+    return pooled

@@ -1,0 +1,186 @@
+"""Pooled tuning (tuning="pooled"): the chains run as a PyMC population and learn their covariance and Z
+from every chain's tuning draws; stranded chains are rescued; the chains' disagreement at the end of
+tuning is reported. Exactness after tuning is tested with MCSE tolerances and a negative control."""
+
+import warnings
+
+import numpy as np
+import pymc as pm
+import pytest
+
+from pymc_kameleon import GPDelayedAcceptanceMALA, GPDelayedAcceptanceMH, KameleonMetropolis
+from pymc_kameleon.core.adaptation.windows import AdaptationWindow
+from pymc_kameleon.problems.targets import banana
+from pymc_kameleon.steps.population import RESCUE_EVERY, RESCUE_NATS, RESCUE_SDS, PooledTuning
+from pymc_kameleon.testing import (
+    SAMPLE_KW,
+    assert_same_records,
+    gaussian_data_model,
+    invariance_z_scores,
+    latent_gaussian_model,
+    mcse_of_mean,
+    recorded,
+)
+
+STEPS = [KameleonMetropolis, GPDelayedAcceptanceMH, GPDelayedAcceptanceMALA]
+Z_MAX = 4.0
+
+
+def _sample(model, step_factory, *, chains=4, cores=1, tune=600, draws=200, seed=1, **kwargs):
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return pm.sample(step=step_factory(), tune=tune, draws=draws, chains=chains, cores=cores,
+                         random_seed=seed, **SAMPLE_KW, **kwargs)
+
+
+@pytest.mark.parametrize("cls", STEPS)
+def test_pooled_tuning_is_a_population_step_named_as_the_users(cls):
+    with gaussian_data_model():
+        step = cls()  # the default
+        plain = cls(tuning="per_chain")
+    assert isinstance(step, cls) and isinstance(step, PooledTuning)
+    assert isinstance(step, pm.step_methods.arraystep.PopulationArrayStepShared)
+    assert type(step).__name__ == cls.__name__ and not isinstance(plain, PooledTuning)
+    assert "rescued" in step.stats_dtypes_shapes and "rescued" not in plain.stats_dtypes_shapes
+    with gaussian_data_model(), pytest.raises(ValueError, match="tuning must be one of"):
+        cls(tuning="pool")
+
+
+def test_models_with_a_pseudo_marginal_term_tune_per_chain():
+    """The population of cores=1 runs its chains in one process, where they would share the kept
+    estimate: such models keep per-chain tuning."""
+    with latent_gaussian_model():
+        assert not isinstance(KameleonMetropolis(tuning="pooled"), PooledTuning)
+
+
+@pytest.mark.parametrize("cls", STEPS)
+def test_every_chains_window_records_every_chains_state(cls, monkeypatch):
+    """With 3 chains each tuning step records 3 rows (all chains' states), the same at every chain."""
+    rows = []
+    original = AdaptationWindow.record
+
+    def record(self, y_new, accept_prob, log_density=np.nan, gradient=None, population=None):
+        rows.append(None if population is None else np.array(population, copy=True))
+        return original(self, y_new, accept_prob, log_density, gradient, population)
+
+    monkeypatch.setattr(AdaptationWindow, "record", record)
+    _sample(gaussian_data_model(), lambda: cls(tuning="pooled"), chains=3, tune=300, draws=20)
+    assert len(rows) == 3 * 300 and all(r is not None and r.shape == (3, 2) for r in rows)
+    # Chains step in turn, each given the population at the start of the iteration.
+    for t in range(300):
+        assert np.array_equal(rows[3 * t], rows[3 * t + 1]) and np.array_equal(rows[3 * t], rows[3 * t + 2])
+
+
+@pytest.mark.parametrize("cls", STEPS)
+def test_same_draws_with_one_or_two_cores_and_for_the_same_seed(cls):
+    records = [recorded(_sample(gaussian_data_model(), lambda: cls(tuning="pooled"), cores=cores))
+               for cores in (1, 2, 1)]
+    assert_same_records(records[0], records[1])
+    assert_same_records(records[0], records[2])
+
+
+def test_one_chain_tunes_alone_as_per_chain_tuning_does():
+    """A population of one: the draws of tuning="per_chain" (PyMC's own sampler), bit for bit."""
+    pooled = recorded(_sample(gaussian_data_model(), lambda: KameleonMetropolis(tuning="pooled"), chains=1))
+    plain = recorded(_sample(gaussian_data_model(), lambda: KameleonMetropolis(tuning="per_chain"), chains=1))
+    pooled.pop("sample_stats/rescued")
+    assert_same_records(pooled, plain)
+
+
+# ------------------------------------------------------------------------- exactness after tuning
+def _banana_draws(step_factory, cores, seed=3, scale=1.0):
+    target = banana(dim=2, b=0.5, v=2.0)
+    with pm.Model() as model:
+        x = pm.Flat("x", shape=2, initval=np.zeros(2))
+        pm.Potential("lp", scale * target.logp_tensor(x))
+    idata = _sample(model, step_factory, cores=cores, tune=1500, draws=4000, seed=seed)
+    return invariance_z_scores(idata.posterior["x"].values, target)
+
+
+@pytest.mark.parametrize("cores", [1, 2])
+@pytest.mark.parametrize("cls", [KameleonMetropolis, GPDelayedAcceptanceMH], ids=["kamh", "gpda-mh"])
+def test_after_pooled_tuning_the_chains_sample_the_exact_target(cls, cores):
+    """4 chains x 4000 draws of a 2-d banana after 1500 pooled tuning steps: HDR coverages and means
+    within 4 MCSE (each chain is an exact MH chain once tuning froze)."""
+    scores = _banana_draws(lambda: cls(tuning="pooled"), cores)
+    assert max(scores.values()) < Z_MAX, scores
+
+
+def test_negative_control_a_tempered_target_fails_the_same_check():
+    """Draws from the banana with its log density x 0.8 fail the check above."""
+    scores = _banana_draws(lambda: KameleonMetropolis(tuning="pooled"), 1, scale=0.8)
+    assert max(scores.values()) > Z_MAX, scores
+
+
+# ------------------------------------------------------------------------- modes and stranded chains
+def _two_modes(offset=8.0):
+    """0.5 N(-offset, 1) + 0.5 N(offset, 1) in each of 2 coordinates' first: well separated modes."""
+    with pm.Model() as model:
+        x = pm.Flat("x", shape=2, initval=np.zeros(2))
+        left = pm.logp(pm.Normal.dist(-offset, 1.0), x[0])
+        right = pm.logp(pm.Normal.dist(offset, 1.0), x[0])
+        pm.Potential("lp", pm.math.logaddexp(left, right) + pm.logp(pm.Normal.dist(0, 1), x[1]))
+    return model
+
+
+def test_a_multimodal_posterior_keeps_both_modes_and_says_the_chains_disagree():
+    """Two chains start in each of two equal-mass modes 16 sds apart: no chain is rescued (their log
+    densities are alike), each mode keeps its half of the draws (within 4 MCSE: the pooled covariance
+    spans both modes, and the chains cross between them now and then), and the end of tuning says the
+    chains disagree (a split R-hat far above 1.1), once."""
+    starts = [{"x": np.array([sign * 8.0, 0.0])} for sign in (-1, -1, 1, 1)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with _two_modes():
+            idata = pm.sample(step=KameleonMetropolis(tuning="pooled"), tune=1000, draws=3000, chains=4,
+                              cores=1, random_seed=5, initvals=starts, discard_tuned_samples=False,
+                              **SAMPLE_KW)
+    assert not idata.warmup_sample_stats["rescued"].values.any()
+    right = (idata.posterior["x"].values[..., 0] > 0).astype(float)
+    assert abs(right.mean() - 0.5) < Z_MAX * mcse_of_mean(right), (right.mean(), mcse_of_mean(right))
+    said = [str(w.message) for w in caught if "the chains disagreed at the end of tuning" in str(w.message)]
+    assert len(said) == 1 and "in x[0]" in said[0], said
+
+
+def _stranded(tuning, depth=100.0, n_stranded=1):
+    """N(0, I) in 2-d with a narrow local mode at (20, 20) ``depth`` nats below it; the last
+    ``n_stranded`` of four chains start in the local mode."""
+    with pm.Model() as model:
+        x = pm.Flat("x", shape=2, initval=np.zeros(2))
+        main = -0.5 * pm.math.sum(x**2)
+        local = -depth - 0.5 * pm.math.sum(((x - 20.0) / 0.3) ** 2)
+        pm.Potential("lp", pm.math.logaddexp(main, local))
+    starts = [{"x": np.array([0.5, -0.5])}] * (4 - n_stranded) + [{"x": np.array([20.0, 20.0])}] * n_stranded
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return pm.sample(step=KameleonMetropolis(tuning=tuning), tune=800, draws=300, chains=4, cores=1,
+                         random_seed=7, initvals=starts, discard_tuned_samples=False, **SAMPLE_KW)
+
+
+def test_a_stranded_chain_is_rescued_during_tuning():
+    """The chain in the local mode (100 nats below) jumps to another chain's state at a check and
+    samples the main mode; per-chain tuning (the control) leaves it stranded."""
+    idata = _stranded("pooled")
+    rescued = idata.warmup_sample_stats["rescued"].values
+    assert rescued[3].any() and not rescued[:3].any()
+    assert np.abs(idata.posterior["x"].values[3]).max() < 6.0
+    control = _stranded("per_chain")
+    assert np.abs(control.posterior["x"].values[3] - 20.0).max() < 2.0
+
+
+def test_one_chain_that_found_the_posterior_is_enough():
+    """Three of four chains start in the local mode: each jumps to the one chain in the main mode at
+    the first check (RESCUE_EVERY steps, before the first window ends), and all sample the main mode."""
+    idata = _stranded("pooled", n_stranded=3)
+    rescued = idata.warmup_sample_stats["rescued"].values
+    assert not rescued[0].any()
+    assert all(np.flatnonzero(rescued[c])[0] == RESCUE_EVERY - 1 for c in (1, 2, 3))
+    assert np.abs(idata.posterior["x"].values).max() < 6.0
+
+
+def test_a_chain_less_than_the_threshold_below_is_left_alone():
+    """A local mode 10 nats below (less than RESCUE_NATS + RESCUE_SDS sqrt(d/2) = 15 at d = 2) keeps
+    its chain: rescue is for chains far below, not for every chain below the others."""
+    assert RESCUE_NATS + RESCUE_SDS * np.sqrt(2 / 2) > 10.0
+    idata = _stranded("pooled", depth=10.0)
+    assert not idata.warmup_sample_stats["rescued"].values.any()
