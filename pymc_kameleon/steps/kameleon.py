@@ -117,8 +117,8 @@ class KameleonMetropolis(AdaptiveStep):
     tuning : {"pooled", "per_chain"}, default "pooled"
         ``"pooled"``: ``pm.sample`` runs the chains as a population, each chain's adaptation windows
         learn the mean, covariance and :math:`Z` from every chain's tuning draws (its own scales and
-        random stream stay its own), a chain stranded far below the others jumps to one of their
-        states at a window's end, and the end of tuning compares the chains; see
+        random stream stay its own), a chain stranded far below another jumps to its state during
+        tuning, and the end of tuning compares the chains; see
         :mod:`pymc_kameleon.steps.population`. With one chain, and for models with a
         :func:`~pymc_kameleon.PseudoMarginalPotential`, tuning is per chain. ``"per_chain"``: each
         chain tunes alone (PyMC's ordinary sampler, chains in parallel processes with ``cores>1``).
@@ -356,10 +356,7 @@ class KameleonMetropolis(AdaptiveStep):
             adapted = chain.adaptation.adapt(draw, self.rng)
             jump = self._rescue(exact_logp, population, chain.adaptation, window, self.rng)
             if jump is not None:
-                new_state, evaluation = jump
-                target.accept(new_state, evaluation)
-                chain.adaptation.windows.forget_recent_states()
-                rescued = True
+                new_state, rescued = jump[0], True
 
         state = chain.adaptation.state
         stats = {
@@ -418,11 +415,3 @@ class KameleonMetropolis(AdaptiveStep):
 
 class PooledKameleonMetropolis(PooledTuning, KameleonMetropolis, PopulationArrayStepShared):
     """``KameleonMetropolis(tuning="pooled")``: a population step (:mod:`pymc_kameleon.steps.population`)."""
-
-    stats_dtypes_shapes = {**KameleonMetropolis.stats_dtypes_shapes, **PooledTuning.stats_dtypes_shapes}
-
-
-# Messages and PyMC's step listing name the step the user made; pickling finds the class by its
-# qualified name, which stays PooledKameleonMetropolis.
-PooledKameleonMetropolis.__name__ = "KameleonMetropolis"
-KameleonMetropolis._pooled_class = PooledKameleonMetropolis

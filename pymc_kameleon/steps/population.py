@@ -37,9 +37,9 @@ from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
 __all__ = ["RESCUE_EVERY", "RESCUE_NATS", "RESCUE_SDS", "TUNINGS", "PooledTuning", "pooled_class_for"]
 
 TUNINGS = ("pooled", "per_chain")
-#: A chain this many nats, plus RESCUE_SDS sqrt(d/2), below the other chains' median log density at a
-#: check during tuning jumps to one of theirs. At d = 8 that is 20 nats: a mode whose log density is
-#: 20 nats below the others' holds about e^-20 of their mass unless it is far wider.
+#: A chain this many nats, plus RESCUE_SDS sqrt(d/2), below another chain's log density at a check
+#: during tuning jumps to its state. At d = 8 that is 20 nats: a mode whose log density is 20 nats
+#: below another's holds about e^-20 of its mass unless it is far wider.
 RESCUE_NATS = 10.0
 RESCUE_SDS = 5.0
 #: Tuning steps between two checks for stranded chains (besides each window's end).
@@ -47,12 +47,24 @@ RESCUE_EVERY = 100
 
 
 class PooledTuning:
-    """Mixin of the pooled variant of a step (before the step's class, with
-    ``PopulationArrayStepShared`` after it in the bases)."""
+    """Mixin of the pooled variant of a step: ``class PooledX(PooledTuning, X, PopulationArrayStepShared)``.
+
+    Defining the variant is all it takes: it adds the ``rescued`` statistic to ``X``'s, takes ``X``'s
+    name (messages and PyMC's step listing name the step the user made; pickling finds the class by
+    its qualified name, which stays ``PooledX``) and becomes ``X``'s pooled class
+    (:func:`pooled_class_for`).
+    """
 
     pooled = True
     # Whether a stranded chain jumped to another chain's state at this step (tuning only).
-    stats_dtypes_shapes = {"rescued": (bool, [])}
+    _pooled_stats = {"rescued": (bool, [])}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        step = cls.__bases__[1]
+        cls.stats_dtypes_shapes = {**step.stats_dtypes_shapes, **PooledTuning._pooled_stats}
+        cls.__name__ = step.__name__
+        step._pooled_class = cls
 
     def link_population(self, population, chain_index):
         """PyMC links the chains' states (refusing fewer than 3 chains; pooling needs 2, and one chain
@@ -100,9 +112,13 @@ class PooledTuning:
         return np.array(rows, dtype=float)
 
     def _rescue(self, own_logp: float, population, adaptation, window_before: int, rng):
-        """At a check during tuning (a window's end, or every :data:`RESCUE_EVERY` steps): the state and
-        evaluation of another chain to jump to, if this chain is stranded (see the module docstring),
-        else None."""
+        """At a check during tuning (a window's end, or every :data:`RESCUE_EVERY` steps): if this chain
+        is stranded (see the module docstring), jump to another chain's state and return that state
+        and its evaluation, else None.
+
+        A jump makes the state the target's current one and restarts the recent states the
+        end-of-tuning checks read (the walk before it is no part of this chain's).
+        """
         if population is None:
             return None
         if adaptation.window == window_before and adaptation.tune_steps % RESCUE_EVERY:
@@ -115,7 +131,10 @@ class PooledTuning:
         if not far_above:
             return None
         k = far_above[int(rng.integers(len(far_above)))]
-        return np.array(population[k], copy=True), evaluations[k]
+        state, evaluation = np.array(population[k], copy=True), evaluations[k]
+        self._target.accept(state, evaluation)
+        adaptation.windows.forget_recent_states()
+        return state, evaluation
 
 
 def pooled_class_for(cls, args, kwargs, default: str):

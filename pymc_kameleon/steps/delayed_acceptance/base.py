@@ -368,8 +368,6 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         jump = self._rescue(target.current_exact_logp, population, kernel.adaptation, window, self.rng)
         if jump is not None:
             new_state, evaluation = jump
-            target.accept(new_state, evaluation)
-            kernel.adaptation.windows.forget_recent_states()
             kernel.schedule.add(new_state, evaluation.loglik, evaluation.grad_exact_loglik, tune=True)
             rescued = True
         stats = {

@@ -115,9 +115,3 @@ class GPDelayedAcceptanceMALA(GPDelayedAcceptanceStep):
 
 class PooledGPDelayedAcceptanceMALA(PooledTuning, GPDelayedAcceptanceMALA, PopulationArrayStepShared):
     """``GPDelayedAcceptanceMALA(tuning="pooled")``, a population step (steps/population.py)."""
-
-    stats_dtypes_shapes = {**GPDelayedAcceptanceMALA.stats_dtypes_shapes, **PooledTuning.stats_dtypes_shapes}
-
-
-PooledGPDelayedAcceptanceMALA.__name__ = "GPDelayedAcceptanceMALA"  # as in steps/kameleon.py
-GPDelayedAcceptanceMALA._pooled_class = PooledGPDelayedAcceptanceMALA

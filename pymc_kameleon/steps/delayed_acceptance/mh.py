@@ -278,9 +278,3 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
 
 class PooledGPDelayedAcceptanceMH(PooledTuning, GPDelayedAcceptanceMH, PopulationArrayStepShared):
     """``GPDelayedAcceptanceMH(tuning="pooled")``, a population step (steps/population.py)."""
-
-    stats_dtypes_shapes = {**GPDelayedAcceptanceMH.stats_dtypes_shapes, **PooledTuning.stats_dtypes_shapes}
-
-
-PooledGPDelayedAcceptanceMH.__name__ = "GPDelayedAcceptanceMH"  # as in steps/kameleon.py
-GPDelayedAcceptanceMH._pooled_class = PooledGPDelayedAcceptanceMH
