@@ -207,6 +207,25 @@ def test_mala_from_a_far_start_converges_or_says_so(regression_reference):
     assert len(walking) >= lost, messages
 
 
+def test_mala_from_a_far_start_pooled_every_chain_arrives_and_no_jump_reads_as_a_walk(regression_reference):
+    """The same start and seed with pooled tuning: stranded chains are rescued and all four arrive, and
+    the end-of-tuning drift check does not take a rescue's jump for a chain still moving (before the
+    rescued chain forgot its earlier states, every chain was told it had moved 151-561 sds)."""
+    from pymc_kameleon import GPDelayedAcceptanceMALA
+
+    with regression(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        idata = pm.sample(
+            step=GPDelayedAcceptanceMALA(), tune=1000, draws=50, chains=4, cores=1, random_seed=4,
+            initvals=FAR, progressbar=False, compute_convergence_checks=False, discard_tuned_samples=False,
+        )
+    mean, sd = regression_reference["sigma"]
+    assert np.all(np.abs(idata.posterior["sigma"].values.mean(axis=1) - mean) < 5 * sd)
+    assert idata.warmup_sample_stats["rescued"].values.any()
+    messages = [str(w.message) for w in caught if "GPDelayedAcceptanceMALA" in str(w.message)]
+    assert not [m for m in messages if "still moving at the end of tuning" in m], messages
+
+
 # ------------------------------------------------ a correlated regression 100 sds away (GP-DA)
 def _correlated_regression():
     """3 coefficients, predictors 1, U(0, 10) and N(50, 5): corr(b0, b2) = -0.985 a posteriori.
