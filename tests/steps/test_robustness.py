@@ -190,14 +190,15 @@ def test_mala_from_a_far_start_converges_or_says_so(regression_reference):
     """From the far start MALA's walk in can outlast tuning: its drift is tuned on the transient's
     curvature (1 chain of 4 at seed 4 with 3000 tuning steps; with the cheaper 1000 used here, 1 of 4
     on PyMC 5 and 2 of 4 on PyMC 6). It must not be silent: every chain that ends tuning away from the
-    posterior warns, with the figure and the remedy, from the cores=2 workers."""
+    posterior warns, with the figure and the remedy, from the cores=2 workers. Per-chain tuning: pooled,
+    stranded chains are rescued and all four arrive at this seed (the next test)."""
     from pymc_kameleon import GPDelayedAcceptanceMALA
 
     with regression(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         idata = pm.sample(
-            step=GPDelayedAcceptanceMALA(), tune=1000, draws=50, chains=4, cores=2, random_seed=4,
-            initvals=FAR, progressbar=False, compute_convergence_checks=False,
+            step=GPDelayedAcceptanceMALA(tuning="per_chain"), tune=1000, draws=50, chains=4, cores=2,
+            random_seed=4, initvals=FAR, progressbar=False, compute_convergence_checks=False,
         )
     messages = [str(w.message) for w in caught if "GPDelayedAcceptanceMALA" in str(w.message)]
     mean, sd = regression_reference["sigma"]
