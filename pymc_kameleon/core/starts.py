@@ -9,9 +9,11 @@ reached. Each run need not converge: it only has to end in the right basin, wher
 Optimising a log density has one well-known trap: a hierarchical model's density is unbounded in its
 funnel's neck (eight schools, centred: :math:`\tau \to 0`), so an optimiser runs there, far outside
 where the posterior's mass is. A point the search reaches is therefore kept only if it is
-**plausible**: every coordinate lies within the range of many prior draws, widened by half that range
-on each side (:class:`PlausibleBox`). The neck of a funnel, hundreds of prior scales down in
-:math:`\log\tau`, is not; a posterior's bulk almost always is.
+**plausible**: every coordinate lies within the range of many prior draws (:class:`PlausibleBox`).
+The neck of a funnel, far below the prior's range of :math:`\log\tau`, is not; a posterior's bulk
+almost always is (a posterior outside its prior's range keeps its start: nothing is lost). A first
+version widened the range by half on each side: with a half-Cauchy prior on :math:`\tau` that let
+:math:`\tau` down to about 1e-4, and on the centred eight schools a chain started in the neck.
 """
 
 from __future__ import annotations
@@ -23,12 +25,15 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize
 
-__all__ = ["SEARCH_EVALS_PER_DIM", "PlausibleBox", "SearchResult", "search_start"]
+__all__ = ["SEARCH_EVALS_PER_DIM", "SEARCH_MAX_EVALS", "PlausibleBox", "SearchResult", "search_start"]
 
-#: Log-density evaluations each candidate's Powell run may make, per dimension: enough to leave a far
-#: prior draw and reach a basin (on Lotka-Volterra's lynx-hare posterior, 4 of 6 prior draws ended in the
-#: posterior's basin after 50 d), not to converge.
+#: Log-density evaluations each candidate's Powell run may make, per dimension (at most
+#: SEARCH_MAX_EVALS): enough to leave a far prior draw and reach a basin (on Lotka-Volterra's lynx-hare
+#: posterior 4 of 6 prior draws ended in the posterior's basin after 50 d), not to converge.
 SEARCH_EVALS_PER_DIM = 50
+#: Cap on one run's evaluations: in 50 dimensions 50 d would be 2500, more than a quarter of a typical
+#: chain's 9000 steps.
+SEARCH_MAX_EVALS = 1000
 # Powell's tolerances: loose, as the run only needs the basin.
 _XTOL, _FTOL = 1e-2, 1e-4
 _WORST = 1e300
@@ -36,9 +41,8 @@ _WORST = 1e300
 
 @dataclass(frozen=True)
 class PlausibleBox:
-    r"""Where a found start may lie: per coordinate, :math:`[\ell - w/2,\ u + w/2]` with :math:`[\ell, u]`
-    the range of prior draws and :math:`w = u - \ell`; unbounded where ``lower``/``upper`` are infinite
-    (a flat prior).
+    r"""Where a found start may lie: per coordinate, the range :math:`[\ell, u]` of prior draws;
+    unbounded where ``lower``/``upper`` are infinite (a flat prior).
 
     Attributes
     ----------
@@ -50,11 +54,9 @@ class PlausibleBox:
 
     @classmethod
     def from_draws(cls, draws: np.ndarray, unbounded: np.ndarray | None = None) -> PlausibleBox:
-        """The box around ``draws`` (shape ``(n, d)``); coordinates where ``unbounded`` is True get no bounds."""
+        """The range of ``draws`` (shape ``(n, d)``); coordinates where ``unbounded`` is True are free."""
         draws = np.atleast_2d(np.asarray(draws, dtype=float))
-        lo, hi = draws.min(axis=0), draws.max(axis=0)
-        width = hi - lo
-        lower, upper = lo - width / 2, hi + width / 2
+        lower, upper = draws.min(axis=0), draws.max(axis=0)
         if unbounded is not None:
             lower = np.where(unbounded, -np.inf, lower)
             upper = np.where(unbounded, np.inf, upper)

@@ -17,13 +17,13 @@ from pymc.util import get_random_generator, get_value_vars_from_user_vars
 from pymc.vartypes import discrete_types
 
 from pymc_kameleon.steps.population import pooled_class_for
-from pymc_kameleon.steps.starts import STARTS, StartSearch
 from pymc_kameleon.steps.reporting import (
     StepWarnings,
     StuckAfterTuning,
     progressbar_config,
     progressbar_update_functions,
 )
+from pymc_kameleon.steps.starts import STARTS, StartSearch
 
 __all__ = [
     "PSEUDO_MARGINAL_STATS",

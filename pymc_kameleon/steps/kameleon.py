@@ -124,10 +124,11 @@ class KameleonMetropolis(AdaptiveStep):
         chain tunes alone (PyMC's ordinary sampler, chains in parallel processes with ``cores>1``).
     start : {"search", "initial_point"}, default "search"
         Where each chain starts tuning. ``"search"``: before its first step the chain runs Powell's
-        method (no gradients) for ``50 d`` log-density evaluations from each of two prior draws and
-        moves to the best point reached, if it beats the start PyMC gave it and lies within the
-        range of the prior (a funnel's neck, where a hierarchical model's density is unbounded, does
-        not); with pooled tuning the chains that found the posterior then rescue the others. These
+        method (no gradients) for ``min(50 d, 1000)`` log-density evaluations from each of two prior
+        draws and moves to the best point reached, if it beats the start PyMC gave it and lies within
+        the range of 100 prior draws (a funnel's neck, where a hierarchical model's density is
+        unbounded, does not); with pooled tuning the chains that found the posterior then rescue the
+        others. These
         evaluations are counted in ``logp_evals``; see :mod:`pymc_kameleon.core.starts`.
         ``"initial_point"``: start where ``pm.sample`` starts the chain (``initvals``).
     vanishing_decay : float, default 1.0

@@ -14,7 +14,13 @@ import numpy as np
 from pymc.distributions.continuous import FlatRV, HalfFlatRV
 from pymc.initial_point import make_initial_point_fn
 
-from pymc_kameleon.core.starts import SEARCH_EVALS_PER_DIM, PlausibleBox, SearchResult, search_start
+from pymc_kameleon.core.starts import (
+    SEARCH_EVALS_PER_DIM,
+    SEARCH_MAX_EVALS,
+    PlausibleBox,
+    SearchResult,
+    search_start,
+)
 
 __all__ = ["BOX_DRAWS", "SEARCH_CANDIDATES", "STARTS", "StartSearch"]
 
@@ -76,7 +82,8 @@ class StartSearch:
         if self._compiled is None:
             try:
                 draw, unbounded = self._compile()
-                box_draws = self._draws(draw, np.random.default_rng(_BOX_SEED).integers(2**31, size=BOX_DRAWS))
+                seeds = np.random.default_rng(_BOX_SEED).integers(2**31, size=BOX_DRAWS)
+                box_draws = self._draws(draw, seeds)
                 self._compiled = (draw, PlausibleBox.from_draws(box_draws, unbounded))
             except (NotImplementedError, TypeError, ValueError):
                 self._compiled = False
@@ -87,5 +94,5 @@ class StartSearch:
         dim = candidates.shape[1]
         return search_start(
             lambda x: target.evaluate(x).logp, start, start_log_density, candidates, box,
-            SEARCH_EVALS_PER_DIM * dim,
+            min(SEARCH_EVALS_PER_DIM * dim, SEARCH_MAX_EVALS),
         )

@@ -154,8 +154,9 @@ def _stranded(tuning, depth=100.0, n_stranded=1):
     starts = [{"x": np.array([0.5, -0.5])}] * (4 - n_stranded) + [{"x": np.array([20.0, 20.0])}] * n_stranded
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return pm.sample(step=KameleonMetropolis(tuning=tuning, start="initial_point"), tune=800, draws=300, chains=4, cores=1,
-                         random_seed=7, initvals=starts, discard_tuned_samples=False, **SAMPLE_KW)
+        step = KameleonMetropolis(tuning=tuning, start="initial_point")
+        return pm.sample(step=step, tune=800, draws=300, chains=4, cores=1, random_seed=7, initvals=starts,
+                         discard_tuned_samples=False, **SAMPLE_KW)
 
 
 def test_a_stranded_chain_is_rescued_during_tuning():
