@@ -116,6 +116,11 @@ EXTRA_SAMPLERS = {
     "GPDelayedAcceptanceMH-pooled": Sampler(
         partial(GPDelayedAcceptanceMH, tuning="pooled"), needs_likelihood=True
     ),
+    # Chains start where PyMC starts them (the default before the start search of issue 43).
+    "KameleonMetropolis-initial-point": Sampler(partial(KameleonMetropolis, start="initial_point")),
+    "GPDelayedAcceptanceMH-initial-point": Sampler(
+        partial(GPDelayedAcceptanceMH, start="initial_point"), needs_likelihood=True
+    ),
 }
 ALL_SAMPLERS = {**SAMPLERS, **EXTRA_SAMPLERS}
 

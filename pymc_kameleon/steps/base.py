@@ -23,6 +23,7 @@ from pymc_kameleon.steps.reporting import (
     progressbar_config,
     progressbar_update_functions,
 )
+from pymc_kameleon.steps.starts import STARTS, StartSearch
 
 __all__ = [
     "PSEUDO_MARGINAL_STATS",
@@ -142,10 +143,13 @@ class ChainState:
         The chain's warnings (kept for the statistics in a worker process).
     stuck : StuckAfterTuning
         Rejections in a row after tuning.
+    searched : bool
+        Whether the chain has had its chance to search for a start (its first step).
     """
 
     warnings: StepWarnings = field(default_factory=StepWarnings)
     stuck: StuckAfterTuning = field(default_factory=StuckAfterTuning)
+    searched: bool = False
 
 
 class AdaptiveStep(PerChainReset, ArrayStepShared):
@@ -198,8 +202,13 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         """Whether this chain reports what the population's chains share (pooled tuning: chain 0)."""
         return self.pooled and getattr(self, "this_chain", None) == 0
 
-    def _join_pymc(self, vars, target, blocked, rng) -> None:
-        """Finish ``__init__``: keep the target, declare the statistics, set up PyMC's step, reset."""
+    def _join_pymc(self, vars, target, blocked, rng, *, model, start: str) -> None:
+        """Finish ``__init__``: keep the target and the start option, declare the statistics, set up
+        PyMC's step, reset."""
+        if start not in STARTS:
+            raise ValueError(f"start must be one of {STARTS}, got {start!r}.")
+        self.start = start
+        self._start_search = StartSearch(model, vars)
         self._target = target
         if self.pooled:
             self._population_steps = {}  # chain -> PyMC's copy of this step (steps/population.py)
@@ -207,6 +216,25 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         self.tune = True
         super().__init__(vars, target.shared, blocked=blocked, rng=rng)
         self._reset_chain_state()
+
+    def _search_start(self, y, log_density: float):
+        """At the chain's first tuning step with ``start="search"``: move to the start the search finds
+        (:mod:`pymc_kameleon.steps.starts`) and return it with its evaluation, or None if the chain
+        keeps ``y``. Models with a PseudoMarginalPotential keep their start: a noisy estimate is no
+        objective for a search. The search's evaluations count in the step's evaluation statistics.
+        """
+        chain = self._chain
+        if chain.searched:
+            return None
+        chain.searched = True
+        if not self.tune or self.start != "search" or self._target.has_estimates:
+            return None
+        found = self._start_search.run(self._target, y, log_density, self.rng)
+        if found is None or not found.moved:
+            return None
+        evaluation = self._target.evaluate(found.state)
+        self._target.accept(found.state, evaluation)
+        return found.state, evaluation
 
     @property
     def _warnings(self) -> StepWarnings:

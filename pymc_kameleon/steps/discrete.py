@@ -113,7 +113,7 @@ class DiscreteMetropolis(AdaptiveStep):
         )
         self.dim = int(self._binary.size)
         target = TargetDensity(model, vars, initial_point, compile_kwargs, type(self).__name__)
-        self._join_pymc(vars, target, blocked, rng)
+        self._join_pymc(vars, target, blocked, rng, model=model, start="initial_point")
 
     def _reset_chain_state(self):
         scales = [RobbinsMonro(self.scaling_initial, self.target_accept) for _ in range(self.dim)]

@@ -122,6 +122,15 @@ class KameleonMetropolis(AdaptiveStep):
         :mod:`pymc_kameleon.steps.population`. With one chain, and for models with a
         :func:`~pymc_kameleon.PseudoMarginalPotential`, tuning is per chain. ``"per_chain"``: each
         chain tunes alone (PyMC's ordinary sampler, chains in parallel processes with ``cores>1``).
+    start : {"search", "initial_point"}, default "search"
+        Where each chain starts tuning. ``"search"``: before its first step the chain runs Powell's
+        method (no gradients) for ``min(50 d, 1000)`` log-density evaluations from each of two prior
+        draws and moves to the best point reached, if it beats the start PyMC gave it and lies within
+        the range of 100 prior draws (a funnel's neck, where a hierarchical model's density is
+        unbounded, does not); with pooled tuning the chains that found the posterior then rescue the
+        others. These
+        evaluations are counted in ``logp_evals``; see :mod:`pymc_kameleon.core.starts`.
+        ``"initial_point"``: start where ``pm.sample`` starts the chain (``initvals``).
     vanishing_decay : float, default 1.0
         :math:`\kappa \in (0, 1]` for ``adaptation="vanishing"``.
     adapt_interval : int, default 100
@@ -213,6 +222,7 @@ class KameleonMetropolis(AdaptiveStep):
         am_weight: float = 0.1,
         adaptation: str = "freeze",
         tuning: str = "pooled",
+        start: str = "search",
         vanishing_decay: float = 1.0,
         adapt_interval: int = 100,
         learning_rate: float = 1.0,
@@ -264,7 +274,7 @@ class KameleonMetropolis(AdaptiveStep):
         self.dim = int(sum(np.size(initial_point[v.name]) for v in vars))
         self._coordinate_names = coordinate_names(vars, initial_point)
         target = TargetDensity(model, vars, initial_point, compile_kwargs, type(self).__name__)
-        self._join_pymc(vars, target, blocked, rng)
+        self._join_pymc(vars, target, blocked, rng, model=model, start=start)
         # PyMC 6 asks each step how long it needs to tune (pm.sample(tune=None)).
         self.default_tune_steps = self._chain.adaptation.required_tune_steps()
 
@@ -334,6 +344,9 @@ class KameleonMetropolis(AdaptiveStep):
         evals_before = target.n_evals
         estimates_before = target.n_estimates
         logp_y = target.current(y, q0.point_map_info, self.rng).logp
+        found = self._search_start(y, logp_y)
+        if found is not None:
+            y, logp_y = found[0], found[1].logp
         if not self.tune and chain.adaptation.tune_steps == 0:
             self._warn_untuned()
         try:

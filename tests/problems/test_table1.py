@@ -160,7 +160,8 @@ def test_counter_matches_gp_da_exact_evaluations():
     # The counter and the step's own n_exact_evals see the same likelihood calls.
     target = build("T4", seed=0)
     with target.model:
-        step = GPDelayedAcceptanceMH(rng=np.random.default_rng(0))
+        # start="initial_point": at most one evaluation per step (the search's are counted alike).
+        step = GPDelayedAcceptanceMH(rng=np.random.default_rng(0), start="initial_point")
         target.counter.calls = 0
         point = target.model.initial_point()
         for _ in range(60):

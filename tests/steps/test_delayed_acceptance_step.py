@@ -140,7 +140,7 @@ def test_exact_stage_ratios_mh(kwargs, monkeypatch):
     *before* the step (the proposal is added only after the decision) and closed-form densities."""
     model = tiny_model()
     with model:
-        step = GPDelayedAcceptanceMH(initial_points=4, rng=11, **kwargs)
+        step = GPDelayedAcceptanceMH(initial_points=4, rng=11, start="initial_point", **kwargs)
     record = _record_mh_proposals(monkeypatch)
     snapshots = []  # the GP and the base proposal's adaptation before each step
     am_weight = 0.0 if kwargs.get("proposal") == "kameleon" else 1.0
@@ -267,7 +267,7 @@ def test_exact_stage_ratios_mala(monkeypatch):
 def test_gp_grows_by_cholesky_appends_and_counts_evaluations(cls):
     model = gaussian_data_model()
     with model:
-        step = cls(max_points=400, rng=13)
+        step = cls(max_points=400, rng=13, start="initial_point")  # counts the moves' evaluations only
     refactorisations = []
     rows = drive(model, step, 700, stop_tuning_at=300)
     gp = step.gp

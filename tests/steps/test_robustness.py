@@ -135,7 +135,9 @@ def test_a_log_density_still_climbing_at_the_end_of_tuning_warns(name, tune, cli
     model, start = _one_coordinate_far(expensive=name != "KameleonMetropolis")
     with model, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        step = KameleonMetropolis() if name == "KameleonMetropolis" else GPDelayedAcceptanceMH()
+        # The walk in from a far start is the subject: no start search.
+        step = KameleonMetropolis if name == "KameleonMetropolis" else GPDelayedAcceptanceMH
+        step = step(start="initial_point")
         pm.sample(step=step, tune=tune, draws=50, chains=1, random_seed=1, initvals=start, progressbar=False,
                   compute_convergence_checks=False)
     messages = " ".join(str(w.message) for w in caught if str(w.message).startswith(name))
@@ -197,7 +199,8 @@ def test_mala_from_a_far_start_converges_or_says_so(regression_reference):
     with regression(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         idata = pm.sample(
-            step=GPDelayedAcceptanceMALA(tuning="per_chain"), tune=1000, draws=50, chains=4, cores=2,
+            step=GPDelayedAcceptanceMALA(tuning="per_chain", start="initial_point"), tune=1000, draws=50,
+            chains=4, cores=2,
             random_seed=4, initvals=FAR, progressbar=False, compute_convergence_checks=False,
         )
     messages = [str(w.message) for w in caught if "GPDelayedAcceptanceMALA" in str(w.message)]
@@ -253,7 +256,8 @@ def _arrivals(seeds, tune=3000):
         with model, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             idata = pm.sample(
-                step=GPDelayedAcceptanceMH(), tune=tune, draws=10, chains=1, cores=1, random_seed=seed,
+                step=GPDelayedAcceptanceMH(start="initial_point"), tune=tune, draws=10, chains=1, cores=1,
+                random_seed=seed,
                 initvals=start, progressbar=False, compute_convergence_checks=False,
                 discard_tuned_samples=False,
             )
@@ -278,7 +282,9 @@ def test_a_strongly_correlated_posterior_is_whitened_in_its_narrow_direction(nam
     model, _, cov = _correlated_regression()
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        step = KameleonMetropolis() if name == "KameleonMetropolis" else GPDelayedAcceptanceMH()
+        # The walk in from a far start is the subject: no start search.
+        step = KameleonMetropolis if name == "KameleonMetropolis" else GPDelayedAcceptanceMH
+        step = step(start="initial_point")
         pm.sample(step=step, tune=2000, draws=10, chains=1, cores=1, random_seed=1, progressbar=False,
                   compute_convergence_checks=False)
     inv_L = np.linalg.inv(step.scale_free_adaptation.state.chol)
@@ -326,7 +332,8 @@ def test_mala_does_not_stick_in_one_coordinate(floor, monkeypatch):
     model, _, start = eight_schools_noncentred_far_start()
     with model, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        idata = pm.sample(step=GPDelayedAcceptanceMALA(), tune=3000, draws=200, chains=1, random_seed=1,
+        idata = pm.sample(step=GPDelayedAcceptanceMALA(start="initial_point"), tune=3000, draws=200, chains=1,
+                          random_seed=1,
                           initvals=start, progressbar=False, compute_convergence_checks=False)
     warned = any(str(w.message).startswith("GPDelayedAcceptanceMALA:") for w in caught)
     stuck = abs(float(idata.posterior["mu"].mean()) - 4.4) > 10 * 3.3

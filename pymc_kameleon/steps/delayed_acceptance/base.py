@@ -112,6 +112,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         learning_rate=1.0,
         history_size=10_000,
         tuning="pooled",
+        start="search",
         model=None,
         initial_point=None,
         compile_kwargs=None,
@@ -172,7 +173,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         self.learning_rate = float(learning_rate)
         self.history_size = int(history_size)
         self.tuning = tuning
-        self._join_pymc(vars, target, blocked, rng)
+        self._join_pymc(vars, target, blocked, rng, model=model, start=start)
 
     @classmethod
     def _check_option_names(cls, options):
@@ -351,6 +352,10 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         evals_before = target.n_evals
         estimates_before = target.n_estimates
         current_eval = target.current(current, q0.point_map_info, self.rng)
+        found = self._search_start(current, current_eval.logp)
+        if found is not None:
+            current, current_eval = found
+            kernel.schedule.add(current, current_eval.loglik, current_eval.grad_exact_loglik, tune=True)
         result = kernel.step(current, current_eval, target, self.rng, tune=self.tune)
         if result.accepted:
             target.accept(result.state, result.evaluation)

@@ -80,7 +80,7 @@ class GPDelayedAcceptanceMALA(GPDelayedAcceptanceStep):
         Starting step size of the coordinate scan (on the sampler's unconstrained space).
     initial_points, fit_hyperparameters, hyperparameters, noise_variance, current_value : optional
         As for :class:`GPDelayedAcceptanceMH`.
-    gp_after_tuning, jitter, adapt_interval, learning_rate, history_size, tuning : optional
+    gp_after_tuning, jitter, adapt_interval, learning_rate, history_size, tuning, start : optional
         As for :class:`GPDelayedAcceptanceMH`.
     model, initial_point, compile_kwargs, rng, blocked
         As for other PyMC step methods.

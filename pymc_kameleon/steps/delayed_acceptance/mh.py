@@ -161,6 +161,9 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
         own GP, scales and random stream (:mod:`pymc_kameleon.steps.population`). With one chain,
         and for models with a PseudoMarginalPotential, tuning is per chain. ``"per_chain"``: each
         chain tunes alone.
+    start : {"search", "initial_point"}, default "search"
+        Where each chain starts tuning, as for :class:`~pymc_kameleon.KameleonMetropolis`; the
+        search's evaluations count in ``n_exact_evals``, and its result is the GP's first point.
     kernel, bandwidth, n_subsample, gamma : optional
         Kameleon proposal options, as for :class:`~pymc_kameleon.KameleonMetropolis`
         (``proposal="kameleon"`` only).

@@ -1,0 +1,98 @@
+"""The search for a start before tuning (``start="search"``), connected to a PyMC model.
+
+The search itself is :func:`pymc_kameleon.core.starts.search_start`; this module draws its candidates
+from the model's prior with PyMC's own initial-point machinery
+(:func:`pymc.initial_point.make_initial_point_fn` with the ``"prior"`` strategy, in the step's
+transformed coordinates), and builds the plausible box from :data:`BOX_DRAWS` prior draws. A
+variable with a flat prior (``pm.Flat``, ``pm.HalfFlat``) cannot be drawn: its candidates are the
+start jittered by U(-1, 1) (PyMC's jitter) and its coordinates are not bounded.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pymc.distributions.continuous import FlatRV, HalfFlatRV
+from pymc.initial_point import make_initial_point_fn
+
+from pymc_kameleon.core.starts import (
+    SEARCH_EVALS_PER_DIM,
+    SEARCH_MAX_EVALS,
+    PlausibleBox,
+    SearchResult,
+    search_start,
+)
+
+__all__ = ["BOX_DRAWS", "SEARCH_CANDIDATES", "STARTS", "StartSearch"]
+
+STARTS = ("search", "initial_point")
+#: Prior draws each chain searches from (besides keeping its given start).
+SEARCH_CANDIDATES = 2
+#: Prior draws that span the plausible box (a fixed seed: the same box for every chain).
+BOX_DRAWS = 100
+_BOX_SEED = 20261127
+
+
+class StartSearch:
+    """Candidates and plausible box for one step's block of variables; compiled at first use.
+
+    Parameters
+    ----------
+    model : pm.Model
+    vars : list of value variables
+        The step's block, in its raveled order.
+    """
+
+    def __init__(self, model, vars):
+        self._model = model
+        self._names = [v.name for v in vars]
+        self._rvs = [model.values_to_rvs[v] for v in vars]
+        self._compiled = None  # (draw function, unbounded mask), or False if the prior cannot be drawn
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_compiled"] = None  # compiled functions are rebuilt in a worker process
+        return state
+
+    def _compile(self):
+        model = self._model
+        flat = {rv for rv in model.free_RVs if isinstance(rv.owner.op, (FlatRV, HalfFlatRV))}
+        draw = make_initial_point_fn(
+            model=model,
+            overrides={rv: "support_point" if rv in flat else "prior" for rv in model.free_RVs},
+            jitter_rvs=flat,
+            default_strategy="prior",
+            return_transformed=True,
+        )
+        point = draw(0)
+        unbounded = np.concatenate(
+            [np.full(np.size(point[name]), rv in flat) for name, rv in zip(self._names, self._rvs)]
+        )
+        return draw, unbounded
+
+    def _draws(self, draw, seeds) -> np.ndarray:
+        rows = []
+        for seed in seeds:
+            point = draw(int(seed))
+            rows.append(np.concatenate([np.ravel(point[name]) for name in self._names]))
+        return np.array(rows, dtype=float)
+
+    def run(self, target, start, start_log_density, rng) -> SearchResult | None:
+        """Search from :data:`SEARCH_CANDIDATES` prior draws (seeded from ``rng``); None if the model's
+        prior cannot be drawn (a variable without a random generator): the chain keeps its start."""
+        if self._compiled is None:
+            try:
+                draw, unbounded = self._compile()
+                seeds = np.random.default_rng(_BOX_SEED).integers(2**31, size=BOX_DRAWS)
+                box_draws = self._draws(draw, seeds)
+                self._compiled = (draw, PlausibleBox.from_draws(box_draws, unbounded))
+            except (NotImplementedError, TypeError, ValueError):
+                self._compiled = False
+        if self._compiled is False:
+            return None
+        draw, box = self._compiled
+        candidates = self._draws(draw, rng.integers(2**31, size=SEARCH_CANDIDATES))
+        dim = candidates.shape[1]
+        return search_start(
+            lambda x: target.evaluate(x).logp, start, start_log_density, candidates, box,
+            min(SEARCH_EVALS_PER_DIM * dim, SEARCH_MAX_EVALS),
+        )
