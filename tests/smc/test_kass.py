@@ -482,6 +482,31 @@ def test_improper_prior_gives_a_clear_error():
         run_smc(model, KASS, chains=1, draws=50, var="x")
 
 
+def test_initval_on_a_proper_prior_is_named_as_the_cause():
+    """PyMC's SMC starts every particle at a variable's initval (its gallery ODE examples set them): the
+    error blamed an improper prior although the priors are proper, and told the user to change them."""
+    with pm.Model() as model:
+        a = pm.Normal("a", 0, 1, initval=0.5)
+        s = pm.HalfNormal("s", 1, initval=1.0)
+        pm.Normal("b", 0, 1)  # no initval: drawn from its prior
+        pm.Normal("y", a, s, observed=np.array([0.1, 0.3]))
+    with pytest.raises(ValueError) as err:
+        run_smc(model, KASS, chains=1, draws=50, var="a")
+    message = str(err.value)
+    assert "identical in ['a', 's_log__']" in message
+    assert "['a', 's'] have `initval=`" in message and "Remove `initval=`" in message
+    assert "improper" not in message and "proper prior" not in message
+
+
+def test_initval_and_improper_prior_are_both_named():
+    with pm.Model() as model:
+        x = pm.Flat("x", initval=0.0)
+        w = pm.Normal("w", 0, 1, initval=0.0)
+        pm.Potential("lik", -0.5 * (x**2 + w**2))
+    with pytest.raises(ValueError, match=r"\['w'\] has `initval=`.*\['x'\] has none \(an improper prior"):
+        run_smc(model, KASS, chains=1, draws=50, var="x")
+
+
 def test_collapsed_particles_give_a_clear_error():
     kernel = KASS(draws=30, model=linear_model(), random_seed=1)
     kernel.initialize(None, np.random.default_rng(2))
