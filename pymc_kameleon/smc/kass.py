@@ -223,7 +223,7 @@ class KASS(BatchedSMCKernel):
         model = modelcontext(kwargs.get("model"))
         check_continuous(model, type(self).__name__)
         proposal_kernel = self._default_proposal_kernel if proposal_kernel is None else proposal_kernel
-        self._kernel_template = make_kernel(proposal_kernel)
+        self._kernel_template = make_kernel(proposal_kernel, option="proposal_kernel")
         self.proposal_kernel = (
             proposal_kernel if isinstance(proposal_kernel, str) else type(proposal_kernel).__name__
         )
