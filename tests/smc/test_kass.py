@@ -21,7 +21,7 @@ from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
 from pymc_kameleon.core.smc.evidence import evidence_relative_variance
 from pymc_kameleon.core.smc.mixtures import GlobalWalkMixture, IndependenceMixture
 from pymc_kameleon.smc import LogEvidence, evidence_lags, log_evidence, stage_stats
-from pymc_kameleon.smc.results import MIN_DISTINCT_ANCESTORS
+from pymc_kameleon.smc.results import LINEAGES_CHECKED, MIN_DISTINCT_ANCESTORS
 
 SMC_KW = dict(progressbar=False, compute_convergence_checks=False)
 Z_MAX = 4.0
@@ -653,6 +653,7 @@ def test_log_evidence_warns_when_the_genealogy_has_collapsed():
         log_evidence(idata)
     collapsed = idata.copy()
     collapsed.sample_stats["distinct_ancestors"] = collapsed.sample_stats["distinct_ancestors"] * 0 + 20
+    del collapsed.sample_stats.attrs[LINEAGES_CHECKED]  # samples that KASS did not check when sampled
     message = r"fewer than 50 of the initial draws \(chain 0: 20 of 400\).*about draws=2000 would give 100"
     with pytest.warns(UserWarning, match=message):
         log_evidence(collapsed)
@@ -660,13 +661,18 @@ def test_log_evidence_warns_when_the_genealogy_has_collapsed():
 
 def test_sampling_warns_when_the_final_particles_have_few_ancestors():
     """KASS warns at the end of sampling, naming the count, when the final particles descend from
-    fewer than 50 initial draws (40 particles); 400 particles with 2 sweeps per stage do not."""
+    fewer than 50 initial draws (40 particles), and log_evidence does not repeat it; 400 particles with
+    2 sweeps per stage do not warn."""
     expected = r"KASS: The final particles descend from fewer than 50 of the initial draws \(one chain: \d+ "
     with linear_model(), pytest.warns(UserWarning, match=expected) as record:
         idata = pm.sample_smc(draws=40, kernel=KASS, chains=1, cores=1, random_seed=2, **SMC_KW)
     (final,) = [int(chain[-1]) for chain in stage_stats(idata, "distinct_ancestors")]
     shown = [w for w in record if "of 40)" in str(w.message)]
     assert len(shown) == 1 and f"({final} of 40)" in str(shown[0].message).replace("one chain: ", "")
+    # once per run: log_evidence does not say it again (it printed twice)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*descend from fewer")
+        log_evidence(idata)
     with linear_model(), warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*descend from fewer")
         pm.sample_smc(draws=400, kernel=KASS, chains=1, cores=1, random_seed=2, n_steps=2, **SMC_KW)
