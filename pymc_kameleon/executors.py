@@ -345,10 +345,12 @@ class ExecutorOption:
                     chunk = future.result()
                 except Exception as err:
                     where = f" (first row: {describe(items[a])})" if describe is not None else ""
+                    said = str(err).strip() or "no message"
+                    said = said[:-1] if said.endswith(".") and not said.endswith("...") else said
                     raise ParallelEvaluationError(
                         f"{self.owner}: the executor failed to evaluate rows {a}..{b - 1} of {len(items)}"
-                        f"{where}: {type(err).__name__}: {str(err) or 'no message'}. A worker may have "
-                        "died or the executor been shut down (Dask's scheduler log says which)."
+                        f"{where}: {type(err).__name__}: {said} (a worker may have "
+                        "died or the executor been shut down: Dask's scheduler log says which)."
                     ) from err
                 results.append(chunk)
         finally:
