@@ -48,7 +48,7 @@ lint: $(VENV)/.installed
 	$(PY) -m ruff check .
 
 ## dist: build the sdist and the wheel into a temporary directory (removed afterwards) and check them with
-##       `twine check --strict`; fails on a setuptools deprecation warning about our metadata (half a minute)
+##       `twine check --strict`; fails on a setuptools deprecation warning about our metadata (seconds)
 dist: $(VENV)/.installed
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 	if ! $(PY) -m build --outdir "$$tmp" . >"$$tmp/build.log" 2>&1; then cat "$$tmp/build.log"; exit 1; fi && \
