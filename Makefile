@@ -17,7 +17,7 @@ export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 PYTEST6_ARGS ?=
 
-.PHONY: demo lint test test-fast test-pymc5 test-pymc6 benchmark benchmark-quick benchmark-kameleon notebooks clean
+.PHONY: demo dist lint test test-fast test-pymc5 test-pymc6 benchmark benchmark-quick benchmark-kameleon notebooks clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,15 +36,24 @@ $(VENV312)/.installed: pyproject.toml
 demo: $(VENV)/.installed
 	$(PY) examples/demo.py
 
-## test: ruff check, then the suite on PyMC 5 / Python 3.11 and on PyMC 6 / ArviZ 1 / Python 3.12, the two
-##       stacks side by side (each prints when done). Every test runs; the slow statistical tests are
-##       shared between the stacks, each on one (SLOW_ON_PYMC5 in tests/conftest.py), the others run on both
-test: lint
+## test: ruff check and `make dist`, then the suite on PyMC 5 / Python 3.11 and on PyMC 6 / ArviZ 1 /
+##       Python 3.12, the two stacks side by side (each prints when done). Every test runs; the slow
+##       statistical tests are shared between the stacks, each on one (SLOW_ON_PYMC5 in tests/conftest.py),
+##       the others run on both
+test: lint dist
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-pymc5 test-pymc6 SLOW_SHARED=1
 
 ## lint: ruff check (rules in pyproject.toml); `make test` runs it first
 lint: $(VENV)/.installed
 	$(PY) -m ruff check .
+
+## dist: build the sdist and the wheel into a temporary directory (removed afterwards) and check them with
+##       `twine check --strict`; fails on a setuptools deprecation warning about our metadata (seconds)
+dist: $(VENV)/.installed
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	if ! $(PY) -m build --outdir "$$tmp" . >"$$tmp/build.log" 2>&1; then cat "$$tmp/build.log"; exit 1; fi && \
+	if grep -i -B2 -A8 "deprecat" "$$tmp/build.log"; then echo "dist: the build warned (above)"; exit 1; fi && \
+	$(PY) -m twine check --strict "$$tmp"/*.tar.gz "$$tmp"/*.whl
 
 ## test-fast: ruff check, then the tests that sample nothing, on PyMC 5 (under half a minute): the NumPy
 ##            core, the problems, the metrics and the benchmarks' exact references
@@ -80,4 +89,4 @@ notebooks: $(VENV)/.installed
 	for nb in notebooks/*.ipynb; do $(PY) -m jupyter nbconvert --to notebook --execute --inplace $$nb; done
 
 clean:
-	rm -rf $(VENV) $(VENV312) .pytest_cache
+	rm -rf $(VENV) $(VENV312) .pytest_cache build dist *.egg-info

@@ -5,26 +5,47 @@ Both samplers get the same chains, tuning and draws; the exact quantile regions
 of the banana show how well each chain covers the target.
 """
 
+import textwrap
 import warnings
+from contextlib import contextmanager
 
 import arviz as az
 import numpy as np
 import pymc as pm
 
+import pymc_kameleon
 from pymc_kameleon import KameleonMetropolis
 from pymc_kameleon.problems.targets import banana
 
 CHAINS, TUNE, DRAWS, SEED = 4, 5000, 10000, 2014
 QS = np.round(np.arange(0.1, 1.0, 0.1), 1)
+# Our steps' warnings begin with the step's name ("KameleonMetropolis: tuning took ...").
+OUR_WARNINGS = "(" + "|".join(n for n in pymc_kameleon.__all__ if n[0].isupper()) + "):"
 
 
-def run(target, make_step, label):
+def short_warning(message, category, filename, lineno, line=None):
+    """A warning as its text, wrapped, without the file and line it was raised at (with cores > 1 our
+    steps' warnings arrive from the worker processes, through multiprocessing's code)."""
+    text = textwrap.fill(f"{category.__name__}: {message}", width=100, subsequent_indent="    ")
+    return f"{text}\n"
+
+
+@contextmanager
+def our_warnings_only():
+    """Other libraries' UserWarnings (PyTensor's note on BLAS, ...) hidden, our steps' shown: a step
+    that says its tuning or its chains went wrong is part of the result."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        warnings.filterwarnings("default", message=OUR_WARNINGS, category=UserWarning)
+        yield
+
+
+def run(target, make_step, label, chains=CHAINS, tune=TUNE, draws=DRAWS):
     print(f"\n=== {label} ===")
     with target.model():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
+        with our_warnings_only():
             idata = pm.sample(
-                step=make_step(), chains=CHAINS, cores=min(CHAINS, 2), tune=TUNE, draws=DRAWS,
+                step=make_step(), chains=chains, cores=min(chains, 2), tune=tune, draws=draws,
                 random_seed=SEED, compute_convergence_checks=False,
             )
     print(az.summary(idata, var_names=["x"], kind="all", round_to=3).to_string())
@@ -32,6 +53,7 @@ def run(target, make_step, label):
 
 
 def main():
+    warnings.formatwarning = short_warning
     target = banana(dim=8, b=0.1, v=100.0)
     print(f"Target: {target!r}; {CHAINS} chains, {TUNE} tuning steps, {DRAWS} draws each.")
     results = {

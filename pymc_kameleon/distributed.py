@@ -4,8 +4,19 @@ Two lines take an expensive model from one machine to a Dask cluster:
 
 .. code-block:: python
 
-    client = dask.distributed.Client("tcp://scheduler:8786")  # or LocalCluster().get_client()
+    client = dask.distributed.Client("tcp://scheduler:8786")
     idata = pm.sample_smc(kernel=KASS, executor=client.get_executor())
+
+On one machine, a ``LocalCluster`` and its client as context managers close in order (the client
+first) when the block ends:
+
+.. code-block:: python
+
+    with LocalCluster(n_workers=2) as cluster, cluster.get_client() as client:
+        idata = pm.sample_smc(kernel=KASS, executor=client.get_executor())
+
+A worker process that ran our tasks freezes its objects at exit instead of collecting them
+(:mod:`pymc_kameleon.executors`), so it exits within the 4 s that Dask's nanny allows.
 
 ``executor=`` (of :class:`~pymc_kameleon.smc.KASS`, :class:`~pymc_kameleon.smc.ASMC` and
 :func:`~pymc_kameleon.PseudoMarginalPotential`) takes any ``concurrent.futures.Executor``; how the

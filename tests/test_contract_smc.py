@@ -15,7 +15,13 @@ KERNELS = pytest.mark.parametrize("kernel", [KASS, ASMC], ids=lambda k: k.__name
 MODELS = {"plain": gaussian_data_model, "pseudo_marginal": latent_gaussian_model}
 
 BAD_OPTIONS = [
-    ({"proposal_kernel": "nope"}, ValueError, "not a known kernel"),
+    # the option as the user passed it, and the closest name when there is one
+    ({"proposal_kernel": "nope"}, ValueError, r"^proposal_kernel='nope' is not a known kernel; use one of"),
+    (
+        {"proposal_kernel": "gausian"},
+        ValueError,
+        r"^proposal_kernel='gausian' is not a known kernel \(did you mean proposal_kernel='gaussian'\?\)",
+    ),
     ({"bandwidth": -1.0}, ValueError, "bandwidth"),
     ({"gamma": "x"}, ValueError, "gamma"),
     ({"n_subsample": 0}, ValueError, "n_subsample"),

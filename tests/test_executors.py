@@ -41,6 +41,23 @@ def test_a_raising_row_is_reported_with_its_inputs():
             option.raise_failure(results, rows, describe=lambda row: f"x={row[0]}")
 
 
+def exits(x):
+    import os
+
+    os._exit(1)
+
+
+def test_a_dead_worker_is_reported_in_one_sentence():
+    """A process that dies breaks the pool; the pool's message ends with a full stop, which read
+    '... while the future was running or pending.. A worker may have died'."""
+    with ProcessPoolExecutor(1) as pool:
+        option = ExecutorOption(pool, "owner")
+        with pytest.raises(ParallelEvaluationError, match="BrokenProcessPool") as err:
+            option.map_rows(exits, [(1,)], describe=lambda row: f"x={row[0]}")
+    assert "(first row: x=1)" in str(err.value)
+    assert "running or pending (a worker may have died" in str(err.value)
+
+
 def test_bad_executor_options_are_refused():
     with pytest.raises(TypeError, match="executor must be a concurrent.futures.Executor"):
         ExecutorOption(4, "KASS")

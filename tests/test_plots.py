@@ -242,6 +242,45 @@ def test_rebuilt_proposal_matches_the_tuned_one_in_law():
     assert rebuilt.nu2 * v == pytest.approx(float(idata.sample_stats["kernel_variance"].values[0, -1]))
 
 
+def test_contours_after_parallel_chains_of_a_model_whose_variables_depend_on_each_other():
+    """b's distribution depends on a (b ~ N(a**2, 0.5)): mapping the draws to the step's coordinates
+    replaced a and b by fresh inputs with graph_replace, which raised 'i-2 is not a part of graph'."""
+    import pymc as pm
+
+    from pymc_kameleon import KameleonMetropolis
+
+    with pm.Model() as model:
+        a = pm.Normal("a", 0, 1)
+        pm.Normal("b", a**2, 0.5)
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        idata = pm.sample(
+            step=KameleonMetropolis(), tune=300, draws=100, chains=2,
+            cores=2, random_seed=3, progressbar=False, compute_convergence_checks=False,
+        )
+        ax = plot_proposal_contours(idata, chain=0, n_grid=10)
+    assert len(ellipses(ax)) == 5
+
+
+def test_value_space_draws_of_transformed_variables_that_depend_on_others():
+    """A HalfNormal scale with a child, and an interval whose bounds are another variable: each
+    coordinate is its transform's forward at the draw, with the bounds at that draw's values."""
+    import pymc as pm
+
+    from pymc_kameleon.steps.tuned import value_space_draws
+
+    with pm.Model() as model:
+        a = pm.Normal("a", 0, 1)
+        s = pm.HalfNormal("s", 1)
+        pm.Normal("b", a, s)
+        pm.Uniform("u", lower=a, upper=a + 2)
+    _, idata = sample_kameleon(model, cores=1, chains=1)
+    X = value_space_draws(idata, 0, model=model)
+    post = idata.posterior.isel(chain=0)
+    a_, s_, b_, u_ = (post[n].values for n in ("a", "s", "b", "u"))
+    np.testing.assert_allclose(X, np.column_stack([a_, np.log(s_), b_, np.log((u_ - a_) / (a_ + 2 - u_))]))
+
+
 def test_rebuild_maps_transformed_variables_and_refuses_other_steps():
     import pymc as pm
 

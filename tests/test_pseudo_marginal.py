@@ -182,8 +182,15 @@ def test_nan_or_plus_inf_estimate_is_an_error(bad):
     def returns_bad_above_half(theta, rng):
         return bad if theta > 0.5 else float(norm.logpdf(0.3, theta, 1.0))
 
-    with pytest.raises(PseudoMarginalEstimatorError, match=rf"returned {bad} at theta="):
+    with pytest.raises(PseudoMarginalEstimatorError, match=rf"returned {bad} \(at theta="):
         _sample(simple_model(returns_bad_above_half), draws=2000, tune=200)
+
+
+def test_estimator_error_at_a_round_value_has_one_full_stop():
+    """NumPy prints 0.0 as '0.': the message read 'returned nan at theta=0.. It must ...'."""
+    with pytest.raises(PseudoMarginalEstimatorError) as err:
+        _sample(simple_model(lambda theta, rng: np.nan), initvals={"theta": 0.0})
+    assert "theta=0." in str(err.value) and ".." not in str(err.value)
 
 
 def test_non_scalar_estimate_is_an_error():

@@ -264,7 +264,7 @@ class PseudoMarginalOp(Op):
         if math.isnan(value) or value == math.inf:
             raise PseudoMarginalEstimatorError(
                 f"The log_estimator of PseudoMarginalPotential {self.potential_name!r} returned {value} "
-                f"at {self.describe_inputs(inputs)}. It must return the log of a non-negative, finite "
+                f"(at {self.describe_inputs(inputs)}). It must return the log of a non-negative, finite "
                 "estimate (-inf, a zero estimate, is allowed and rejects the proposal)."
             )
         return value

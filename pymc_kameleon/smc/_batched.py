@@ -14,6 +14,7 @@ from functools import partial
 
 import numpy as np
 import pytensor.tensor as pt
+from pymc.distributions.continuous import FlatRV, HalfFlatRV
 from pymc.model import modelcontext
 from pymc.pytensorf import compile, floatX, join_nonshared_inputs, make_shared_replacements
 from pymc.smc.kernels import SMC_KERNEL
@@ -67,11 +68,13 @@ class BatchedSMCKernel(SMC_KERNEL):
                 "the potential instead: PseudoMarginalPotential(..., replicates=k, executor=...) splits "
                 "every estimate into k independent parts evaluated in parallel."
             )
+        model = modelcontext(kwargs.get("model"))
+        self._draw_causes = constant_draw_causes(model)  # for check_prior_draws's message
         self._batch_logp_func = None
         self._batch_on_worker = None  # evaluate_batch bound to _batch_logp_func, for the executor
         if batch_logp is True or (batch_logp == "auto" and not self._pseudo_marginal_ops):
             self._batch_logp_func = compile_batch_logp(
-                modelcontext(kwargs.get("model")),
+                model,
                 self.variables,
                 kwargs.get("compile_kwargs"),
                 strict=batch_logp is True,
@@ -93,7 +96,7 @@ class BatchedSMCKernel(SMC_KERNEL):
     def setup_kernel(self):
         """Check the prior draws, and choose between batched and per-particle evaluation for this chain."""
         if self.start is None:
-            check_prior_draws(self.tempered_posterior, self.variables, self.var_info)
+            check_prior_draws(self.tempered_posterior, self.variables, self.var_info, self._draw_causes)
         self._warnings = StepWarnings()
         # A model without observed terms has a float32 ``datalogp`` (PyMC's constant 0); float32
         # weights then sum to less than 1 and PyMC's systematic resampling indexes past the end.
@@ -201,9 +204,12 @@ def variable_slices(variables, var_info):
         offset += size
 
 
-def check_prior_draws(X, variables, var_info) -> None:
-    """A clear error if the initial particles do not vary: SMC starts from prior draws, and an improper
-    prior (``pm.Flat``, ``pm.HalfFlat``) has none; PyMC puts every particle at its initial value."""
+def check_prior_draws(X, variables, var_info, causes=None) -> None:
+    """A clear error if the initial particles do not vary. SMC starts from prior draws, but PyMC's SMC
+    puts every particle at a variable's initial value when the variable has an ``initval=``, and an
+    improper prior (``pm.Flat``, ``pm.HalfFlat``) has no draws (PyMC uses its initial value). With the
+    ``causes`` (:func:`constant_draw_causes`) the message names the variables with an ``initval=`` and
+    those with an improper prior."""
     X = np.asarray(X, dtype=float)
     if X.shape[0] < 2:
         return
@@ -211,12 +217,42 @@ def check_prior_draws(X, variables, var_info) -> None:
     if not constant.any():
         return
     names = [name for name, part, _ in variable_slices(variables, var_info) if constant[part].any()]
-    raise ValueError(
-        f"All {X.shape[0]} initial particles are identical in {names}: SMC starts from draws of the "
-        "prior, and these variables have none (an improper prior such as pm.Flat or pm.HalfFlat, "
-        "whose 'draws' are its initial value). Give them a proper prior (for example a wide "
-        "pm.Normal), or sample the model with pm.sample."
+    start = f"All {X.shape[0]} initial particles are identical in {names}: "
+    improper_text = (
+        "SMC starts from draws of the prior, and {these} none (an improper prior such as pm.Flat or "
+        "pm.HalfFlat, whose 'draws' are its initial value). Give {them} a proper prior (for example a "
+        "wide pm.Normal), or sample the model with pm.sample."
     )
+    causes = causes or {}
+    improper = [causes[n][1] for n in names if causes.get(n, ("",))[0] == "improper"]
+    with_initval = [causes[n][1] for n in names if causes.get(n, ("",))[0] == "initval"]
+    if not with_initval:  # improper priors, or no model to tell
+        raise ValueError(start + improper_text.format(these="these variables have", them="them"))
+    plural = len(with_initval) > 1
+    message = (
+        f"{start}PyMC's SMC starts every particle at a variable's initial value when it has one, instead "
+        f"of drawing it from the prior, and {with_initval} {'have' if plural else 'has'} `initval=`. "
+        f"Remove `initval=` from {'them' if plural else 'it'}, so that the particles are drawn from the "
+        "prior (pm.sample takes a starting point as pm.sample(initvals=...) instead); the priors "
+        "themselves need not change."
+    )
+    if improper:
+        these = f"{improper} {'have' if len(improper) > 1 else 'has'}"
+        message += " " + improper_text.format(these=these, them="them" if len(improper) > 1 else "it")
+    raise ValueError(message)
+
+
+def constant_draw_causes(model) -> dict[str, tuple[str, str]]:
+    """Why a variable's initial particles may all be equal, by value-variable name: ``("improper",
+    rv name)`` for an improper prior (pm.Flat, pm.HalfFlat), ``("initval", rv name)`` for a variable with
+    an ``initval=`` (PyMC's SMC starts every particle there)."""
+    causes = {}
+    for value, rv in model.values_to_rvs.items():
+        if rv.owner is not None and isinstance(rv.owner.op, FlatRV | HalfFlatRV):
+            causes[value.name] = ("improper", rv.name)
+        elif model.rvs_to_initial_values.get(rv) is not None:
+            causes[value.name] = ("initval", rv.name)
+    return causes
 
 
 def compile_batch_logp(model, variables, compile_kwargs, strict: bool):

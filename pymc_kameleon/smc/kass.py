@@ -36,6 +36,7 @@ from pymc_kameleon.core.smc.rejuvenation import (
 )
 from pymc_kameleon.smc._batched import BatchedSMCKernel, check_continuous
 from pymc_kameleon.smc.results import (
+    LINEAGES_CHECKED,
     MIN_DISTINCT_ANCESTORS,
     collapsed_genealogy_message,
     evidence_lag_message,
@@ -223,7 +224,7 @@ class KASS(BatchedSMCKernel):
         model = modelcontext(kwargs.get("model"))
         check_continuous(model, type(self).__name__)
         proposal_kernel = self._default_proposal_kernel if proposal_kernel is None else proposal_kernel
-        self._kernel_template = make_kernel(proposal_kernel)
+        self._kernel_template = make_kernel(proposal_kernel, option="proposal_kernel")
         self.proposal_kernel = (
             proposal_kernel if isinstance(proposal_kernel, str) else type(proposal_kernel).__name__
         )
@@ -431,6 +432,9 @@ class KASS(BatchedSMCKernel):
             "batch_logp": int(self._use_batch),
             "resampling": self.resampling,
             "poorly_mixing_stages": len(self._poor_stages),
+            # Each chain warned at its end if its final particles had few lineages: log_evidence does
+            # not say it again (smc.results.LINEAGES_CHECKED).
+            LINEAGES_CHECKED: 1,
         }
         # With cores>1 this chain ran in a worker process: its warning travels back with the setting.
         return self._warnings.attach(settings, "poorly_mixing_stages")

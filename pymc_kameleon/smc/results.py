@@ -78,6 +78,9 @@ class LogEvidence(NamedTuple):
 # Below this many distinct initial draws behind the final particles, the genealogy estimate is not
 # trusted: +-2 SE covered the true log Z in about 70% of such runs (benchmarks/RESULTS.md).
 MIN_DISTINCT_ANCESTORS = 50
+# The setting (an attribute of sample_stats) of samples whose kernel warned at the end of sampling about
+# each chain with few lineages (KASS, ASMC): log_evidence does not warn about them again.
+LINEAGES_CHECKED = "lineages_checked_at_sampling"
 
 
 def collapsed_genealogy_message(counts: str, draws: int, fewest: int) -> str:
@@ -223,8 +226,9 @@ def log_evidence(idata) -> LogEvidence:
     50-1000 particles), :math:`\pm 2\sigma` covered :math:`\log Z` in 70% of them (67% below
     30 lineages, 86% between 30 and 49). With a single lineage
     :math:`V` is exactly 1 whatever the true variance, so :math:`\sigma = \sqrt{\log 2}
-    \approx 0.83`. A warning then names the chains and their counts (KASS also warns at the end
-    of sampling).
+    \approx 0.83`. A warning then says so, once per run: :class:`KASS` and :class:`ASMC` warn at
+    the end of sampling (for each such chain, with its count), and ``log_evidence`` names the
+    chains and their counts only for samples that were not checked then.
 
     Returns
     -------
@@ -250,7 +254,8 @@ def log_evidence(idata) -> LogEvidence:
         return LogEvidence(log_z, np.full_like(log_z, np.nan))
     rel_var = np.array([chain[-1] for chain in stage_stats(idata, "evidence_relative_variance")])
     systematic = np.isnan(rel_var).any()  # no error bar, so nothing to distrust
-    if "distinct_ancestors" in idata.sample_stats and not systematic:
+    checked = bool(idata.sample_stats.attrs.get(LINEAGES_CHECKED, False))  # warned once already
+    if "distinct_ancestors" in idata.sample_stats and not systematic and not checked:
         distinct = [int(chain[-1]) for chain in stage_stats(idata, "distinct_ancestors")]
         _warn_collapsed_genealogy(distinct, int(idata.posterior.sizes["draw"]))
     if systematic:

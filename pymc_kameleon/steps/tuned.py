@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 import pymc as pm
 import pytensor
-from pytensor.graph.replace import graph_replace
+from pymc.logprob.utils import replace_rvs_by_values
 
 from pymc_kameleon.core.adaptation.covariance import shrunk_covariance
 from pymc_kameleon.core.adaptation.whitening import Whitening
@@ -63,7 +63,10 @@ def value_space_draws(idata, chain: int = 0, *, model=None, var_names=None) -> n
         outputs.append(rv if transform is None else transform.forward(rv, *rv.owner.inputs))
     free = list(model.free_RVs)
     inputs = [rv.type(name=rv.name) for rv in free]
-    outputs = graph_replace(outputs, dict(zip(free, inputs, strict=True)), strict=False)
+    # PyMC's own replacement: a variable whose distribution (or transform) depends on another free
+    # variable (b ~ N(a**2, s)) is replaced together with that ancestor (graph_replace raised 'is not a
+    # part of graph' there).
+    outputs = replace_rvs_by_values(outputs, rvs_to_values=dict(zip(free, inputs, strict=True)))
     fn = pytensor.function(inputs, outputs, on_unused_input="ignore")
     _check_chain(idata, chain)
     posterior = idata.posterior

@@ -21,7 +21,7 @@ from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
 from pymc_kameleon.core.smc.evidence import evidence_relative_variance
 from pymc_kameleon.core.smc.mixtures import GlobalWalkMixture, IndependenceMixture
 from pymc_kameleon.smc import LogEvidence, evidence_lags, log_evidence, stage_stats
-from pymc_kameleon.smc.results import MIN_DISTINCT_ANCESTORS
+from pymc_kameleon.smc.results import LINEAGES_CHECKED, MIN_DISTINCT_ANCESTORS
 
 SMC_KW = dict(progressbar=False, compute_convergence_checks=False)
 Z_MAX = 4.0
@@ -482,6 +482,31 @@ def test_improper_prior_gives_a_clear_error():
         run_smc(model, KASS, chains=1, draws=50, var="x")
 
 
+def test_initval_on_a_proper_prior_is_named_as_the_cause():
+    """PyMC's SMC starts every particle at a variable's initval (its gallery ODE examples set them): the
+    error blamed an improper prior although the priors are proper, and told the user to change them."""
+    with pm.Model() as model:
+        a = pm.Normal("a", 0, 1, initval=0.5)
+        s = pm.HalfNormal("s", 1, initval=1.0)
+        pm.Normal("b", 0, 1)  # no initval: drawn from its prior
+        pm.Normal("y", a, s, observed=np.array([0.1, 0.3]))
+    with pytest.raises(ValueError) as err:
+        run_smc(model, KASS, chains=1, draws=50, var="a")
+    message = str(err.value)
+    assert "identical in ['a', 's_log__']" in message
+    assert "['a', 's'] have `initval=`" in message and "Remove `initval=`" in message
+    assert "improper" not in message and "proper prior" not in message
+
+
+def test_initval_and_improper_prior_are_both_named():
+    with pm.Model() as model:
+        x = pm.Flat("x", initval=0.0)
+        w = pm.Normal("w", 0, 1, initval=0.0)
+        pm.Potential("lik", -0.5 * (x**2 + w**2))
+    with pytest.raises(ValueError, match=r"\['w'\] has `initval=`.*\['x'\] has none \(an improper prior"):
+        run_smc(model, KASS, chains=1, draws=50, var="x")
+
+
 def test_collapsed_particles_give_a_clear_error():
     kernel = KASS(draws=30, model=linear_model(), random_seed=1)
     kernel.initialize(None, np.random.default_rng(2))
@@ -628,6 +653,7 @@ def test_log_evidence_warns_when_the_genealogy_has_collapsed():
         log_evidence(idata)
     collapsed = idata.copy()
     collapsed.sample_stats["distinct_ancestors"] = collapsed.sample_stats["distinct_ancestors"] * 0 + 20
+    del collapsed.sample_stats.attrs[LINEAGES_CHECKED]  # samples that KASS did not check when sampled
     message = r"fewer than 50 of the initial draws \(chain 0: 20 of 400\).*about draws=2000 would give 100"
     with pytest.warns(UserWarning, match=message):
         log_evidence(collapsed)
@@ -635,13 +661,18 @@ def test_log_evidence_warns_when_the_genealogy_has_collapsed():
 
 def test_sampling_warns_when_the_final_particles_have_few_ancestors():
     """KASS warns at the end of sampling, naming the count, when the final particles descend from
-    fewer than 50 initial draws (40 particles); 400 particles with 2 sweeps per stage do not."""
+    fewer than 50 initial draws (40 particles), and log_evidence does not repeat it; 400 particles with
+    2 sweeps per stage do not warn."""
     expected = r"KASS: The final particles descend from fewer than 50 of the initial draws \(one chain: \d+ "
     with linear_model(), pytest.warns(UserWarning, match=expected) as record:
         idata = pm.sample_smc(draws=40, kernel=KASS, chains=1, cores=1, random_seed=2, **SMC_KW)
     (final,) = [int(chain[-1]) for chain in stage_stats(idata, "distinct_ancestors")]
     shown = [w for w in record if "of 40)" in str(w.message)]
     assert len(shown) == 1 and f"({final} of 40)" in str(shown[0].message).replace("one chain: ", "")
+    # once per run: log_evidence does not say it again (it printed twice)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*descend from fewer")
+        log_evidence(idata)
     with linear_model(), warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*descend from fewer")
         pm.sample_smc(draws=400, kernel=KASS, chains=1, cores=1, random_seed=2, n_steps=2, **SMC_KW)

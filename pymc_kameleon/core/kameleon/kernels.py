@@ -16,6 +16,7 @@ is the easy way to get the shapes right).
 
 from __future__ import annotations
 
+import difflib
 import math
 from abc import ABC, abstractmethod
 
@@ -218,7 +219,7 @@ KERNEL_NAMES = {
 }
 
 
-def make_kernel(kernel="gaussian", bandwidth: float = 1.0):
+def make_kernel(kernel="gaussian", bandwidth: float = 1.0, *, option: str = "kernel"):
     """Build a kernel from a name, or validate a user-supplied kernel object.
 
     Parameters
@@ -228,6 +229,9 @@ def make_kernel(kernel="gaussian", bandwidth: float = 1.0):
         ``"linear"``, or an object with ``value(X, Z)`` and ``grad(X, Z)`` methods.
     bandwidth : float
         Starting bandwidth for named kernels that have one.
+    option : str, default "kernel"
+        The name of the caller's option that ``kernel`` was passed as (``proposal_kernel`` for KASS),
+        used in error messages.
 
     Raises
     ------
@@ -238,15 +242,17 @@ def make_kernel(kernel="gaussian", bandwidth: float = 1.0):
         key = kernel.lower().replace("-", "").replace("_", "").replace(" ", "")
         key = {"matern3/2": "matern32", "matern5/2": "matern52"}.get(key, key)
         if key not in KERNEL_NAMES:
+            close = difflib.get_close_matches(key, KERNEL_NAMES, n=1)
+            hint = f" (did you mean {option}={close[0]!r}?)" if close else ""
             raise ValueError(
-                f"kernel={kernel!r} is not a known kernel; use one of "
+                f"{option}={kernel!r} is not a known kernel{hint}; use one of "
                 f"{sorted(KERNEL_NAMES)} or pass an object with value(X, Z) and grad(X, Z)."
             )
         cls = KERNEL_NAMES[key]
         return cls(bandwidth) if cls.has_bandwidth else cls()
     if not (callable(getattr(kernel, "value", None)) and callable(getattr(kernel, "grad", None))):
         raise ValueError(
-            f"kernel={kernel!r} must be a kernel name or an object with value(X, Z) and "
+            f"{option}={kernel!r} must be a kernel name or an object with value(X, Z) and "
             "grad(X, Z) methods (see pymc_kameleon.core.kameleon.kernels.Kernel)."
         )
     return kernel
