@@ -78,19 +78,24 @@ class StartSearch:
 
     def run(self, target, start, start_log_density, rng) -> SearchResult | None:
         """Search from :data:`SEARCH_CANDIDATES` prior draws (seeded from ``rng``); None if the model's
-        prior cannot be drawn (a variable without a random generator): the chain keeps its start."""
+        prior cannot be drawn (a variable without a random generator, or a draw that raises): the chain
+        keeps its start. The search is an aid, never a reason for sampling to fail."""
         if self._compiled is None:
             try:
                 draw, unbounded = self._compile()
                 seeds = np.random.default_rng(_BOX_SEED).integers(2**31, size=BOX_DRAWS)
                 box_draws = self._draws(draw, seeds)
                 self._compiled = (draw, PlausibleBox.from_draws(box_draws, unbounded))
-            except (NotImplementedError, TypeError, ValueError):
+            except Exception:  # noqa: BLE001 - any failure to draw from the prior means: no search
                 self._compiled = False
         if self._compiled is False:
             return None
         draw, box = self._compiled
-        candidates = self._draws(draw, rng.integers(2**31, size=SEARCH_CANDIDATES))
+        seeds = rng.integers(2**31, size=SEARCH_CANDIDATES)
+        try:
+            candidates = self._draws(draw, seeds)
+        except Exception:  # noqa: BLE001 - as above, for this chain's draws
+            return None
         dim = candidates.shape[1]
         return search_start(
             lambda x: target.evaluate(x).logp, start, start_log_density, candidates, box,

@@ -97,3 +97,20 @@ def test_a_nonsensical_start_option_is_refused():
         KameleonMetropolis(start="optimise")
     with gaussian_data_model(), pytest.raises(ValueError, match="start must be one of"):
         GPDelayedAcceptanceMH(start=None)
+
+
+def test_a_prior_draw_that_raises_leaves_the_chain_at_its_start(monkeypatch):
+    """Whatever a model's prior draw raises, sampling goes on from the given start (the control: the
+    same model searches when drawing works)."""
+    from pymc_kameleon.steps import starts
+
+    def broken(**kwargs):
+        def draw(seed):
+            raise RuntimeError("a simulator that cannot run at this prior draw")
+        return draw
+
+    searched = _sample(_minor_mode_start(), KameleonMetropolis, tune=20, draws=5)
+    assert (searched.warmup_sample_stats["logp_evals"].values[:, 0] > 20).all()
+    monkeypatch.setattr(starts, "make_initial_point_fn", broken)
+    idata = _sample(_minor_mode_start(), KameleonMetropolis, tune=20, draws=5)
+    assert (idata.warmup_sample_stats["logp_evals"].values[:, 0] <= 2).all()
