@@ -14,7 +14,6 @@ from functools import partial
 
 import numpy as np
 import pytensor.tensor as pt
-from pymc.distributions.continuous import FlatRV, HalfFlatRV
 from pymc.model import modelcontext
 from pymc.pytensorf import compile, floatX, join_nonshared_inputs, make_shared_replacements
 from pymc.smc.kernels import SMC_KERNEL
@@ -26,6 +25,7 @@ from pytensor.tensor.random.type import RandomGeneratorType
 from pymc_kameleon.executors import as_executor_option
 from pymc_kameleon.pseudo_marginal import PseudoMarginalOp
 from pymc_kameleon.steps.reporting import StepWarnings
+from pymc_kameleon.steps.starts import has_improper_prior
 
 # KASS's logger: its messages name KASS.
 _log = logging.getLogger("pymc_kameleon.smc.kass")
@@ -248,7 +248,7 @@ def constant_draw_causes(model) -> dict[str, tuple[str, str]]:
     an ``initval=`` (PyMC's SMC starts every particle there)."""
     causes = {}
     for value, rv in model.values_to_rvs.items():
-        if rv.owner is not None and isinstance(rv.owner.op, FlatRV | HalfFlatRV):
+        if has_improper_prior(rv):
             causes[value.name] = ("improper", rv.name)
         elif model.rvs_to_initial_values.get(rv) is not None:
             causes[value.name] = ("initval", rv.name)

@@ -208,7 +208,8 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         if start not in STARTS:
             raise ValueError(f"start must be one of {STARTS}, got {start!r}.")
         self.start = start
-        self._start_search = StartSearch(model, vars)
+        # Only a searching step keeps the model (pickled with the step to every worker process).
+        self._start_search = StartSearch(model, vars) if start == "search" else None
         self._target = target
         if self.pooled:
             self._population_steps = {}  # chain -> PyMC's copy of this step (steps/population.py)

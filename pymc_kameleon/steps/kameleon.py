@@ -128,8 +128,7 @@ class KameleonMetropolis(AdaptiveStep):
         draws and moves to the best point reached, if it beats the start PyMC gave it and lies within
         the range of 100 prior draws (a funnel's neck, where a hierarchical model's density is
         unbounded, does not); with pooled tuning the chains that found the posterior then rescue the
-        others. These
-        evaluations are counted in ``logp_evals``; see :mod:`pymc_kameleon.core.starts`.
+        others. These evaluations are counted in ``logp_evals``; see :mod:`pymc_kameleon.core.starts`.
         ``"initial_point"``: start where ``pm.sample`` starts the chain (``initvals``).
     vanishing_decay : float, default 1.0
         :math:`\kappa \in (0, 1]` for ``adaptation="vanishing"``.

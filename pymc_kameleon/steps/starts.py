@@ -22,7 +22,7 @@ from pymc_kameleon.core.starts import (
     search_start,
 )
 
-__all__ = ["BOX_DRAWS", "SEARCH_CANDIDATES", "STARTS", "StartSearch"]
+__all__ = ["BOX_DRAWS", "SEARCH_CANDIDATES", "STARTS", "StartSearch", "has_improper_prior"]
 
 STARTS = ("search", "initial_point")
 #: Prior draws each chain searches from (besides keeping its given start).
@@ -30,6 +30,12 @@ SEARCH_CANDIDATES = 2
 #: Prior draws that span the plausible box (a fixed seed: the same box for every chain).
 BOX_DRAWS = 100
 _BOX_SEED = 20261127
+
+
+def has_improper_prior(rv) -> bool:
+    """Whether ``rv`` is a ``pm.Flat`` or ``pm.HalfFlat``: its prior has no draws (PyMC uses its initial
+    value)."""
+    return rv.owner is not None and isinstance(rv.owner.op, FlatRV | HalfFlatRV)
 
 
 class StartSearch:
@@ -55,7 +61,7 @@ class StartSearch:
 
     def _compile(self):
         model = self._model
-        flat = {rv for rv in model.free_RVs if isinstance(rv.owner.op, (FlatRV, HalfFlatRV))}
+        flat = {rv for rv in model.free_RVs if has_improper_prior(rv)}
         draw = make_initial_point_fn(
             model=model,
             overrides={rv: "support_point" if rv in flat else "prior" for rv in model.free_RVs},
