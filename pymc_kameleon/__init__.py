@@ -13,6 +13,7 @@ bring, ``pymc_kameleon.plots`` plotting helpers, and ``pymc_kameleon.testing`` t
 this package's tests (models, MCSE z-scores, seeded runs and their records).
 """
 
+from pymc_kameleon import _fork
 from pymc_kameleon.pseudo_marginal import (
     PseudoMarginalEstimatorError,
     PseudoMarginalMisuseError,
@@ -33,6 +34,8 @@ from pymc_kameleon.steps import (
 )
 
 __version__ = "0.1.0"
+
+_fork.install()  # PyMC forks its chains: LLVM's lock must not be copied while another thread holds it
 
 __all__ = [
     "ASMC",
