@@ -164,11 +164,11 @@ def log_density_evaluations(sampler_name: str, idata, model) -> float:
     * ``DEMetropolisZ`` and ``DEMetropolis`` (a population sampler): one blocked ``delta_logp`` per
       iteration, so two evaluations.
     * ``KameleonMetropolis``: its ``logp_evals`` stat (one per iteration; the current value is cached).
-    * ``GPDelayedAcceptanceMH`` and ``GPDelayedAcceptanceMALA``: exact likelihood evaluations, the
-      sum of the ``exact_eval`` stat plus one per chain for the start (checked against the running
-      ``n_exact_evals`` stat); pooled, the running ``n_exact_evals``, which also counts the checks for
-      stranded chains (each evaluates the other chains' states). The prior, evaluated at every
-      proposal, is not counted; MALA's exact evaluations also return the likelihood's gradient.
+    * ``GPDelayedAcceptanceMH`` and ``GPDelayedAcceptanceMALA``: exact likelihood evaluations,
+      the running ``cumulative_logp_evals`` stat at each chain's last draw (tuning, the start
+      search and, pooled, the checks for stranded chains included; each check evaluates the other
+      chains' states). The prior, evaluated at every proposal, is not counted; MALA's exact
+      evaluations also return the likelihood's gradient.
     * ``NUTS``: gradient evaluations, the ``n_steps`` stat (leapfrog steps).
 
     Parameters
@@ -188,14 +188,7 @@ def log_density_evaluations(sampler_name: str, idata, model) -> float:
     if base == "KameleonMetropolis":
         return float(_stat(idata, "logp_evals").sum())
     if base in ("GPDelayedAcceptanceMH", "GPDelayedAcceptanceMALA"):
-        evals = float(_stat(idata, "exact_eval").sum()) + n_chain  # + the evaluation at each chain's start
-        running = float(idata.sample_stats["n_exact_evals"].values[:, -1].sum())
-        if "rescued" in idata.sample_stats or "rescued" in getattr(idata, "warmup_sample_stats", {}):
-            return running  # pooled: the checks for stranded chains evaluate the others' states too
-        if evals != running:
-            warnings.warn(f"exact_eval counts {evals:.0f} evaluations, n_exact_evals {running:.0f}",
-                          stacklevel=2)
-        return evals
+        return float(idata.sample_stats["cumulative_logp_evals"].values[:, -1].sum())
     if base == "NUTS":
         return float(_stat(idata, "n_steps").sum())
     if base in ("DEMetropolisZ", "DEMetropolis"):
@@ -442,7 +435,8 @@ LEGEND = (
     "log-density evaluations over tuning and draws: Metropolis 2 per scalar element per iteration "
     "(elementwise updates), DEMetropolisZ 2 per iteration, KameleonMetropolis its logp_evals stat, "
     "GPDelayedAcceptanceMH and GPDelayedAcceptanceMALA their exact likelihood evaluations "
-    "(n_exact_evals; prior evaluations not counted), NUTS its n_steps (gradient evaluations). ESS/s: "
+    "(cumulative_logp_evals; prior evaluations not counted), NUTS its n_steps (gradient evaluations). "
+    "ESS/s: "
     "per second of sampling wall time (tuning + draws, chains in parallel; machine shared). notes: "
     "'the step warned' counts the seeds at which one of our steps raised its own warning (PyMC's "
     "convergence checks are off)."

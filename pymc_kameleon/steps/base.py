@@ -145,11 +145,14 @@ class ChainState:
         Rejections in a row after tuning.
     searched : bool
         Whether the chain has had its chance to search for a start (its first step).
+    cumulative_logp_evals : int
+        The chain's log-density evaluations so far, tuning and its start included.
     """
 
     warnings: StepWarnings = field(default_factory=StepWarnings)
     stuck: StuckAfterTuning = field(default_factory=StuckAfterTuning)
     searched: bool = False
+    cumulative_logp_evals: int = 0
 
 
 class AdaptiveStep(PerChainReset, ArrayStepShared):
@@ -177,12 +180,22 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         "scaling": (np.float64, []),
         # The model log density at the state returned (PyMC's name; ArviZ's InferenceData calls it `lp`).
         "model_logp": (np.float64, []),
+        # Log-density (likelihood) evaluations: this step's, and the chain's so far with its tuning (the
+        # draws' sum misses the tuning, which PyMC discards; the last draw's running count does not).
+        "logp_evals": (np.int64, []),
+        "cumulative_logp_evals": (np.int64, []),
     }
 
     def __new__(cls, *args, **kwargs):
         # tuning="pooled" makes the step's population variant (steps/population.py).
         new_cls = pooled_class_for(cls, args, kwargs, cls._default_tuning)
         return super(AdaptiveStep, new_cls).__new__(new_cls, *args, **kwargs)
+
+    def _count_evals(self, stats: dict, evals: int) -> None:
+        """Put this step's log-density evaluations, and the chain's running count, in ``stats``."""
+        self._chain.cumulative_logp_evals += evals
+        stats["logp_evals"] = evals
+        stats["cumulative_logp_evals"] = self._chain.cumulative_logp_evals
 
     def _population_states(self) -> np.ndarray | None:
         """Every chain's state at the start of this iteration (pooled tuning only; else None)."""

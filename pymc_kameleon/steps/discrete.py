@@ -42,6 +42,7 @@ class DiscreteChain:
     (Robbins-Monro, during tuning; the binary elements' are never used)."""
 
     scales: list
+    cumulative_logp_evals: int = 0  # the chain's evaluations so far (AdaptiveStep._count_evals)
 
 
 class DiscreteMetropolis(AdaptiveStep):
@@ -86,7 +87,6 @@ class DiscreteMetropolis(AdaptiveStep):
     """
 
     name = "discrete_metropolis"
-    stats_dtypes_shapes = {**AdaptiveStep.stats_dtypes_shapes, "logp_evals": (np.int64, [])}
 
     def __init__(
         self,
@@ -158,8 +158,8 @@ class DiscreteMetropolis(AdaptiveStep):
             "tune": self.tune,
             "scaling": float(np.mean([s.value for s in self._chain.scales])),
             "model_logp": self._target.current_logp,
-            "logp_evals": self._target.n_evals - evals_before,
         }
+        self._count_evals(stats, self._target.n_evals - evals_before)
         stats.update(self._target.estimate_stats(estimates_before))
         return RaveledVars(y, q0.point_map_info), [stats]
 

@@ -166,9 +166,11 @@ class KameleonMetropolis(AdaptiveStep):
     variance at :math:`Z`), ``bandwidth``, ``gamma``, ``tune``, ``kameleon`` (whether the
     Kameleon component drew this move), ``subsample_size``, ``adapted`` (whether the mean,
     covariance and :math:`Z` were refreshed at this step), ``logp_evals`` (log-density
-    evaluations in this step), ``jitter`` (diagonal jitter needed to factorise the proposal
-    covariance) and ``lp`` (the model log density of the draw). In a ``CompoundStep`` PyMC
-    gives ``accept``, ``accepted`` and ``scaling`` one column per step that reports them.
+    evaluations in this step), ``cumulative_logp_evals`` (the chain's evaluations so far, tuning
+    included: the last draw's value is the chain's whole cost), ``jitter`` (diagonal jitter needed
+    to factorise the proposal covariance) and ``lp`` (the model log density of the draw). In a
+    ``CompoundStep`` PyMC gives ``accept``, ``accepted`` and ``scaling`` one column per step that
+    reports them.
 
     **Pseudo-marginal likelihoods.** With a :func:`~pymc_kameleon.PseudoMarginalPotential` in
     the model the step is the exact pseudo-marginal chain (Andrieu & Roberts 2009): the
@@ -202,7 +204,6 @@ class KameleonMetropolis(AdaptiveStep):
         "kameleon": (bool, []),
         "adapted": (bool, []),
         "subsample_size": (np.int64, []),
-        "logp_evals": (np.int64, []),
         "jitter": (np.float64, []),
         # nu2 times the kernel term's mean variance at Z (whitened units): rebuild_proposal's scale.
         "kernel_variance": (np.float64, []),
@@ -382,11 +383,11 @@ class KameleonMetropolis(AdaptiveStep):
             "kameleon": result.move.component == "kameleon",
             "adapted": adapted,
             "subsample_size": 0 if state.family is None else state.family.Z.shape[0],
-            "logp_evals": target.n_evals - evals_before,
             "jitter": result.move.jitter,
             "kernel_variance": state.kernel_variance,
             "model_logp": target.current_logp,
         }
+        self._count_evals(stats, target.n_evals - evals_before)
         stats.update(target.estimate_stats(estimates_before))
         if self.pooled:
             stats["rescued"] = rescued

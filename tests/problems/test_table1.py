@@ -157,7 +157,7 @@ def test_gp_classifier_likelihood_scales_with_signal_variance():
 
 
 def test_counter_matches_gp_da_exact_evaluations():
-    # The counter and the step's own n_exact_evals see the same likelihood calls.
+    # The counter, the step's running count and its n_exact_evals see the same likelihood calls.
     target = build("T4", seed=0)
     with target.model:
         # start="initial_point": at most one evaluation per step (the search's are counted alike).
@@ -166,5 +166,5 @@ def test_counter_matches_gp_da_exact_evaluations():
         point = target.model.initial_point()
         for _ in range(60):
             point, stats = step.step(point)
-    assert target.counter.calls == stats[0]["n_exact_evals"] == step.n_exact_evals
+    assert target.counter.calls == stats[0]["cumulative_logp_evals"] == step.n_exact_evals
     assert 0 < target.counter.calls <= 60 + 1

@@ -86,7 +86,8 @@ def test_samples_with_defaults_and_declares_stats(cls):
         idata = pm.sample(step=cls(), draws=300, tune=300, chains=1, random_seed=1, **SAMPLE_KW)
     stats = idata.sample_stats
     declared = cls.stats_dtypes_shapes
-    for name in ["accept", "accepted", "stage1_accept", "stage2_accept", "exact_eval", "n_exact_evals",
+    for name in ["accept", "accepted", "stage1_accept", "stage2_accept", "exact_eval", "logp_evals",
+                 "cumulative_logp_evals",
                  "gp_sd", "gp_points", "tune", "scaling"]:
         assert name in declared, name
         assert name == "tune" or name in stats, name
@@ -283,7 +284,7 @@ def test_gp_grows_by_cholesky_appends_and_counts_evaluations(cls):
     stats = [s for _, _, s in rows] + more
     points = np.array([s["gp_points"] for s in stats])
     evals = np.array([s["exact_eval"] for s in stats])
-    counts = np.array([s["n_exact_evals"] for s in stats])
+    counts = np.array([s["cumulative_logp_evals"] for s in stats])
     tune = np.array([s["tune"] for s in stats])
     # Every exact evaluation (the start included) is one new GP point, until the cap. (MH's GP
     # forgets points from before the previous window at each window end during tuning.)
@@ -451,7 +452,7 @@ def test_prior_outside_support_is_rejected_without_a_likelihood_evaluation():
     rows = drive(model, step, 300, stop_tuning_at=200)
     assert all(0 < s < 5 for s in calls)
     assert any(s["stage1_accept"] == 0.0 for _, _, s in rows)
-    assert rows[-1][2]["n_exact_evals"] == len(calls)
+    assert rows[-1][2]["cumulative_logp_evals"] == len(calls)
 
 
 # ------------------------------------------------------------ compound steps

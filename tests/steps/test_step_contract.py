@@ -249,14 +249,11 @@ def _gp_da_chain_start(stats):
     the start search's evaluations and the point it found) and the first proposal, and exact steps until
     the step after the coordinate scan."""
     search = SEARCH_CANDIDATES * (SEARCH_MAX_EVALS + 40) + 1
-    assert ((stats["n_exact_evals"][:, 0] >= 2) & (stats["n_exact_evals"][:, 0] <= 2 + search)).all()
+    first = stats["cumulative_logp_evals"][:, 0]
+    assert ((first >= 2) & (first <= 2 + search)).all()
     assert np.isin(stats["gp_points"][:, 0], (2, 3)).all()
     assert not stats["screened"][:, : SCAN + 1].any()
     assert stats["screened"][:, SCAN + 1 :].all()
-
-
-def _gp_da_exact_evals(stats):
-    return np.diff(stats["n_exact_evals"], axis=1, prepend=0)
 
 
 def _discrete_chain_start(stats):
@@ -320,7 +317,7 @@ GP_DA_BAD = [  # options every GP-DA step shares
 GP_DA = dict(
     tune=SCAN + 20,
     check_chain_start=_gp_da_chain_start,
-    exact_evals=_gp_da_exact_evals,
+    exact_evals=lambda stats: stats["logp_evals"],
     estimates_per_draw={0, 1},
 )
 CASES = [
@@ -586,6 +583,11 @@ def test_per_chain_state_is_reset_between_chains(sampled):
     stats = {name: warm[name].values for name in warm.data_vars}
     assert stats["accept"].shape == (2, case.tune)
     case.check_chain_start(stats)
+    # Each chain's running count is the sum of its own steps' evaluations, tuning included.
+    counts = {name: np.concatenate([warm[name].values, post[name].values], 1)
+              for name in ("logp_evals", "cumulative_logp_evals")}
+    np.testing.assert_array_equal(counts["cumulative_logp_evals"], np.cumsum(counts["logp_evals"], axis=1))
+    assert (counts["logp_evals"][:, 0] >= 1).all()  # the start's evaluation
     if sampled.model_name == "pseudo_marginal":
         chain = {name: np.concatenate([warm[name].values, post[name].values], 1) for name in post.data_vars}
         assert chain["loglik_estimate"].shape == (2, case.tune + DRAWS)

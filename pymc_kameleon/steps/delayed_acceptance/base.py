@@ -81,7 +81,6 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         "stage1_accept": (np.float64, []),
         "stage2_accept": (np.float64, []),
         "exact_eval": (bool, []),
-        "n_exact_evals": (np.int64, []),
         "gp_sd": (np.float64, []),
         "gp_points": (np.int64, []),
         "screened": (bool, []),
@@ -381,7 +380,6 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
             "stage1_accept": result.stage1,
             "stage2_accept": result.stage2,
             "exact_eval": target.n_evals > evals_before,
-            "n_exact_evals": self.n_exact_evals,
             "gp_sd": result.gp_sd,
             "gp_points": kernel.gp.n_points,
             "screened": result.screened,
@@ -390,6 +388,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
             "scaling": kernel.adaptation.state.am_scale.value,
             "model_logp": target.current_logp,
         }
+        self._count_evals(stats, target.n_evals - evals_before)
         stats.update(target.estimate_stats(estimates_before))
         stats.update(self._extra_stats())
         if self.pooled:

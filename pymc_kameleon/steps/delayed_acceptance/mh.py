@@ -163,7 +163,7 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
         chain tunes alone.
     start : {"search", "initial_point"}, default "search"
         Where each chain starts tuning, as for :class:`~pymc_kameleon.KameleonMetropolis`; the
-        search's evaluations count in ``n_exact_evals``, and its result is the GP's first point.
+        search's evaluations count in ``logp_evals``, and its result is the GP's first point.
     kernel, bandwidth, n_subsample, gamma : optional
         Kameleon proposal options, as for :class:`~pymc_kameleon.KameleonMetropolis`
         (``proposal="kameleon"`` only).
@@ -184,7 +184,10 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
       2 was not reached).
     - ``exact_eval``: whether this step evaluated the likelihood exactly (at the proposal, or at
       the current state at the start of a chain or after another block of a ``CompoundStep``
-      moved); ``n_exact_evals``: running count in this chain, the start included. The fraction of
+      moved); ``logp_evals``: the exact evaluations this step made (the start search and,
+      with pooled tuning, the checks for stranded chains included); ``cumulative_logp_evals``: the
+      chain's so far, tuning and the start included (the last draw's value is the chain's whole cost;
+      the sum of ``logp_evals`` over the draws omits the tuning). The fraction of
       evaluations saved is ``1 - mean(exact_eval)``.
     - ``gp_sd``: the GP's predictive sd of :math:`\ell` at the proposal (NaN in the warm-up and where
       the prior is zero);
