@@ -149,7 +149,7 @@ _UNCENTRED_REFERENCE = NutsReference(
 def logistic_uncentred():
     """Logistic regression (n = 300) on four uncentred predictors of scales 0.1 to 100, priors N(0, 10):
     posterior correlations up to -0.985, which shrinking a window's covariance toward its diagonal
-    misses (RESULTS, "Less shrinkage toward the diagonal")."""
+    misses (docs/decisions/0010-persistent-strong-correlation-shrinkage.md)."""
     return _uncentred_logistic_model(standardised=False), _UNCENTRED_REFERENCE, None
 
 

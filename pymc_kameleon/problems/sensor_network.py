@@ -31,7 +31,7 @@ distance and multi-start optimisation finds two posterior modes of equal height 
 images across the base line, which lies near :math:`y = 0.49`). Six of the nine pairs observe a
 distance; a noisy distance can be negative (base 0 to unknown 1). The modes are *connected*: at
 :math:`\sigma^2 = 0.02` a random-walk chain crosses between them within a few thousand steps
-(``benchmarks/RESULTS.md``: among seeds 0-399, none kept most chains on one side). With it:
+(``benchmarks/results/kass_smc_sensor.md``: among seeds 0-399, none kept most chains on one side). With it:
 
 =========  ================  =============================================
 sensor     true location     observed distances :math:`Y_{ij}` (noisy)

@@ -146,7 +146,7 @@ class KASS(BatchedSMCKernel):
         With 0 (pure Kameleon moves, the paper's kernel) the local moves lag behind the tempered
         targets at small beta and log Z is biased low: on the 8-d banana bridge (N = 2000, the
         same 30 seeds) the mean log Z error was -0.187 +- 0.057 with 0, -0.138 +- 0.049 with 0.1
-        and -0.036 +- 0.038 with 0.25, at the same cost (``benchmarks/RESULTS.md``).
+        and -0.036 +- 0.038 with 0.25, at the same cost (``docs/decisions/0030-kass-global-walk.md``).
     independence_weight : float, default 0.25 (0 for :class:`ASMC`)
         Probability that a move is an independent draw from the Gaussian fitted to the stage's
         particles (the proposal of PyMC's ``IMH`` kernel), truncated to the ball of the
@@ -155,9 +155,10 @@ class KASS(BatchedSMCKernel):
         Where the tempered targets are nearly Gaussian one accepted draw decorrelates a
         particle: with 0.25 the mean abs(log Z) error fell from 0.55 to 0.13 on a 20-d conjugate
         regression and from 0.17 to 0.10 on the 8-d banana bridge (30 runs each,
-        ``benchmarks/RESULTS.md``). The truncation keeps the draws where the particles are: the
-        Gaussian of a small or skewed particle cloud otherwise reaches parameters where an ODE
-        likelihood takes seconds per solve. 0 gives the Kameleon and global-walk moves only.
+        ``docs/decisions/0031-kass-truncated-independent-draws.md``). The truncation keeps the
+        draws where the particles are: the Gaussian of a small or skewed particle cloud otherwise
+        reaches parameters where an ODE likelihood takes seconds per solve. 0 gives the Kameleon and
+        global-walk moves only.
     executor : concurrent.futures.Executor or callable, optional
         Evaluates the likelihoods of the initial particles and of every sweep's proposals on this
         executor (one task per worker per sweep), for expensive likelihoods: Dask's
@@ -191,9 +192,9 @@ class KASS(BatchedSMCKernel):
     }
 
     _default_proposal_kernel = "gaussian"
-    _default_am_weight = 0.25  # removes the evidence's low bias (docstring, design.md)
-    _default_independence_weight = 0.25  # halves the evidence's error (docstring, design.md)
-    _default_n_steps = "moved"  # enough sweeps in a funnel's neck too (docstring, design.md)
+    _default_am_weight = 0.25  # removes the evidence's low bias (docstring, docs/decisions/0030)
+    _default_independence_weight = 0.25  # halves the evidence's error (docstring, docs/decisions/0031)
+    _default_n_steps = "moved"  # enough sweeps in a funnel's neck too (docstring, docs/decisions/0032)
 
     def __init__(
         self,

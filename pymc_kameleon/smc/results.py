@@ -215,7 +215,8 @@ def log_evidence(idata) -> LogEvidence:
     :math:`\operatorname{Var}(\hat Z/Z) = e^{\sigma^2} - 1`, so the standard error of
     :math:`\log \hat Z` is :math:`\sigma = \sqrt{\log(1 + V)}` (:math:`\approx \sqrt V` when
     small; a negative :math:`V` counts as 0). :math:`\log \hat Z \pm 2\sigma` covers
-    :math:`\log Z` in about 95% of runs when the moves mix (measured in ``benchmarks/RESULTS.md``).
+    :math:`\log Z` in about 95% of runs when the moves mix (measured in
+    ``benchmarks/results/evidence_calibration.md``).
     Samples from PyMC's own kernels, or from ``resampling="systematic"``, have no valid genealogy
     estimate: their standard errors are NaN, with a warning.
 

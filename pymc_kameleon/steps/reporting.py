@@ -58,7 +58,7 @@ _LATE_DRIFT_LIMIT = 1.0
 # by at most _LATE_SHARE of the climb: then the chain arrived early in them (a regression from
 # PyMC's start, tune=1000: climb 6.7-15.5, late climb 0.4-0.9, draws right). A steady climb keeps
 # about half its rise over the last half, so it still warns (a coordinate walking in slowly
-# gave a climb of 3.4, RESULTS "Far starts"); chains still walking in had late climbs of 3.6-150,
+# gave a climb of 3.4, docs/decisions/0005); chains still walking in had late climbs of 3.6-150,
 # settled ones -0.8 to 2.4 (the 20-d model of test_a_log_density_still_climbing..., seeds 1-3).
 _CLIMB_LIMIT = 3.0
 _LATE_CLIMB_LIMIT = 1.5

@@ -13,10 +13,10 @@ __all__ = [
 # Effective draws per window draw, for the covariance shrinkage (random-walk draws are correlated).
 _EFFECTIVE_FRACTION = 0.1
 # A window's correlation at least this strong, after one of at least _STRONG_PREVIOUS_CORRELATION in
-# the previous window's estimate, is kept unshrunk (shrunk_covariance). Measured (RESULTS, "Less
-# shrinkage toward the diagonal"): an uncentred logistic regression, KAMH min ESS 1-25 -> 10-88 of
-# 2000; without the previous window's condition, trending windows of independent normals showed
-# 0.93-0.99 and cost GP-DA-MH its ESS there (49 -> 7).
+# the previous window's estimate, is kept unshrunk (shrunk_covariance). Measured (docs/decisions/
+# 0010-persistent-strong-correlation-shrinkage.md): an uncentred logistic regression, KAMH min ESS
+# 1-25 -> 10-88 of 2000; without the previous window's condition, trending windows of independent
+# normals showed 0.93-0.99 and cost GP-DA-MH its ESS there (49 -> 7).
 _STRONG_CORRELATION = 0.9
 _STRONG_PREVIOUS_CORRELATION = 0.8
 

@@ -133,7 +133,7 @@ class MALAPoint(NamedTuple):
         Exact log-likelihood; NaN until evaluated.
     drift_gradient : array of shape (d,), optional
         The log-likelihood gradient used in the proposal drift at ``theta``. Default: the GP
-        mean gradient ``joint_mean[1:]`` (DESIGN.md). Whatever is used must be one fixed
+        mean gradient ``joint_mean[1:]``. Whatever is used must be one fixed
         function of ``theta`` for both points of a step.
     """
 

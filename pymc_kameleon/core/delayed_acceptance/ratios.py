@@ -14,8 +14,8 @@ Stage 1 (paper eq. 4): marginalising the GP, :math:`E[e^{\tilde\ell(y)}] = e^{\m
 
 What is :math:`c(x)`, the value used at the *current* state? The paper writes
 :math:`\mu(x \mid \mathcal I_t)` and notes that it equals the exact :math:`\ell(x)` because every
-current state has been evaluated and the GP interpolates (Assumption 1); DESIGN.md writes
-:math:`\ell(x)`. The two agree whenever the current state is a training point. They differ
+current state has been evaluated and the GP interpolates (Assumption 1); our original design
+wrote :math:`\ell(x)`. The two agree whenever the current state is a training point. They differ
 in the *reverse* ratio :math:`\alpha_1(y, x)` needed by stage 2, because :math:`y` is not a
 training point of the surrogate used in this step. Two readings are valid:
 

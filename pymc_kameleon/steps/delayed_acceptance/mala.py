@@ -67,12 +67,12 @@ class GPDelayedAcceptanceMALA(GPDelayedAcceptanceStep):
         iteration costs an exact evaluation only when stage 1 passes (about the acceptance rate
         with a good GP), so larger steps pay: on the paper's T1, T2 and T5 (2 seeds x 5
         repetitions) 0.35 gave 2-44% more ESS per exact evaluation during the draws than 0.574,
-        and 28-51% fewer evaluations (``benchmarks/RESULTS.md``).
+        and 28-51% fewer evaluations (``docs/decisions/0023-gp-da-acceptance-targets.md``).
     max_points : int, optional
         Cap on the GP's training points; with gradient observations each point adds
         :math:`d + 1` rows, so the default is ``max(1000 // (d + 1), 2 * initial_points)``.
         A prediction costs :math:`O(d \cdot \text{rows}^2)`: in 5-d about 0.6 ms per step at the
-        default and 0.3 ms at half of it (``benchmarks/RESULTS.md``). Lower it when the
+        default and 0.3 ms at half of it (``benchmarks/results/gp_step_cost.md``). Lower it when the
         likelihood costs no more than that; a smaller GP screens a little less well.
     fit_max_points : int, optional
         Default ``max(20, 300 // (d + 1))`` with gradient observations, else 300.
