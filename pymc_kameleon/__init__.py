@@ -32,6 +32,7 @@ from pymc_kameleon.steps import (
     rebuild_proposal,
 )
 
+#: The package version.
 __version__ = "0.1.0"
 
 __all__ = [
