@@ -308,7 +308,15 @@ def _copy_mathjax(app, exception) -> None:
 mathjax_path = "mathjax/tex-chtml.js"
 
 
+def _decision_records(app, docname, source) -> None:
+    """List the decision records (``docs/decisions/*``) in development.md's table of contents when
+    there are any (a glob that matches nothing is a warning, which no setting silences)."""
+    if docname == "development" and any((DOCS / "decisions").glob("*.md")):
+        source[0] = source[0].replace("\ndesign\n```", "\ndesign\ndecisions/*\n```")
+
+
 def setup(app):
+    app.connect("source-read", _decision_records)
     app.connect("env-check-consistency", _check_api_complete)
     app.connect("missing-reference", _resolve_by_object)
     app.connect("build-finished", _copy_mathjax)
