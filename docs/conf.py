@@ -55,8 +55,8 @@ def _note_cell(name: str) -> dict:
         ":::{note}\n"
         f"This page shows `notebooks/{name}` as it was last executed, with its saved outputs: the "
         "documentation build does not run it. Every figure on the page is made by the notebook's own "
-        "cells; `make notebooks` re-executes all the notebooks in place (full budget, about an hour on "
-        "two cores), and `KAMELEON_NOTEBOOK_FAST=1` gives a quick smoke-test run.\n"
+        "cells: `make notebooks` re-executes the notebooks in place with their full budgets (the test "
+        "suite runs them with a smoke-test budget, `KAMELEON_NOTEBOOK_FAST=1`, and saves nothing).\n"
         ":::"
     )
     return {"cell_type": "markdown", "metadata": {}, "source": text}
