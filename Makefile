@@ -66,6 +66,7 @@ dist: $(VENV)/.installed
 ##       outputs, not executed (`make notebooks` executes them); the API pages come from the docstrings
 DOCS_ARGS ?= -E -W --keep-going -n -j 2
 docs: $(VENV)/.docs-installed
+	rm -rf docs/api/generated
 	$(PY) -m sphinx -b html -q $(DOCS_ARGS) docs docs/_build/html
 	@echo "docs: docs/_build/html/index.html"
 
