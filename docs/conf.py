@@ -142,6 +142,7 @@ html_title = f"pymc-kameleon {release}"
 html_static_path = ["_static"]
 html_css_files = ["custom.css"]
 html_show_sourcelink = False
+html_copy_source = False  # the notebooks would be copied a second time
 html_theme_options = {
     "navbar_align": "left",
     "show_toc_level": 2,
