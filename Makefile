@@ -17,7 +17,7 @@ export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 PYTEST6_ARGS ?=
 
-.PHONY: demo dist lint test test-fast test-pymc5 test-pymc6 benchmark benchmark-quick benchmark-kameleon notebooks clean
+.PHONY: demo dist docs lint test test-fast test-pymc5 test-pymc6 benchmark benchmark-quick benchmark-kameleon notebooks clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,15 +32,21 @@ $(VENV312)/.installed: pyproject.toml
 	$(PY312) -m pip install -q -e '.[test,distributed]' 'pymc>=6' 'arviz>=1'
 	touch $@
 
+# The documentation's tools go into the PyMC 5 venv, with a stamp of their own (`make test` needs them too,
+# since it builds the site, but a venv made for `make demo` does not).
+$(VENV)/.docs-installed: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install -q -e '.[docs]'
+	touch $@
+
 ## demo: sample the 8-d banana with KameleonMetropolis and pm.Metropolis, print ArviZ summaries and quantile errors
 demo: $(VENV)/.installed
 	$(PY) examples/demo.py
 
-## test: ruff check and `make dist`, then the suite on PyMC 5 / Python 3.11 and on PyMC 6 / ArviZ 1 /
+## test: ruff check, `make dist` and `make docs`, then the suite on PyMC 5 / Python 3.11 and on PyMC 6 / ArviZ 1 /
 ##       Python 3.12, the two stacks side by side (each prints when done). Every test runs; the slow
 ##       statistical tests are shared between the stacks, each on one (SLOW_ON_PYMC5 in tests/conftest.py),
 ##       the others run on both
-test: lint dist
+test: lint dist docs
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-pymc5 test-pymc6 SLOW_SHARED=1
 
 ## lint: ruff check (rules in pyproject.toml); `make test` runs it first
@@ -54,6 +60,15 @@ dist: $(VENV)/.installed
 	if ! $(PY) -m build --outdir "$$tmp" . >"$$tmp/build.log" 2>&1; then cat "$$tmp/build.log"; exit 1; fi && \
 	if grep -i -B2 -A8 "deprecat" "$$tmp/build.log"; then echo "dist: the build warned (above)"; exit 1; fi && \
 	$(PY) -m twine check --strict "$$tmp"/*.tar.gz "$$tmp"/*.whl
+
+## docs: build the documentation site into docs/_build/html (open docs/_build/html/index.html), from
+##       scratch, with every warning an error (under a minute). The notebooks are rendered from their saved
+##       outputs, not executed (`make notebooks` executes them); the API pages come from the docstrings
+DOCS_ARGS ?= -E -W --keep-going -n -j 2
+docs: $(VENV)/.docs-installed
+	rm -rf docs/api/generated
+	$(PY) -m sphinx -b html -q $(DOCS_ARGS) docs docs/_build/html
+	@echo "docs: docs/_build/html/index.html"
 
 ## test-fast: ruff check, then the tests that sample nothing, on PyMC 5 (under half a minute): the NumPy
 ##            core, the problems, the metrics and the benchmarks' exact references
@@ -89,4 +104,4 @@ notebooks: $(VENV)/.installed
 	for nb in notebooks/*.ipynb; do $(PY) -m jupyter nbconvert --to notebook --execute --inplace $$nb; done
 
 clean:
-	rm -rf $(VENV) $(VENV312) .pytest_cache build dist *.egg-info
+	rm -rf $(VENV) $(VENV312) .pytest_cache build dist *.egg-info docs/_build docs/api/generated docs/notebooks/*.ipynb

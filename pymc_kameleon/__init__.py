@@ -33,6 +33,7 @@ from pymc_kameleon.steps import (
     rebuild_proposal,
 )
 
+#: The package version.
 __version__ = "0.1.0"
 
 _fork.install()  # PyMC forks its chains: LLVM's lock must not be copied while another thread holds it

@@ -79,7 +79,7 @@ def mcse_of_mean(values) -> float:
 
 
 def invariance_z_scores(draws, target, qs=INVARIANCE_QS) -> dict:
-    """Standardised errors |estimate - exact| / MCSE for HDR coverages and coordinate means.
+    """Standardised errors, absolute error over MCSE, for HDR coverages and coordinate means.
 
     Every statistic is a posterior mean, so its Monte Carlo standard error comes from ArviZ's
     ESS, which accounts for autocorrelation.
@@ -142,11 +142,15 @@ def gaussian_data_model(seed=0, n=30):
 # z_j ~ N(theta, I), y_j | z_j ~ N(z_j, I), so y_j | theta ~ N(theta, 2I), and with the prior
 # theta ~ N(0, I) the posterior is N(sum(y) / (2 + J), I / (1 + J/2)). The likelihood is estimated
 # by importance sampling from p(z | theta), deliberately noisily (sd of the log-estimate ~1-1.4).
+#: The latent Gaussian model's number of groups :math:`J` and dimension :math:`d`.
 LATENT_J, LATENT_D = 10, 2
+#: Its data, a :math:`J \times d` array.
 LATENT_Y = np.array([0.5, -0.5]) + math.sqrt(2.0) * np.random.default_rng(2024).normal(
     size=(LATENT_J, LATENT_D)
 )
+#: The exact posterior mean of :math:`\theta`.
 LATENT_POST_MEAN = LATENT_Y.sum(0) / 2 / (1 + LATENT_J / 2)
+#: The exact posterior variance of each coordinate of :math:`\theta`.
 LATENT_POST_VAR = 1 / (1 + LATENT_J / 2)
 
 
@@ -235,7 +239,7 @@ def latent_gaussian_correlated_model(n_importance=2, correlation=0.9):
 
 
 def latent_gaussian_z_scores(draws) -> dict:
-    """|error| / MCSE for the exact posterior mean and variance of each coordinate of theta.
+    """Absolute errors over MCSE for the exact posterior mean and variance of each coordinate of theta.
 
     Parameters
     ----------

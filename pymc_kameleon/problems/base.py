@@ -2,16 +2,16 @@ r"""The one problem abstraction: a posterior with a PyMC model and the exact ref
 
 Every problem in :mod:`pymc_kameleon.problems` is a :class:`Problem`:
 
-=================================  =====================================  ===============================
-class                              model                                  references
-=================================  =====================================  ===============================
-:class:`~.hdr.Target` (banana,     a fresh model per :meth:`pymc_model`   exact draws, mean, normaliser,
-flower, ring, Gaussian)            call                                   HDR quantiles; NumPy log density
-:class:`~.table1.Table1Target`     built once with its data and its       the values the data were
-(T1-T5 of the GP-DA paper)         likelihood counter                     simulated from
-:class:`~.sensor_network.          a fresh model per call                 the simulated locations; NumPy
-SensorNetworkData`                                                        log posterior
-=================================  =====================================  ===============================
+================================  =====================================  ===============================
+class                             model                                  references
+================================  =====================================  ===============================
+:class:`Target` (banana,          a fresh model per :meth:`pymc_model`   exact draws, mean, normaliser,
+flower, ring, Gaussian)           call                                   HDR quantiles; NumPy log density
+:class:`Table1Target` (T1-T5 of   built once with its data and its       the values the data were
+the GP-DA paper)                  likelihood counter                     simulated from
+:class:`SensorNetworkData`        a fresh model per call                 the simulated locations; NumPy
+                                                                         log posterior
+================================  =====================================  ===============================
 
 They keep their own constructors and attribute names (``Target.model()`` is a method,
 ``Table1Target.model`` a ``pm.Model`` attribute, ``Table1Target.params`` the reported parameters

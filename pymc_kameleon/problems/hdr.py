@@ -144,7 +144,7 @@ class Target(Problem):
     @property
     @abstractmethod
     def initval(self) -> np.ndarray:
-        """A point with finite density and finite gradient: the model's initial value."""
+        """The model's initial value, a point with finite density and finite gradient."""
 
     # -- shared functionality ----------------------------------------------
     def _as_points(self, x, what="x") -> np.ndarray:

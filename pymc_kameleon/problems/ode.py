@@ -48,10 +48,13 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- SIR (Table 1's T4)
+#: The observation times of the SIR model (Table 1's T4).
 SIR_TIMES = np.arange(0.0, 5.0, 0.25)
+#: The SIR model's initial susceptible and infected fractions.
 SIR_Y0 = (0.99, 0.01)
-# LSODA with tight tolerances: the default RK45 (rtol 1e-3) would put solver error of the order
-# of the observation noise's effect on the posterior into the likelihood.
+#: ``solve_ivp`` options of the SIR solve: LSODA with tight tolerances (the default RK45, rtol 1e-3,
+#: would put solver error of the order of the observation noise's effect on the posterior into the
+#: likelihood).
 SIR_SOLVER = {"method": "LSODA", "rtol": 1e-8, "atol": 1e-10}
 
 

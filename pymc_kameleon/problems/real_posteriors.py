@@ -73,6 +73,8 @@ def flower_8d():
     return target.model(), _flower_reference(), None
 
 
+#: The builders by the name ``benchmarks/real_posteriors.py`` reports; each returns
+#: ``(model, reference, initvals)``.
 POSTERIORS: dict[str, Callable[[], tuple]] = {
     "regression-income": regression_income,
     "regression-income-sigma-known": partial(regression_income, known_sigma=True),

@@ -72,9 +72,9 @@ __all__ = [
     "sir_solution",
 ]
 
-# Table 1 of the paper: AR, ESS, ESJD, Eval% (likelihood evaluations in the 2000 posterior
-# iterations) and SD (squared distance of the posterior mean from the truth), averaged over 30
-# repetitions and over parameters. MALA was not run on T4.
+#: Table 1 of the paper: AR, ESS, ESJD, Eval% (likelihood evaluations in the 2000 posterior
+#: iterations) and SD (squared distance of the posterior mean from the truth), averaged over 30
+#: repetitions and over parameters, by target and sampler. MALA was not run on T4.
 PAPER_TABLE1 = {
     "T1": {"MH": (0.37, 90, 0.13, 100, 0.02), "GP-MH": (0.36, 113, 0.13, 41, 0.02),
            "MALA": (0.26, 73, 0.2, 100, 0.03), "GP-MALA": (0.26, 75, 0.2, 35, 0.02)},
@@ -453,6 +453,7 @@ def logistic_regression(seed: int = 0, n: int = 1000) -> Table1Target:
     )
 
 
+#: The builders of the five targets by name, ``"T1"`` ... ``"T5"`` (:func:`build` calls them).
 TARGETS: dict[str, Callable[..., Table1Target]] = {
     "T1": banana_ab,
     "T2": michaelis_menten,

@@ -61,7 +61,7 @@ class KameleonMetropolis(AdaptiveStep):
 
     Proposes from a Gaussian centred at the current state :math:`y` whose covariance
     follows the local shape of the target, learned from a subsample :math:`Z` of
-    the chain history (Sejdinovic, Strathmann et al., ICML 2014):
+    the chain history (Sejdinovic, Strathmann et al., ICML 2014 [1]_):
 
     .. math::
         q_Z(\cdot \mid y) = \mathcal N\!\left(y,\ \gamma^2 I + \nu^2 M_y H M_y^\top\right),
@@ -316,7 +316,7 @@ class KameleonMetropolis(AdaptiveStep):
     # ------------------------------------------------------------ properties
     @property
     def scale_free_adaptation(self) -> ScaleFreeAdaptation:
-        """The scale-free adaptation of the chain run last: its learned state, windows and report."""
+        """The scale-free adaptation of the chain run last (its learned state, windows and report)."""
         return self._last_run()._chain.adaptation
 
     @property
@@ -334,7 +334,7 @@ class KameleonMetropolis(AdaptiveStep):
 
     @property
     def scale_free_proposal(self) -> ScaleFreeProposal:
-        """The whole proposal of the chain run last: the scan, AM or Kameleon/AM mixture move."""
+        """The whole proposal of the chain run last (the scan, AM or Kameleon/AM mixture move)."""
         return self._last_run()._chain.proposal
 
     # ------------------------------------------------------------ the step

@@ -324,7 +324,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
 
     @property
     def kernel(self) -> DelayedAcceptanceKernel:
-        """The delayed-acceptance move of the chain run last (PyMC-free: GP, schedule, base proposal)."""
+        """The delayed-acceptance move of the chain run last (PyMC-free; GP, schedule, base proposal)."""
         return self._last_run()._chain.kernel
 
     @property
@@ -335,7 +335,8 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
 
     @property
     def scale_free_adaptation(self) -> ScaleFreeAdaptation:
-        """The base proposal's scale-free adaptation: learned mean and covariance, scan step sizes, scales."""
+        """The base proposal's scale-free adaptation (learned mean and covariance, scan step sizes,
+        scales)."""
         return self._last_run()._chain.kernel.adaptation
 
     @property

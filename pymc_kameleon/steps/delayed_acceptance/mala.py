@@ -1,5 +1,6 @@
 """``GPDelayedAcceptanceMALA``: two-stage MALA whose drift comes from a GP surrogate of the
-log-likelihood and its gradient. The shared machinery is in :mod:`.base`."""
+log-likelihood and its gradient. The shared machinery is in
+:mod:`~pymc_kameleon.steps.delayed_acceptance.base`."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``GPDelayedAcceptanceMH``: two-stage Metropolis-Hastings with a GP surrogate (random-walk or
-Kameleon base proposal). The shared machinery is in :mod:`.base`."""
+Kameleon base proposal). The shared machinery is in :mod:`~pymc_kameleon.steps.delayed_acceptance.base`."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
 
     For expensive likelihoods (ODE solutions, simulators, big data): a GP over the exact
     log-likelihood evaluations made so far screens each proposal for free, and only the
-    survivors pay for an exact evaluation (Benavoli, Wyse & White). The prior is always exact.
+    survivors pay for an exact evaluation (Benavoli, Wyse & White [1]_). The prior is always exact.
     The "log-likelihood" :math:`\ell` is the model's observed terms plus all its potentials
     (including :func:`~pymc_kameleon.PseudoMarginalPotential` estimates); the prior
     :math:`p` is the free variables' terms, Jacobians included.
@@ -139,7 +139,7 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
     current_value : {"exact", "surrogate"}, default "exact"
         What stands for :math:`\ell` at the state a move starts from in :math:`\alpha_1`: the
         exact value (as above; Peskun-better) or the surrogate's :math:`\mu + \sigma^2/2`
-        (stage 2 is then Christen & Fox's form). See :mod:`pymc_kameleon.core.delayed_acceptance.ratios`.
+        (stage 2 is then Christen & Fox's form [2]_). See :mod:`pymc_kameleon.core.delayed_acceptance.ratios`.
     gp_after_tuning : {"grow", "freeze"}, default "grow"
         ``"grow"``: keep adding exact evaluations after tuning (as in the paper; fixed
         hyperparameters). ``"freeze"``: fix the GP at the end of tuning, so the draws come from one
