@@ -11,6 +11,8 @@ import importlib
 import importlib.util
 import inspect
 import json
+import os
+import re
 import sys
 from pathlib import Path
 
@@ -86,6 +88,63 @@ def _copy_notebooks() -> None:
 
 
 _copy_notebooks()
+
+# -- the benchmark results: copies in the source tree, links that work on the site and on GitHub -----
+BENCHMARKS = ROOT / "benchmarks"
+BENCHMARK_COPIES = DOCS / "benchmarks"
+
+
+def _copy_if_changed(source: Path, target: Path) -> None:
+    text = source.read_text(encoding="utf-8")
+    if not target.exists() or target.read_text(encoding="utf-8") != text:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+
+
+def _copy_benchmark_results() -> None:
+    """Copy ``benchmarks/RESULTS.md`` and ``benchmarks/results/*`` into ``docs/benchmarks/`` (git-ignored),
+    so that RESULTS.md's links to each experiment's full output are links between pages (or downloads)."""
+    _copy_if_changed(BENCHMARKS / "RESULTS.md", BENCHMARK_COPIES / "RESULTS.md")
+    wanted = set()
+    for source in sorted((BENCHMARKS / "results").glob("*.*")):  # outputs (.md) and raw logs or JSON
+        wanted.add(source.name)
+        _copy_if_changed(source, BENCHMARK_COPIES / "results" / source.name)
+    for stale in (BENCHMARK_COPIES / "results").glob("*.*"):
+        if stale.name not in wanted:
+            stale.unlink()
+
+
+_copy_benchmark_results()
+
+_LOCAL_LINK = re.compile(r"\]\((?![a-z]+:|#)([^)\s#]+)(#[^)\s]*)?\)")
+
+
+def _site_path(path: Path) -> Path:
+    """Where a repository file is on the site: ``benchmarks/README.md`` is the benchmarks page,
+    ``benchmarks/...`` the copies, anything else itself."""
+    if path == BENCHMARKS / "README.md":
+        return BENCHMARK_COPIES / "index.md"
+    if path.is_relative_to(BENCHMARKS):
+        return BENCHMARK_COPIES / path.relative_to(BENCHMARKS)
+    return path
+
+
+def _links_as_in_the_repository(app, docname, source) -> None:
+    """Relative links are written for the repository (GitHub, an editor); rewrite each so that it
+    reaches the same file's page on the site (copies included)."""
+    page = DOCS / docname
+    original = page
+    if page.is_relative_to(BENCHMARK_COPIES) and page.name != "index":
+        original = BENCHMARKS / page.relative_to(BENCHMARK_COPIES)
+
+    def relink(match):
+        target = (original.parent / match.group(1)).resolve()
+        if not target.exists():
+            return match.group(0)  # Sphinx reports it
+        new = os.path.relpath(_site_path(target), page.parent)
+        return f"]({new}{match.group(2) or ''})"
+
+    source[0] = _LOCAL_LINK.sub(relink, source[0])
 
 # -- the API reference --------------------------------------------------------------------------------
 autosummary_generate = True
@@ -318,6 +377,7 @@ def _decision_records(app, docname, source) -> None:
 
 def setup(app):
     app.connect("source-read", _decision_records)
+    app.connect("source-read", _links_as_in_the_repository)
     app.connect("env-check-consistency", _check_api_complete)
     app.connect("missing-reference", _resolve_by_object)
     app.connect("build-finished", _copy_mathjax)
