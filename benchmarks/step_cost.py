@@ -241,6 +241,8 @@ def main(argv=None):
     print(f"# chains {args.chains}, tune {args.tune}, draws {args.draws}, seed {args.seed}, cores=1")
     command = " ".join(argv if argv is not None else sys.argv[1:])
     print(f"# command: OPENBLAS_NUM_THREADS=1 python benchmarks/step_cost.py {command}")
+    for name in args.samplers:  # one-off costs (numba's cached loops, imports) outside the timings
+        measure(name, 2, 0.0, 30, 30, 2, args.seed)
     results = {}
     for d in args.dims:
         rows = [measure(name, d, 0.0, args.tune, args.draws, args.chains, args.seed)
