@@ -96,6 +96,13 @@ BENCHMARK_COPIES = DOCS / "benchmarks"
 
 def _copy_if_changed(source: Path, target: Path) -> None:
     text = source.read_text(encoding="utf-8")
+    if source.suffix == ".md" and re.match(r"# (pymc \d|command:)", text):
+        # A script's raw output starts with "# command", "# versions" comment lines, which Markdown
+        # reads as top-level headings: show them as text under a title of the page's own.
+        lines = text.splitlines()
+        n = next((i for i, line in enumerate(lines) if not line.startswith("# ")), len(lines))
+        header = "\n".join(line[2:] for line in lines[:n])
+        text = f"# Full output: {source.stem}\n\n```text\n{header}\n```\n" + "\n".join(lines[n:]) + "\n"
     if not target.exists() or target.read_text(encoding="utf-8") != text:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
