@@ -6,6 +6,7 @@ import warnings
 import numpy as np
 import pytest
 from scipy import stats
+from scipy.linalg import solve_triangular
 
 from pymc_kameleon.core.linalg import (
     SingularCovarianceError,
@@ -16,6 +17,7 @@ from pymc_kameleon.core.linalg import (
     jittered_cholesky,
     same_array,
     solve_lower,
+    solve_lower_as_scipy,
 )
 
 
@@ -129,6 +131,28 @@ def test_solve_lower_solves_the_triangular_system():
     x = solve_lower(L, b)
     np.testing.assert_allclose(L @ x, b, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(x, np.linalg.solve(L, b), rtol=1e-10)
+
+
+@pytest.mark.parametrize("d", [1, 2, 7, 50])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_solve_lower_as_scipy_gives_scipys_bits(d, order):
+    """Whitening's hot path must round as scipy.linalg.solve_triangular does (fixed seeds keep their
+    draws). Negative control: dtrsv (solve_lower) on a C-ordered factor, which SciPy solves as the
+    transposed upper-triangular system, rounds differently on some systems."""
+    rng = np.random.default_rng(d)
+    L = np.asarray(np.linalg.cholesky(_spd(d, seed=d, cond=1e4)), order=order)
+    differs = False
+    for _ in range(50):
+        b = rng.standard_normal(d) * 10.0 ** rng.uniform(-3, 3)
+        expected = solve_triangular(L, b, lower=True, check_finite=False)
+        assert np.array_equal(solve_lower_as_scipy(L, b), expected)
+        differs |= not np.array_equal(solve_lower(L, b), expected)
+    assert differs or d <= 2 or order == "F"
+
+
+def test_solve_lower_as_scipy_refuses_a_singular_factor():
+    with pytest.raises(np.linalg.LinAlgError, match="singular"):
+        solve_lower_as_scipy(np.array([[1.0, 0.0], [1.0, 0.0]]), np.ones(2))
 
 
 def test_solve_lower_propagates_nan():

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from pymc_kameleon.core.linalg import jittered_cholesky
+from pymc_kameleon.core.linalg import jittered_cholesky, solve_lower_as_scipy
 
 __all__ = [
     "WhitenedCoordinates",
@@ -55,7 +55,7 @@ class Whitening:
         """:math:`w = L^{-1}(x - m)` for a point (d,) or rows (n, d)."""
         x = np.asarray(x, dtype=float)
         if x.ndim == 1:
-            return solve_triangular(self.chol, x - self.mean, lower=True, check_finite=False)
+            return solve_lower_as_scipy(self.chol, x - self.mean)  # the hot path: once per step
         return solve_triangular(self.chol, (x - self.mean).T, lower=True, check_finite=False).T
 
     def to_model(self, w) -> np.ndarray:
