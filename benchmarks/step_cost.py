@@ -16,7 +16,9 @@ chain iteration, tuning and draws separately:
 - for the GP steps, the GP's size (points) at the end of tuning and of the draws.
 
 Timed inside ``pm.sample``, so the population machinery of pooled tuning is included, PyMC's
-trace recording not. Run on an otherwise idle machine: it is a wall-time measurement.
+trace recording not. Our steps' tuning starts with a coordinate scan of 25 d + 50 steps: give ``--tune``
+well beyond it (3000 at d = 50), or the draws time the scan's proposal, not the tuned one. Run on an
+otherwise idle machine: it is a wall-time measurement.
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/step_cost.py [--dims 2 10 50] [--tune 1000 --draws 1000]
         [--chains 4] [--samplers ...] [--check-cost 1] [--quick]

@@ -81,6 +81,22 @@ def test_gp_step_cost_runs(capsys):
 
 
 @pytest.mark.slow
+def test_step_cost_books_each_steps_evaluations(capsys):
+    """The per-step benchmark counts evaluations as the implementations make them: pm.Metropolis two per
+    element, DEMetropolisZ two per iteration, KAMH one per draw (its tuning adds the start search)."""
+    bench = _load("step_cost")
+    out = bench.main(["--dims", "3", "--tune", "40", "--draws", "30", "--chains", "2",
+                      "--samplers", "KAMH", "Metropolis", "DEMetropolisZ"])
+    text = capsys.readouterr().out
+    assert "## d = 3: per chain iteration, likelihood of zero cost" in text and "c = 10 ms" in text
+    rows = {row["sampler"]: row for row in out[3]}
+    assert rows["Metropolis"]["evals_draws"] == rows["Metropolis"]["evals_tune"] == 6.0
+    assert rows["DEMetropolisZ"]["evals_draws"] == 2.0
+    assert rows["KAMH"]["evals_draws"] == 1.0 and rows["KAMH"]["evals_tune"] > 1.0
+    assert all(row["us_draws"] > 0 for row in rows.values())
+
+
+@pytest.mark.slow
 def test_gp_fit_cost_runs(capsys):
     bench = _load("gp_fit_cost")
     out = bench.main(["--repeats", "2", "--chains", "1", "--tune", "200"])
