@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 _LOG_2PI = math.log(2.0 * math.pi)
-_BLAS_CONTROLLER = None  # threadpoolctl's controller, made at first use (it inspects the loaded libraries)
+_BLAS_LIBRARIES = None  # threadpoolctl's BLAS controllers, found at first use
 
 
 def one_blas_thread(method):
@@ -35,21 +35,36 @@ def one_blas_thread(method):
     threaded BLAS on a small or busy machine: a hyperparameter fit on 300 points took 65 s with
     OpenBLAS's two threads and 0.3 s with one on this project's 2-core machine, under load. PyMC
     limits BLAS threads only in parallel chains' workers, not with ``cores=1`` (nor, on Linux, at
-    all in the session), nor in its population sampler's workers. Entering the limit costs about
-    2 microseconds (threadpoolctl's controller, made once).
+    all in the session), nor in its population sampler's workers.
+
+    Each BLAS library's thread count is read and, only where it is not 1, set to 1 for the call and
+    restored after it: about 1 µs where the count is already 1 (``OPENBLAS_NUM_THREADS=1``), against
+    20 µs for threadpoolctl's ``limit`` context, which queries every library's whole state (two
+    OpenBLAS copies, NumPy's and SciPy's) on entry; GP-DA makes one or two such calls per step.
     """
 
     @functools.wraps(method)
     def wrapper(*args, **kwargs):
-        global _BLAS_CONTROLLER
-        if _BLAS_CONTROLLER is None:
-            from threadpoolctl import ThreadpoolController
-
-            _BLAS_CONTROLLER = ThreadpoolController()
-        with _BLAS_CONTROLLER.limit(limits=1, user_api="blas"):
+        changed = [(lib, n) for lib in _blas_libraries() if (n := lib.get_num_threads()) != 1]
+        for lib, _ in changed:
+            lib.set_num_threads(1)
+        try:
             return method(*args, **kwargs)
+        finally:
+            for lib, n in changed:
+                lib.set_num_threads(n)
 
     return wrapper
+
+
+def _blas_libraries() -> list:
+    """threadpoolctl's controllers of the loaded BLAS libraries (found once per process)."""
+    global _BLAS_LIBRARIES
+    if _BLAS_LIBRARIES is None:
+        from threadpoolctl import ThreadpoolController
+
+        _BLAS_LIBRARIES = [lib for lib in ThreadpoolController().lib_controllers if lib.user_api == "blas"]
+    return _BLAS_LIBRARIES
 
 
 class SingularCovarianceError(np.linalg.LinAlgError, ValueError):

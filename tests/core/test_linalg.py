@@ -15,6 +15,7 @@ from pymc_kameleon.core.linalg import (
     gaussian_log_norm,
     gaussian_logpdf_chol,
     jittered_cholesky,
+    one_blas_thread,
     same_array,
     solve_lower,
     solve_lower_as_scipy,
@@ -153,6 +154,29 @@ def test_solve_lower_as_scipy_gives_scipys_bits(d, order):
 def test_solve_lower_as_scipy_refuses_a_singular_factor():
     with pytest.raises(np.linalg.LinAlgError, match="singular"):
         solve_lower_as_scipy(np.array([[1.0, 0.0], [1.0, 0.0]]), np.ones(2))
+
+
+def test_one_blas_thread_limits_blas_during_the_call_and_restores_it():
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    def blas_threads():
+        return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+    seen = []
+
+    @one_blas_thread
+    def work():
+        seen.append(blas_threads())
+        return "done"
+
+    with threadpool_limits(limits=2, user_api="blas"):
+        if set(blas_threads()) != {2}:
+            pytest.skip("this BLAS cannot run two threads here")
+        assert work() == "done"
+        assert set(seen[-1]) == {1}  # the negative control: outside the call, 2
+        assert set(blas_threads()) == {2}
+    with threadpool_limits(limits=1, user_api="blas"):
+        assert work() == "done" and set(seen[-1]) == {1} and set(blas_threads()) == {1}
 
 
 def test_solve_lower_propagates_nan():
