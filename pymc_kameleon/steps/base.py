@@ -18,6 +18,7 @@ from pymc.vartypes import discrete_types
 
 from pymc_kameleon.steps.population import pooled_class_for
 from pymc_kameleon.steps.reporting import (
+    RecentRates,
     StepWarnings,
     StuckAfterTuning,
     progressbar_config,
@@ -147,12 +148,15 @@ class ChainState:
         Whether the chain has had its chance to search for a start (its first step).
     cumulative_logp_evals : int
         The chain's log-density evaluations so far, tuning and its start included.
+    recent : RecentRates
+        The acceptance rate (and share of exact evaluations) over about the last 100 steps.
     """
 
     warnings: StepWarnings = field(default_factory=StepWarnings)
     stuck: StuckAfterTuning = field(default_factory=StuckAfterTuning)
     searched: bool = False
     cumulative_logp_evals: int = 0
+    recent: RecentRates = field(default_factory=RecentRates)
 
 
 class AdaptiveStep(PerChainReset, ArrayStepShared):
@@ -184,6 +188,8 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         # draws' sum misses the tuning, which PyMC discards; the last draw's running count does not).
         "logp_evals": (np.int64, []),
         "cumulative_logp_evals": (np.int64, []),
+        # The mean of `accept` over about the last 100 steps (what the progress bar shows).
+        "recent_accept_rate": (np.float64, []),
     }
 
     def __new__(cls, *args, **kwargs):
@@ -191,11 +197,15 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         new_cls = pooled_class_for(cls, args, kwargs, cls._default_tuning)
         return super(AdaptiveStep, new_cls).__new__(new_cls, *args, **kwargs)
 
-    def _count_evals(self, stats: dict, evals: int) -> None:
-        """Put this step's log-density evaluations, and the chain's running count, in ``stats``."""
+    def _add_running_stats(self, stats: dict, evals: int) -> None:
+        """Put this step's log-density evaluations, the chain's running count and its recent acceptance rate
+        (and GP-DA's share of exact evaluations) in ``stats``, which already holds ``accept``."""
         self._chain.cumulative_logp_evals += evals
         stats["logp_evals"] = evals
         stats["cumulative_logp_evals"] = self._chain.cumulative_logp_evals
+        recent = self._chain.recent
+        recent.update(stats["accept"], stats.get("exact_eval", True))
+        stats["recent_accept_rate"] = recent.accept
 
     def _population_states(self) -> np.ndarray | None:
         """Every chain's state at the start of this iteration (pooled tuning only; else None)."""

@@ -16,7 +16,7 @@ and changes nothing in any other model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pymc as pm
@@ -31,6 +31,7 @@ from pymc_kameleon.core.mh import metropolis_accept, mh_log_ratio
 from pymc_kameleon.core.validation import check_number, check_probability
 from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
 from pymc_kameleon.steps.base import AdaptiveStep
+from pymc_kameleon.steps.reporting import RecentRates
 from pymc_kameleon.steps.target_density import TargetDensity
 
 __all__ = ["DiscreteChain", "DiscreteMetropolis", "register_with_pymc"]
@@ -42,7 +43,8 @@ class DiscreteChain:
     (Robbins-Monro, during tuning; the binary elements' are never used)."""
 
     scales: list
-    cumulative_logp_evals: int = 0  # the chain's evaluations so far (AdaptiveStep._count_evals)
+    cumulative_logp_evals: int = 0  # the chain's evaluations so far (AdaptiveStep._add_running_stats)
+    recent: RecentRates = field(default_factory=RecentRates)  # its recent acceptance rate
 
 
 class DiscreteMetropolis(AdaptiveStep):
@@ -159,7 +161,7 @@ class DiscreteMetropolis(AdaptiveStep):
             "scaling": float(np.mean([s.value for s in self._chain.scales])),
             "model_logp": self._target.current_logp,
         }
-        self._count_evals(stats, self._target.n_evals - evals_before)
+        self._add_running_stats(stats, self._target.n_evals - evals_before)
         stats.update(self._target.estimate_stats(estimates_before))
         return RaveledVars(y, q0.point_map_info), [stats]
 

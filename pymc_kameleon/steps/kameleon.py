@@ -167,8 +167,9 @@ class KameleonMetropolis(AdaptiveStep):
     Kameleon component drew this move), ``subsample_size``, ``adapted`` (whether the mean,
     covariance and :math:`Z` were refreshed at this step), ``logp_evals`` (log-density
     evaluations in this step), ``cumulative_logp_evals`` (the chain's evaluations so far, tuning
-    included: the last draw's value is the chain's whole cost), ``jitter`` (diagonal jitter needed
-    to factorise the proposal covariance) and ``lp`` (the model log density of the draw). In a
+    included: the last draw's value is the chain's whole cost), ``recent_accept_rate`` (the mean of
+    ``accept`` over about the last 100 steps, which the progress bar shows), ``jitter`` (diagonal
+    jitter needed to factorise the proposal covariance) and ``lp`` (the model log density of the draw). In a
     ``CompoundStep`` PyMC gives ``accept``, ``accepted`` and ``scaling`` one column per step that
     reports them.
 
@@ -387,7 +388,7 @@ class KameleonMetropolis(AdaptiveStep):
             "kernel_variance": state.kernel_variance,
             "model_logp": target.current_logp,
         }
-        self._count_evals(stats, target.n_evals - evals_before)
+        self._add_running_stats(stats, target.n_evals - evals_before)
         stats.update(target.estimate_stats(estimates_before))
         if self.pooled:
             stats["rescued"] = rescued

@@ -31,6 +31,10 @@ __all__ = [
     "StuckAfterTuning",
     "carry_warnings",
     "in_pymc_worker",
+    "RECENT_STEPS",
+    "RecentRates",
+    "delayed_acceptance_progressbar_config",
+    "delayed_acceptance_progressbar_update_functions",
     "progressbar_config",
     "progressbar_update_functions",
     "tuning_problems",
@@ -315,8 +319,31 @@ def cross_chain_problem(population_states, coordinate_names=None) -> str | None:
     )
 
 
+#: Steps over which the progress bar's rates are averaged (exponentially, after a plain mean at first).
+RECENT_STEPS = 100
+
+
+class RecentRates:
+    """A chain's acceptance rate and share of steps with an exact evaluation over about the last
+    :data:`RECENT_STEPS` steps: the mean of the first :data:`RECENT_STEPS` values, then an exponential
+    moving average of weight ``1 / RECENT_STEPS`` (the progress bar shows them; one step's acceptance
+    probability jumps between 0 and 1)."""
+
+    def __init__(self):
+        self.n = 0
+        self.accept = 0.0
+        self.exact = 0.0
+
+    def update(self, accept: float, exact_eval: bool = True) -> None:
+        self.n += 1
+        weight = 1.0 / min(self.n, RECENT_STEPS)
+        if math.isfinite(accept):
+            self.accept += weight * (accept - self.accept)
+        self.exact += weight * (float(exact_eval) - self.exact)
+
+
 def progressbar_config(n_chains=1):
-    """Progress-bar columns: the proposal scale and the acceptance rate, as pm.Metropolis shows them."""
+    """Progress-bar columns: the proposal scale and the acceptance rate over the recent steps."""
     columns = [
         TextColumn("{task.fields[scaling]:0.2f}", table_column=Column("Scaling", ratio=1)),
         TextColumn("{task.fields[accept_rate]:0.2f}", table_column=Column("Accept Rate", ratio=1)),
@@ -328,6 +355,23 @@ def progressbar_update_functions():
     """Map a step's stats to the progress-bar fields of :func:`progressbar_config`."""
 
     def update_stats(step_stats):
-        return {"accept_rate": step_stats["accept"], "scaling": step_stats["scaling"]}
+        return {"accept_rate": step_stats["recent_accept_rate"], "scaling": step_stats["scaling"]}
+
+    return (update_stats,)
+
+
+def delayed_acceptance_progressbar_config(n_chains=1):
+    """:func:`progressbar_config`'s columns and the share of recent steps that evaluated the likelihood."""
+    columns, fields = progressbar_config(n_chains)
+    columns.append(TextColumn("{task.fields[exact_share]:0.2f}", table_column=Column("Exact Evals", ratio=1)))
+    return columns, {**fields, "exact_share": [0.0] * n_chains}
+
+
+def delayed_acceptance_progressbar_update_functions():
+    """Map a GP-DA step's stats to the fields of :func:`delayed_acceptance_progressbar_config`."""
+    (common,) = progressbar_update_functions()
+
+    def update_stats(step_stats):
+        return {**common(step_stats), "exact_share": step_stats["recent_exact_share"]}
 
     return (update_stats,)

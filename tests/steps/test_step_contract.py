@@ -27,6 +27,7 @@ from pymc_kameleon import (
 )
 from pymc_kameleon.core.adaptation.scan import scan_steps_for
 from pymc_kameleon.core.starts import SEARCH_MAX_EVALS
+from pymc_kameleon.steps.reporting import RecentRates
 from pymc_kameleon.steps.starts import SEARCH_CANDIDATES
 from pymc_kameleon.testing import (
     SAMPLE_KW,
@@ -588,6 +589,17 @@ def test_per_chain_state_is_reset_between_chains(sampled):
               for name in ("logp_evals", "cumulative_logp_evals")}
     np.testing.assert_array_equal(counts["cumulative_logp_evals"], np.cumsum(counts["logp_evals"], axis=1))
     assert (counts["logp_evals"][:, 0] >= 1).all()  # the start's evaluation
+    # The progress bar's recent rates are each chain's own: recomputed from its accept (and exact_eval).
+    chain = {name: np.concatenate([warm[name].values, post[name].values], 1) for name in post.data_vars}
+    for c in range(chain["accept"].shape[0]):
+        recent, rates, shares = RecentRates(), [], []
+        for i, accept in enumerate(chain["accept"][c]):
+            recent.update(accept, chain["exact_eval"][c, i] if "exact_eval" in chain else True)
+            rates.append(recent.accept)
+            shares.append(recent.exact)
+        np.testing.assert_allclose(chain["recent_accept_rate"][c], rates, rtol=1e-12)
+        if "recent_exact_share" in chain:
+            np.testing.assert_allclose(chain["recent_exact_share"][c], shares, rtol=1e-12)
     if sampled.model_name == "pseudo_marginal":
         chain = {name: np.concatenate([warm[name].values, post[name].values], 1) for name in post.data_vars}
         assert chain["loglik_estimate"].shape == (2, case.tune + DRAWS)

@@ -57,7 +57,12 @@ from pymc_kameleon.core.gp.training import (
 from pymc_kameleon.core.validation import check_number, check_probability
 from pymc_kameleon.steps.base import AdaptiveStep, ChainState, continuous_value_vars, coordinate_names
 from pymc_kameleon.steps.population import TUNINGS
-from pymc_kameleon.steps.reporting import StepWarnings, warn_after_tuning
+from pymc_kameleon.steps.reporting import (
+    StepWarnings,
+    delayed_acceptance_progressbar_config,
+    delayed_acceptance_progressbar_update_functions,
+    warn_after_tuning,
+)
 from pymc_kameleon.steps.target_density import GradientUnavailableError, SplitTargetDensity
 
 __all__ = ["DelayedAcceptanceChain", "GPDelayedAcceptanceStep"]
@@ -85,7 +90,11 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         "gp_points": (np.int64, []),
         "screened": (bool, []),
         "gp_refit": (bool, []),
+        # The share of steps with an exact evaluation over about the last 100 (the progress bar shows it).
+        "recent_exact_share": (np.float64, []),
     }
+    _progressbar_config = staticmethod(delayed_acceptance_progressbar_config)
+    _make_progressbar_update_functions = staticmethod(delayed_acceptance_progressbar_update_functions)
     _default_target_accept = 0.234
     _default_initial_scale = 1.0
     _uses_prior_gradient = False
@@ -389,7 +398,8 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
             "scaling": kernel.adaptation.state.am_scale.value,
             "model_logp": target.current_logp,
         }
-        self._count_evals(stats, target.n_evals - evals_before)
+        self._add_running_stats(stats, target.n_evals - evals_before)
+        stats["recent_exact_share"] = self._chain.recent.exact
         stats.update(target.estimate_stats(estimates_before))
         stats.update(self._extra_stats())
         if self.pooled:

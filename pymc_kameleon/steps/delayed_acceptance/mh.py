@@ -188,7 +188,9 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
       with pooled tuning, the checks for stranded chains included); ``cumulative_logp_evals``: the
       chain's so far, tuning and the start included (the last draw's value is the chain's whole cost;
       the sum of ``logp_evals`` over the draws omits the tuning). The fraction of
-      evaluations saved is ``1 - mean(exact_eval)``.
+      evaluations saved is ``1 - mean(exact_eval)``. ``recent_accept_rate`` and
+      ``recent_exact_share``: the acceptance rate and the share of steps with an exact evaluation
+      over about the last 100 steps (the progress bar shows them).
     - ``gp_sd``: the GP's predictive sd of :math:`\ell` at the proposal (NaN in the warm-up and where
       the prior is zero);
       ``gp_points``: training points after the step; ``gp_refit``: whether the hyperparameters
