@@ -68,12 +68,42 @@ def busy_wait(cost_ms: float) -> None:
             pass
 
 
-def make_op(cost_ms: float):
-    """A black-box log likelihood ``-|x|^2 / 2`` that busy-waits ``cost_ms`` per call.
+def gaussian_log_density(x):
+    return -0.5 * float(np.dot(x, x))
+
+
+def gaussian_gradient(x):
+    return -np.asarray(x, dtype=float)
+
+
+def banana_functions(b: float = 0.1, v: float = 100.0):
+    """The banana B(b, v) of Haario et al. (log density up to a constant) and its gradient."""
+
+    def log_density(x):
+        bent = x[1] - b * (x[0] ** 2 - v)
+        return -0.5 * float(x[0] ** 2 / v + bent**2 + np.dot(x[2:], x[2:]))
+
+    def gradient(x):
+        x = np.asarray(x, dtype=float)
+        bent = x[1] - b * (x[0] ** 2 - v)
+        g = -x.copy()
+        g[0] = -x[0] / v + 2.0 * b * x[0] * bent
+        g[1] = -bent
+        return g
+
+    return log_density, gradient
+
+
+TARGETS = {"gaussian": (gaussian_log_density, gaussian_gradient), "banana": banana_functions()}
+
+
+def make_op(cost_ms: float, target: str = "gaussian"):
+    """A black-box log likelihood (the target's) that busy-waits ``cost_ms`` per call.
 
     Its gradient (for GP-DA-MALA's derivative observations) is a second black box of the same cost,
     so a step that evaluates value and gradient makes two calls.
     """
+    log_density, gradient = TARGETS[target]
     import pytensor.tensor as pt
     from pytensor.graph.basic import Apply
     from pytensor.graph.op import Op
@@ -90,7 +120,7 @@ def make_op(cost_ms: float):
 
         def perform(self, node, inputs, output_storage):
             busy_wait(self.cost)
-            output_storage[0][0] = -np.asarray(inputs[0], dtype=float)
+            output_storage[0][0] = gradient(inputs[0])
 
     class BusyGaussian(Op):
         __props__ = ("cost",)
@@ -103,8 +133,7 @@ def make_op(cost_ms: float):
 
         def perform(self, node, inputs, output_storage):
             busy_wait(self.cost)
-            x = inputs[0]
-            output_storage[0][0] = np.asarray(-0.5 * float(np.dot(x, x)))
+            output_storage[0][0] = np.asarray(log_density(inputs[0]))
 
         def L_op(self, inputs, outputs, output_grads):
             return [output_grads[0] * BusyGaussianGradient(self.cost)(inputs[0])]
@@ -112,12 +141,12 @@ def make_op(cost_ms: float):
     return BusyGaussian(cost_ms)
 
 
-def model_for(d: int, cost_ms: float):
+def model_for(d: int, cost_ms: float, target: str = "gaussian"):
     import pymc as pm
 
     with pm.Model() as model:
-        x = pm.Normal("x", 0.0, 10.0, shape=d)
-        pm.Potential("likelihood", make_op(cost_ms)(x))
+        x = pm.Normal("x", 0.0, 10.0 if target == "gaussian" else 100.0, shape=d)
+        pm.Potential("likelihood", make_op(cost_ms, target)(x))
     return model
 
 
@@ -167,13 +196,15 @@ def timed_class(step, tune: int, draws: int):
     return undo
 
 
-def measure(name: str, d: int, cost_ms: float, tune: int, draws: int, chains: int, seed: int) -> dict:
-    """Sample once and return the per-iteration figures of one step."""
+def measure(name: str, d: int, cost_ms: float, tune: int, draws: int, chains: int, seed: int,
+            target: str = "gaussian") -> dict:
+    """Sample once and return the per-iteration figures of one step (and its smallest bulk ESS)."""
+    import arviz as az
     import pymc as pm
 
     global LEDGER
     LEDGER = Ledger()
-    model = model_for(d, cost_ms)
+    model = model_for(d, cost_ms, target)
     with model:
         step = make_step(name)
         undo = timed_class(step, tune, draws)
@@ -181,12 +212,14 @@ def measure(name: str, d: int, cost_ms: float, tune: int, draws: int, chains: in
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                pm.sample(draws=draws, tune=tune, chains=chains, cores=1, step=step, random_seed=seed,
-                          progressbar=False, compute_convergence_checks=False)
+                idata = pm.sample(draws=draws, tune=tune, chains=chains, cores=1, step=step,
+                                  random_seed=seed, progressbar=False, compute_convergence_checks=False)
         finally:
             undo()
         wall = time.perf_counter() - wall
-    row = {"sampler": name, "d": d, "cost_ms": cost_ms, "wall": wall}
+    row = {"sampler": name, "d": d, "cost_ms": cost_ms, "wall": wall, "seed": seed,
+           "tune": tune, "draws": draws, "chains": chains,
+           "ess": float(np.min(az.ess(idata, var_names=["x"], method="bulk")["x"].values))}
     for phase in ("tune", "draws"):
         n = max(LEDGER.iterations[phase], 1)
         row[f"us_{phase}"] = 1e6 * LEDGER.seconds[phase] / n
@@ -223,13 +256,66 @@ def report(rows: list[dict], d: int) -> None:
         print(f"| {r['sampler']} | " + " | ".join(cells) + " |")
 
 
+CROSSOVER_GRID_MS = np.geomspace(1e-3, 1e3, 601)
+
+
+def seconds_per_chain(row: dict, cost_ms: float) -> float:
+    """A chain's whole run (tuning and draws) with a likelihood of ``cost_ms``: the time at cost 0 plus
+    the evaluations times the cost, in each phase."""
+    tune = row["tune"] * (row["us_tune"] / 1e3 + row["evals_tune"] * cost_ms)
+    draws = row["draws"] * (row["us_draws"] / 1e3 + row["evals_draws"] * cost_ms)
+    return (tune + draws) / 1e3
+
+
+def ess_per_second(row: dict, cost_ms: float) -> float:
+    """Smallest bulk ESS per second of one core running the chains one after the other."""
+    return row["ess"] / (row["chains"] * seconds_per_chain(row, cost_ms))
+
+
+def beats_from(ours: dict, peer: dict) -> str:
+    """The likelihood cost from which ``ours`` has at least ``peer``'s ESS per second at every larger
+    cost on the grid (1 µs to 1 s): "always", a cost, or "never"."""
+    wins = [ess_per_second(ours, c) >= ess_per_second(peer, c) for c in CROSSOVER_GRID_MS]
+    if all(wins):
+        return "always"
+    if not wins[-1]:
+        return "never"
+    last_loss = max(i for i, won in enumerate(wins) if not won)
+    return f"{CROSSOVER_GRID_MS[last_loss + 1]:.2g} ms"
+
+
+def report_ess(runs: dict, d: int, target: str) -> None:
+    """ESS per second against the likelihood's cost, and from which cost each step beats the peers."""
+    seeds = sorted(runs)
+    names = [r["sampler"] for r in runs[seeds[0]]]
+    by = {seed: {r["sampler"]: r for r in runs[seed]} for seed in seeds}
+    peers = [p for p in ("DEMetropolisZ", "Slice") if p in names]
+    costs = (0.0,) + DERIVED_COSTS_MS
+    print(f"\n## {target}, d = {d}: smallest bulk ESS per second, tuning included, with a likelihood of c ms "
+          f"(derived; median over seeds {', '.join(map(str, seeds))})\n")
+    print("| step | min ESS per seed | " + " | ".join(f"c = {c:g} ms" for c in costs) + " | "
+          + " | ".join(f"beats {p} from (per seed)" for p in peers) + " |")
+    print("|---|---|" + "---|" * (len(costs) + len(peers)))
+    for name in names:
+        ess = ", ".join(f"{by[seed][name]['ess']:.0f}" for seed in seeds)
+        cells = [f"{np.median([ess_per_second(by[seed][name], c) for seed in seeds]):.3g}" for c in costs]
+        crossings = []
+        for peer in peers:
+            crossings.append("–" if name == peer else
+                             ", ".join(beats_from(by[seed][name], by[seed][peer]) for seed in seeds))
+        print(f"| {name} | {ess} | " + " | ".join(cells) + " | " + " | ".join(crossings) + " |")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dims", type=int, nargs="+", default=[2, 10, 50])
     parser.add_argument("--tune", type=int, default=1000)
     parser.add_argument("--draws", type=int, default=1000)
     parser.add_argument("--chains", type=int, default=4)
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1],
+                        help="one run per seed; the per-iteration tables are the first seed's")
+    parser.add_argument("--target", choices=sorted(TARGETS), default="gaussian",
+                        help="the likelihood: a standard normal, or the banana B(0.1, 100) of Haario et al.")
     parser.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=SAMPLERS)
     parser.add_argument("--check-cost", type=float, default=None, metavar="MS",
                         help="also sample at d = the middle dimension with a real busy wait of MS ms "
@@ -240,17 +326,20 @@ def main(argv=None):
         args.dims, args.tune, args.draws, args.chains = [2, 5], 100, 100, 2
 
     print(f"# {environment_line()}")
-    print(f"# chains {args.chains}, tune {args.tune}, draws {args.draws}, seed {args.seed}, cores=1")
+    print(f"# target {args.target}, chains {args.chains}, tune {args.tune}, draws {args.draws}, "
+          f"seeds {args.seeds}, cores=1")
     command = " ".join(argv if argv is not None else sys.argv[1:])
     print(f"# command: OPENBLAS_NUM_THREADS=1 python benchmarks/step_cost.py {command}")
+    seed = args.seeds[0]
     for name in args.samplers:  # one-off costs (numba's cached loops, imports) outside the timings
-        measure(name, 2, 0.0, 30, 30, 2, args.seed)
+        measure(name, 2, 0.0, 30, 30, 2, seed, args.target)
     results = {}
     for d in args.dims:
-        rows = [measure(name, d, 0.0, args.tune, args.draws, args.chains, args.seed)
-                for name in args.samplers]
-        results[d] = rows
-        report(rows, d)
+        runs = {s: [measure(name, d, 0.0, args.tune, args.draws, args.chains, s, args.target)
+                    for name in args.samplers] for s in args.seeds}
+        results[d] = runs[seed]
+        report(runs[seed], d)
+        report_ess(runs, d, args.target)
         sys.stdout.flush()
     if args.check_cost:
         d = args.dims[len(args.dims) // 2]
@@ -261,7 +350,7 @@ def main(argv=None):
         print("|---|---|---|")
         zero = {r["sampler"]: r for r in results[d]}
         for name in args.samplers:
-            r = measure(name, d, args.check_cost, tune, draws, args.chains, args.seed)
+            r = measure(name, d, args.check_cost, tune, draws, args.chains, seed, args.target)
             derived = zero[name]["us_draws"] / 1000 + r["evals_draws"] * args.check_cost
             print(f"| {name} | {r['us_draws'] / 1000:.3g} | {derived:.3g} |")
     return results
