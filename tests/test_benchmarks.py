@@ -96,6 +96,19 @@ def test_step_cost_books_each_steps_evaluations(capsys):
     assert all(row["us_draws"] > 0 for row in rows.values())
 
 
+def test_step_cost_crossover_is_where_the_ess_per_second_cross():
+    """Hand-made rows: ours 0.1 ms of overhead and one evaluation per iteration, the peer 0.04 ms and two,
+    the same ESS: ours wins from a likelihood of 0.06 ms on (0.1 + c = 0.04 + 2c)."""
+    bench = _load("step_cost")
+    row = dict(ess=100.0, chains=1, tune=0, draws=1000, us_tune=0.0, evals_tune=0.0)
+    ours = {**row, "us_draws": 100.0, "evals_draws": 1.0}
+    peer = {**row, "us_draws": 40.0, "evals_draws": 2.0}
+    assert bench.beats_from(ours, peer) == "0.06 ms"
+    assert bench.ess_per_second(ours, 0.06) == pytest.approx(bench.ess_per_second(peer, 0.06))
+    assert bench.beats_from(peer, ours) == "never"
+    assert bench.beats_from({**ours, "ess": 1000.0}, peer) == "always"
+
+
 @pytest.mark.slow
 def test_gp_fit_cost_runs(capsys):
     bench = _load("gp_fit_cost")
