@@ -108,7 +108,7 @@ def make_op(cost_ms: float, target: str = "gaussian"):
     from pytensor.graph.basic import Apply
     from pytensor.graph.op import Op
 
-    class BusyGaussianGradient(Op):
+    class BusyLikelihoodGradient(Op):
         __props__ = ("cost",)
 
         def __init__(self, cost):
@@ -122,7 +122,7 @@ def make_op(cost_ms: float, target: str = "gaussian"):
             busy_wait(self.cost)
             output_storage[0][0] = gradient(inputs[0])
 
-    class BusyGaussian(Op):
+    class BusyLikelihood(Op):
         __props__ = ("cost",)
 
         def __init__(self, cost):
@@ -136,9 +136,9 @@ def make_op(cost_ms: float, target: str = "gaussian"):
             output_storage[0][0] = np.asarray(log_density(inputs[0]))
 
         def L_op(self, inputs, outputs, output_grads):
-            return [output_grads[0] * BusyGaussianGradient(self.cost)(inputs[0])]
+            return [output_grads[0] * BusyLikelihoodGradient(self.cost)(inputs[0])]
 
-    return BusyGaussian(cost_ms)
+    return BusyLikelihood(cost_ms)
 
 
 def model_for(d: int, cost_ms: float, target: str = "gaussian"):

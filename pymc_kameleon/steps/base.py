@@ -199,12 +199,13 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
 
     def _add_running_stats(self, stats: dict, evals: int) -> None:
         """Put this step's log-density evaluations, the chain's running count and its recent acceptance rate
-        (and GP-DA's share of exact evaluations) in ``stats``, which already holds ``accept``."""
+        in ``stats``, which already holds ``accept``; ``recent.exact`` follows whether the step evaluated
+        (GP-DA reports it)."""
         self._chain.cumulative_logp_evals += evals
         stats["logp_evals"] = evals
         stats["cumulative_logp_evals"] = self._chain.cumulative_logp_evals
         recent = self._chain.recent
-        recent.update(stats["accept"], stats.get("exact_eval", True))
+        recent.update(stats["accept"], evals > 0)
         stats["recent_accept_rate"] = recent.accept
 
     def _population_states(self) -> np.ndarray | None:
