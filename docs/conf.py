@@ -77,12 +77,21 @@ def _copy_notebooks() -> None:
         if (nb["nbformat"], nb["nbformat_minor"]) >= (4, 5):  # cells have ids from nbformat 4.5 on
             note["id"] = "docs-build-note"
         nb["cells"].insert(1, note)
-        text = json.dumps(nb, ensure_ascii=False, indent=1) + "\n"
-        target = NOTEBOOK_COPIES / source.name
-        wanted.add(target.name)
-        if not target.exists() or target.read_text(encoding="utf-8") != text:
-            target.write_text(text, encoding="utf-8")
-    for stale in NOTEBOOK_COPIES.glob("*.ipynb"):
+        wanted.add(source.name)
+        _write_if_changed(NOTEBOOK_COPIES / source.name, json.dumps(nb, ensure_ascii=False, indent=1) + "\n")
+    _remove_stale(NOTEBOOK_COPIES, "*.ipynb", wanted)
+
+
+def _write_if_changed(target: Path, text: str) -> None:
+    """Write a copy only when it changes, so incremental builds stay incremental."""
+    if not target.exists() or target.read_text(encoding="utf-8") != text:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+
+
+def _remove_stale(directory: Path, pattern: str, wanted: set) -> None:
+    """Delete the copies whose source is gone."""
+    for stale in directory.glob(pattern):
         if stale.name not in wanted:
             stale.unlink()
 
@@ -94,31 +103,27 @@ BENCHMARKS = ROOT / "benchmarks"
 BENCHMARK_COPIES = DOCS / "benchmarks"
 
 
-def _copy_if_changed(source: Path, target: Path) -> None:
+def _benchmark_page(source: Path) -> str:
+    """A benchmark file's text as a page: a script's raw output starts with "# command", "# versions"
+    comment lines, which Markdown reads as top-level headings, so they are shown as text under a title."""
     text = source.read_text(encoding="utf-8")
     if source.suffix == ".md" and re.match(r"# (pymc \d|command:)", text):
-        # A script's raw output starts with "# command", "# versions" comment lines, which Markdown
-        # reads as top-level headings: show them as text under a title of the page's own.
         lines = text.splitlines()
         n = next((i for i, line in enumerate(lines) if not line.startswith("# ")), len(lines))
         header = "\n".join(line[2:] for line in lines[:n])
         text = f"# Full output: {source.stem}\n\n```text\n{header}\n```\n" + "\n".join(lines[n:]) + "\n"
-    if not target.exists() or target.read_text(encoding="utf-8") != text:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+    return text
 
 
 def _copy_benchmark_results() -> None:
     """Copy ``benchmarks/RESULTS.md`` and ``benchmarks/results/*`` into ``docs/benchmarks/`` (git-ignored),
     so that RESULTS.md's links to each experiment's full output are links between pages (or downloads)."""
-    _copy_if_changed(BENCHMARKS / "RESULTS.md", BENCHMARK_COPIES / "RESULTS.md")
+    _write_if_changed(BENCHMARK_COPIES / "RESULTS.md", _benchmark_page(BENCHMARKS / "RESULTS.md"))
     wanted = set()
     for source in sorted((BENCHMARKS / "results").glob("*.*")):  # outputs (.md) and raw logs or JSON
         wanted.add(source.name)
-        _copy_if_changed(source, BENCHMARK_COPIES / "results" / source.name)
-    for stale in (BENCHMARK_COPIES / "results").glob("*.*"):
-        if stale.name not in wanted:
-            stale.unlink()
+        _write_if_changed(BENCHMARK_COPIES / "results" / source.name, _benchmark_page(source))
+    _remove_stale(BENCHMARK_COPIES / "results", "*.*", wanted)
 
 
 _copy_benchmark_results()
