@@ -43,6 +43,7 @@ one_blas_thread()  # before NumPy is imported (see _common.py)
 import argparse
 import time
 import warnings
+from functools import partial
 
 import arviz as az
 import numpy as np
@@ -58,6 +59,10 @@ TARGETS = {
 }
 SAMPLERS = {
     "KameleonMetropolis": KameleonMetropolis,
+    # The Adaptive Metropolis walk alone (am_weight=1: no Kameleon component).
+    "KameleonMetropolis-am": partial(KameleonMetropolis, am_weight=1.0),
+    # The Kameleon mixture from the first window on (the default before kameleon_after).
+    "KameleonMetropolis-mixture": partial(KameleonMetropolis, kameleon_after=0),
     "Metropolis": pm.Metropolis,
     "DEMetropolisZ": pm.DEMetropolisZ,
     "NUTS": pm.NUTS,
@@ -68,7 +73,7 @@ QS = np.round(np.arange(0.1, 1.0, 0.1), 1)
 def evals_per_draw(name, idata) -> np.ndarray:
     """Log-density (or gradient) evaluations per posterior draw, as the implementation does them."""
     stats = idata.sample_stats
-    if name == "KameleonMetropolis":
+    if name.startswith("KameleonMetropolis"):
         return stats["logp_evals"].values
     if name == "NUTS":
         return stats["n_steps"].values

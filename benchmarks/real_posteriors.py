@@ -100,6 +100,8 @@ SAMPLERS = {
 # Not run by default; choose with --samplers.
 EXTRA_SAMPLERS = {
     "KameleonMetropolis-linear": Sampler(partial(KameleonMetropolis, kernel="linear")),
+    # The Adaptive Metropolis walk alone (am_weight=1: no Kameleon component).
+    "KameleonMetropolis-am": Sampler(partial(KameleonMetropolis, am_weight=1.0)),
     "GPDelayedAcceptanceMH-kameleon": Sampler(
         partial(GPDelayedAcceptanceMH, proposal="kameleon"), needs_likelihood=True
     ),

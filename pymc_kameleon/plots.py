@@ -199,9 +199,11 @@ def _resolve_proposal(proposal, chain=0, model=None):
         if inner is None:
             raise ValueError(
                 f"{type(proposal).__name__} has not adapted yet, so it has no Kameleon proposal to plot "
-                "(it is still in its random-walk warm-up, or it tuned in worker processes: "
-                "pm.sample(cores>1) tunes each chain in its own process). Sample with a longer tune, "
-                "or plot the run's InferenceData: plot_proposal_contours(idata, chain=0)."
+                "(it is still in its random-walk warm-up, its Kameleon component has not joined: it joins "
+                "after kameleon_after tuning steps, 10000 by default, or it tuned in worker processes: "
+                "pm.sample(cores>1) tunes each chain in its own process). Sample with a longer tune or a "
+                "smaller kameleon_after, or plot the run's InferenceData: "
+                "plot_proposal_contours(idata, chain=0)."
             )
         return _resolve_proposal(inner)
     raise ValueError(

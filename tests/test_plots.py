@@ -164,7 +164,7 @@ def test_kameleon_step_before_and_after_tuning():
 
     target = banana(dim=2)
     with target.model():
-        step = KameleonMetropolis(adapt_interval=50, n_subsample=100)
+        step = KameleonMetropolis(adapt_interval=50, n_subsample=100, kameleon_after=0)
         with pytest.raises(ValueError, match="KameleonMetropolis has not adapted yet"):
             plot_proposal_contours(step, target)
         with warnings.catch_warnings():
@@ -194,7 +194,7 @@ def sample_kameleon(model, cores, chains, seed=7):
 
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        step = KameleonMetropolis()
+        step = KameleonMetropolis(kameleon_after=0)
         idata = pm.sample(
             step=step, tune=1500, draws=800, chains=chains, cores=cores, random_seed=seed,
             progressbar=False, compute_convergence_checks=False,
@@ -255,7 +255,7 @@ def test_contours_after_parallel_chains_of_a_model_whose_variables_depend_on_eac
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         idata = pm.sample(
-            step=KameleonMetropolis(), tune=300, draws=100, chains=2,
+            step=KameleonMetropolis(kameleon_after=0), tune=300, draws=100, chains=2,
             cores=2, random_seed=3, progressbar=False, compute_convergence_checks=False,
         )
         ax = plot_proposal_contours(idata, chain=0, n_grid=10)
@@ -306,3 +306,23 @@ def test_rebuild_maps_transformed_variables_and_refuses_other_steps():
         )
     with pytest.raises(ValueError, match="no 'bandwidth'.*KameleonMetropolis"):
         rebuild_proposal(other, model=model)
+
+
+def test_a_chain_that_never_built_a_kameleon_proposal_gets_a_clear_error():
+    """With the default kameleon_after, tune=300 leaves the AM walk alone: rebuild and plot say why."""
+    import pymc as pm
+
+    from pymc_kameleon import KameleonMetropolis, rebuild_proposal
+
+    with pm.Model() as model:
+        pm.Normal("x", 0, 1, shape=2)
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step = KameleonMetropolis()
+        idata = pm.sample(step=step, tune=300, draws=50, chains=1, random_seed=2, progressbar=False,
+                          compute_convergence_checks=False)
+    assert not idata.sample_stats["kameleon"].values.any()
+    with pytest.raises(ValueError, match="kameleon_after"):
+        rebuild_proposal(idata, 0, model=model)
+    with pytest.raises(ValueError, match="kameleon_after"):
+        plot_proposal_contours(step)

@@ -152,7 +152,10 @@ FAR = {"b": np.array([40.0, -3.0, 30.0])}
 
 # The cases recorded at ff86cb7 ran each chain's tuning alone: "per_chain" since pooled tuning became
 # the default. The pooled cases below were recorded when it came in.
-KAMH = partial(pk.KameleonMetropolis, tuning="per_chain")
+# The Kameleon cases were recorded before the Kameleon component waited for long tuning (kameleon_after,
+# decision record 0037): they keep kameleon_after=0, which must reproduce them bit for bit.
+KAMH = partial(pk.KameleonMetropolis, tuning="per_chain", kameleon_after=0)
+KAMH_POOLED = partial(pk.KameleonMetropolis, kameleon_after=0)
 GPDA_MH = partial(pk.GPDelayedAcceptanceMH, tuning="per_chain")
 GPDA_MALA = partial(pk.GPDelayedAcceptanceMALA, tuning="per_chain")
 
@@ -220,10 +223,10 @@ CASES = {
     ),
     # Pooled tuning (the default since issue 43): populations of 3 and 4 chains, a stranded chain.
     "kamh-pooled-banana": _mcmc(
-        banana_model, lambda m: pk.KameleonMetropolis(), tune=1500, draws=300, chains=4
+        banana_model, lambda m: KAMH_POOLED(), tune=1500, draws=300, chains=4
     ),
     "kamh-pooled-regression-far-start": _mcmc(
-        regression_model, lambda m: pk.KameleonMetropolis(), tune=2500, draws=300, chains=3, initvals=FAR
+        regression_model, lambda m: KAMH_POOLED(), tune=2500, draws=300, chains=3, initvals=FAR
     ),
     "gpda-mh-pooled": _mcmc(
         gaussian_data_model, lambda m: pk.GPDelayedAcceptanceMH(), tune=800, draws=300, chains=3

@@ -148,7 +148,9 @@ def rebuild_proposal(
     if not (size >= 2 and math.isfinite(nu2) and math.isfinite(gamma)):
         raise ValueError(
             f"Chain {chain} ended tuning before its first Kameleon proposal (subsample size {size:g}, "
-            f"nu2 {nu2:g}), so there is no tuned proposal to rebuild. Sample with a longer tune."
+            f"nu2 {nu2:g}), so there is no tuned proposal to rebuild: it ran the Adaptive Metropolis walk "
+            "alone. The Kameleon component joins after `kameleon_after` tuning steps (10000 by default); "
+            "sample with a longer tune or a smaller kameleon_after."
         )
     X = value_space_draws(idata, chain, model=model, var_names=var_names)
     # The chain's last tuning window gave both its whitening and Z; the same estimator on the first

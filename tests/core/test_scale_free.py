@@ -679,3 +679,59 @@ def test_a_rescue_restarts_the_states_the_end_of_tuning_checks_read():
     assert len(window.recent) == 7
     window.forget_recent_states()
     assert not window.recent and not window.recent_log_density and not window.recent_gradient
+
+
+def _tune_gaussian(adaptation, steps, rng):
+    """Feed ``steps`` independent N(0, diag(1, 4)) draws, as AM moves accepted with probability 0.25."""
+    sd = np.array([1.0, 2.0])
+    for _ in range(steps):
+        y = sd * rng.standard_normal(2)
+        component = "kameleon" if adaptation.state.family is not None else "adaptive_metropolis"
+        feed(adaptation, y, 0.25, rng, component=component)
+
+
+@pytest.mark.parametrize("kameleon_after", [0, 600, 5000])
+def test_the_kameleon_component_joins_at_the_first_window_end_after_kameleon_after(kameleon_after):
+    """No Z before ``kameleon_after`` tuning steps (the AM walk alone); Z at the first window end after."""
+    rng = np.random.default_rng(3)
+    adaptation = ScaleFreeAdaptation(2, GaussianKernel(1.0), first_window=50, n_subsample=40,
+                                     kameleon_after=kameleon_after)
+    first_z = None
+    for step in range(1, 1501):
+        _tune_gaussian(adaptation, 1, rng)
+        if first_z is None and adaptation.state.family is not None:
+            first_z = step
+    if kameleon_after >= 1500:
+        assert first_z is None and adaptation.phase == "adaptive_metropolis"
+        assert not adaptation.wants_kameleon  # tuning never reached kameleon_after: no warning due
+    else:
+        assert first_z is not None and first_z >= kameleon_after
+        assert adaptation.phase == "kameleon" and adaptation.wants_kameleon
+    if kameleon_after == 600:
+        # The windows (scan 100 steps, then 50, 100, 200, 400: ends at 150, 250, 450, 850) decide when.
+        assert first_z == 850
+
+
+def test_before_kameleon_after_the_proposal_is_the_am_walk_alone():
+    """The proposal of a state without Z is the symmetric N(y, lambda^2 C) walk, whatever am_weight is;
+    negative control: with Z the mixture's density differs."""
+    rng = np.random.default_rng(4)
+    adaptation = ScaleFreeAdaptation(2, GaussianKernel(1.0), first_window=50, n_subsample=40,
+                                     kameleon_after=10_000)
+    _tune_gaussian(adaptation, 800, rng)
+    prop = ScaleFreeProposal(adaptation.state, 0.1)
+    assert prop.symmetric
+    y = np.array([0.3, -0.5])
+    move = prop.propose(y, rng)
+    assert move.component == "adaptive_metropolis"
+    state = adaptation.state
+    lam = state.am_scale.value
+    expected = multivariate_normal(y, lam**2 * state.covariance).logpdf(move.x)
+    assert prop.log_density(move.x, y) == pytest.approx(expected, rel=1e-9)
+    joined = ScaleFreeAdaptation(2, GaussianKernel(1.0), first_window=50, n_subsample=40, kameleon_after=0)
+    _tune_gaussian(joined, 800, np.random.default_rng(4))
+    mixture = ScaleFreeProposal(joined.state, 0.1)
+    assert not mixture.symmetric
+    lam = joined.state.am_scale.value
+    walk = multivariate_normal(y, lam**2 * joined.state.covariance).logpdf(move.x)
+    assert abs(mixture.log_density(move.x, y) - walk) > 1e-3

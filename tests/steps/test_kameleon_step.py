@@ -30,7 +30,8 @@ def banana_model(b=0.5, dim=2):
 def test_samples_with_defaults_and_reports_stats():
     with banana_model():
         idata = pm.sample(
-            step=KameleonMetropolis(), draws=300, tune=800, chains=1, random_seed=1, **SAMPLE_KW
+            step=KameleonMetropolis(kameleon_after=0), draws=300, tune=800, chains=1, random_seed=1,
+            **SAMPLE_KW,
         )
     stats = idata.sample_stats
     declared = KameleonMetropolis.stats_dtypes_shapes
@@ -106,7 +107,7 @@ def _run_audited(step_cls, monkeypatch, n_steps=600):
             return out
 
     with banana_model():
-        step = Audited(adapt_interval=30, n_subsample=60)
+        step = Audited(adapt_interval=30, n_subsample=60, kameleon_after=0)
         point = pm.modelcontext(None).initial_point()
         step.tune = True
         step.reset_tuning()
@@ -164,7 +165,8 @@ def test_nonfinite_log_density_at_proposal_is_rejected(bad):
         x = pm.Normal("x", 0, 1)
         pm.Potential("wall", pm.math.switch(x > 1.0, bad, 0.0))
         idata = pm.sample(
-            step=KameleonMetropolis(), draws=1500, tune=500, chains=1, random_seed=4, **SAMPLE_KW
+            step=KameleonMetropolis(kameleon_after=0), draws=1500, tune=500, chains=1, random_seed=4,
+            **SAMPLE_KW,
         )
     draws = idata.posterior["x"].values
     assert np.all(np.isfinite(draws)) and draws.max() <= 1.0
@@ -179,7 +181,7 @@ def test_singular_covariance_gets_jitter_and_never_crashes():
         pm.Normal("x", 0, 1, shape=3)
         with pytest.warns(RuntimeWarning, match="jitter"):
             idata = pm.sample(
-                step=KameleonMetropolis(gamma=0.0, bandwidth=0.01, adapt_interval=20),
+                step=KameleonMetropolis(gamma=0.0, bandwidth=0.01, adapt_interval=20, kameleon_after=0),
                 draws=100, tune=300, chains=1, random_seed=4, **SAMPLE_KW,
             )
     assert np.all(np.isfinite(idata.posterior["x"].values))
@@ -205,7 +207,7 @@ def test_compound_step_with_nuts():
 def test_every_kernel_samples(kernel):
     with banana_model():
         idata = pm.sample(
-            step=KameleonMetropolis(kernel=kernel, n_subsample=200),
+            step=KameleonMetropolis(kernel=kernel, n_subsample=200, kameleon_after=0),
             draws=200, tune=800, chains=1, random_seed=11, **SAMPLE_KW,
         )
     assert idata.sample_stats["kameleon"].values.mean() > 0.8
@@ -215,7 +217,7 @@ def test_every_kernel_samples(kernel):
 def test_vanishing_adaptation_keeps_adapting_after_tuning():
     with banana_model():
         idata = pm.sample(
-            step=KameleonMetropolis(adaptation="vanishing", vanishing_decay=0.5),
+            step=KameleonMetropolis(adaptation="vanishing", vanishing_decay=0.5, kameleon_after=0),
             draws=2000, tune=800, chains=1, random_seed=12, **SAMPLE_KW,
         )
     stats = idata.sample_stats
@@ -295,3 +297,32 @@ def test_a_chain_stuck_after_tuning_warns(step_name, broken, monkeypatch):
         assert stuck[0].startswith(f"{step_name}: after tuning the chain rejected 500 proposals in a row")
         assert "its tuning raised no warning" in stuck[0], stuck[0]  # nothing was wrong until tuning ended
         assert idata.sample_stats["accepted"].values.sum() == 0
+
+
+def test_with_default_options_short_tuning_runs_the_am_walk_alone():
+    """Below kameleon_after tuning steps the chain is am_weight=1's bit for bit: every move is the AM
+    walk, the Kameleon statistics are NaN, and tuning raises no 'before the first Kameleon proposal'
+    warning. Negative control: kameleon_after=0 builds a Kameleon proposal at the same budget."""
+    runs = {}
+    for label, options in (("default", {}), ("am", {"am_weight": 1.0}), ("mixture", {"kameleon_after": 0})):
+        with banana_model(), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            runs[label] = pm.sample(
+                step=KameleonMetropolis(**options), draws=200, tune=1000, chains=1, random_seed=6, **SAMPLE_KW
+            )
+        assert not any("before the first Kameleon proposal" in str(w.message) for w in caught), label
+    stats = runs["default"].sample_stats
+    assert not stats["kameleon"].values.any()
+    assert np.isnan(stats["nu2"].values).all() and (stats["subsample_size"].values == 0).all()
+    for name in runs["default"].posterior.data_vars:
+        np.testing.assert_array_equal(
+            runs["default"].posterior[name].values, runs["am"].posterior[name].values
+        )
+    mixture = runs["mixture"].sample_stats
+    assert mixture["kameleon"].values.mean() > 0.5 and np.isfinite(mixture["nu2"].values).all()
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, "soon", True])
+def test_kameleon_after_must_be_a_non_negative_integer(bad):
+    with banana_model(), pytest.raises(ValueError, match="kameleon_after"):
+        KameleonMetropolis(kameleon_after=bad)

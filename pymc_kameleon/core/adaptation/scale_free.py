@@ -93,6 +93,10 @@ class ScaleFreeAdaptation:
         Most window draws kept (evenly thinned beyond that).
     initial_scan_scale : float
         Starting step size of every coordinate in the scan.
+    kameleon_after : int
+        Tuning steps before the Kameleon component may join: its first :math:`Z` is drawn at the first
+        window end at or after this step (or where tuning ends, as when tuning ends in the first
+        window). Until then the walk is Adaptive Metropolis alone.
 
     Attributes
     ----------
@@ -119,6 +123,7 @@ class ScaleFreeAdaptation:
         scan_steps: int | None = None,
         history_size: int = 10_000,
         initial_scan_scale: float = 1.0,
+        kameleon_after: int = 0,
     ):
         d = int(dim)
         if kernel is not None:
@@ -132,6 +137,7 @@ class ScaleFreeAdaptation:
         self.target_accept = float(target_accept)
         self.learning_rate = float(learning_rate)
         self.first_window = max(int(first_window), 2)
+        self.kameleon_after = int(kameleon_after)
         scan_steps = scan_steps_for(d) if scan_steps is None else int(scan_steps)
         self.state = ScaleFreeState(
             dim=d,
@@ -167,8 +173,9 @@ class ScaleFreeAdaptation:
 
     @property
     def wants_kameleon(self) -> bool:
-        """Whether a Kameleon component is learned (a kernel was given)."""
-        return self.kernel is not None
+        """Whether a Kameleon component should have been learned by now (a kernel was given and tuning
+        reached ``kameleon_after``)."""
+        return self.kernel is not None and self.state.tune_steps >= self.kameleon_after
 
     def required_tune_steps(self) -> int:
         """Tuning steps for the scan and three windows (AM, then two Kameleon refreshes)."""
@@ -316,7 +323,7 @@ class ScaleFreeAdaptation:
             estimate = (mean, cov)
         changed = estimate is not None and self._set_whitening(*estimate)
         if changed:
-            if not after_scan:
+            if not after_scan and self._kameleon_joins():
                 self._refresh_kameleon(points, rng)
             # New geometry: the scales learn afresh from their current values (as Stan's warm-up does).
             state.am_scale.restart()
@@ -327,6 +334,10 @@ class ScaleFreeAdaptation:
         length = len(windows.accept)
         windows.start_next(state.tune_steps + (self.first_window if after_scan else 2 * length))
         return changed
+
+    def _kameleon_joins(self) -> bool:
+        """Whether this window's end may draw Z: tuning has reached ``kameleon_after``."""
+        return self.state.tune_steps >= self.kameleon_after
 
     def _set_whitening(self, mean, cov) -> bool:
         try:
