@@ -71,8 +71,9 @@ def sample(kernel, chains, tune, draws, seed, n_importance):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             idata = pm.sample(
-                step=KameleonMetropolis(kernel=kernel), chains=chains, cores=min(chains, 2), tune=tune,
-                draws=draws, random_seed=seed, progressbar=False, compute_convergence_checks=False,
+                # The paper's KAMH and AM: the Kameleon component from the first window on.
+                step=KameleonMetropolis(kernel=kernel, kameleon_after=0), chains=chains, cores=min(chains, 2),
+                tune=tune, draws=draws, random_seed=seed, progressbar=False, compute_convergence_checks=False,
             )
     return idata
 
@@ -106,7 +107,7 @@ def timing(kernel, n_tune, n_steps, seed, n_importance):
     timed = CountedCall(GPClassificationLikelihood(X, y, n_importance=n_importance))
     model = glass_model(estimator=timed)
     with model:
-        step = KameleonMetropolis(kernel=kernel)
+        step = KameleonMetropolis(kernel=kernel, kameleon_after=0)
     start_chain(step, np.random.default_rng(seed), n_tune, n_steps)
     point = model.initial_point()
     with warnings.catch_warnings():

@@ -7,6 +7,7 @@ and a negative control that drops the kept state.
 
 import math
 import warnings
+from functools import partial
 
 import numpy as np
 import pymc as pm
@@ -294,7 +295,8 @@ def _climbs_and_warnings(step_cls, seed, monkeypatch):
 
 
 # Seeds at which the estimate-included climb crossed 3 (KAMH 3.3, GP-DA-MH 5.3).
-_CLIMB_CASES = [(KameleonMetropolis, 1), (GPDelayedAcceptanceMH, 4)]
+# KAMH with its Kameleon component from the first window on, as when these seeds were chosen.
+_CLIMB_CASES = [(partial(KameleonMetropolis, kameleon_after=0), 1), (GPDelayedAcceptanceMH, 4)]
 
 
 @pytest.mark.parametrize("step_cls, seed", _CLIMB_CASES, ids=["kamh", "gp-da-mh"])

@@ -80,7 +80,7 @@ def test_never_re_estimates_at_the_current_state_including_kameleon_proposals():
     with pm.Model() as model:
         theta = pm.Normal("theta", 0, 2)
         PseudoMarginalPotential("lik", recorder, inputs=[theta])
-        step = KameleonMetropolis(adapt_interval=50, n_subsample=100)
+        step = KameleonMetropolis(adapt_interval=50, n_subsample=100, kameleon_after=0)
     rows = drive(model, step, 600, stop_tuning_at=300)
     stats = [s for _, s in rows]
     assert any(s["kameleon"] for s in stats)  # Kameleon proposals were in use too

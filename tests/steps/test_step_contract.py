@@ -325,7 +325,8 @@ CASES = [
     StepCase(
         "kameleon",
         KameleonMetropolis,
-        dict(adapt_interval=50),
+        # The Kameleon component from the first window on (by default it joins after 10 000 steps).
+        dict(adapt_interval=50, kameleon_after=0),
         tune=SCAN + 150,
         check_chain_start=_kameleon_chain_start(50),
         exact_evals=lambda stats: stats["logp_evals"],
@@ -336,6 +337,7 @@ CASES = [
             (dict(adaptation="forever"), "adaptation"),
             (dict(vanishing_decay=2.0), "decay"),
             (dict(adapt_interval=0), "adapt_interval"),
+            (dict(kameleon_after=-1), "kameleon_after"),
             (dict(learning_rate=np.nan), "learning_rate"),
             (dict(history_size=1), "history_size"),
         ],
