@@ -32,6 +32,7 @@ import sys
 import time
 import warnings
 from collections import defaultdict
+from functools import partial
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/, also when loaded by path
 from _common import environment_line, one_blas_thread  # noqa: E402
@@ -40,7 +41,7 @@ one_blas_thread()  # before NumPy is imported
 
 import numpy as np  # noqa: E402
 
-SAMPLERS = ("KAMH", "GP-DA-MH", "GP-DA-MALA", "Metropolis", "DEMetropolisZ", "Slice")
+SAMPLERS = ("KAMH", "GP-DA-MH", "GP-DA-MALA", "Metropolis", "DEMetropolisZ", "Slice", "KAMH-mixture")
 REFERENCE = "DEMetropolisZ"
 DERIVED_COSTS_MS = (0.1, 1.0, 10.0)
 
@@ -162,6 +163,8 @@ def make_step(name: str):
         "Metropolis": pm.Metropolis,
         "DEMetropolisZ": pm.DEMetropolisZ,
         "Slice": pm.Slice,
+        # The Kameleon mixture from the first window on (by default it joins after 10 000 tuning steps).
+        "KAMH-mixture": partial(pk.KameleonMetropolis, kameleon_after=0),
     }
     return makers[name]()
 
