@@ -33,7 +33,7 @@ __all__ = ["KameleonMetropolis"]
 _ADAPTATIONS = ("freeze", "vanishing")
 #: Default tuning steps before the Kameleon component joins the proposal. Measured (docs/decisions/
 #: 0037-kameleon-after-long-tuning.md): with 3000 tuning steps the Adaptive Metropolis walk alone had
-#: more ESS than the mixture on 20 of 23 real posteriors, at a third to a fifth of the time per step;
+#: more ESS than the mixture on 20 of 23 real posteriors, at a third to an eighth of the time per step;
 #: after 20 000 the Kameleon component was worth its cost on the strongly twisted banana.
 KAMELEON_AFTER = 10_000
 
@@ -125,7 +125,7 @@ class KameleonMetropolis(AdaptiveStep):
         window's end). With ``pm.sample(tune=...)`` below it, the proposal is the Adaptive Metropolis
         walk :math:`N(y, \lambda^2 C)` alone, before and after tuning, and the Kameleon statistics
         (``nu2``, ``bandwidth``, ``gamma``) are NaN. With 3000 tuning steps the walk alone had more
-        ESS than the mixture on 20 of 23 real posteriors, at a third to a fifth of the time per step;
+        ESS than the mixture on 20 of 23 real posteriors, at a third to an eighth of the time per step;
         with 20 000 the mixture was better on the strongly twisted 8-d banana (at 2 of 3 seeds).
         ``kameleon_after=0`` builds the first :math:`Z` after the first window after the scan (the
         behaviour before this option; decision record 0037).
