@@ -27,6 +27,8 @@ SDS = {"a": 1e-3, "b": 1e3}
 SAMPLERS = {
     "KameleonMetropolis": KameleonMetropolis,
     "KameleonMetropolis-linear": lambda: KameleonMetropolis(kernel="linear"),
+    # The Kameleon mixture from the first window on (by default it joins after 10 000 tuning steps).
+    "KameleonMetropolis-mixture": lambda: KameleonMetropolis(kameleon_after=0),
     "Metropolis": pm.Metropolis,
     "DEMetropolisZ": pm.DEMetropolisZ,
 }
