@@ -173,8 +173,8 @@ class ScaleFreeAdaptation:
 
     @property
     def wants_kameleon(self) -> bool:
-        """Whether a Kameleon component should have been learned by now (a kernel was given and tuning
-        reached ``kameleon_after``)."""
+        """Whether a Kameleon component is learned by now (a kernel was given and tuning reached
+        ``kameleon_after``): a window that ends draws Z, and the end-of-tuning report expects one."""
         return self.kernel is not None and self.state.tune_steps >= self.kameleon_after
 
     def required_tune_steps(self) -> int:
@@ -323,7 +323,7 @@ class ScaleFreeAdaptation:
             estimate = (mean, cov)
         changed = estimate is not None and self._set_whitening(*estimate)
         if changed:
-            if not after_scan and self._kameleon_joins():
+            if not after_scan and self.wants_kameleon:
                 self._refresh_kameleon(points, rng)
             # New geometry: the scales learn afresh from their current values (as Stan's warm-up does).
             state.am_scale.restart()
@@ -334,10 +334,6 @@ class ScaleFreeAdaptation:
         length = len(windows.accept)
         windows.start_next(state.tune_steps + (self.first_window if after_scan else 2 * length))
         return changed
-
-    def _kameleon_joins(self) -> bool:
-        """Whether this window's end may draw Z: tuning has reached ``kameleon_after``."""
-        return self.state.tune_steps >= self.kameleon_after
 
     def _set_whitening(self, mean, cov) -> bool:
         try:
