@@ -23,6 +23,9 @@ Implementations
     :math:`y + s_j \varepsilon e_j`: one coordinate per step (the coordinate scan of tuning).
 :class:`LangevinProposal`
     :math:`\mathcal N(y + \tfrac12 \Sigma g(y), \Sigma)` for a drift gradient function :math:`g`.
+:class:`IndependenceProposal`
+    :math:`t_\nu(m, L L^\top)`, whatever :math:`y`: independent draws from a Student-t fitted to
+    the chain (the independence component of the tuned proposal).
 :class:`~pymc_kameleon.core.kameleon.moves.KameleonMoves`
     :math:`\mathcal N(y, \gamma^2 I + \nu^2 M_y H M_y^\top)` for a fixed
     :class:`~pymc_kameleon.core.kameleon.family.KameleonProposal` family, with the covariance at the
@@ -62,6 +65,7 @@ _LOG_2PI = math.log(2.0 * math.pi)
 __all__ = [
     "BatchProposal",
     "CoordinateProposal",
+    "IndependenceProposal",
     "LangevinProposal",
     "Move",
     "Proposal",
@@ -69,6 +73,7 @@ __all__ = [
     "crank_nicolson_move",
     "langevin_log_density",
     "mixture_log_density",
+    "student_t_log_density",
 ]
 
 
@@ -93,7 +98,7 @@ class Move:
     component : str
         Which part of a mixture (or which phase of a tuned proposal) drew the move, as the
         adaptation names the scale it tunes: ``"scan"``, ``"adaptive_metropolis"``, ``"kameleon"``,
-        ``"langevin"``; empty for a plain proposal.
+        ``"langevin"``, ``"independence"`` (no scale); empty for a plain proposal.
     """
 
     x: np.ndarray
@@ -231,6 +236,66 @@ class LangevinProposal(Proposal):
     def log_density(self, x, y) -> float:
         """:math:`\\log \\mathcal N(x;\\ y + \\tfrac12 \\Sigma g(y), \\Sigma)`."""
         return langevin_log_density(x, y, self.drift(y), self.chol)
+
+
+class IndependenceProposal(Proposal):
+    r"""Independent draws :math:`x = m + L w`, :math:`w \sim t_\nu(0, I)`, whatever the current state.
+
+    .. math::
+        q(x \mid y) = q(x) = |L|^{-1}\, t_\nu\big(L^{-1}(x - m);\ 0, I\big)
+
+    (:func:`student_t_log_density`). Drawn as :math:`w = \varepsilon / \sqrt{g / \nu}`,
+    :math:`\varepsilon \sim \mathcal N(0, I)`, :math:`g \sim \chi^2_\nu`. Its tails are heavier than
+    a Gaussian's, so a posterior a little wider than :math:`L L^\top` does not leave the chain stuck
+    in a tail where :math:`\pi / q` is large.
+
+    Parameters
+    ----------
+    mean : array of shape (d,)
+        :math:`m`.
+    chol : array of shape (d, d)
+        Lower Cholesky factor :math:`L` of the shape matrix.
+    df : float
+        Degrees of freedom :math:`\nu > 0`.
+    """
+
+    def __init__(self, mean, chol, df: float):
+        self.mean = np.asarray(mean, dtype=float)
+        self.chol = np.asarray(chol, dtype=float)
+        self.df = float(df)
+        self._log_det = float(np.sum(np.log(np.diag(self.chol))))
+
+    def propose(self, y, rng) -> Move:
+        w = rng.standard_normal(self.mean.shape[0]) / math.sqrt(rng.chisquare(self.df) / self.df)
+        x = self.mean + self.chol @ w
+        return Move(x, self.log_density(x, y), self.log_density(y, x), component="independence")
+
+    def log_density(self, x, y) -> float:
+        w = np.linalg.solve(self.chol, np.asarray(x, dtype=float) - self.mean)
+        return student_t_log_density(w, self.df) - self._log_det
+
+
+def student_t_log_density(w, df: float) -> float:
+    r"""Log density of the standard multivariate Student-t at ``w`` (shape :math:`I`, location 0).
+
+    .. math::
+        \log t_\nu(w) = \log\Gamma\big(\tfrac{\nu + d}{2}\big) - \log\Gamma\big(\tfrac{\nu}{2}\big)
+            - \tfrac d2 \log(\nu\pi) - \tfrac{\nu + d}{2} \log\big(1 + \lVert w \rVert^2 / \nu\big)
+
+    Parameters
+    ----------
+    w : array of shape (d,)
+    df : float
+        :math:`\nu > 0`.
+    """
+    w = np.asarray(w, dtype=float)
+    d = w.shape[-1]
+    return (
+        math.lgamma(0.5 * (df + d))
+        - math.lgamma(0.5 * df)
+        - 0.5 * d * math.log(df * math.pi)
+        - 0.5 * (df + d) * math.log1p(float(w @ w) / df)
+    )
 
 
 @runtime_checkable

@@ -223,6 +223,7 @@ class KameleonMetropolis(AdaptiveStep):
         "bandwidth": (np.float64, []),
         "gamma": (np.float64, []),
         "kameleon": (bool, []),
+        "independence": (bool, []),
         "adapted": (bool, []),
         "subsample_size": (np.int64, []),
         "jitter": (np.float64, []),
@@ -242,6 +243,7 @@ class KameleonMetropolis(AdaptiveStep):
         target_accept: float = 0.234,
         am_weight: float = 0.1,
         kameleon_after: int = KAMELEON_AFTER,
+        independence_weight: float = 0.0,
         adaptation: str = "freeze",
         tuning: str = "pooled",
         start: str = "search",
@@ -267,6 +269,9 @@ class KameleonMetropolis(AdaptiveStep):
         check_number("am_weight", am_weight, minimum=0, strict=False)
         if am_weight > 1:
             raise ValueError(f"am_weight must be in [0, 1], got {am_weight!r}.")
+        check_number("independence_weight", independence_weight, minimum=0, strict=False)
+        if independence_weight >= 1:
+            raise ValueError(f"independence_weight must be in [0, 1), got {independence_weight!r}.")
         if adaptation not in _ADAPTATIONS:
             raise ValueError(f"adaptation must be one of {_ADAPTATIONS}, got {adaptation!r}.")
         if tuning not in TUNINGS:
@@ -286,6 +291,7 @@ class KameleonMetropolis(AdaptiveStep):
         self.target_accept = float(target_accept)
         self.am_weight = float(am_weight)
         self.kameleon_after = int(kameleon_after)
+        self.independence_weight = float(independence_weight)
         self.adaptation = adaptation
         self.tuning = tuning
         self.adapt_interval = int(adapt_interval)
@@ -317,6 +323,7 @@ class KameleonMetropolis(AdaptiveStep):
             first_window=self.adapt_interval,
             history_size=self.history_size,
             kameleon_after=self.kameleon_after,
+            independence_weight=self.independence_weight,
         )
 
     def _reset_chain_state(self):
@@ -406,6 +413,7 @@ class KameleonMetropolis(AdaptiveStep):
             "gamma": state.gamma,
             "tune": self.tune,
             "kameleon": result.move.component == "kameleon",
+            "independence": result.move.component == "independence",
             "adapted": adapted,
             "subsample_size": 0 if state.family is None else state.family.Z.shape[0],
             "jitter": result.move.jitter,

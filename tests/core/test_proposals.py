@@ -24,6 +24,7 @@ from pymc_kameleon.core.mh import mh_log_ratio, mh_log_ratio_batch
 from pymc_kameleon.core.proposals import (
     BatchProposal,
     CoordinateProposal,
+    IndependenceProposal,
     LangevinProposal,
     Move,
     Proposal,
@@ -44,7 +45,7 @@ def _scan():
     return scan
 
 
-def _scale_free(phase: str, am_weight: float = 0.3):
+def _scale_free(phase: str, am_weight: float = 0.3, independence_weight: float = 0.0):
     """A ScaleFreeProposal on a state in the given phase (whitening, Z and scales fixed)."""
     state = ScaleFreeAdaptation(3, GaussianKernel(1.0)).state
     if phase != "scan":
@@ -54,6 +55,7 @@ def _scale_free(phase: str, am_weight: float = 0.3):
     if phase == "kameleon":
         state.family = KameleonProposal(_Z, GaussianKernel(1.3), 0.04, 0.5)
     assert state.phase == phase
+    state.independence_weight = independence_weight
     return ScaleFreeProposal(state, am_weight)
 
 
@@ -68,6 +70,9 @@ PROPOSALS = {
     "scale-free, adaptive metropolis": lambda: _scale_free("adaptive_metropolis"),
     "scale-free, kameleon/AM mixture": lambda: _scale_free("kameleon"),
     "scale-free, kameleon alone": lambda: _scale_free("kameleon", am_weight=0.0),
+    "independence student-t": lambda: IndependenceProposal(np.array([0.5, -1.0, 2.0]), _CHOL, 10.0),
+    "scale-free, AM + independence": lambda: _scale_free("adaptive_metropolis", independence_weight=0.4),
+    "scale-free, kameleon/AM + independence": lambda: _scale_free("kameleon", independence_weight=0.4),
 }
 
 _WHITENING = Whitening.from_moments(np.array([0.5, 0.0, -1.0]), 0.5 * _COV)
@@ -138,10 +143,31 @@ def _single_identity_z(proposal, log_density, n=20_000, seed=2):
     return _identity_z(X, at_y, at_other)
 
 
+def _reference_z(proposal, log_density, n=20_000, seed=2):
+    """z-score of mean(r(x) / q(x|y)) - 1 over draws x ~ q(.|y), for a Gaussian r with twice the draws'
+    covariance: the form of the identity for a proposal that ignores y (q(x|y') / q(x|y) is then 1)."""
+    rng = np.random.default_rng(seed)
+    y = np.array([0.5, 1.0, -0.3])
+    X = np.array([proposal.propose(y, rng).x for _ in range(n)])
+    ref = multivariate_normal(X.mean(axis=0), 2.0 * np.cov(X, rowvar=False)).logpdf(X)
+    return _identity_z(X, np.array([log_density(x, y) for x in X]), ref)
+
+
 def test_draws_follow_the_stated_density(proposal):
     """Monte Carlo, 20 000 draws: the density at a nearby conditioning point integrates to one
-    against the draws (|z| < 5)."""
-    assert abs(_single_identity_z(proposal, proposal.log_density)) < 5
+    against the draws (|z| < 5); for an independence proposal, a reference density does."""
+    if isinstance(proposal, IndependenceProposal):
+        assert abs(_reference_z(proposal, proposal.log_density)) < 5
+    else:
+        assert abs(_single_identity_z(proposal, proposal.log_density)) < 5
+
+
+def test_independence_density_negative_control():
+    """The reference form fails for a Student-t density with the wrong degrees of freedom or scale."""
+    mean = np.array([0.5, -1.0, 2.0])
+    draws_from = IndependenceProposal(mean, _CHOL, 10.0)
+    assert abs(_reference_z(draws_from, IndependenceProposal(mean, _CHOL, 3.0).log_density)) > 8
+    assert abs(_reference_z(draws_from, IndependenceProposal(mean, 1.3 * _CHOL, 10.0).log_density)) > 8
 
 
 def test_density_test_negative_controls():
@@ -224,6 +250,12 @@ def test_scale_free_moves_say_which_component_drew_them():
     assert _scale_free("adaptive_metropolis").propose(y, rng).component == "adaptive_metropolis"
     drawn = {_scale_free("kameleon").propose(y, rng).component for _ in range(50)}
     assert drawn == {"kameleon", "adaptive_metropolis"}
+    drawn = {_scale_free("kameleon", independence_weight=0.4).propose(y, rng).component for _ in range(50)}
+    assert drawn == {"kameleon", "adaptive_metropolis", "independence"}
+    with_independence = _scale_free("adaptive_metropolis", independence_weight=0.4)
+    assert not with_independence.symmetric
+    assert {with_independence.propose(y, rng).component for _ in range(50)} == {
+        "adaptive_metropolis", "independence"}
 
 
 def test_infeasible_move_is_flagged():

@@ -21,6 +21,13 @@ windowed warm-up:
    :math:`1 / \overline{(\partial_i \log\pi)^2}`.
 3. At every step, :math:`\log\lambda` (on AM moves) and :math:`\log\nu^2` (on Kameleon moves)
    follow Robbins-Monro toward the target acceptance rate.
+4. With ``independence_weight`` :math:`\iota_{max} > 0`, from the first window after the scan the
+   proposal draws a share of its moves independently from :math:`t_\nu(m, C)`: the probe weight
+   :data:`INDEPENDENCE_PROBE` while it is measured, :math:`\iota_{max}` in the next window when it
+   moved the chain further than the walk did in the last one, by the expected squared jump distance
+   in whitened units, :math:`\overline{\min(1, \alpha)\, \lVert w_x - w_y \rVert^2}` (Pasarica and
+   Gelman 2010). At the end of tuning it keeps :math:`\iota_{max}` if it won the last window, and
+   is dropped (:math:`\iota = 0`) otherwise.
 
 After tuning everything is frozen, so the chain is an exact Metropolis-Hastings chain.
 """
@@ -47,7 +54,12 @@ from pymc_kameleon.core.adaptation.windows import AdaptationWindow
 from pymc_kameleon.core.kameleon.family import check_subsample_size, fit_proposal, matched_nu2
 from pymc_kameleon.core.linalg import SingularCovarianceError
 
-__all__ = ["UNCOVERED_LIMIT", "ScaleFreeAdaptation"]
+__all__ = ["INDEPENDENCE_PROBE", "UNCOVERED_LIMIT", "ScaleFreeAdaptation"]
+
+#: Weight of the independence component while tuning measures whether it pays.
+INDEPENDENCE_PROBE = 0.1
+# Fewer moves than this of either kind in a window leave the independence weight as it was.
+_MIN_JUMPS = 20
 
 # More than this fraction of the last tuning states beyond 3 bandwidths of every point of Z is
 # reported at the end of tuning, and means that nu^2 was tuned where the kernel term vanished.
@@ -124,8 +136,11 @@ class ScaleFreeAdaptation:
         history_size: int = 10_000,
         initial_scan_scale: float = 1.0,
         kameleon_after: int = 0,
+        independence_weight: float = 0.0,
     ):
         d = int(dim)
+        if not 0.0 <= independence_weight < 1.0:
+            raise ValueError(f"independence_weight must be in [0, 1), got {independence_weight!r}.")
         if kernel is not None:
             check_subsample_size(n_subsample, d)
         self.dim = d
@@ -138,6 +153,9 @@ class ScaleFreeAdaptation:
         self.learning_rate = float(learning_rate)
         self.first_window = max(int(first_window), 2)
         self.kameleon_after = int(kameleon_after)
+        self.independence_weight = float(independence_weight)
+        # Per window: [sum of min(1, alpha) |w_x - w_y|^2, moves] of the independence component, then the walk.
+        self._jumps = np.zeros((2, 2))
         scan_steps = scan_steps_for(d) if scan_steps is None else int(scan_steps)
         self.state = ScaleFreeState(
             dim=d,
@@ -193,11 +211,15 @@ class ScaleFreeAdaptation:
         accept_prob = float(draw.accept_prob)
         state.tune_steps += 1
         self._windows.record(draw.state, accept_prob, draw.log_density, draw.gradient, draw.population)
+        if self.independence_weight > 0.0 and draw.component != "scan" and draw.proposal is not None:
+            self._record_jump(draw, accept_prob)
         if draw.component == "scan":
             state.scan.adapt(accept_prob, draw.start, draw.proposal, draw.state)
         elif draw.component == "kameleon":
             _bounded_update(state.nu2, accept_prob)
             state.set_kameleon_scales()
+        elif draw.component == "independence":
+            pass  # no scale: the component's spread is the learned covariance's
         else:
             _bounded_update(state.am_scale, accept_prob)
         if state.tune_steps < self._windows.end and not self._whitening_is_off():
@@ -218,9 +240,49 @@ class ScaleFreeAdaptation:
         """
         state = self.state
         if state.phase != "scan":
-            return end_window and self._end_partial_window(rng)
+            changed = end_window and self._end_partial_window(rng)
+            self._freeze_independence()
+            return changed
         state.scan_steps = state.tune_steps
         return state.tune_steps > 0 and self._end_window(rng)
+
+    def _record_jump(self, draw: TuningDraw, accept_prob: float) -> None:
+        r"""Add the move's expected squared jump, :math:`\min(1, \alpha) \lVert w_x - w_y \rVert^2`."""
+        if not math.isfinite(accept_prob) or draw.start is None:
+            return
+        step = solve_triangular(self.state.chol, draw.proposal - draw.start, lower=True, check_finite=False)
+        row = self._jumps[0 if draw.component == "independence" else 1]
+        row += (min(accept_prob, 1.0) * float(step @ step), 1.0)
+
+    def _independence_wins(self) -> bool | None:
+        """Whether the window's independent draws jumped further on average than its walk moves
+        (None with fewer than ``_MIN_JUMPS`` of either)."""
+        (ind_sum, ind_n), (walk_sum, walk_n) = self._jumps
+        if min(ind_n, walk_n) < _MIN_JUMPS:
+            return None
+        return ind_sum / ind_n > walk_sum / walk_n
+
+    def _next_independence_weight(self, after_scan: bool) -> None:
+        """At a window end: the weight for the next window, from this window's jumps."""
+        if self.independence_weight <= 0.0:
+            return
+        state = self.state
+        wins = None if after_scan else self._independence_wins()
+        if wins is not None:
+            state.independence_weight = self.independence_weight if wins else INDEPENDENCE_PROBE
+        elif state.independence_weight <= 0.0:
+            state.independence_weight = INDEPENDENCE_PROBE
+        self._jumps[:] = 0.0
+
+    def _freeze_independence(self) -> None:
+        """At the end of tuning: keep the component at full weight if it won the last window, else drop it."""
+        if self.independence_weight <= 0.0:
+            return
+        state = self.state
+        wins = self._independence_wins()
+        if wins is None:
+            wins = state.independence_weight == self.independence_weight
+        state.independence_weight = self.independence_weight if wins else 0.0
 
     def _end_partial_window(self, rng) -> bool:
         r"""End the window that tuning ended in, if it holds at least half the previous one's draws.
@@ -331,6 +393,7 @@ class ScaleFreeAdaptation:
                 state.nu2.restart()
         # The next window is twice as long as this one ran: after a window that ended early (the
         # geometry changed) the schedule does not jump ahead to a window longer than the tuning left.
+        self._next_independence_weight(after_scan)
         length = len(windows.accept)
         windows.start_next(state.tune_steps + (self.first_window if after_scan else 2 * length))
         return changed

@@ -102,6 +102,9 @@ class ScaleFreeState(WhitenedCoordinates):
         for :math:`\nu^2 = 1` (:func:`~pymc_kameleon.core.kameleon.family.mean_rkhs_variance`).
     gamma_ratio : float or None
         :math:`\gamma^2 / (\nu^2 \bar v)`, fixed at the first :math:`Z` when ``gamma="auto"``.
+    independence_weight : float
+        :math:`\iota`, the weight of independent draws from :math:`t_\nu(m, C)` in the proposal
+        (0: none; the adaptation sets it).
     """
 
     dim: int
@@ -116,6 +119,7 @@ class ScaleFreeState(WhitenedCoordinates):
     gamma: float = math.nan
     probe_variance: float = math.nan
     gamma_ratio: float | None = None
+    independence_weight: float = 0.0
 
     # ------------------------------------------------------------------ phase
     @property

@@ -18,6 +18,17 @@ Hastings terms are the full mixture density, so the chain is exact. Sampling :ma
 :math:`A x + b` gives the same chain after mapping back (affine equivariance), up to the
 floating-point rounding of the whitening.
 
+With the state's independence weight :math:`\iota > 0` the proposal gains a third component that
+ignores :math:`y`: with probability :math:`\iota`, :math:`w_x \sim t_\nu(0, I)`, an independent
+draw from the Student-t fitted to the chain (:math:`\nu =` :data:`INDEPENDENCE_DF`),
+
+.. math::
+    q_\iota(x \mid y) = \iota\, |L|^{-1} t_\nu(w_x) + (1 - \iota)\, q(x \mid y),
+
+and both Hastings terms are again the full mixture's. Where the posterior is close to its fitted
+Student-t, one accepted draw decorrelates the chain, which the walk needs of the order of
+:math:`d` accepted steps for.
+
 Before the state has a Kameleon family the proposal is the AM walk alone, and during the
 coordinate scan it is the scan's one-coordinate move
 (:class:`~pymc_kameleon.core.proposals.CoordinateProposal`). The proposal only reads the state;
@@ -33,11 +44,21 @@ import numpy as np
 from pymc_kameleon.core.adaptation.state import ScaleFreeState
 from pymc_kameleon.core.kameleon.moves import KameleonMoves
 from pymc_kameleon.core.linalg import same_array
-from pymc_kameleon.core.proposals import CoordinateProposal, Move, Proposal, mixture_log_density
+from pymc_kameleon.core.proposals import (
+    CoordinateProposal,
+    Move,
+    Proposal,
+    mixture_log_density,
+    student_t_log_density,
+)
 
-__all__ = ["ScaleFreeProposal"]
+__all__ = ["INDEPENDENCE_DF", "ScaleFreeProposal"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
+
+#: Degrees of freedom of the independence component: tails a little heavier than a Gaussian's, at
+#: a small cost in acceptance where the posterior is Gaussian (in 17 dimensions 0.68 against 1.0).
+INDEPENDENCE_DF = 10.0
 
 
 class ScaleFreeProposal(Proposal):
@@ -72,8 +93,9 @@ class ScaleFreeProposal(Proposal):
     @property
     def symmetric(self) -> bool:
         """The scan's and the AM walk's moves are symmetric (their Hastings terms are reported as 0);
-        the Kameleon mixture's are not."""
-        return self.state.phase == "scan" or self.state.family is None
+        the Kameleon mixture's and the independence component's are not."""
+        state = self.state
+        return state.phase == "scan" or (state.family is None and state.independence_weight <= 0.0)
 
     @property
     def moves(self) -> KameleonMoves | None:
@@ -102,12 +124,26 @@ class ScaleFreeProposal(Proposal):
             return self._scan.propose(y, rng)
         w_y = self._whitened_current(y)
         scale = state.am_scale.value
+        iota = state.independence_weight
+        # No uniform is drawn without the component: the chain is the same as before it existed.
+        independent = iota > 0.0 and rng.random() < iota
         moves = self.moves
         if moves is None:
-            x = state.to_model(w_y + scale * rng.standard_normal(state.dim))
-            return Move(x, component="adaptive_metropolis")
+            if independent:
+                component, w_x = "independence", self._independent_draw(rng)
+            else:
+                component, w_x = "adaptive_metropolis", w_y + scale * rng.standard_normal(state.dim)
+            x = state.to_model(w_x)
+            if iota <= 0.0:
+                return Move(x, component=component)
+            log_det = state.whitening.log_det
+            log_q_forward = self._with_independence(self._am_log_density(w_x, w_y) - log_det, w_x)
+            log_q_reverse = self._with_independence(self._am_log_density(w_y, w_x) - log_det, w_y)
+            return Move(x, log_q_forward, log_q_reverse, component=component)
         at_y = moves.at_current(w_y)
-        if rng.random() < self.am_weight:
+        if independent:
+            component, w_x = "independence", self._independent_draw(rng)
+        elif rng.random() < self.am_weight:
             component = "adaptive_metropolis"
             w_x = w_y + scale * rng.standard_normal(state.dim)
         else:
@@ -115,12 +151,26 @@ class ScaleFreeProposal(Proposal):
             w_x = at_y.sample(rng)
         at_x, rkhs_x = moves.factor_at(w_x)
         x = state.to_model(w_x)
-        log_q_forward = self._mixture(at_y.log_density(w_x), w_x, w_y)
+        log_q_forward = self._with_independence(self._mixture(at_y.log_density(w_x), w_x, w_y), w_x)
         if at_x is None:
             return Move(x, log_q_forward, math.nan, None, at_y.jitter, component)
-        log_q_reverse = self._mixture(at_x.log_density(w_y), w_y, w_x)
+        log_q_reverse = self._with_independence(self._mixture(at_x.log_density(w_y), w_y, w_x), w_y)
         cache = moves.cache_entry(w_x, at_x, rkhs_x)
         return Move(x, log_q_forward, log_q_reverse, cache, at_y.jitter, component)
+
+    def _independent_draw(self, rng) -> np.ndarray:
+        r""":math:`w \sim t_\nu(0, I)` in whitened coordinates."""
+        eps = rng.standard_normal(self.state.dim)
+        return eps / math.sqrt(rng.chisquare(INDEPENDENCE_DF) / INDEPENDENCE_DF)
+
+    def _with_independence(self, log_walk: float, w_to) -> float:
+        r""":math:`\log(\iota |L|^{-1} t_\nu(w_{to}) + (1 - \iota) q_{walk})` from :math:`\log q_{walk}`
+        (model coordinates)."""
+        iota = self.state.independence_weight
+        if iota <= 0.0:
+            return log_walk
+        log_t = student_t_log_density(w_to, INDEPENDENCE_DF) - self.state.whitening.log_det
+        return float(mixture_log_density(log_walk, log_t, iota))
 
     def _mixture(self, log_kameleon, w_to, w_from) -> float:
         """Log mixture density in model coordinates (the Jacobian :math:`-\\log|L|` included)."""
@@ -148,5 +198,5 @@ class ScaleFreeProposal(Proposal):
         w_x, w_y = state.whiten(x), state.whiten(y)
         moves = self.moves
         if moves is None:
-            return self._am_log_density(w_x, w_y) - state.whitening.log_det
-        return self._mixture(moves.family.at(w_y).log_density(w_x), w_x, w_y)
+            return self._with_independence(self._am_log_density(w_x, w_y) - state.whitening.log_det, w_x)
+        return self._with_independence(self._mixture(moves.family.at(w_y).log_density(w_x), w_x, w_y), w_x)
