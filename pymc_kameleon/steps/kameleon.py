@@ -394,8 +394,10 @@ class KameleonMetropolis(AdaptiveStep):
             move = result.move
             exact_logp = target.current_exact_logp
             population = self._population_states() if self.tune else None
+            proposal_logp = math.nan if result.evaluation is None else result.evaluation.logp
             draw = TuningDraw(
-                result.state, result.accept_prob, move.component, y, move.x, exact_logp, None, population
+                result.state, result.accept_prob, move.component, y, move.x, exact_logp, None, population,
+                proposal_logp,
             )
             window = chain.adaptation.window
             adapted = chain.adaptation.adapt(draw, self.rng)

@@ -264,7 +264,7 @@ def run_chains(log_density, make_adaptation, x0, chains=4, tune=3000, draws=5000
                 x, lx = move.x, ly
                 prop.accept(move)
             if t < tune:
-                feed(adaptation, x, p, rng, move.component, start=start, proposal=move.x)
+                feed(adaptation, x, p, rng, move.component, start=start, proposal=move.x, proposal_log_density=ly)
                 if end_tuning and t == tune - 1:
                     adaptation.end_tuning(rng)
             else:

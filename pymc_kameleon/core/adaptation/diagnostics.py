@@ -10,13 +10,43 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
 __all__ = [
+    "pareto_tail_index",
     "TuningReport",
     "gradient_spread",
     "log_density_climb",
     "whitened_drift",
 ]
+
+
+def pareto_tail_index(log_weights) -> float:
+    r"""Pareto :math:`\hat k` of importance weights: the shape of a generalised Pareto fitted to their tail.
+
+    The largest :math:`M = \min(0.2 S, 3\sqrt S)` of :math:`S` weights :math:`w_s` (as in Pareto
+    smoothed importance sampling, Vehtari et al. 2024) exceed the next one, :math:`u`; SciPy's
+    maximum-likelihood fit of :math:`w - u \sim \mathrm{GPD}(k, \sigma)` gives :math:`\hat k`.
+    :math:`\hat k > 0.7` says the weights' tail is too heavy for the proposal to stand in for the
+    target; :math:`\hat k \ge 1`, that their mean is infinite. NaN with fewer than 25 finite weights.
+
+    Parameters
+    ----------
+    log_weights : array of shape (S,)
+        :math:`\log w_s = \log \pi(x_s) - \log q(x_s)` up to a constant, :math:`x_s \sim q`.
+    """
+    lw = np.sort(np.asarray(log_weights, dtype=float))
+    lw = lw[np.isfinite(lw)]
+    n = lw.size
+    m = int(min(0.2 * n, 3.0 * math.sqrt(n)))
+    if n < 25 or m < 5:
+        return math.nan
+    top = lw[-1]
+    exceedances = np.exp(lw[-m:] - top) - math.exp(lw[-m - 1] - top)
+    if not exceedances.max() > 0:
+        return math.nan
+    shape, _, _ = stats.genpareto.fit(exceedances / exceedances.max(), floc=0)
+    return float(shape)
 
 
 def whitened_drift(W) -> float:

@@ -26,7 +26,9 @@ windowed warm-up:
    :data:`INDEPENDENCE_PROBE` while it is measured, :math:`\iota_{max}` in the next window when it
    moved the chain further than the walk did in the last one, by the expected squared jump distance
    in whitened units, :math:`\overline{\min(1, \alpha)\, \lVert w_x - w_y \rVert^2}` (Pasarica and
-   Gelman 2010). At the end of tuning it keeps :math:`\iota_{max}` if it won the last window, and
+   Gelman 2010), and the Pareto :math:`\hat k` of its draws' importance weights :math:`\pi / t_\nu` is
+   at most :data:`INDEPENDENCE_MAX_KHAT` (above it the Student-t misses a region the target holds,
+   such as a funnel's neck, where a chain that enters sticks). At the end of tuning it keeps :math:`\iota_{max}` if it won the last window, and
    is dropped (:math:`\iota = 0`) otherwise.
 
 After tuning everything is frozen, so the chain is an exact Metropolis-Hastings chain.
@@ -44,6 +46,7 @@ from pymc_kameleon.core.adaptation.diagnostics import (
     TuningReport,
     gradient_spread,
     log_density_climb,
+    pareto_tail_index,
     whitened_drift,
 )
 from pymc_kameleon.core.adaptation.scales import RobbinsMonro
@@ -52,14 +55,19 @@ from pymc_kameleon.core.adaptation.state import ScaleFreeState, TuningDraw
 from pymc_kameleon.core.adaptation.whitening import Whitening
 from pymc_kameleon.core.adaptation.windows import AdaptationWindow
 from pymc_kameleon.core.kameleon.family import check_subsample_size, fit_proposal, matched_nu2
+from pymc_kameleon.core.kameleon.scale_free import INDEPENDENCE_DF
+from pymc_kameleon.core.proposals import student_t_log_density
 from pymc_kameleon.core.linalg import SingularCovarianceError
 
-__all__ = ["INDEPENDENCE_PROBE", "UNCOVERED_LIMIT", "ScaleFreeAdaptation"]
+__all__ = ["INDEPENDENCE_MAX_KHAT", "INDEPENDENCE_PROBE", "UNCOVERED_LIMIT", "ScaleFreeAdaptation"]
 
 #: Weight of the independence component while tuning measures whether it pays.
 INDEPENDENCE_PROBE = 0.1
 # Fewer moves than this of either kind in a window leave the independence weight as it was.
 _MIN_JUMPS = 20
+#: Pareto k-hat of the independent draws' importance weights above which the component is not used:
+#: the Student-t misses a region the target holds (a funnel's neck), where a chain would stick.
+INDEPENDENCE_MAX_KHAT = 0.7
 
 # More than this fraction of the last tuning states beyond 3 bandwidths of every point of Z is
 # reported at the end of tuning, and means that nu^2 was tuned where the kernel term vanished.
@@ -156,6 +164,7 @@ class ScaleFreeAdaptation:
         self.independence_weight = float(independence_weight)
         # Per window: [sum of min(1, alpha) |w_x - w_y|^2, moves] of the independence component, then the walk.
         self._jumps = np.zeros((2, 2))
+        self._log_weights = []  # the window's independent draws: log pi - log t_nu (whitened)
         scan_steps = scan_steps_for(d) if scan_steps is None else int(scan_steps)
         self.state = ScaleFreeState(
             dim=d,
@@ -250,16 +259,22 @@ class ScaleFreeAdaptation:
         r"""Add the move's expected squared jump, :math:`\min(1, \alpha) \lVert w_x - w_y \rVert^2`."""
         if not math.isfinite(accept_prob) or draw.start is None:
             return
-        step = solve_triangular(self.state.chol, draw.proposal - draw.start, lower=True, check_finite=False)
-        row = self._jumps[0 if draw.component == "independence" else 1]
-        row += (min(accept_prob, 1.0) * float(step @ step), 1.0)
+        state = self.state
+        step = solve_triangular(state.chol, draw.proposal - draw.start, lower=True, check_finite=False)
+        independent = draw.component == "independence"
+        self._jumps[0 if independent else 1] += (min(accept_prob, 1.0) * float(step @ step), 1.0)
+        if independent:
+            w = state.whiten(draw.proposal)
+            self._log_weights.append(draw.proposal_log_density - student_t_log_density(w, INDEPENDENCE_DF))
 
     def _independence_wins(self) -> bool | None:
-        """Whether the window's independent draws jumped further on average than its walk moves
-        (None with fewer than ``_MIN_JUMPS`` of either)."""
+        """Whether the window's independent draws jumped further on average than its walk moves, with
+        importance weights whose tail is light enough (None with fewer than ``_MIN_JUMPS`` of either)."""
         (ind_sum, ind_n), (walk_sum, walk_n) = self._jumps
         if min(ind_n, walk_n) < _MIN_JUMPS:
             return None
+        if not pareto_tail_index(self._log_weights) <= INDEPENDENCE_MAX_KHAT:
+            return False  # NaN too: weights that cannot be judged (infinite, or too few finite)
         return ind_sum / ind_n > walk_sum / walk_n
 
     def _next_independence_weight(self, after_scan: bool) -> None:
@@ -273,6 +288,7 @@ class ScaleFreeAdaptation:
         elif state.independence_weight <= 0.0:
             state.independence_weight = INDEPENDENCE_PROBE
         self._jumps[:] = 0.0
+        self._log_weights.clear()
 
     def _freeze_independence(self) -> None:
         """At the end of tuning: keep the component at full weight if it won the last window, else drop it."""

@@ -58,6 +58,9 @@ class TuningDraw(NamedTuple):
         Pooled tuning: every chain's state at the start of the step, this chain's among them; the
         adaptation window records these rows instead of ``state``
         (:meth:`~pymc_kameleon.core.adaptation.windows.AdaptationWindow.record`).
+    proposal_log_density : float
+        The target's log density at ``proposal`` (NaN if not evaluated): the importance weights of
+        the independence component's draws, whose tail decides whether it is kept.
     """
 
     state: np.ndarray
@@ -68,6 +71,7 @@ class TuningDraw(NamedTuple):
     log_density: float = math.nan
     gradient: np.ndarray | None = None
     population: np.ndarray | None = None
+    proposal_log_density: float = math.nan
 
 
 @dataclass(eq=False)
