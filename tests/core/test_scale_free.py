@@ -264,6 +264,9 @@ def run_chains(log_density, make_adaptation, x0, chains=4, tune=3000, draws=5000
                 x, lx = move.x, ly
                 prop.accept(move)
             if t < tune:
+                if adaptation.probe_due(rng):
+                    point = prop.independent_point(rng)
+                    adaptation.record_probe(x, lx, point, log_density(point))
                 feed(adaptation, x, p, rng, move.component, start=start, proposal=move.x, proposal_log_density=ly)
                 if end_tuning and t == tune - 1:
                     adaptation.end_tuning(rng)
@@ -862,13 +865,38 @@ def test_independence_weight_is_kept_where_it_jumps_further_and_dropped_where_no
     assert _tuned_iota(lambda x: float(np.sum(-x - np.exp(-x))), 20) == [0.0, 0.0]
 
 
-def test_independence_is_probed_from_the_first_window_after_the_scan():
-    """The scan proposes no independent draws; the windows after it do, at the probe weight at least."""
+def test_independence_is_probed_without_moving_from_the_first_window_after_the_scan():
+    """No probes in the scan; after it about INDEPENDENCE_PROBE of the steps probe, and
+    the proposal draws no independent moves until a window says they pay."""
     adaptation = ScaleFreeAdaptation(2, None, first_window=50, independence_weight=0.5)
     rng = np.random.default_rng(0)
+    probes = []
+    for _ in range(adaptation.state.scan_steps):
+        probes.append(adaptation.probe_due(rng))
+        _tune_gaussian(adaptation, 1, rng)
+    assert not any(probes)
     assert adaptation.state.independence_weight == 0.0
-    _tune_gaussian(adaptation, adaptation.state.scan_steps, rng)
-    assert adaptation.state.independence_weight == INDEPENDENCE_PROBE
+    due = [adaptation.probe_due(rng) for _ in range(4000)]
+    assert abs(np.mean(due) - INDEPENDENCE_PROBE) < 0.02
+    assert adaptation.state.independence_weight == 0.0
+    assert not ScaleFreeAdaptation(2, None).probe_due(rng)  # without the component: no uniform drawn
+
+
+def test_a_probe_records_the_independence_samplers_jump_and_weight():
+    """record_probe adds min(1, w(x') / w(y)) |w_x' - w_y|^2 with w = pi / t_10, written out here."""
+    adaptation = ScaleFreeAdaptation(2, None, independence_weight=0.5)
+    state = adaptation.state
+    state.whitening = Whitening.from_moments(M, C)
+    y, x = np.array([0.5, -1.5]), np.array([2.0, -1.0])
+    t = multivariate_t(np.zeros(2), np.eye(2), df=INDEPENDENCE_DF)
+    w_y, w_x = state.whiten(y), state.whiten(x)
+    lw_y, lw_x = -1.0 - t.logpdf(w_y), -3.0 - t.logpdf(w_x)
+    adaptation.record_probe(y, -1.0, x, -3.0)
+    expected = min(1.0, math.exp(lw_x - lw_y)) * float((w_x - w_y) @ (w_x - w_y))
+    assert adaptation._jumps[0] == pytest.approx([expected, 1.0], rel=1e-10)
+    assert adaptation._log_weights == [pytest.approx(lw_x, rel=1e-10)]
+    adaptation.record_probe(y, -1.0, x, -math.inf)  # outside the support: no jump
+    assert adaptation._jumps[0] == pytest.approx([expected, 2.0], rel=1e-10)
 
 
 @pytest.mark.parametrize("bad", [-0.1, 1.0, 1.5])

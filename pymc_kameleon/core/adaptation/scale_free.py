@@ -21,15 +21,19 @@ windowed warm-up:
    :math:`1 / \overline{(\partial_i \log\pi)^2}`.
 3. At every step, :math:`\log\lambda` (on AM moves) and :math:`\log\nu^2` (on Kameleon moves)
    follow Robbins-Monro toward the target acceptance rate.
-4. With ``independence_weight`` :math:`\iota_{max} > 0`, from the first window after the scan the
-   proposal draws a share of its moves independently from :math:`t_\nu(m, C)`: the probe weight
-   :data:`INDEPENDENCE_PROBE` while it is measured, :math:`\iota_{max}` in the next window when it
-   moved the chain further than the walk did in the last one, by the expected squared jump distance
-   in whitened units, :math:`\overline{\min(1, \alpha)\, \lVert w_x - w_y \rVert^2}` (Pasarica and
-   Gelman 2010), and the Pareto :math:`\hat k` of its draws' importance weights :math:`\pi / t_\nu` is
-   at most :data:`INDEPENDENCE_MAX_KHAT` (above it the Student-t misses a region the target holds,
-   such as a funnel's neck, where a chain that enters sticks). At the end of tuning it keeps :math:`\iota_{max}` if it won the last window, and
-   is dropped (:math:`\iota = 0`) otherwise.
+4. With ``independence_weight`` :math:`\iota_{max} > 0`, the proposal may draw a share
+   :math:`\iota_{max}` of its moves independently from the Student-t :math:`t_\nu(m, C)`. It is
+   *measured before it is used*: from the first window after the scan, while it is off, a share
+   :data:`INDEPENDENCE_PROBE` of the tuning steps also evaluates the target at one such draw
+   :math:`x'` without moving (:meth:`ScaleFreeAdaptation.probe_due`, :meth:`~ScaleFreeAdaptation.record_probe`),
+   so a component that does not suit the target never moves the chain. It is on for the next window
+   when, in this one, (a) its draws would have moved the chain further than the walk's moves did, by
+   the expected squared jump distance in whitened units,
+   :math:`\overline{\min(1, \alpha)\, \lVert w_{x'} - w_y \rVert^2}` (Pasarica and Gelman 2010), and
+   (b) the Pareto :math:`\hat k` of its draws' importance weights :math:`\pi / t_\nu` is at most
+   :data:`INDEPENDENCE_MAX_KHAT` (above it the Student-t misses a region the target holds, such as a
+   funnel's neck, where a chain that enters sticks). While on, its own moves are measured. After
+   tuning it stays on if it won the last window.
 
 After tuning everything is frozen, so the chain is an exact Metropolis-Hastings chain.
 """
@@ -61,7 +65,8 @@ from pymc_kameleon.core.linalg import SingularCovarianceError
 
 __all__ = ["INDEPENDENCE_MAX_KHAT", "INDEPENDENCE_PROBE", "UNCOVERED_LIMIT", "ScaleFreeAdaptation"]
 
-#: Weight of the independence component while tuning measures whether it pays.
+#: Share of the tuning steps that evaluate the target at an independent draw (without moving) while
+#: the independence component is off, to measure whether it would pay.
 INDEPENDENCE_PROBE = 0.1
 # Fewer moves than this of either kind in a window leave the independence weight as it was.
 _MIN_JUMPS = 20
@@ -264,12 +269,39 @@ class ScaleFreeAdaptation:
         independent = draw.component == "independence"
         self._jumps[0 if independent else 1] += (min(accept_prob, 1.0) * float(step @ step), 1.0)
         if independent:
-            w = state.whiten(draw.proposal)
-            self._log_weights.append(draw.proposal_log_density - student_t_log_density(w, INDEPENDENCE_DF))
+            self._log_weights.append(draw.proposal_log_density - self._log_t(state.whiten(draw.proposal)))
+
+    @staticmethod
+    def _log_t(w) -> float:
+        return student_t_log_density(w, INDEPENDENCE_DF)
+
+    def probe_due(self, rng) -> bool:
+        """Whether this tuning step should also evaluate the target at an independent draw
+        (:meth:`record_probe`): with probability :data:`INDEPENDENCE_PROBE` while the component is
+        off, from the first window after the scan (no uniform is drawn without the component)."""
+        state = self.state
+        if self.independence_weight <= 0.0 or state.phase == "scan" or self._windows.index < 1:
+            return False
+        return state.independence_weight <= 0.0 and rng.random() < INDEPENDENCE_PROBE
+
+    def record_probe(self, start, start_log_density: float, point, point_log_density: float) -> None:
+        r"""An independent draw ``point`` from :math:`t_\nu(m, C)`, evaluated but not proposed: its
+        importance weight, and the jump it would have made from ``start``,
+        :math:`\min(1, w(x') / w(y)) \lVert w_{x'} - w_y \rVert^2` with :math:`w = \pi / t_\nu`
+        (the independence sampler's acceptance probability)."""
+        state = self.state
+        w_x, w_y = state.whiten(point), state.whiten(start)
+        log_weight = point_log_density - self._log_t(w_x)
+        log_ratio = log_weight - (start_log_density - self._log_t(w_y))
+        accept = math.exp(min(log_ratio, 0.0)) if math.isfinite(log_weight) and log_ratio == log_ratio else 0.0
+        d = w_x - w_y
+        self._jumps[0] += (accept * float(d @ d), 1.0)
+        self._log_weights.append(log_weight)
 
     def _independence_wins(self) -> bool | None:
-        """Whether the window's independent draws jumped further on average than its walk moves, with
-        importance weights whose tail is light enough (None with fewer than ``_MIN_JUMPS`` of either)."""
+        """Whether the window's independent draws jumped (or would have jumped) further on average than
+        its walk moves, with importance weights whose tail is light enough (None with fewer than
+        ``_MIN_JUMPS`` of either)."""
         (ind_sum, ind_n), (walk_sum, walk_n) = self._jumps
         if min(ind_n, walk_n) < _MIN_JUMPS:
             return None
@@ -278,27 +310,23 @@ class ScaleFreeAdaptation:
         return ind_sum / ind_n > walk_sum / walk_n
 
     def _next_independence_weight(self, after_scan: bool) -> None:
-        """At a window end: the weight for the next window, from this window's jumps."""
+        """At a window end: the component on or off for the next window, from this window's jumps."""
         if self.independence_weight <= 0.0:
             return
-        state = self.state
         wins = None if after_scan else self._independence_wins()
         if wins is not None:
-            state.independence_weight = self.independence_weight if wins else INDEPENDENCE_PROBE
-        elif state.independence_weight <= 0.0:
-            state.independence_weight = INDEPENDENCE_PROBE
+            self.state.independence_weight = self.independence_weight if wins else 0.0
         self._jumps[:] = 0.0
         self._log_weights.clear()
 
     def _freeze_independence(self) -> None:
-        """At the end of tuning: keep the component at full weight if it won the last window, else drop it."""
+        """At the end of tuning: the component stays on if it won the window tuning ended in (or, with
+        too few moves there to tell, the last window that could)."""
         if self.independence_weight <= 0.0:
             return
-        state = self.state
         wins = self._independence_wins()
-        if wins is None:
-            wins = state.independence_weight == self.independence_weight
-        state.independence_weight = self.independence_weight if wins else 0.0
+        if wins is not None:
+            self.state.independence_weight = self.independence_weight if wins else 0.0
 
     def _end_partial_window(self, rng) -> bool:
         r"""End the window that tuning ended in, if it holds at least half the previous one's draws.

@@ -158,6 +158,11 @@ class ScaleFreeProposal(Proposal):
         cache = moves.cache_entry(w_x, at_x, rkhs_x)
         return Move(x, log_q_forward, log_q_reverse, cache, at_y.jitter, component)
 
+    def independent_point(self, rng) -> np.ndarray:
+        r"""A draw from the independence component, :math:`m + L w`, :math:`w \sim t_\nu(0, I)`, in the
+        model's coordinates (what tuning evaluates to measure the component before using it)."""
+        return self.state.to_model(self._independent_draw(rng))
+
     def _independent_draw(self, rng) -> np.ndarray:
         r""":math:`w \sim t_\nu(0, I)` in whitened coordinates."""
         eps = rng.standard_normal(self.state.dim)
