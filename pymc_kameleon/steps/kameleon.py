@@ -402,7 +402,8 @@ class KameleonMetropolis(AdaptiveStep):
             window = chain.adaptation.window
             if self.tune and chain.adaptation.probe_due(self.rng):
                 point = chain.proposal.independent_point(self.rng)
-                chain.adaptation.record_probe(result.state, target.current_logp, point, target.evaluate(point).logp)
+                point_logp = target.evaluate(point).logp
+                chain.adaptation.record_probe(result.state, target.current_logp, point, point_logp)
             adapted = chain.adaptation.adapt(draw, self.rng)
             jump = self._rescue(exact_logp, population, chain.adaptation, window, self.rng)
             if jump is not None:

@@ -267,7 +267,8 @@ def run_chains(log_density, make_adaptation, x0, chains=4, tune=3000, draws=5000
                 if adaptation.probe_due(rng):
                     point = prop.independent_point(rng)
                     adaptation.record_probe(x, lx, point, log_density(point))
-                feed(adaptation, x, p, rng, move.component, start=start, proposal=move.x, proposal_log_density=ly)
+                feed(adaptation, x, p, rng, move.component, start=start, proposal=move.x,
+                     proposal_log_density=ly)
                 if end_tuning and t == tune - 1:
                     adaptation.end_tuning(rng)
             else:
@@ -829,7 +830,8 @@ def _independence_z_scores(proposal_class, seed=0):
     for j in range(3):
         centred_sq = (X[..., j] - X[..., j].mean()) ** 2
         sd = math.sqrt(centred_sq.mean())
-        scores += [abs(X[..., j].mean()) / ess_mcse(X[..., j]), abs(sd - 2.0) / (ess_mcse(centred_sq) / (2 * sd))]
+        mcse_sd = ess_mcse(centred_sq) / (2 * sd)
+        scores += [abs(X[..., j].mean()) / ess_mcse(X[..., j]), abs(sd - 2.0) / mcse_sd]
     return np.array(scores), [a.state.independence_weight for a in adaptations]
 
 
@@ -851,8 +853,9 @@ def test_independence_invariance_negative_control():
 
 def _tuned_iota(log_density, dim, seed=1):
     adaptations = []
-    run_chains(log_density, lambda: ScaleFreeAdaptation(dim, None, independence_weight=0.5), np.zeros(dim),
-               chains=2, tune=2000, draws=1, seed=seed, am_weight=1.0, end_tuning=True, adaptations=adaptations)
+    run_chains(log_density, lambda: ScaleFreeAdaptation(dim, None, independence_weight=0.5),
+               np.zeros(dim), chains=2, tune=2000, draws=1, seed=seed, am_weight=1.0, end_tuning=True,
+               adaptations=adaptations)
     return [a.state.independence_weight for a in adaptations]
 
 

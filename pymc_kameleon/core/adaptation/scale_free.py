@@ -25,10 +25,11 @@ windowed warm-up:
    :math:`\iota_{max}` of its moves independently from the Student-t :math:`t_\nu(m, C)`. It is
    *measured before it is used*: from the first window after the scan, while it is off, a share
    :data:`INDEPENDENCE_PROBE` of the tuning steps also evaluates the target at one such draw
-   :math:`x'` without moving (:meth:`ScaleFreeAdaptation.probe_due`, :meth:`~ScaleFreeAdaptation.record_probe`),
-   so a component that does not suit the target never moves the chain. It is on for the next window
-   when, in this one, (a) its draws would have moved the chain further than the walk's moves did, by
-   the expected squared jump distance in whitened units,
+   :math:`x'` without moving (:meth:`ScaleFreeAdaptation.probe_due`,
+   :meth:`~ScaleFreeAdaptation.record_probe`), so a component that does not suit the target never
+   moves the chain. It is on for the next window when, in this one, (a) its draws would have moved
+   the chain further than the walk's moves did, by the expected squared jump distance in whitened
+   units,
    :math:`\overline{\min(1, \alpha)\, \lVert w_{x'} - w_y \rVert^2}` (Pasarica and Gelman 2010), and
    (b) the Pareto :math:`\hat k` of its draws' importance weights :math:`\pi / t_\nu` is at most
    :data:`INDEPENDENCE_MAX_KHAT` (above it the Student-t misses a region the target holds, such as a
@@ -60,8 +61,8 @@ from pymc_kameleon.core.adaptation.whitening import Whitening
 from pymc_kameleon.core.adaptation.windows import AdaptationWindow
 from pymc_kameleon.core.kameleon.family import check_subsample_size, fit_proposal, matched_nu2
 from pymc_kameleon.core.kameleon.scale_free import INDEPENDENCE_DF
-from pymc_kameleon.core.proposals import student_t_log_density
 from pymc_kameleon.core.linalg import SingularCovarianceError
+from pymc_kameleon.core.proposals import student_t_log_density
 
 __all__ = ["INDEPENDENCE_MAX_KHAT", "INDEPENDENCE_PROBE", "UNCOVERED_LIMIT", "ScaleFreeAdaptation"]
 
@@ -167,7 +168,7 @@ class ScaleFreeAdaptation:
         self.first_window = max(int(first_window), 2)
         self.kameleon_after = int(kameleon_after)
         self.independence_weight = float(independence_weight)
-        # Per window: [sum of min(1, alpha) |w_x - w_y|^2, moves] of the independence component, then the walk.
+        # Per window: [sum of min(1, alpha) |w_x - w_y|^2, moves], independent draws then walk moves.
         self._jumps = np.zeros((2, 2))
         self._log_weights = []  # the window's independent draws: log pi - log t_nu (whitened)
         scan_steps = scan_steps_for(d) if scan_steps is None else int(scan_steps)
@@ -293,7 +294,8 @@ class ScaleFreeAdaptation:
         w_x, w_y = state.whiten(point), state.whiten(start)
         log_weight = point_log_density - self._log_t(w_x)
         log_ratio = log_weight - (start_log_density - self._log_t(w_y))
-        accept = math.exp(min(log_ratio, 0.0)) if math.isfinite(log_weight) and log_ratio == log_ratio else 0.0
+        finite = math.isfinite(log_weight) and not math.isnan(log_ratio)
+        accept = math.exp(min(log_ratio, 0.0)) if finite else 0.0
         d = w_x - w_y
         self._jumps[0] += (accept * float(d @ d), 1.0)
         self._log_weights.append(log_weight)
