@@ -153,9 +153,10 @@ FAR = {"b": np.array([40.0, -3.0, 30.0])}
 # The cases recorded at ff86cb7 ran each chain's tuning alone: "per_chain" since pooled tuning became
 # the default. The pooled cases below were recorded when it came in.
 # The Kameleon cases were recorded before the Kameleon component waited for long tuning (kameleon_after,
-# decision record 0037): they keep kameleon_after=0, which must reproduce them bit for bit.
-KAMH = partial(pk.KameleonMetropolis, tuning="per_chain", kameleon_after=0)
-KAMH_POOLED = partial(pk.KameleonMetropolis, kameleon_after=0)
+# decision record 0037) and before the independence component (0038): they keep kameleon_after=0 and
+# independence_weight=0, which must reproduce them bit for bit.
+KAMH = partial(pk.KameleonMetropolis, tuning="per_chain", kameleon_after=0, independence_weight=0)
+KAMH_POOLED = partial(pk.KameleonMetropolis, kameleon_after=0, independence_weight=0)
 GPDA_MH = partial(pk.GPDelayedAcceptanceMH, tuning="per_chain")
 GPDA_MALA = partial(pk.GPDelayedAcceptanceMALA, tuning="per_chain")
 

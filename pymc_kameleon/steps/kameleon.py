@@ -243,7 +243,7 @@ class KameleonMetropolis(AdaptiveStep):
         target_accept: float = 0.234,
         am_weight: float = 0.1,
         kameleon_after: int = KAMELEON_AFTER,
-        independence_weight: float = 0.0,
+        independence_weight: float = 0.5,
         adaptation: str = "freeze",
         tuning: str = "pooled",
         start: str = "search",
