@@ -36,13 +36,17 @@ def test_samples_with_defaults_and_reports_stats():
     stats = idata.sample_stats
     declared = KameleonMetropolis.stats_dtypes_shapes
     for name in [
-        "accept", "accepted", "scaling", "nu2", "bandwidth", "tune", "gamma", "kameleon", "logp_evals"
+        "accept", "accepted", "scaling", "nu2", "bandwidth", "tune", "gamma", "kameleon", "independence",
+        "logp_evals",
     ]:
         assert name in declared, name
         # PyMC consumes `tune` itself to split warm-up from posterior draws.
         assert name == "tune" or name in stats, name
-    # The Kameleon component draws 90% of the moves after tuning, the AM fallback the rest.
-    assert 0.85 < stats["kameleon"].values.mean() < 0.95
+    # Of the moves the independence component leaves, the Kameleon component draws 90% after tuning,
+    # the AM fallback the rest.
+    walk = ~stats["independence"].values
+    assert walk.any() and not (stats["kameleon"].values & ~walk).any()
+    assert 0.85 < stats["kameleon"].values[walk].mean() < 0.95
     assert (stats["logp_evals"].values == 1).all()  # the current log density is cached
     for name in ("scaling", "nu2", "bandwidth"):
         assert np.isfinite(stats[name].values).all(), name
@@ -210,7 +214,8 @@ def test_every_kernel_samples(kernel):
             step=KameleonMetropolis(kernel=kernel, n_subsample=200, kameleon_after=0),
             draws=200, tune=800, chains=1, random_seed=11, **SAMPLE_KW,
         )
-    assert idata.sample_stats["kameleon"].values.mean() > 0.8
+    walk = ~idata.sample_stats["independence"].values  # the moves the independence component leaves
+    assert idata.sample_stats["kameleon"].values[walk].mean() > 0.8
     assert 0.02 < idata.sample_stats["accepted"].values.mean() < 0.9
 
 
@@ -289,7 +294,9 @@ def test_a_chain_stuck_after_tuning_warns(step_name, broken, monkeypatch):
         warnings.simplefilter("always")
         x = pm.Normal("x", 0, 1, shape=2)
         pm.Normal("y", x, 1.0, observed=np.zeros(2))
-        idata = pm.sample(step=getattr(pymc_kameleon, step_name)(), tune=900, draws=600, chains=1,
+        # Without the independence component, whose draws ignore the blown-up scales.
+        options = {"independence_weight": 0} if step_name == "KameleonMetropolis" else {}
+        idata = pm.sample(step=getattr(pymc_kameleon, step_name)(**options), tune=900, draws=600, chains=1,
                           random_seed=3, **SAMPLE_KW)
     stuck = [str(w.message) for w in caught if "proposals in a row" in str(w.message)]
     assert len(stuck) == (1 if broken else 0), stuck
@@ -326,3 +333,49 @@ def test_with_default_options_short_tuning_runs_the_am_walk_alone():
 def test_kameleon_after_must_be_a_non_negative_integer(bad):
     with banana_model(), pytest.raises(ValueError, match="kameleon_after"):
         KameleonMetropolis(kameleon_after=bad)
+
+
+def _regression():
+    model = pm.Model()
+    with model:
+        x = np.linspace(-1.0, 1.0, 30)
+        a = pm.Normal("a", 0, 10)
+        b = pm.Normal("b", 0, 10)
+        y = 1.0 + 2.0 * x + 0.5 * np.random.default_rng(0).normal(size=30)
+        pm.Normal("y", a + b * x, 0.5, observed=y)
+    return model
+
+
+def test_the_independence_component_is_measured_in_tuning_and_used_where_it_pays():
+    """On a Gaussian posterior: tuning evaluates probes (steps with 2 evaluations, counted), then the
+    component draws about half the moves, and the draws are one evaluation per step. With
+    independence_weight=0 there are no independent moves."""
+    with _regression():
+        step = KameleonMetropolis()
+        idata = pm.sample(step=step, tune=1500, draws=600, chains=2, random_seed=5,
+                          discard_tuned_samples=False, **SAMPLE_KW)
+    warm, stats = idata.warmup_sample_stats, idata.sample_stats
+    assert (warm["logp_evals"].values[:, 1:] == 2).any()  # probes, counted
+    assert (stats["logp_evals"].values == 1).all()
+    assert 0.4 < stats["independence"].values.mean() < 0.6
+    iotas = [p._chain.adaptation.state.independence_weight for p in step._population_steps.values()]
+    assert iotas == [0.5, 0.5]
+    with _regression():
+        idata = pm.sample(step=KameleonMetropolis(independence_weight=0), tune=1500, draws=600, chains=2,
+                          random_seed=5, discard_tuned_samples=False, **SAMPLE_KW)
+    assert not idata.sample_stats["independence"].values.any()
+    assert not idata.warmup_sample_stats["independence"].values.any()
+
+
+def test_pseudo_marginal_models_keep_the_independence_component_off():
+    from pymc_kameleon.testing import latent_gaussian_model
+
+    with latent_gaussian_model():
+        step = KameleonMetropolis()
+    assert step.scale_free_adaptation.independence_weight == 0.0
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.0, "half"])
+def test_independence_weight_is_checked(bad):
+    with _regression(), pytest.raises((ValueError, TypeError), match="independence_weight"):
+        KameleonMetropolis(independence_weight=bad)
