@@ -102,8 +102,8 @@ EXTRA_SAMPLERS = {
     "KameleonMetropolis-linear": Sampler(partial(KameleonMetropolis, kernel="linear")),
     # The Adaptive Metropolis walk alone (am_weight=1: no Kameleon component).
     "KameleonMetropolis-am": Sampler(partial(KameleonMetropolis, am_weight=1.0)),
-    # With the independence component (t_10 draws from the learned mean and covariance) at weight 0.5.
-    "KameleonMetropolis-independence": Sampler(partial(KameleonMetropolis, independence_weight=0.5)),
+    # Without the independence component (the default before decision record 0038).
+    "KameleonMetropolis-without-independence": Sampler(partial(KameleonMetropolis, independence_weight=0)),
     "GPDelayedAcceptanceMH-kameleon": Sampler(
         partial(GPDelayedAcceptanceMH, proposal="kameleon"), needs_likelihood=True
     ),

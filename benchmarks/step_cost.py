@@ -41,7 +41,10 @@ one_blas_thread()  # before NumPy is imported
 
 import numpy as np  # noqa: E402
 
-SAMPLERS = ("KAMH", "GP-DA-MH", "GP-DA-MALA", "Metropolis", "DEMetropolisZ", "Slice", "KAMH-mixture")
+SAMPLERS = (
+    "KAMH", "GP-DA-MH", "GP-DA-MALA", "Metropolis", "DEMetropolisZ", "Slice", "KAMH-mixture",
+    "KAMH-without-independence",
+)
 REFERENCE = "DEMetropolisZ"
 DERIVED_COSTS_MS = (0.1, 1.0, 10.0)
 
@@ -165,6 +168,8 @@ def make_step(name: str):
         "Slice": pm.Slice,
         # The Kameleon mixture from the first window on (by default it joins after 10 000 tuning steps).
         "KAMH-mixture": partial(pk.KameleonMetropolis, kameleon_after=0),
+        # Without the independence component (the default before decision record 0038).
+        "KAMH-without-independence": partial(pk.KameleonMetropolis, independence_weight=0),
     }
     return makers[name]()
 

@@ -51,6 +51,7 @@ Adding a proposal means writing one small class with :meth:`~Proposal.propose` (
 
 from __future__ import annotations
 
+import functools
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -290,12 +291,12 @@ def student_t_log_density(w, df: float) -> float:
     """
     w = np.asarray(w, dtype=float)
     d = w.shape[-1]
-    return (
-        math.lgamma(0.5 * (df + d))
-        - math.lgamma(0.5 * df)
-        - 0.5 * d * math.log(df * math.pi)
-        - 0.5 * (df + d) * math.log1p(float(w @ w) / df)
-    )
+    return _student_t_log_norm(float(df), d) - 0.5 * (df + d) * math.log1p(float(w @ w) / df)
+
+
+@functools.lru_cache(maxsize=64)
+def _student_t_log_norm(df: float, d: int) -> float:
+    return math.lgamma(0.5 * (df + d)) - math.lgamma(0.5 * df) - 0.5 * d * math.log(df * math.pi)
 
 
 @runtime_checkable

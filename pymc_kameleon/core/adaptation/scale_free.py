@@ -61,7 +61,7 @@ from pymc_kameleon.core.adaptation.whitening import Whitening
 from pymc_kameleon.core.adaptation.windows import AdaptationWindow
 from pymc_kameleon.core.kameleon.family import check_subsample_size, fit_proposal, matched_nu2
 from pymc_kameleon.core.kameleon.scale_free import INDEPENDENCE_DF
-from pymc_kameleon.core.linalg import SingularCovarianceError
+from pymc_kameleon.core.linalg import SingularCovarianceError, solve_lower
 from pymc_kameleon.core.proposals import student_t_log_density
 
 __all__ = ["INDEPENDENCE_MAX_KHAT", "INDEPENDENCE_PROBE", "UNCOVERED_LIMIT", "ScaleFreeAdaptation"]
@@ -266,7 +266,7 @@ class ScaleFreeAdaptation:
         if not math.isfinite(accept_prob) or draw.start is None:
             return
         state = self.state
-        step = solve_triangular(state.chol, draw.proposal - draw.start, lower=True, check_finite=False)
+        step = solve_lower(state.chol, draw.proposal - draw.start)  # BLAS dtrsv: a statistic, not a draw
         independent = draw.component == "independence"
         self._jumps[0 if independent else 1] += (min(accept_prob, 1.0) * float(step @ step), 1.0)
         if independent:

@@ -136,10 +136,9 @@ class ScaleFreeProposal(Proposal):
             x = state.to_model(w_x)
             if iota <= 0.0:
                 return Move(x, component=component)
-            log_det = state.whitening.log_det
-            log_q_forward = self._with_independence(self._am_log_density(w_x, w_y) - log_det, w_x)
-            log_q_reverse = self._with_independence(self._am_log_density(w_y, w_x) - log_det, w_y)
-            return Move(x, log_q_forward, log_q_reverse, component=component)
+            log_walk = self._am_log_density(w_x, w_y) - state.whitening.log_det  # symmetric: both ways
+            return Move(x, self._with_independence(log_walk, w_x), self._with_independence(log_walk, w_y),
+                        component=component)
         at_y = moves.at_current(w_y)
         if independent:
             component, w_x = "independence", self._independent_draw(rng)
@@ -175,7 +174,12 @@ class ScaleFreeProposal(Proposal):
         if iota <= 0.0:
             return log_walk
         log_t = student_t_log_density(w_to, INDEPENDENCE_DF) - self.state.whitening.log_det
-        return float(mixture_log_density(log_walk, log_t, iota))
+        # mixture_log_density's arithmetic on Python floats: NumPy's scalar overhead is most of a step's.
+        a, b = math.log1p(-iota) + log_walk, math.log(iota) + log_t
+        top = max(a, b)
+        if top == -math.inf:
+            return -math.inf
+        return top + math.log(math.exp(a - top) + math.exp(b - top))
 
     def _mixture(self, log_kameleon, w_to, w_from) -> float:
         """Log mixture density in model coordinates (the Jacobian :math:`-\\log|L|` included)."""
