@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["check_kameleon_options", "check_number", "check_probability"]
+__all__ = ["check_independence_weight", "check_kameleon_options", "check_number", "check_probability"]
 
 
 def check_number(name, value, *, integer=False, minimum=None, strict=True):
@@ -28,6 +28,13 @@ def check_probability(name, value):
     ok = isinstance(value, (int, float, np.number)) and not isinstance(value, (bool, np.bool_))
     if not (ok and 0.0 < value < 1.0):
         raise ValueError(f"{name} must be in (0, 1), got {value!r}.")
+
+
+def check_independence_weight(value):
+    """Raise a ValueError naming ``independence_weight`` unless it is a number in [0, 1)."""
+    check_number("independence_weight", value, minimum=0, strict=False)
+    if value >= 1:
+        raise ValueError(f"independence_weight must be in [0, 1), got {value!r}.")
 
 
 def check_kameleon_options(bandwidth, gamma, n_subsample):

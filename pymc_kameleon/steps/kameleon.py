@@ -22,7 +22,12 @@ from pymc_kameleon.core.kameleon.scale_free import ScaleFreeProposal
 from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
 from pymc_kameleon.core.linalg import SingularCovarianceError
 from pymc_kameleon.core.mh import metropolis_hastings_step
-from pymc_kameleon.core.validation import check_kameleon_options, check_number, check_probability
+from pymc_kameleon.core.validation import (
+    check_independence_weight,
+    check_kameleon_options,
+    check_number,
+    check_probability,
+)
 from pymc_kameleon.steps.base import AdaptiveStep, ChainState, continuous_value_vars, coordinate_names
 from pymc_kameleon.steps.population import TUNINGS, PooledTuning
 from pymc_kameleon.steps.reporting import warn_after_tuning
@@ -286,9 +291,7 @@ class KameleonMetropolis(AdaptiveStep):
         check_number("am_weight", am_weight, minimum=0, strict=False)
         if am_weight > 1:
             raise ValueError(f"am_weight must be in [0, 1], got {am_weight!r}.")
-        check_number("independence_weight", independence_weight, minimum=0, strict=False)
-        if independence_weight >= 1:
-            raise ValueError(f"independence_weight must be in [0, 1), got {independence_weight!r}.")
+        check_independence_weight(independence_weight)
         if adaptation not in _ADAPTATIONS:
             raise ValueError(f"adaptation must be one of {_ADAPTATIONS}, got {adaptation!r}.")
         if tuning not in TUNINGS:

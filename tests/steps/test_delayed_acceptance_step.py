@@ -608,6 +608,9 @@ BANANA = lambda: banana(dim=2, b=0.5, v=2.0)  # noqa: E731
         ("mala-poor-banana", BANANA, lambda: GPDelayedAcceptanceMALA(**POOR), None),
         ("kameleon-poor-banana", BANANA,
          lambda: GPDelayedAcceptanceMH(proposal="kameleon", n_subsample=200, **POOR), None),
+        ("mh-independence-gauss", GAUSS, lambda: GPDelayedAcceptanceMH(independence_weight=0.5), 3.0),
+        ("mh-independence-poor-banana", BANANA,
+         lambda: GPDelayedAcceptanceMH(independence_weight=0.5, **POOR), None),
     ],
 )
 def test_invariance_on_known_targets(name, target, factory, prior_sd):
@@ -765,3 +768,40 @@ def test_tuning_that_ends_in_a_walking_pause_says_so():
     with pytest.warns(UserWarning, match=expected):
         step.stop_tuning()
     assert not step.gp_schedule.warm  # screens after tuning
+
+
+def test_the_independence_component_screened_by_the_gp():
+    """independence_weight=0.5 on a Gaussian posterior: tuning probes exactly (the GP learns from them),
+    the component ends on in every chain and draws about half the moves, each screened by the GP;
+    with the default 0 there are none."""
+    rng = np.random.default_rng(0)
+    x = np.linspace(-1.0, 1.0, 30)
+    y = 1.0 + 2.0 * x + 0.5 * rng.normal(size=30)
+
+    def run(**options):
+        with pm.Model():
+            a = pm.Normal("a", 0, 10)
+            b = pm.Normal("b", 0, 10)
+            pm.Normal("y", a + b * x, 0.5, observed=y)
+            step = GPDelayedAcceptanceMH(**options)
+            idata = pm.sample(step=step, tune=1500, draws=1000, chains=2, cores=1, random_seed=4, **SAMPLE_KW)
+        return step, idata.sample_stats
+
+    step, stats = run(independence_weight=0.5)
+    iotas = [p._chain.kernel.adaptation.state.independence_weight for p in step._population_steps.values()]
+    assert iotas == [0.5, 0.5]
+    share = stats["independence"].values.mean()
+    assert 0.4 < share < 0.6, share
+    independent = stats["independence"].values
+    assert stats["screened"].values[independent].all()  # screened like any other move
+    _, stats = run()
+    assert not stats["independence"].values.any()
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.0])
+def test_independence_weight_is_checked(bad):
+    with pm.Model():
+        x = pm.Normal("x", 0, 1)
+        pm.Normal("y", x, 1, observed=[0.0])
+        with pytest.raises(ValueError, match="independence_weight"):
+            GPDelayedAcceptanceMH(independence_weight=bad)

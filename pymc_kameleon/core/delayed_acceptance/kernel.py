@@ -221,9 +221,11 @@ class DelayedAcceptanceKernel:
             self.schedule.add(result.proposed, evaluation.loglik, evaluation.grad_exact_loglik, tune=tune)
             refit = self._after_exact_evaluation(rng, tune)
         if tune:
+            evaluation = result.evaluation
             draw = TuningDraw(
                 result.state, result.adapt_prob, result.component, current, result.proposed,
                 log_density, gradient, population,
+                math.nan if evaluation is None else evaluation.logp,
             )
             refit = self._adapt(draw, rng) or refit
             if result.screened:

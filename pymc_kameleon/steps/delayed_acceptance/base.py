@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import math
 import warnings
 from dataclasses import dataclass
 
@@ -92,6 +93,8 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         "gp_refit": (bool, []),
         # The share of steps with an exact evaluation over about the last 100 (the progress bar shows it).
         "recent_exact_share": (np.float64, []),
+        # Whether the independence component drew this move (GPDelayedAcceptanceMH's independence_weight).
+        "independence": (bool, []),
     }
     _progressbar_config = staticmethod(delayed_acceptance_progressbar_config)
     _make_progressbar_update_functions = staticmethod(delayed_acceptance_progressbar_update_functions)
@@ -372,6 +375,14 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         # to an unbiased estimate of the acceptance probability of plain MH on the exact target.
         population = self._population_states() if self.tune else None
         window = kernel.adaptation.window
+        if self.tune and kernel.adaptation.probe_due(self.rng):
+            # The independence component is measured before it is used (ScaleFreeAdaptation.record_probe);
+            # the exact evaluation is counted, and the GP learns from it.
+            point = kernel.proposal.independent_point(self.rng)
+            probe = target.evaluate(point)
+            if math.isfinite(probe.loglik):
+                kernel.schedule.add(point, probe.loglik, probe.grad_exact_loglik, tune=True)
+            kernel.adaptation.record_probe(result.state, target.current_logp, point, probe.logp)
         refit = kernel.learn(
             current, result, self.rng, tune=self.tune,
             log_density=target.current_exact_logp,  # without estimates, as for KameleonMetropolis
@@ -393,6 +404,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
             "gp_sd": result.gp_sd,
             "gp_points": kernel.gp.n_points,
             "screened": result.screened,
+            "independence": result.component == "independence",
             "gp_refit": bool(result.refit or refit),
             "tune": self.tune,
             "scaling": kernel.adaptation.state.am_scale.value,

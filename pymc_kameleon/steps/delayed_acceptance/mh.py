@@ -12,7 +12,7 @@ from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
 from pymc_kameleon.core.delayed_acceptance.kernel import DelayedAcceptanceMH
 from pymc_kameleon.core.kameleon.kernels import make_kernel
 from pymc_kameleon.core.kameleon.scale_free import ScaleFreeProposal
-from pymc_kameleon.core.validation import check_kameleon_options
+from pymc_kameleon.core.validation import check_independence_weight, check_kameleon_options
 from pymc_kameleon.steps.delayed_acceptance.base import GPDelayedAcceptanceStep
 from pymc_kameleon.steps.population import PooledTuning
 
@@ -113,6 +113,16 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
         likelihood, the chain is still exact, but the likelihood moves with them and the GP's
         values go stale, so the chain can stall; the step warns at construction and names them.
     proposal : {"random_walk", "kameleon"}, default "random_walk"
+    independence_weight : float, default 0
+        Weight :math:`\iota` of independent draws from the Student-t :math:`t_{10}(m, C)` fitted to the
+        chain, added to the base proposal where tuning measured that they pay, as in
+        :class:`~pymc_kameleon.KameleonMetropolis` (decision record 0038): while it is off, a tenth of
+        the tuning steps evaluate the likelihood exactly at one such draw without moving (the GP
+        learns from it too; counted in ``logp_evals``), and it is on only if its draws jump further
+        than the walk's and their importance weights have Pareto :math:`\hat k \le 0.7`. Its moves
+        are screened by the GP like any other. On the lynx-hare ODE (4 x (3000 + 6000), one seed)
+        0.5 gave min ESS 2755 against 616 at 0.51 exact evaluations per iteration against 0.36:
+        3.2 times the ESS per exact evaluation. Off with a pseudo-marginal term.
     target_accept : float, default 0.234
         Target acceptance rate of the scale adaptation (for plain MH on the exact target, see
         *Adaptation signal*).
@@ -245,9 +255,12 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
         bandwidth="median",
         n_subsample=1000,
         gamma="auto",
+        independence_weight=0.0,
         **options,
     ):
         self._check_option_names(options)
+        check_independence_weight(independence_weight)
+        self.independence_weight = float(independence_weight)
         if proposal not in _PROPOSALS:
             raise ValueError(f"proposal must be one of {_PROPOSALS}, got {proposal!r}.")
         self.proposal = proposal
@@ -271,13 +284,20 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
 
     def _new_adaptation(self) -> ScaleFreeAdaptation:
         if self.proposal != "kameleon":
-            return super()._new_adaptation()
+            return super()._new_adaptation(None, independence_weight=self._independence_weight_in_use)
         return super()._new_adaptation(
             self._kernel_template,
             bandwidth=self.bandwidth_spec,
             gamma=self.gamma_spec,
             n_subsample=self.n_subsample,
+            independence_weight=self._independence_weight_in_use,
         )
+
+    @property
+    def _independence_weight_in_use(self) -> float:
+        # Off with a pseudo-marginal term, as in KameleonMetropolis: the estimates' noise would pass for
+        # the importance weights' tail.
+        return 0.0 if self._target.has_estimates else self.independence_weight
 
     def _extra_stats(self) -> dict:
         nu2 = self.scale_free_adaptation.state.nu2
