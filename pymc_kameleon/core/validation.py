@@ -31,10 +31,13 @@ def check_probability(name, value):
 
 
 def check_independence_weight(value):
-    """Raise a ValueError naming ``independence_weight`` unless it is a number in [0, 1)."""
-    check_number("independence_weight", value, minimum=0, strict=False)
-    if value >= 1:
-        raise ValueError(f"independence_weight must be in [0, 1), got {value!r}.")
+    """Raise a ValueError naming ``independence_weight`` unless it is a number in [0, 1) (1 would leave
+    no walk: an independence sampler alone sticks wherever the Student-t underweights the posterior)."""
+    ok = isinstance(value, (int, float, np.number)) and not isinstance(value, (bool, np.bool_))
+    if not (ok and 0.0 <= value < 1.0):
+        raise ValueError(
+            f"independence_weight must be a number in [0, 1) (0: no independent draws), got {value!r}."
+        )
 
 
 def check_kameleon_options(bandwidth, gamma, n_subsample):

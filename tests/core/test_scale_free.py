@@ -906,3 +906,16 @@ def test_a_probe_records_the_independence_samplers_jump_and_weight():
 def test_independence_weight_must_be_a_probability_below_one(bad):
     with pytest.raises(ValueError, match="independence_weight"):
         ScaleFreeAdaptation(2, None, independence_weight=bad)
+
+
+def test_every_verdict_on_the_independence_component_is_recorded():
+    """``independence_decisions`` holds each window's figures; the last one is what tuning ended with."""
+    adaptations = []
+    run_chains(lambda x: -0.5 * float(x @ x), lambda: ScaleFreeAdaptation(2, None, independence_weight=0.5),
+               np.zeros(2), chains=1, tune=2000, draws=1, seed=1, am_weight=1.0, end_tuning=True,
+               adaptations=adaptations)
+    decisions = adaptations[0].independence_decisions
+    assert len(decisions) >= 2
+    last = decisions[-1]
+    assert last.on and last.khat <= 0.7 and last.independent_jump > last.walk_jump and last.draws >= 20
+    assert [d.tune_step for d in decisions] == sorted(d.tune_step for d in decisions)

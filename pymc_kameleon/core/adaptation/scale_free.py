@@ -42,6 +42,7 @@ After tuning everything is frozen, so the chain is an exact Metropolis-Hastings 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 from scipy.linalg import solve_triangular
@@ -64,7 +65,13 @@ from pymc_kameleon.core.kameleon.scale_free import INDEPENDENCE_DF
 from pymc_kameleon.core.linalg import SingularCovarianceError, solve_lower
 from pymc_kameleon.core.proposals import student_t_log_density
 
-__all__ = ["INDEPENDENCE_MAX_KHAT", "INDEPENDENCE_PROBE", "UNCOVERED_LIMIT", "ScaleFreeAdaptation"]
+__all__ = [
+    "INDEPENDENCE_MAX_KHAT",
+    "INDEPENDENCE_PROBE",
+    "UNCOVERED_LIMIT",
+    "IndependenceDecision",
+    "ScaleFreeAdaptation",
+]
 
 #: Share of the tuning steps that evaluate the target at an independent draw (without moving) while
 #: the independence component is off, to measure whether it would pay.
@@ -78,6 +85,32 @@ INDEPENDENCE_MAX_KHAT = 0.7
 # More than this fraction of the last tuning states beyond 3 bandwidths of every point of Z is
 # reported at the end of tuning, and means that nu^2 was tuned where the kernel term vanished.
 UNCOVERED_LIMIT = 0.1
+
+
+class IndependenceDecision(NamedTuple):
+    """One window's verdict on the independence component (``ScaleFreeAdaptation.independence_decisions``).
+
+    Attributes
+    ----------
+    tune_step : int
+        The tuning step at which the window ended (or tuning did).
+    independent_jump, walk_jump : float
+        Mean expected squared jump (whitened) of the window's independent draws (probes or moves)
+        and of its walk moves.
+    khat : float
+        Pareto :math:`\hat k` of the independent draws' importance weights (NaN: too few finite).
+    draws : int
+        Independent draws (probes or moves) in the window.
+    on : bool
+        Whether the component is on after the verdict.
+    """
+
+    tune_step: int
+    independent_jump: float
+    walk_jump: float
+    khat: float
+    draws: int
+    on: bool
 
 
 def _bounded_update(rm: RobbinsMonro, signal: float) -> None:
@@ -171,6 +204,8 @@ class ScaleFreeAdaptation:
         # Per window: [sum of min(1, alpha) |w_x - w_y|^2, moves], independent draws then walk moves.
         self._jumps = np.zeros((2, 2))
         self._log_weights = []  # the window's independent draws: log pi - log t_nu (whitened)
+        #: Every window's verdict on the independence component (IndependenceDecision), in order.
+        self.independence_decisions = []
         scan_steps = scan_steps_for(d) if scan_steps is None else int(scan_steps)
         self.state = ScaleFreeState(
             dim=d,
@@ -303,13 +338,18 @@ class ScaleFreeAdaptation:
     def _independence_wins(self) -> bool | None:
         """Whether the window's independent draws jumped (or would have jumped) further on average than
         its walk moves, with importance weights whose tail is light enough (None with fewer than
-        ``_MIN_JUMPS`` of either)."""
+        ``_MIN_JUMPS`` of either). A verdict is recorded in ``independence_decisions``."""
         (ind_sum, ind_n), (walk_sum, walk_n) = self._jumps
         if min(ind_n, walk_n) < _MIN_JUMPS:
             return None
-        if not pareto_tail_index(self._log_weights) <= INDEPENDENCE_MAX_KHAT:
-            return False  # NaN too: weights that cannot be judged (infinite, or too few finite)
-        return ind_sum / ind_n > walk_sum / walk_n
+        khat = pareto_tail_index(self._log_weights)
+        independent_jump, walk_jump = ind_sum / ind_n, walk_sum / walk_n
+        # NaN k-hat too fails: weights that cannot be judged (infinite, or too few finite).
+        wins = bool(khat <= INDEPENDENCE_MAX_KHAT and independent_jump > walk_jump)
+        self.independence_decisions.append(
+            IndependenceDecision(self.state.tune_steps, independent_jump, walk_jump, khat, int(ind_n), wins)
+        )
+        return wins
 
     def _next_independence_weight(self, after_scan: bool) -> None:
         """At a window end: the component on or off for the next window, from this window's jumps."""
