@@ -108,6 +108,10 @@ EXTRA_SAMPLERS = {
         partial(GPDelayedAcceptanceMH, proposal="kameleon"), needs_likelihood=True
     ),
     "GPDelayedAcceptanceMALA": Sampler(GPDelayedAcceptanceMALA, needs_gradient=True, needs_likelihood=True),
+    # GP-DA MH with the independence component of decision 0038 (off by default there).
+    "GPDelayedAcceptanceMH-independence": Sampler(
+        partial(GPDelayedAcceptanceMH, independence_weight=0.5), needs_likelihood=True
+    ),
     # PyMC's population sampler (chains >= 3: it proposes from other chains' differences).
     "DEMetropolis": Sampler(pm.DEMetropolis),
     # Tuning pooled across chains (our default since issue 43: pm.sample runs the chains as a
