@@ -10,7 +10,8 @@ from scipy.stats import multivariate_normal, multivariate_t
 
 from pymc_kameleon.core.adaptation.covariance import shrunk_covariance
 from pymc_kameleon.core.adaptation.diagnostics import TuningReport
-from pymc_kameleon.core.adaptation.scale_free import INDEPENDENCE_PROBE, ScaleFreeAdaptation
+from pymc_kameleon.core.adaptation.independence import INDEPENDENCE_PROBE
+from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
 from pymc_kameleon.core.adaptation.scales import RobbinsMonro
 from pymc_kameleon.core.adaptation.state import TuningDraw
 from pymc_kameleon.core.adaptation.whitening import Whitening
@@ -896,10 +897,10 @@ def test_a_probe_records_the_independence_samplers_jump_and_weight():
     lw_y, lw_x = -1.0 - t.logpdf(w_y), -3.0 - t.logpdf(w_x)
     adaptation.record_probe(y, -1.0, x, -3.0)
     expected = min(1.0, math.exp(lw_x - lw_y)) * float((w_x - w_y) @ (w_x - w_y))
-    assert adaptation._jumps[0] == pytest.approx([expected, 1.0], rel=1e-10)
-    assert adaptation._log_weights == [pytest.approx(lw_x, rel=1e-10)]
+    assert adaptation.independence._jumps[0] == pytest.approx([expected, 1.0], rel=1e-10)
+    assert adaptation.independence._log_weights == [pytest.approx(lw_x, rel=1e-10)]
     adaptation.record_probe(y, -1.0, x, -math.inf)  # outside the support: no jump
-    assert adaptation._jumps[0] == pytest.approx([expected, 2.0], rel=1e-10)
+    assert adaptation.independence._jumps[0] == pytest.approx([expected, 2.0], rel=1e-10)
 
 
 @pytest.mark.parametrize("bad", [-0.1, 1.0, 1.5])

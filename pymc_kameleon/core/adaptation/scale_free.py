@@ -22,19 +22,11 @@ windowed warm-up:
 3. At every step, :math:`\log\lambda` (on AM moves) and :math:`\log\nu^2` (on Kameleon moves)
    follow Robbins-Monro toward the target acceptance rate.
 4. With ``independence_weight`` :math:`\iota_{max} > 0`, the proposal may draw a share
-   :math:`\iota_{max}` of its moves independently from the Student-t :math:`t_\nu(m, C)`. It is
-   *measured before it is used*: from the first window after the scan, while it is off, a share
-   :data:`INDEPENDENCE_PROBE` of the tuning steps also evaluates the target at one such draw
-   :math:`x'` without moving (:meth:`ScaleFreeAdaptation.probe_due`,
-   :meth:`~ScaleFreeAdaptation.record_probe`), so a component that does not suit the target never
-   moves the chain. It is on for the next window when, in this one, (a) its draws would have moved
-   the chain further than the walk's moves did, by the expected squared jump distance in whitened
-   units,
-   :math:`\overline{\min(1, \alpha)\, \lVert w_{x'} - w_y \rVert^2}` (Pasarica and Gelman 2010), and
-   (b) the Pareto :math:`\hat k` of its draws' importance weights :math:`\pi / t_\nu` is at most
-   :data:`INDEPENDENCE_MAX_KHAT` (above it the Student-t misses a region the target holds, such as a
-   funnel's neck, where a chain that enters sticks). While on, its own moves are measured. After
-   tuning it stays on if it won the last window.
+   :math:`\iota_{max}` of its moves independently from the Student-t :math:`t_\nu(m, C)`, on in a
+   window only where the last one measured that it pays
+   (:class:`~pymc_kameleon.core.adaptation.independence.IndependenceTuning`: probes while it is off,
+   expected squared jumps against the walk's, and the Pareto :math:`\hat k` of its importance
+   weights).
 
 After tuning everything is frozen, so the chain is an exact Metropolis-Hastings chain.
 """
@@ -42,7 +34,6 @@ After tuning everything is frozen, so the chain is an exact Metropolis-Hastings 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import numpy as np
 from scipy.linalg import solve_triangular
@@ -52,65 +43,22 @@ from pymc_kameleon.core.adaptation.diagnostics import (
     TuningReport,
     gradient_spread,
     log_density_climb,
-    pareto_tail_index,
     whitened_drift,
 )
+from pymc_kameleon.core.adaptation.independence import IndependenceTuning
 from pymc_kameleon.core.adaptation.scales import RobbinsMonro
 from pymc_kameleon.core.adaptation.scan import MAX_LOG_STEP, CoordinateScan, scan_steps_for
 from pymc_kameleon.core.adaptation.state import ScaleFreeState, TuningDraw
 from pymc_kameleon.core.adaptation.whitening import Whitening
 from pymc_kameleon.core.adaptation.windows import AdaptationWindow
 from pymc_kameleon.core.kameleon.family import check_subsample_size, fit_proposal, matched_nu2
-from pymc_kameleon.core.kameleon.scale_free import INDEPENDENCE_DF
-from pymc_kameleon.core.linalg import SingularCovarianceError, solve_lower
-from pymc_kameleon.core.proposals import student_t_log_density
+from pymc_kameleon.core.linalg import SingularCovarianceError
 
-__all__ = [
-    "INDEPENDENCE_MAX_KHAT",
-    "INDEPENDENCE_PROBE",
-    "UNCOVERED_LIMIT",
-    "IndependenceDecision",
-    "ScaleFreeAdaptation",
-]
-
-#: Share of the tuning steps that evaluate the target at an independent draw (without moving) while
-#: the independence component is off, to measure whether it would pay.
-INDEPENDENCE_PROBE = 0.1
-# Fewer moves than this of either kind in a window leave the independence weight as it was.
-_MIN_JUMPS = 20
-#: Pareto k-hat of the independent draws' importance weights above which the component is not used:
-#: the Student-t misses a region the target holds (a funnel's neck), where a chain would stick.
-INDEPENDENCE_MAX_KHAT = 0.7
+__all__ = ["UNCOVERED_LIMIT", "ScaleFreeAdaptation"]
 
 # More than this fraction of the last tuning states beyond 3 bandwidths of every point of Z is
 # reported at the end of tuning, and means that nu^2 was tuned where the kernel term vanished.
 UNCOVERED_LIMIT = 0.1
-
-
-class IndependenceDecision(NamedTuple):
-    """One window's verdict on the independence component (``ScaleFreeAdaptation.independence_decisions``).
-
-    Attributes
-    ----------
-    tune_step : int
-        The tuning step at which the window ended (or tuning did).
-    independent_jump, walk_jump : float
-        Mean expected squared jump (whitened) of the window's independent draws (probes or moves)
-        and of its walk moves.
-    khat : float
-        Pareto :math:`\hat k` of the independent draws' importance weights (NaN: too few finite).
-    draws : int
-        Independent draws (probes or moves) in the window.
-    on : bool
-        Whether the component is on after the verdict.
-    """
-
-    tune_step: int
-    independent_jump: float
-    walk_jump: float
-    khat: float
-    draws: int
-    on: bool
 
 
 def _bounded_update(rm: RobbinsMonro, signal: float) -> None:
@@ -186,8 +134,6 @@ class ScaleFreeAdaptation:
         independence_weight: float = 0.0,
     ):
         d = int(dim)
-        if not 0.0 <= independence_weight < 1.0:
-            raise ValueError(f"independence_weight must be in [0, 1), got {independence_weight!r}.")
         if kernel is not None:
             check_subsample_size(n_subsample, d)
         self.dim = d
@@ -200,12 +146,7 @@ class ScaleFreeAdaptation:
         self.learning_rate = float(learning_rate)
         self.first_window = max(int(first_window), 2)
         self.kameleon_after = int(kameleon_after)
-        self.independence_weight = float(independence_weight)
-        # Per window: [sum of min(1, alpha) |w_x - w_y|^2, moves], independent draws then walk moves.
-        self._jumps = np.zeros((2, 2))
-        self._log_weights = []  # the window's independent draws: log pi - log t_nu (whitened)
-        #: Every window's verdict on the independence component (IndependenceDecision), in order.
-        self.independence_decisions = []
+        self.independence = IndependenceTuning(independence_weight)
         scan_steps = scan_steps_for(d) if scan_steps is None else int(scan_steps)
         self.state = ScaleFreeState(
             dim=d,
@@ -261,8 +202,8 @@ class ScaleFreeAdaptation:
         accept_prob = float(draw.accept_prob)
         state.tune_steps += 1
         self._windows.record(draw.state, accept_prob, draw.log_density, draw.gradient, draw.population)
-        if self.independence_weight > 0.0 and draw.component != "scan" and draw.proposal is not None:
-            self._record_jump(draw, accept_prob)
+        if self.independence.enabled and draw.component != "scan" and draw.proposal is not None:
+            self.independence.record_move(state, draw, accept_prob)
         if draw.component == "scan":
             state.scan.adapt(accept_prob, draw.start, draw.proposal, draw.state)
         elif draw.component == "kameleon":
@@ -291,84 +232,32 @@ class ScaleFreeAdaptation:
         state = self.state
         if state.phase != "scan":
             changed = end_window and self._end_partial_window(rng)
-            self._freeze_independence()
+            self.independence.freeze(state)
             return changed
         state.scan_steps = state.tune_steps
         return state.tune_steps > 0 and self._end_window(rng)
 
-    def _record_jump(self, draw: TuningDraw, accept_prob: float) -> None:
-        r"""Add the move's expected squared jump, :math:`\min(1, \alpha) \lVert w_x - w_y \rVert^2`."""
-        if not math.isfinite(accept_prob) or draw.start is None:
-            return
-        state = self.state
-        step = solve_lower(state.chol, draw.proposal - draw.start)  # BLAS dtrsv: a statistic, not a draw
-        independent = draw.component == "independence"
-        self._jumps[0 if independent else 1] += (min(accept_prob, 1.0) * float(step @ step), 1.0)
-        if independent:
-            self._log_weights.append(draw.proposal_log_density - self._log_t(state.whiten(draw.proposal)))
-
-    @staticmethod
-    def _log_t(w) -> float:
-        return student_t_log_density(w, INDEPENDENCE_DF)
-
     def probe_due(self, rng) -> bool:
-        """Whether this tuning step should also evaluate the target at an independent draw
-        (:meth:`record_probe`): with probability :data:`INDEPENDENCE_PROBE` while the component is
-        off, from the first window after the scan (no uniform is drawn without the component)."""
-        state = self.state
-        if self.independence_weight <= 0.0 or state.phase == "scan" or self._windows.index < 1:
-            return False
-        return state.independence_weight <= 0.0 and rng.random() < INDEPENDENCE_PROBE
+        """Whether this tuning step should also evaluate the target at an independent draw and pass it to
+        :meth:`record_probe`
+        (:meth:`~pymc_kameleon.core.adaptation.independence.IndependenceTuning.probe_due`)."""
+        return self.independence.probe_due(self.state, self._windows.index, rng)
 
     def record_probe(self, start, start_log_density: float, point, point_log_density: float) -> None:
-        r"""An independent draw ``point`` from :math:`t_\nu(m, C)`, evaluated but not proposed: its
-        importance weight, and the jump it would have made from ``start``,
-        :math:`\min(1, w(x') / w(y)) \lVert w_{x'} - w_y \rVert^2` with :math:`w = \pi / t_\nu`
-        (the independence sampler's acceptance probability)."""
-        state = self.state
-        w_x, w_y = state.whiten(point), state.whiten(start)
-        log_weight = point_log_density - self._log_t(w_x)
-        log_ratio = log_weight - (start_log_density - self._log_t(w_y))
-        finite = math.isfinite(log_weight) and not math.isnan(log_ratio)
-        accept = math.exp(min(log_ratio, 0.0)) if finite else 0.0
-        d = w_x - w_y
-        self._jumps[0] += (accept * float(d @ d), 1.0)
-        self._log_weights.append(log_weight)
+        """A probe's evaluation
+        (:meth:`~pymc_kameleon.core.adaptation.independence.IndependenceTuning.record_probe`)."""
+        self.independence.record_probe(self.state, start, start_log_density, point, point_log_density)
 
-    def _independence_wins(self) -> bool | None:
-        """Whether the window's independent draws jumped (or would have jumped) further on average than
-        its walk moves, with importance weights whose tail is light enough (None with fewer than
-        ``_MIN_JUMPS`` of either). A verdict is recorded in ``independence_decisions``."""
-        (ind_sum, ind_n), (walk_sum, walk_n) = self._jumps
-        if min(ind_n, walk_n) < _MIN_JUMPS:
-            return None
-        khat = pareto_tail_index(self._log_weights)
-        independent_jump, walk_jump = ind_sum / ind_n, walk_sum / walk_n
-        # NaN k-hat too fails: weights that cannot be judged (infinite, or too few finite).
-        wins = bool(khat <= INDEPENDENCE_MAX_KHAT and independent_jump > walk_jump)
-        self.independence_decisions.append(
-            IndependenceDecision(self.state.tune_steps, independent_jump, walk_jump, khat, int(ind_n), wins)
-        )
-        return wins
+    @property
+    def independence_weight(self) -> float:
+        r""":math:`\iota_{max}`, the independence component's weight when on."""
+        return self.independence.weight
 
-    def _next_independence_weight(self, after_scan: bool) -> None:
-        """At a window end: the component on or off for the next window, from this window's jumps."""
-        if self.independence_weight <= 0.0:
-            return
-        wins = None if after_scan else self._independence_wins()
-        if wins is not None:
-            self.state.independence_weight = self.independence_weight if wins else 0.0
-        self._jumps[:] = 0.0
-        self._log_weights.clear()
-
-    def _freeze_independence(self) -> None:
-        """At the end of tuning: the component stays on if it won the window tuning ended in (or, with
-        too few moves there to tell, the last window that could)."""
-        if self.independence_weight <= 0.0:
-            return
-        wins = self._independence_wins()
-        if wins is not None:
-            self.state.independence_weight = self.independence_weight if wins else 0.0
+    @property
+    def independence_decisions(self) -> list:
+        """Every window's verdict on the independence component
+        (:class:`~pymc_kameleon.core.adaptation.independence.IndependenceDecision`)."""
+        return self.independence.decisions
 
     def _end_partial_window(self, rng) -> bool:
         r"""End the window that tuning ended in, if it holds at least half the previous one's draws.
@@ -479,7 +368,7 @@ class ScaleFreeAdaptation:
                 state.nu2.restart()
         # The next window is twice as long as this one ran: after a window that ended early (the
         # geometry changed) the schedule does not jump ahead to a window longer than the tuning left.
-        self._next_independence_weight(after_scan)
+        self.independence.window_ended(state, after_scan)
         length = len(windows.accept)
         windows.start_next(state.tune_steps + (self.first_window if after_scan else 2 * length))
         return changed
