@@ -74,6 +74,7 @@ __all__ = [
     "crank_nicolson_move",
     "langevin_log_density",
     "mixture_log_density",
+    "standard_t_draw",
     "student_t_log_density",
 ]
 
@@ -245,8 +246,7 @@ class IndependenceProposal(Proposal):
     .. math::
         q(x \mid y) = q(x) = |L|^{-1}\, t_\nu\big(L^{-1}(x - m);\ 0, I\big)
 
-    (:func:`student_t_log_density`). Drawn as :math:`w = \varepsilon / \sqrt{g / \nu}`,
-    :math:`\varepsilon \sim \mathcal N(0, I)`, :math:`g \sim \chi^2_\nu`. Its tails are heavier than
+    (:func:`student_t_log_density`), drawn by :func:`standard_t_draw`. Its tails are heavier than
     a Gaussian's, so a posterior a little wider than :math:`L L^\top` does not leave the chain stuck
     in a tail where :math:`\pi / q` is large.
 
@@ -267,13 +267,20 @@ class IndependenceProposal(Proposal):
         self._log_det = float(np.sum(np.log(np.diag(self.chol))))
 
     def propose(self, y, rng) -> Move:
-        w = rng.standard_normal(self.mean.shape[0]) / math.sqrt(rng.chisquare(self.df) / self.df)
-        x = self.mean + self.chol @ w
+        x = self.mean + self.chol @ standard_t_draw(self.mean.shape[0], self.df, rng)
         return Move(x, self.log_density(x, y), self.log_density(y, x), component="independence")
 
     def log_density(self, x, y) -> float:
         w = np.linalg.solve(self.chol, np.asarray(x, dtype=float) - self.mean)
         return student_t_log_density(w, self.df) - self._log_det
+
+
+def standard_t_draw(dim: int, df: float, rng) -> np.ndarray:
+    r"""A draw of the standard multivariate Student-t :math:`t_\nu(0, I)` in ``dim`` dimensions:
+    :math:`\varepsilon / \sqrt{g / \nu}`, :math:`\varepsilon \sim \mathcal N(0, I)`, then
+    :math:`g \sim \chi^2_\nu` (in that order from ``rng``)."""
+    eps = rng.standard_normal(dim)
+    return eps / math.sqrt(rng.chisquare(df) / df)
 
 
 def student_t_log_density(w, df: float) -> float:

@@ -242,6 +242,26 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         super().__init__(vars, target.shared, blocked=blocked, rng=rng)
         self._reset_chain_state()
 
+    @property
+    def _independence_weight_in_use(self) -> float:
+        """The independence component's weight for a chain's adaptation (``independence_weight``, on the
+        steps that offer it): the user's, but 0 with a pseudo-marginal term, whose estimates' noise would
+        pass for the importance weights' tail (and a lucky kept estimate makes an independence sampler
+        sticky)."""
+        return 0.0 if self._target.has_estimates else self.independence_weight
+
+    def _probe_independence(self, adaptation, proposal, state):
+        """At a tuning step, if the adaptation says one is due: evaluate the target at one independent
+        draw of ``proposal`` without moving, and record it with the chain's ``state``
+        (:meth:`~pymc_kameleon.core.adaptation.scale_free.ScaleFreeAdaptation.record_probe`). The
+        evaluation counts in ``logp_evals``. Returns ``(point, evaluation)``, or None."""
+        if not (self.tune and adaptation.probe_due(self.rng)):
+            return None
+        point = proposal.independent_point(self.rng)
+        evaluation = self._target.evaluate(point)
+        adaptation.record_probe(state, self._target.current_logp, point, evaluation.logp)
+        return point, evaluation
+
     def _search_start(self, y, log_density: float):
         """At the chain's first tuning step with ``start="search"``: move to the start the search finds
         (:mod:`pymc_kameleon.steps.starts`) and return it with its evaluation, or None if the chain

@@ -344,9 +344,7 @@ class KameleonMetropolis(AdaptiveStep):
             first_window=self.adapt_interval,
             history_size=self.history_size,
             kameleon_after=self.kameleon_after,
-            # A pseudo-marginal estimate's noise would pass for the importance weights' tail (and a lucky
-            # kept estimate makes an independence sampler sticky): the component stays off there.
-            independence_weight=0.0 if self._target.has_estimates else self.independence_weight,
+            independence_weight=self._independence_weight_in_use,
         )
 
     def _reset_chain_state(self):
@@ -423,10 +421,7 @@ class KameleonMetropolis(AdaptiveStep):
                 proposal_logp,
             )
             window = chain.adaptation.window
-            if self.tune and chain.adaptation.probe_due(self.rng):
-                point = chain.proposal.independent_point(self.rng)
-                point_logp = target.evaluate(point).logp
-                chain.adaptation.record_probe(result.state, target.current_logp, point, point_logp)
+            self._probe_independence(chain.adaptation, chain.proposal, result.state)
             adapted = chain.adaptation.adapt(draw, self.rng)
             jump = self._rescue(exact_logp, population, chain.adaptation, window, self.rng)
             if jump is not None:

@@ -49,6 +49,7 @@ from pymc_kameleon.core.proposals import (
     Move,
     Proposal,
     mixture_log_density,
+    standard_t_draw,
     student_t_log_density,
 )
 
@@ -164,8 +165,7 @@ class ScaleFreeProposal(Proposal):
 
     def _independent_draw(self, rng) -> np.ndarray:
         r""":math:`w \sim t_\nu(0, I)` in whitened coordinates."""
-        eps = rng.standard_normal(self.state.dim)
-        return eps / math.sqrt(rng.chisquare(INDEPENDENCE_DF) / INDEPENDENCE_DF)
+        return standard_t_draw(self.state.dim, INDEPENDENCE_DF, rng)
 
     def _with_independence(self, log_walk: float, w_to) -> float:
         r""":math:`\log(\iota |L|^{-1} t_\nu(w_{to}) + (1 - \iota) q_{walk})` from :math:`\log q_{walk}`

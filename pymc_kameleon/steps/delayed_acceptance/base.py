@@ -375,14 +375,10 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         # to an unbiased estimate of the acceptance probability of plain MH on the exact target.
         population = self._population_states() if self.tune else None
         window = kernel.adaptation.window
-        if self.tune and kernel.adaptation.probe_due(self.rng):
-            # The independence component is measured before it is used (ScaleFreeAdaptation.record_probe);
-            # the exact evaluation is counted, and the GP learns from it.
-            point = kernel.proposal.independent_point(self.rng)
-            probe = target.evaluate(point)
-            if math.isfinite(probe.loglik):
-                kernel.schedule.add(point, probe.loglik, probe.grad_exact_loglik, tune=True)
-            kernel.adaptation.record_probe(result.state, target.current_logp, point, probe.logp)
+        probe = self._probe_independence(kernel.adaptation, kernel.proposal, result.state)
+        if probe is not None and math.isfinite(probe[1].loglik):  # an exact value: the GP learns it too
+            point, evaluation = probe
+            kernel.schedule.add(point, evaluation.loglik, evaluation.grad_exact_loglik, tune=True)
         refit = kernel.learn(
             current, result, self.rng, tune=self.tune,
             log_density=target.current_exact_logp,  # without estimates, as for KameleonMetropolis

@@ -294,12 +294,6 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
             independence_weight=self._independence_weight_in_use,
         )
 
-    @property
-    def _independence_weight_in_use(self) -> float:
-        # Off with a pseudo-marginal term, as in KameleonMetropolis: the estimates' noise would pass for
-        # the importance weights' tail.
-        return 0.0 if self._target.has_estimates else self.independence_weight
-
     def _extra_stats(self) -> dict:
         nu2 = self.scale_free_adaptation.state.nu2
         return {"nu2": math.nan if nu2 is None else nu2.value}
