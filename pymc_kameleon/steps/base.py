@@ -257,7 +257,7 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         evaluation counts in ``logp_evals``. Returns ``(point, evaluation)``, or None."""
         if not (self.tune and adaptation.probe_due(self.rng)):
             return None
-        point = proposal.independent_point(self.rng)
+        point = proposal.independent_point(self.rng, adaptation.probe_fitted)
         evaluation = self._target.evaluate(point)
         adaptation.record_probe(state, self._target.current_logp, point, evaluation.logp)
         return point, evaluation

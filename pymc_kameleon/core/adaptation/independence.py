@@ -1,22 +1,31 @@
-r"""Tuning's measure of the independence component: is it on, and why (decision record 0038).
+r"""Tuning's measure of the independence component: is it on, with which shape, and why (decision
+records 0038 and 0039).
 
 The tuned proposal (:class:`~pymc_kameleon.core.kameleon.scale_free.ScaleFreeProposal`) may draw a
-share :math:`\iota` of its moves independently from the Student-t :math:`t_\nu(m, C)` with the
-learned mean and covariance. :class:`IndependenceTuning` decides, per chain and per window, whether
-it is on (``ScaleFreeState.independence_weight`` :math:`\in \{0, \iota_{max}\}`). It is *measured
-before it is used*: while it is off, a share :data:`INDEPENDENCE_PROBE` of the tuning steps also
-evaluates the target at one such draw without moving (a *probe*). At each window's end it is on for
-the next window if, in this one,
+share :math:`\iota` of its moves independently from a Student-t :math:`t_\nu`. Its *shape* is the
+learned mean and covariance :math:`m, C`, or, once tuning has evaluated the target at enough points,
+the Gaussian fitted to those log densities (:mod:`~pymc_kameleon.core.adaptation.gaussian_fit`,
+``ScaleFreeState.independence_fit``). :class:`IndependenceTuning` decides, per chain and per window,
+whether the component is on (``ScaleFreeState.independence_weight`` :math:`\in \{0, \iota_{max}\}`)
+and with which shape (``ScaleFreeState.independence_uses_fit``). Each shape is *measured before it is
+used*: while the component is off, a share :data:`INDEPENDENCE_PROBE` of the tuning steps also
+evaluates the target at one draw of a shape without moving (a *probe*; the shapes take turns); while
+it is on, its own moves measure its shape, and probes at the same rate measure the other one. At each
+window's end the component is on for the next window, with the shape that jumped further, if in this
+window that shape's draws
 
-(a) its draws jumped, or would have jumped, further than the walk's moves, by the expected squared
-    jump distance in whitened units, :math:`\overline{\min(1, \alpha)\, \lVert w_x - w_y \rVert^2}`
+(a) jumped, or would have jumped, further than the walk's moves, by the expected squared jump
+    distance in whitened units, :math:`\overline{\min(1, \alpha)\, \lVert w_x - w_y \rVert^2}`
     (Pasarica and Gelman 2010; for a probe :math:`\alpha = \min(1, w(x') / w(y))`, the independence
-    sampler's, with :math:`w = \pi / t_\nu`), and
-(b) the Pareto :math:`\hat k` of its draws' importance weights is at most
-    :data:`INDEPENDENCE_MAX_KHAT` (above it the Student-t misses a region the target holds, such as a
-    funnel's neck, where a chain that enters sticks).
+    sampler's, with :math:`w = \pi / q`), and
+(b) had importance weights whose Pareto :math:`\hat k` is at most :data:`INDEPENDENCE_MAX_KHAT`
+    (above it the Student-t misses a region the target holds, such as a funnel's neck, where a chain
+    that enters sticks).
 
-While on, its own moves are measured. After tuning it stays as the last window left it.
+Both shapes are then re-estimated for the next window (the learned one from the window's draws, the
+fitted one from the latest evaluations). After tuning the component stays as the last window left it.
+Without a fit (above :data:`~pymc_kameleon.core.adaptation.gaussian_fit.FIT_MAX_DIM` dimensions, or
+before there are enough evaluations) only the learned shape is probed, as before 0039.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from typing import NamedTuple
 import numpy as np
 
 from pymc_kameleon.core.adaptation.diagnostics import pareto_tail_index
+from pymc_kameleon.core.adaptation.gaussian_fit import EvaluatedPoints, fit_gaussian
 from pymc_kameleon.core.adaptation.state import ScaleFreeState, TuningDraw
 from pymc_kameleon.core.kameleon.scale_free import INDEPENDENCE_DF
 from pymc_kameleon.core.linalg import solve_lower
@@ -46,8 +56,8 @@ INDEPENDENCE_MAX_KHAT = 0.7
 
 
 class IndependenceDecision(NamedTuple):
-    """One window's verdict on the independence component (:attr:`IndependenceTuning.decisions`, also
-    ``ScaleFreeAdaptation.independence_decisions``).
+    """One window's verdict on one shape of the independence component
+    (:attr:`IndependenceTuning.decisions`, also ``ScaleFreeAdaptation.independence_decisions``).
 
     Attributes
     ----------
@@ -61,7 +71,9 @@ class IndependenceDecision(NamedTuple):
     draws : int
         Independent draws (probes or moves) in the window.
     on : bool
-        Whether the component is on after the verdict.
+        Whether the component is on with this shape after the verdict.
+    fitted : bool
+        Whether this shape is the fitted Gaussian (else the learned :math:`m, C`).
     """
 
     tune_step: int
@@ -70,10 +82,12 @@ class IndependenceDecision(NamedTuple):
     khat: float
     draws: int
     on: bool
+    fitted: bool = False
 
 
 class IndependenceTuning:
-    r"""Whether the independence component is on, measured window by window (module docstring).
+    r"""Whether the independence component is on, and with which shape, measured window by window
+    (module docstring).
 
     Parameters
     ----------
@@ -84,15 +98,19 @@ class IndependenceTuning:
     Attributes
     ----------
     decisions : list of IndependenceDecision
-        Every window's verdict, in order.
+        Every window's verdict on each shape it measured, in order.
     """
 
     def __init__(self, weight: float):
         check_independence_weight(weight)
         self.weight = float(weight)
-        # Per window: [sum of min(1, alpha) |w_x - w_y|^2, moves], independent draws then walk moves.
-        self._jumps = np.zeros((2, 2))
-        self._log_weights = []  # the window's independent draws: log pi - log t_nu (whitened)
+        # Per window: [sum of min(1, alpha) |w_x - w_y|^2, draws] of the learned shape's independent
+        # draws, the fitted shape's, and the walk's moves.
+        self._jumps = np.zeros((3, 2))
+        self._log_weights = ([], [])  # per shape: log pi - log q of its independent draws
+        self._evaluated = None  # EvaluatedPoints, made at the first evaluation
+        self._probes = 0  # probes so far: while off, the shapes take turns
+        self._probe_fitted = False  # the shape of the probe due
         self.decisions = []
 
     @property
@@ -101,72 +119,133 @@ class IndependenceTuning:
         return self.weight > 0.0
 
     def record_move(self, state: ScaleFreeState, draw: TuningDraw, accept_prob: float) -> None:
-        r"""Add a move's expected squared jump, :math:`\min(1, \alpha) \lVert w_x - w_y \rVert^2`, and an
-        independent move's importance weight."""
+        r"""Add a move's expected squared jump, :math:`\min(1, \alpha) \lVert w_x - w_y \rVert^2`, an
+        independent move's importance weight, and the evaluation to those a shape is fitted to."""
         if not math.isfinite(accept_prob) or draw.start is None:
             return
         step = solve_lower(state.chol, draw.proposal - draw.start)  # BLAS dtrsv: a statistic, not a draw
         independent = draw.component == "independence"
-        self._jumps[0 if independent else 1] += (min(accept_prob, 1.0) * float(step @ step), 1.0)
+        row = int(state.independence_uses_fit) if independent else 2
+        self._jumps[row] += (min(accept_prob, 1.0) * float(step @ step), 1.0)
+        self.record_evaluation(draw.proposal, draw.proposal_log_density)
         if independent:
-            self._log_weights.append(draw.proposal_log_density - _log_t(state.whiten(draw.proposal)))
+            fitted = state.independence_uses_fit
+            log_q = _log_q(state, state.whiten(draw.proposal), fitted)
+            self._log_weights[fitted].append(draw.proposal_log_density - log_q)
+
+    def record_evaluation(self, x, log_density: float) -> None:
+        """A point at which tuning evaluated the target, for the fitted shape."""
+        if self._evaluated is None:
+            self._evaluated = EvaluatedPoints(np.shape(x)[0])
+        self._evaluated.add(x, log_density)
 
     def probe_due(self, state: ScaleFreeState, windows_completed: int, rng) -> bool:
-        """Whether this tuning step should also evaluate the target at an independent draw: with
-        probability :data:`INDEPENDENCE_PROBE` while the component is off, from the first window after
-        the scan (no uniform is drawn otherwise)."""
+        """Whether this tuning step should also evaluate the target at an independent draw, of the shape
+        :attr:`probe_fitted`: with probability :data:`INDEPENDENCE_PROBE`, from the first window after
+        the scan, while the component is off (the shapes take turns) or, with a fit, while it is on
+        (the shape it does not use). No uniform is drawn otherwise."""
         if not self.enabled or state.phase == "scan" or windows_completed < 1:
             return False
-        return state.independence_weight <= 0.0 and rng.random() < INDEPENDENCE_PROBE
+        has_fit = state.independence_fit is not None
+        if state.independence_weight > 0.0 and not has_fit:
+            return False
+        if not rng.random() < INDEPENDENCE_PROBE:
+            return False
+        if state.independence_weight > 0.0:
+            self._probe_fitted = not state.independence_uses_fit
+        else:
+            self._probe_fitted = has_fit and self._probes % 2 == 1
+        self._probes += 1
+        return True
+
+    @property
+    def probe_fitted(self) -> bool:
+        """Whether the probe due draws from the fitted shape (else the learned one)."""
+        return self._probe_fitted
 
     def record_probe(self, state: ScaleFreeState, start, start_log_density: float, point,
                      point_log_density: float) -> None:
-        r"""An independent draw ``point`` evaluated but not proposed: its importance weight, and the jump
-        it would have made from ``start``, :math:`\min(1, w(x') / w(y)) \lVert w_{x'} - w_y \rVert^2`
-        with :math:`w = \pi / t_\nu` (the independence sampler's acceptance probability)."""
+        r"""An independent draw ``point`` of the shape :attr:`probe_fitted`, evaluated but not proposed:
+        its importance weight, and the jump it would have made from ``start``,
+        :math:`\min(1, w(x') / w(y)) \lVert w_{x'} - w_y \rVert^2` with :math:`w = \pi / q` (the
+        independence sampler's acceptance probability)."""
+        fitted = self._probe_fitted
         w_x, w_y = state.whiten(point), state.whiten(start)
-        log_weight = point_log_density - _log_t(w_x)
-        log_ratio = log_weight - (start_log_density - _log_t(w_y))
+        self.record_evaluation(point, point_log_density)
+        log_weight = point_log_density - _log_q(state, w_x, fitted)
+        log_ratio = log_weight - (start_log_density - _log_q(state, w_y, fitted))
         finite = math.isfinite(log_weight) and not math.isnan(log_ratio)
         accept = math.exp(min(log_ratio, 0.0)) if finite else 0.0
         d = w_x - w_y
-        self._jumps[0] += (accept * float(d @ d), 1.0)
-        self._log_weights.append(log_weight)
+        self._jumps[int(fitted)] += (accept * float(d @ d), 1.0)
+        self._log_weights[fitted].append(log_weight)
 
-    def verdict(self, tune_step: int) -> bool | None:
-        """Whether the window's independent draws jumped (or would have jumped) further on average than
-        its walk moves, with importance weights whose tail is light enough (None with fewer than
-        ``_MIN_JUMPS`` of either); recorded in :attr:`decisions`."""
-        (ind_sum, ind_n), (walk_sum, walk_n) = self._jumps
-        if min(ind_n, walk_n) < _MIN_JUMPS:
+    def verdict(self, tune_step: int) -> tuple[bool, bool] | None:
+        """``(on, fitted)``: whether some shape's independent draws jumped (or would have jumped) further
+        on average than the window's walk moves, with importance weights whose tail is light enough,
+        and whether the one that jumped furthest of those is the fitted one. None if no shape had
+        ``_MIN_JUMPS`` draws (or the walk too few moves). Each shape judged is recorded in
+        :attr:`decisions`."""
+        walk_sum, walk_n = self._jumps[2]
+        if walk_n < _MIN_JUMPS:
             return None
-        khat = pareto_tail_index(self._log_weights)
-        independent_jump, walk_jump = ind_sum / ind_n, walk_sum / walk_n
-        # NaN k-hat too fails: weights that cannot be judged (infinite, or too few finite).
-        wins = bool(khat <= INDEPENDENCE_MAX_KHAT and independent_jump > walk_jump)
-        decision = IndependenceDecision(tune_step, independent_jump, walk_jump, khat, int(ind_n), wins)
-        self.decisions.append(decision)
-        return wins
+        walk_jump = walk_sum / walk_n
+        judged = []
+        for fitted in (False, True):
+            ind_sum, ind_n = self._jumps[int(fitted)]
+            if ind_n < _MIN_JUMPS:
+                continue
+            khat = pareto_tail_index(self._log_weights[fitted])
+            jump = ind_sum / ind_n
+            # NaN k-hat too fails: weights that cannot be judged (infinite, or too few finite).
+            wins = bool(khat <= INDEPENDENCE_MAX_KHAT and jump > walk_jump)
+            judged.append((wins, jump, fitted, khat, int(ind_n)))
+        if not judged:
+            return None
+        winners = [j for j in judged if j[0]]
+        best = max(winners, key=lambda j: j[1]) if winners else None
+        for _, jump, fitted, khat, n in judged:
+            on = best is not None and fitted == best[2]
+            self.decisions.append(IndependenceDecision(tune_step, jump, walk_jump, khat, n, on, fitted))
+        return (False, False) if best is None else (True, best[2])
 
     def window_ended(self, state: ScaleFreeState, after_scan: bool) -> None:
-        """At a window end: the component on or off for the next window, from this window's jumps."""
+        """At a window end, after the new whitening: the component on or off for the next window, and
+        its shape, from this window's jumps; then the fitted shape in the new whitening."""
         if not self.enabled:
             return
-        wins = None if after_scan else self.verdict(state.tune_steps)
-        if wins is not None:
-            state.independence_weight = self.weight if wins else 0.0
+        if not after_scan:
+            self._apply(state, self.verdict(state.tune_steps))
+        for row in self._log_weights:
+            row.clear()
         self._jumps[:] = 0.0
-        self._log_weights.clear()
+        evaluated = self._evaluated
+        fit = None
+        if evaluated is not None and evaluated.enough:
+            fit = fit_gaussian(state.whiten(evaluated.points), evaluated.values)
+        state.independence_fit = fit
+        if fit is None and state.independence_uses_fit:
+            # The shape that won is gone (no fit now): off, rather than a shape no window measured.
+            state.independence_weight, state.independence_uses_fit = 0.0, False
 
     def freeze(self, state: ScaleFreeState) -> None:
-        """At the end of tuning: the component stays on if it won the window tuning ended in (or, with
-        too few moves there to tell, the last window that could)."""
-        if not self.enabled:
+        """At the end of tuning: the component stays on, with its shape, if that shape won the window
+        tuning ended in (or, with too few draws there to tell, the last window that could)."""
+        if self.enabled:
+            self._apply(state, self.verdict(state.tune_steps))
+
+    def _apply(self, state: ScaleFreeState, verdict) -> None:
+        if verdict is None:
             return
-        wins = self.verdict(state.tune_steps)
-        if wins is not None:
-            state.independence_weight = self.weight if wins else 0.0
+        on, fitted = verdict
+        state.independence_weight = self.weight if on else 0.0
+        state.independence_uses_fit = on and fitted
 
 
 def _log_t(w) -> float:
     return student_t_log_density(w, INDEPENDENCE_DF)
+
+
+def _log_q(state: ScaleFreeState, w, fitted: bool) -> float:
+    """A shape's log density at whitened ``w`` (up to the whitening's Jacobian)."""
+    return state.independence_fit.log_density(w, INDEPENDENCE_DF) if fitted else _log_t(w)

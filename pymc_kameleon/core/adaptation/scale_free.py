@@ -202,8 +202,11 @@ class ScaleFreeAdaptation:
         accept_prob = float(draw.accept_prob)
         state.tune_steps += 1
         self._windows.record(draw.state, accept_prob, draw.log_density, draw.gradient, draw.population)
-        if self.independence.enabled and draw.component != "scan" and draw.proposal is not None:
-            self.independence.record_move(state, draw, accept_prob)
+        if self.independence.enabled and draw.proposal is not None:
+            if draw.component == "scan":  # no jump to compare, but its evaluation is one to fit to
+                self.independence.record_evaluation(draw.proposal, draw.proposal_log_density)
+            else:
+                self.independence.record_move(state, draw, accept_prob)
         if draw.component == "scan":
             state.scan.adapt(accept_prob, draw.start, draw.proposal, draw.state)
         elif draw.component == "kameleon":
@@ -242,6 +245,12 @@ class ScaleFreeAdaptation:
         :meth:`record_probe`
         (:meth:`~pymc_kameleon.core.adaptation.independence.IndependenceTuning.probe_due`)."""
         return self.independence.probe_due(self.state, self._windows.index, rng)
+
+    @property
+    def probe_fitted(self) -> bool:
+        """Whether the probe due draws from the fitted shape
+        (:attr:`~pymc_kameleon.core.adaptation.independence.IndependenceTuning.probe_fitted`)."""
+        return self.independence.probe_fitted
 
     def record_probe(self, start, start_log_density: float, point, point_log_density: float) -> None:
         """A probe's evaluation

@@ -25,8 +25,11 @@ draw from the Student-t fitted to the chain (:math:`\nu =` :data:`INDEPENDENCE_D
 .. math::
     q_\iota(x \mid y) = \iota\, |L|^{-1} t_\nu(w_x) + (1 - \iota)\, q(x \mid y),
 
-and both Hastings terms are again the full mixture's. Where the posterior is close to its fitted
-Student-t, one accepted draw decorrelates the chain, which the walk needs of the order of
+and both Hastings terms are again the full mixture's. Where tuning found a Gaussian fitted to the
+evaluated log densities a better shape (``state.independence_fit``,
+:mod:`~pymc_kameleon.core.adaptation.gaussian_fit`), :math:`w_x = b + A u`, :math:`u \sim t_\nu(0, I)`,
+and :math:`t_\nu(w_x)` above becomes :math:`|A|^{-1} t_\nu(A^{-1}(w_x - b))`. Where the posterior is
+close to its fitted Student-t, one accepted draw decorrelates the chain, which the walk needs of the order of
 :math:`d` accepted steps for.
 
 Before the state has a Kameleon family the proposal is the AM walk alone, and during the
@@ -158,14 +161,19 @@ class ScaleFreeProposal(Proposal):
         cache = moves.cache_entry(w_x, at_x, rkhs_x)
         return Move(x, log_q_forward, log_q_reverse, cache, at_y.jitter, component)
 
-    def independent_point(self, rng) -> np.ndarray:
-        r"""A draw from the independence component, :math:`m + L w`, :math:`w \sim t_\nu(0, I)`, in the
-        model's coordinates (what tuning evaluates to measure the component before using it)."""
-        return self.state.to_model(self._independent_draw(rng))
+    def independent_point(self, rng, fitted: bool | None = None) -> np.ndarray:
+        r"""A draw from the independence component, :math:`m + L w`, :math:`w \sim t_\nu(0, I)`, or from
+        the fitted shape, in the model's coordinates (what tuning evaluates to measure a shape before
+        using it). ``fitted`` chooses the shape (default: the one the component uses)."""
+        return self.state.to_model(self._independent_draw(rng, fitted))
 
-    def _independent_draw(self, rng) -> np.ndarray:
-        r""":math:`w \sim t_\nu(0, I)` in whitened coordinates."""
-        return standard_t_draw(self.state.dim, INDEPENDENCE_DF, rng)
+    def _independent_draw(self, rng, fitted: bool | None = None) -> np.ndarray:
+        r""":math:`w \sim t_\nu(0, I)` in whitened coordinates, or :math:`w = b + A u` with the fitted
+        Gaussian's shape (``state.independence_fit``)."""
+        state = self.state
+        if state.independence_uses_fit if fitted is None else fitted:
+            return state.independence_fit.draw(INDEPENDENCE_DF, rng)
+        return standard_t_draw(state.dim, INDEPENDENCE_DF, rng)
 
     def _with_independence(self, log_walk: float, w_to) -> float:
         r""":math:`\log(\iota |L|^{-1} t_\nu(w_{to}) + (1 - \iota) q_{walk})` from :math:`\log q_{walk}`
@@ -173,7 +181,11 @@ class ScaleFreeProposal(Proposal):
         iota = self.state.independence_weight
         if iota <= 0.0:
             return log_walk
-        log_t = student_t_log_density(w_to, INDEPENDENCE_DF) - self.state.whitening.log_det
+        if not self.state.independence_uses_fit:
+            log_t = student_t_log_density(w_to, INDEPENDENCE_DF) - self.state.whitening.log_det
+        else:
+            fit = self.state.independence_fit
+            log_t = fit.log_density(w_to, INDEPENDENCE_DF) - self.state.whitening.log_det
         # mixture_log_density's arithmetic on Python floats: NumPy's scalar overhead is most of a step's.
         a, b = math.log1p(-iota) + log_walk, math.log(iota) + log_t
         top = max(a, b)

@@ -1,0 +1,181 @@
+r"""A Gaussian fitted to the log densities tuning has evaluated: the independence component's second
+candidate (decision record 0039).
+
+The independence component draws from :math:`t_\nu(m, C)` (:mod:`.independence`). With the learned
+:math:`m, C` of a random walk's windows it fails where the walk mixes too slowly to learn
+:math:`C` (a 17-d regression with strongly correlated slopes: directions 1.5–1.8 times too narrow
+in sd; a 50-d Gaussian: 13 times). Yet every tuning step evaluates the target at a proposal, and a
+posterior close to a Gaussian has a log density close to a quadratic. A least-squares fit of
+
+.. math::
+    \log \pi(x) \approx c + g^\top z - \tfrac12 z^\top H z, \qquad z = L^{-1}(x - m)
+
+(in the learned whitening, where the terms are well scaled) to the last evaluations recovers
+:math:`H` from points that need not be distributed as the posterior: on the 50-d Gaussian it is
+exact, and on the 17-d regression the fitted covariance's eigenvalues relative to the posterior's
+are 0.8–1.2 against 0.2–2.1 for the window's (``benchmarks/results/fitted_gaussian_probe.md``).
+The candidate is :math:`z \sim t_\nu(H^{-1} g, H^{-1})`; a direction without a clear curvature
+keeps the whitening's.
+
+Whether the component uses it, or the learned shape, or neither, is measured by
+:mod:`.independence`: both shapes are probed, and the one whose draws jump further with a light
+enough importance-weight tail wins the window.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from pymc_kameleon.core.linalg import solve_lower
+from pymc_kameleon.core.proposals import standard_t_draw, student_t_log_density
+
+__all__ = [
+    "FIT_MAX_DIM",
+    "EvaluatedPoints",
+    "FittedGaussian",
+    "fit_gaussian",
+    "quadratic_terms",
+]
+
+#: Largest dimension fitted: the least-squares problem has (d + 1)(d + 2) / 2 unknowns and at least
+#: twice as many rows, about 0.5 s at d = 50 on one core, once per window.
+FIT_MAX_DIM = 50
+# Rows per unknown: at least _MIN_ROWS to fit, at most _MAX_ROWS kept (and at least _MIN_CAPACITY).
+_MIN_ROWS, _MAX_ROWS, _MIN_CAPACITY = 1.5, 4, 1000
+# Whitened curvature below which a direction keeps the learned whitening's (variance 100 or more, or
+# negative: the fit says nothing there).
+_MIN_CURVATURE = 0.01
+
+
+def quadratic_terms(dim: int) -> int:
+    """Unknowns of a quadratic in ``dim`` variables: :math:`(d + 1)(d + 2) / 2`."""
+    return (dim + 1) * (dim + 2) // 2
+
+
+class EvaluatedPoints:
+    """The last points at which tuning evaluated the target (model coordinates), with their log
+    densities: :math:`\\max(1000, 4p)` of them, :math:`p` = :func:`quadratic_terms`; none kept above
+    :data:`FIT_MAX_DIM`."""
+
+    def __init__(self, dim: int):
+        self.dim = int(dim)
+        self.capacity = 0 if dim > FIT_MAX_DIM else max(_MIN_CAPACITY, _MAX_ROWS * quadratic_terms(dim))
+        self._points = np.empty((self.capacity, self.dim))
+        self._values = np.empty(self.capacity)
+        self._next = 0
+        self._size = 0
+
+    def add(self, x, log_density: float) -> None:
+        """Keep ``x`` and its log density if finite (a proposal outside the support says nothing of
+        the curvature)."""
+        if self.capacity == 0 or not np.isfinite(log_density):
+            return
+        self._points[self._next] = x
+        self._values[self._next] = log_density
+        self._next = (self._next + 1) % self.capacity
+        self._size = min(self._size + 1, self.capacity)
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def enough(self) -> bool:
+        """Whether a quadratic can be fitted: at least 1.5 times as many points as unknowns."""
+        return self.capacity > 0 and self._size >= _MIN_ROWS * quadratic_terms(self.dim)
+
+    @property
+    def points(self) -> np.ndarray:
+        return self._points[: self._size]
+
+    @property
+    def values(self) -> np.ndarray:
+        return self._values[: self._size]
+
+
+class FittedGaussian(NamedTuple):
+    r"""The fitted candidate in whitened coordinates: :math:`z = b + A u`, :math:`u \sim t_\nu(0, I)`.
+
+    Attributes
+    ----------
+    mean : array of shape (d,)
+        :math:`b = H^{-1} g`.
+    chol : array of shape (d, d)
+        :math:`A`, the lower Cholesky factor of :math:`H^{-1}`.
+    log_det : float
+        :math:`\log |A|`.
+    """
+
+    mean: np.ndarray
+    chol: np.ndarray
+    log_det: float
+
+    def draw(self, df: float, rng) -> np.ndarray:
+        r"""A draw :math:`z = b + A u` (:func:`~pymc_kameleon.core.proposals.standard_t_draw`)."""
+        return self.mean + self.chol @ standard_t_draw(self.mean.shape[0], df, rng)
+
+    def log_density(self, z, df: float) -> float:
+        r""":math:`\log t_\nu(A^{-1}(z - b)) - \log|A|`, the density of :math:`z` (whitened)."""
+        u = solve_lower(self.chol, np.asarray(z, dtype=float) - self.mean)
+        return student_t_log_density(u, df) - self.log_det
+
+
+def _design(z: np.ndarray) -> np.ndarray:
+    n, d = z.shape
+    upper = np.triu_indices(d)
+    squares = (z[:, :, None] * z[:, None, :])[:, upper[0], upper[1]]
+    return np.column_stack([np.ones(n), z, squares])
+
+
+def fit_gaussian(z, log_density) -> FittedGaussian | None:
+    r"""The Gaussian whose log density is the least-squares quadratic through ``(z, log_density)``.
+
+    Fits :math:`c + g^\top z + \sum_{i \le j} q_{ij} z_i z_j` and returns :math:`b = H^{-1} g`,
+    :math:`A A^\top = H^{-1}` with :math:`H_{ii} = -2 q_{ii}`, :math:`H_{ij} = -q_{ij}`, fitted to the
+    points within a Gaussian bulk's range of the highest value. Where an eigenvalue of :math:`H` is
+    below 0.01 (no clear curvature) that direction keeps the whitening's, curvature 1 about
+    :math:`z = 0`. None if the fit is rank deficient or no direction has a clear curvature.
+
+    Parameters
+    ----------
+    z : array of shape (n, d)
+        Evaluated points, whitened.
+    log_density : array of shape (n,)
+        The target's log density there (finite).
+    """
+    z = np.asarray(z, dtype=float)
+    values = np.asarray(log_density, dtype=float)
+    d = z.shape[1]
+    # Only the points within a Gaussian bulk's range of the highest: a far proposal's value says more
+    # about the tails' shape than about the curvature where the mass is.
+    near = values >= values.max() - (0.5 * d + 4.0 * math.sqrt(0.5 * d) + 5.0)
+    if np.count_nonzero(near) < _MIN_ROWS * quadratic_terms(d):
+        return None
+    z, values = z[near], values[near]
+    design = _design(z)
+    coef, _, rank, _ = np.linalg.lstsq(design, values, rcond=None)
+    if rank < design.shape[1]:
+        return None
+    g = coef[1 : 1 + d]
+    q = np.zeros((d, d))
+    q[np.triu_indices(d)] = coef[1 + d :]
+    hessian = -(q + q.T)  # the diagonal's q_ii z_i^2 gives -2 q_ii; a pair's q_ij gives -q_ij twice
+    if not (np.all(np.isfinite(hessian)) and np.all(np.isfinite(g))):
+        return None
+    curvature, vectors = np.linalg.eigh(hessian)
+    # A direction without a clear curvature (a walk that barely crossed it, a curved ridge) keeps the
+    # learned whitening's: variance 1 about the learned mean.
+    kept = curvature > _MIN_CURVATURE
+    if not kept.any():
+        return None
+    curvature = np.where(kept, curvature, 1.0)
+    mean = vectors @ np.where(kept, (vectors.T @ g) / curvature, 0.0)
+    # A = V diag(curvature^-1/2) is a square root of H^-1; its lower Cholesky factor is the same shape.
+    cov = (vectors / curvature) @ vectors.T
+    try:
+        chol = np.linalg.cholesky(0.5 * (cov + cov.T))
+    except np.linalg.LinAlgError:
+        return None
+    return FittedGaussian(mean, chol, float(np.sum(np.log(np.diag(chol)))))
