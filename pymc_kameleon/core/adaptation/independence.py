@@ -56,7 +56,7 @@ INDEPENDENCE_MAX_KHAT = 0.7
 
 
 class IndependenceDecision(NamedTuple):
-    """One window's verdict on one shape of the independence component
+    r"""One window's verdict on one shape of the independence component
     (:attr:`IndependenceTuning.decisions`, also ``ScaleFreeAdaptation.independence_decisions``).
 
     Attributes
