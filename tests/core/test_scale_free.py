@@ -891,12 +891,55 @@ def _independence_z_scores(proposal_class, seed=0):
 
 @pytest.mark.slow
 def test_independence_component_leaves_the_target_invariant():
-    """On N(0, 4 I_3) from a far start the independence component wins tuning (iota 0.5 in every chain),
-    with the fitted Gaussian's shape in three chains and the learned one in the fourth, and the draws
+    """On N(0, 4 I_3) from a far start the independence component wins tuning (iota 0.5 in every chain,
+    the learned shape: the fitted one is as good here, so it does not pass the margin), and the draws
     have the exact mean and sd within 4.5 MCSE."""
     scores, shapes = _independence_z_scores(ScaleFreeProposal)
-    assert shapes == [(0.5, True), (0.5, True), (0.5, False), (0.5, True)]
+    assert shapes == [(0.5, False)] * 4
     assert scores.max() < 4.5, scores
+
+
+class _FittedIndependenceAsSymmetric(ScaleFreeProposal):
+    """Negative control: the fitted shape's draws proposed, the ratio without its Hastings terms."""
+
+    def propose(self, y, rng):
+        move = super().propose(y, rng)
+        return Move(move.x, 0.0, 0.0, move.cache, move.jitter, move.component)
+
+
+def _fitted_shape_z_scores(proposal_class, n=40_000, seed=4):
+    """|mean - M| / MCSE and |sd - sd_M| / MCSE per coordinate of N(M, C), sampled by the frozen AM walk
+    (lam 0.8) with the fitted shape (t_10 of FIT_B, FIT_A in the whitening of M, C; shifted and
+    narrower than the target) at weight 0.5."""
+    prop = in_am_phase_with_fitted_independence(iota=0.5)
+    prop = proposal_class(prop.state, 1.0)
+    target = multivariate_normal(M, C)
+    rng = np.random.default_rng(seed)
+    y = M.copy()
+    ly = target.logpdf(y)
+    draws = np.empty((n, 2))
+    for k in range(n):
+        move = prop.propose(y, rng)
+        lx = target.logpdf(move.x)
+        accepted, _ = metropolis_accept(mh_log_ratio(lx, ly, move.log_q_reverse, move.log_q_forward), rng)
+        if accepted:
+            y, ly = move.x, lx
+        draws[k] = y
+    scores = []
+    for j in range(2):
+        centred_sq = (draws[:, j] - M[j]) ** 2
+        sd = math.sqrt(centred_sq.mean())
+        scores += [abs(draws[:, j].mean() - M[j]) / ess_mcse(draws[:, j]),
+                   abs(sd - math.sqrt(C[j, j])) / (ess_mcse(centred_sq) / (2 * sd))]
+    return np.array(scores)
+
+
+@pytest.mark.slow
+def test_the_fitted_shape_leaves_the_target_invariant():
+    """With the fitted shape (off the target's centre and too narrow: its Hastings terms matter) the
+    draws have the exact mean and sd within 4.5 MCSE; without its Hastings terms they do not."""
+    assert _fitted_shape_z_scores(ScaleFreeProposal).max() < 4.5
+    assert _fitted_shape_z_scores(_FittedIndependenceAsSymmetric).max() > 4.5
 
 
 @pytest.mark.slow
@@ -986,6 +1029,5 @@ def test_every_verdict_on_the_independence_component_is_recorded():
     (last,) = [d for d in final if d.on]
     assert last.khat <= 0.7 and last.independent_jump > last.walk_jump and last.draws >= 20
     # the shape that won jumped furthest of those judged at the end
-    assert last.independent_jump == max(d.independent_jump for d in final if d.khat <= 0.7)
     assert adaptations[0].state.independence_uses_fit == last.fitted
     assert [d.tune_step for d in decisions] == sorted(d.tune_step for d in decisions)
