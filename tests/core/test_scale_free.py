@@ -761,11 +761,10 @@ def in_am_phase_with_independence(iota=0.3, lam=0.8):
     return ScaleFreeProposal(state, 1.0)
 
 
-def test_exact_independence_hastings_terms_and_ratio():
-    """Fixed inputs: q(x|y) = iota t_10(x; M, C) + (1 - iota) N(x; y, lam^2 C), written out with SciPy,
-    gives both Hastings terms and log alpha; they differ, so the ratio needs them."""
-    prop = in_am_phase_with_independence()
-    t = multivariate_t(M, C, df=INDEPENDENCE_DF)
+def _assert_mixture_hastings_terms(prop, t):
+    """Both Hastings terms of 30 moves of ``prop`` (iota 0.3, lam 0.8) equal
+    log(0.3 t(x) + 0.7 N(x; y, 0.64 C)) written out with SciPy, and both components are drawn.
+    Returns that density as a function of (x, y)."""
 
     def expected(x, y):
         return math.log(0.3 * t.pdf(x) + 0.7 * multivariate_normal(y, 0.64 * C).pdf(x))
@@ -779,7 +778,15 @@ def test_exact_independence_hastings_terms_and_ratio():
         assert move.log_q_forward == pytest.approx(expected(move.x, y), rel=1e-9)
         assert move.log_q_reverse == pytest.approx(expected(y, move.x), rel=1e-9)
     assert components == {"adaptive_metropolis", "independence"}
-    x = np.array([3.0, -0.4])
+    return expected
+
+
+def test_exact_independence_hastings_terms_and_ratio():
+    """Fixed inputs: q(x|y) = iota t_10(x; M, C) + (1 - iota) N(x; y, lam^2 C), written out with SciPy,
+    gives both Hastings terms and log alpha; they differ, so the ratio needs them."""
+    prop = in_am_phase_with_independence()
+    expected = _assert_mixture_hastings_terms(prop, multivariate_t(M, C, df=INDEPENDENCE_DF))
+    y, x = np.array([0.5, -1.5]), np.array([3.0, -0.4])
     log_target = lambda p: -0.5 * p[0] ** 2 - 0.5 * (p[1] - 0.5 * p[0] ** 2) ** 2  # noqa: E731
     want = log_target(x) - log_target(y) + expected(y, x) - expected(x, y)
     got = mh_log_ratio(log_target(x), log_target(y), prop.log_density(y, x), prop.log_density(x, y))
@@ -815,19 +822,7 @@ def test_exact_fitted_independence_hastings_terms_and_ratio():
     prop = in_am_phase_with_fitted_independence()
     chol = np.linalg.cholesky(C)
     t = multivariate_t(M + chol @ FIT_B, chol @ FIT_A @ FIT_A.T @ chol.T, df=INDEPENDENCE_DF)
-
-    def expected(x, y):
-        return math.log(0.3 * t.pdf(x) + 0.7 * multivariate_normal(y, 0.64 * C).pdf(x))
-
-    y = np.array([0.5, -1.5])
-    rng = np.random.default_rng(2)
-    components = set()
-    for _ in range(30):
-        move = prop.propose(y, rng)
-        components.add(move.component)
-        assert move.log_q_forward == pytest.approx(expected(move.x, y), rel=1e-9)
-        assert move.log_q_reverse == pytest.approx(expected(y, move.x), rel=1e-9)
-    assert components == {"adaptive_metropolis", "independence"}
+    _assert_mixture_hastings_terms(prop, t)
     # a probe of either shape, whatever the component uses
     stream = np.random.default_rng(5)
     u = stream.standard_normal(2)
