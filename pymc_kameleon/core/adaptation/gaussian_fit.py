@@ -124,10 +124,16 @@ class FittedGaussian(NamedTuple):
 
 
 def _design(z: np.ndarray) -> np.ndarray:
+    """Columns 1, z_i, and z_i z_j for i <= j (row-major upper triangle, as ``np.triu_indices``)."""
     n, d = z.shape
-    upper = np.triu_indices(d)
-    squares = (z[:, :, None] * z[:, None, :])[:, upper[0], upper[1]]
-    return np.column_stack([np.ones(n), z, squares])
+    design = np.empty((n, quadratic_terms(d)))
+    design[:, 0] = 1.0
+    design[:, 1 : 1 + d] = z
+    column = 1 + d
+    for i in range(d):  # one block per row of the triangle: a third of the outer product's time
+        design[:, column : column + d - i] = z[:, i : i + 1] * z[:, i:]
+        column += d - i
+    return design
 
 
 def fit_gaussian(z, log_density) -> FittedGaussian | None:
