@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 #: Largest dimension fitted: the least-squares problem has (d + 1)(d + 2) / 2 unknowns and 1.5-4 times
-#: as many rows, about 0.25 s at d = 50 on one core, once per window.
+#: as many rows, about 0.13 s at d = 50 on one core, once per window.
 FIT_MAX_DIM = 50
 # Rows per unknown: at least _MIN_ROWS to fit, at most _MAX_ROWS kept (and at least _MIN_CAPACITY).
 _MIN_ROWS, _MAX_ROWS, _MIN_CAPACITY = 1.5, 4, 1000
@@ -162,8 +162,8 @@ def fit_gaussian(z, log_density) -> FittedGaussian | None:
         return None
     z, values = z[near], values[near]
     design = _design(z)
-    # The normal equations: a third of lstsq's (SVD's) time at d = 50 (0.23 against 0.77 s), and well
-    # conditioned enough in whitened coordinates; a Cholesky that fails means a rank-deficient fit.
+    # The normal equations: a third of lstsq's (SVD's) time at d = 50, and well conditioned enough in
+    # whitened coordinates; a Cholesky that fails means a rank-deficient fit.
     try:
         factor = linalg.cho_factor(design.T @ design, check_finite=False)
     except linalg.LinAlgError:
