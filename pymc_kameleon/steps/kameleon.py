@@ -207,7 +207,9 @@ class KameleonMetropolis(AdaptiveStep):
     before the first :math:`Z`), ``kernel_variance`` (:math:`\nu^2` times the kernel term's mean
     variance at :math:`Z`), ``bandwidth``, ``gamma``, ``tune``, ``kameleon`` (whether the
     Kameleon component drew this move), ``independence`` (whether the independence component
-    did), ``subsample_size``, ``adapted`` (whether the mean, covariance and :math:`Z` were
+    did), ``independence_fitted`` (whether its draws come from the Gaussian fitted to the evaluated
+    log densities rather than the learned :math:`m, C`: constant per chain after tuning),
+    ``subsample_size``, ``adapted`` (whether the mean, covariance and :math:`Z` were
     refreshed at this step), ``logp_evals`` (log-density
     evaluations in this step), ``cumulative_logp_evals`` (the chain's evaluations so far, tuning
     included: the last draw's value is the chain's whole cost), ``recent_accept_rate`` (the mean of
@@ -247,6 +249,8 @@ class KameleonMetropolis(AdaptiveStep):
         "gamma": (np.float64, []),
         "kameleon": (bool, []),
         "independence": (bool, []),
+        # Whether the independence component's draws come from the fitted shape (decision record 0039).
+        "independence_fitted": (bool, []),
         "adapted": (bool, []),
         "subsample_size": (np.int64, []),
         "jitter": (np.float64, []),
@@ -438,6 +442,7 @@ class KameleonMetropolis(AdaptiveStep):
             "tune": self.tune,
             "kameleon": result.move.component == "kameleon",
             "independence": result.move.component == "independence",
+            "independence_fitted": state.independence_uses_fit,
             "adapted": adapted,
             "subsample_size": 0 if state.family is None else state.family.Z.shape[0],
             "jitter": result.move.jitter,

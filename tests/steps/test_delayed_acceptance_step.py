@@ -794,8 +794,11 @@ def test_the_independence_component_screened_by_the_gp():
     assert 0.4 < share < 0.6, share
     independent = stats["independence"].values
     assert stats["screened"].values[independent].all()  # screened like any other move
+    shapes = [p._chain.kernel.adaptation.state.independence_uses_fit for p in step._population_steps.values()]
+    assert [bool(row.all()) for row in stats["independence_fitted"].values] == shapes  # each chain's shape
     _, stats = run()
     assert not stats["independence"].values.any()
+    assert not stats["independence_fitted"].values.any()
 
 
 @pytest.mark.parametrize("bad", [-0.1, 1.0])

@@ -367,6 +367,22 @@ def test_the_independence_component_is_measured_in_tuning_and_used_where_it_pays
     assert not idata.warmup_sample_stats["independence"].values.any()
 
 
+def test_each_chains_independence_shape_is_in_the_sample_stats():
+    """On the 17-d mixed-scale regression (a walk cannot learn C in 3000 steps there) both chains end
+    tuning with the fitted shape at seed 3; ``independence_fitted`` says so in every draw of each chain,
+    as each chain's state does, and the component draws about half the moves."""
+    from pymc_kameleon.problems.regressions import regression_mixed_scales
+
+    model, _, _ = regression_mixed_scales()
+    with model:
+        step = KameleonMetropolis()
+        idata = pm.sample(step=step, tune=3000, draws=100, chains=2, random_seed=3, **SAMPLE_KW)
+    fitted = idata.sample_stats["independence_fitted"].values
+    states = [step._population_steps[c]._chain.adaptation.state for c in range(2)]
+    assert [bool(row.all()) for row in fitted] == [s.independence_uses_fit for s in states] == [True, True]
+    assert [s.independence_weight for s in states] == [0.5, 0.5]
+
+
 def test_pseudo_marginal_models_keep_the_independence_component_off():
     from pymc_kameleon.testing import latent_gaussian_model
 

@@ -95,6 +95,8 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         "recent_exact_share": (np.float64, []),
         # Whether the independence component drew this move (GPDelayedAcceptanceMH's independence_weight).
         "independence": (bool, []),
+        # Whether its draws come from the fitted shape (decision record 0039).
+        "independence_fitted": (bool, []),
     }
     _progressbar_config = staticmethod(delayed_acceptance_progressbar_config)
     _make_progressbar_update_functions = staticmethod(delayed_acceptance_progressbar_update_functions)
@@ -401,6 +403,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
             "gp_points": kernel.gp.n_points,
             "screened": result.screened,
             "independence": result.component == "independence",
+            "independence_fitted": kernel.adaptation.state.independence_uses_fit,
             "gp_refit": bool(result.refit or refit),
             "tune": self.tune,
             "scaling": kernel.adaptation.state.am_scale.value,
