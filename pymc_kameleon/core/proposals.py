@@ -59,7 +59,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from pymc_kameleon.core.linalg import gaussian_logpdf_chol
+from pymc_kameleon.core.linalg import gaussian_logpdf_chol, solve_lower
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -258,21 +258,34 @@ class IndependenceProposal(Proposal):
         Lower Cholesky factor :math:`L` of the shape matrix.
     df : float
         Degrees of freedom :math:`\nu > 0`.
+
+    Attributes
+    ----------
+    log_det : float
+        :math:`\log |L|`.
     """
 
     def __init__(self, mean, chol, df: float):
         self.mean = np.asarray(mean, dtype=float)
         self.chol = np.asarray(chol, dtype=float)
         self.df = float(df)
-        self._log_det = float(np.sum(np.log(np.diag(self.chol))))
+        self.log_det = float(np.sum(np.log(np.diag(self.chol))))
 
     def propose(self, y, rng) -> Move:
-        x = self.mean + self.chol @ standard_t_draw(self.mean.shape[0], self.df, rng)
-        return Move(x, self.log_density(x, y), self.log_density(y, x), component="independence")
+        x = self.draw(rng)
+        return Move(x, self.point_log_density(x), self.point_log_density(y), component="independence")
+
+    def draw(self, rng) -> np.ndarray:
+        """A draw :math:`x = m + L w` (:func:`standard_t_draw`)."""
+        return self.mean + self.chol @ standard_t_draw(self.mean.shape[0], self.df, rng)
+
+    def point_log_density(self, x) -> float:
+        r""":math:`\log q(x)`, whatever the current state."""
+        w = solve_lower(self.chol, np.asarray(x, dtype=float) - self.mean)
+        return student_t_log_density(w, self.df) - self.log_det
 
     def log_density(self, x, y) -> float:
-        w = np.linalg.solve(self.chol, np.asarray(x, dtype=float) - self.mean)
-        return student_t_log_density(w, self.df) - self._log_det
+        return self.point_log_density(x)
 
 
 def standard_t_draw(dim: int, df: float, rng) -> np.ndarray:

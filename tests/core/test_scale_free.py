@@ -10,7 +10,6 @@ from scipy.stats import multivariate_normal, multivariate_t
 
 from pymc_kameleon.core.adaptation.covariance import shrunk_covariance
 from pymc_kameleon.core.adaptation.diagnostics import TuningReport
-from pymc_kameleon.core.adaptation.gaussian_fit import FittedGaussian
 from pymc_kameleon.core.adaptation.independence import INDEPENDENCE_PROBE
 from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
 from pymc_kameleon.core.adaptation.scales import RobbinsMonro
@@ -21,7 +20,7 @@ from pymc_kameleon.core.kameleon.kernels import GaussianKernel, make_kernel
 from pymc_kameleon.core.kameleon.scale_free import INDEPENDENCE_DF, ScaleFreeProposal
 from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
 from pymc_kameleon.core.mh import metropolis_accept, mh_log_ratio
-from pymc_kameleon.core.proposals import Move
+from pymc_kameleon.core.proposals import IndependenceProposal, Move
 from pymc_kameleon.testing import mcse_of_mean as ess_mcse
 
 M = np.array([1.0, -2.0])
@@ -811,7 +810,7 @@ FIT_A = np.array([[0.5, 0.0], [0.3, 0.4]])
 
 def in_am_phase_with_fitted_independence(iota=0.3, lam=0.8):
     prop = in_am_phase_with_independence(iota, lam)
-    prop.state.independence_fit = FittedGaussian(FIT_B, FIT_A, float(np.log(np.diag(FIT_A)).sum()))
+    prop.state.independence_fit = IndependenceProposal(FIT_B, FIT_A, INDEPENDENCE_DF)
     prop.state.independence_uses_fit = True
     return prop
 

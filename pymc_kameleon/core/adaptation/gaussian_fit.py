@@ -3,19 +3,20 @@ candidate (decision record 0039).
 
 The independence component draws from :math:`t_\nu(m, C)` (:mod:`.independence`). With the learned
 :math:`m, C` of a random walk's windows it fails where the walk mixes too slowly to learn
-:math:`C` (a 17-d regression with strongly correlated slopes: directions 1.5–1.8 times too narrow
-in sd; a 50-d Gaussian: 13 times). Yet every tuning step evaluates the target at a proposal, and a
-posterior close to a Gaussian has a log density close to a quadratic. A least-squares fit of
+:math:`C`: measured against NUTS, the posterior covariance in the learned whitening has eigenvalues
+0.23–1.56 on a 17-d regression with strongly correlated slopes and 0.19–185 on a 50-d Gaussian. Yet
+every tuning step evaluates the target at a proposal, and a posterior close to a Gaussian has a log
+density close to a quadratic. A least-squares fit of
 
 .. math::
     \log \pi(x) \approx c + g^\top z - \tfrac12 z^\top H z, \qquad z = L^{-1}(x - m)
 
 (in the learned whitening, where the terms are well scaled) to the last evaluations recovers
-:math:`H` from points that need not be distributed as the posterior: on the 50-d Gaussian it is
-exact, and on the 17-d regression the fitted covariance's eigenvalues relative to the posterior's
-are 0.8–1.2 against 0.2–2.1 for the window's (``benchmarks/results/fitted_gaussian_probe.md``).
-The candidate is :math:`z \sim t_\nu(H^{-1} g, H^{-1})`; a direction without a clear curvature
-keeps the whitening's.
+:math:`H` from points that need not be distributed as the posterior: there the fitted shape's
+eigenvalues are 0.72–1.33 and 0.84–1.16 (``benchmarks/results/independence_shapes.md``, seed 2025).
+The candidate is :math:`z \sim t_\nu(H^{-1} g, H^{-1})`, an
+:class:`~pymc_kameleon.core.proposals.IndependenceProposal` in whitened coordinates; a direction
+without a clear curvature keeps the whitening's.
 
 Whether the component uses it, or the learned shape, or neither, is measured by
 :mod:`.independence`: both shapes are probed, and the one whose draws jump further with a light
@@ -25,18 +26,15 @@ enough importance-weight tail wins the window.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import numpy as np
 from scipy import linalg
 
-from pymc_kameleon.core.linalg import solve_lower
-from pymc_kameleon.core.proposals import standard_t_draw, student_t_log_density
+from pymc_kameleon.core.proposals import IndependenceProposal
 
 __all__ = [
     "FIT_MAX_DIM",
     "EvaluatedPoints",
-    "FittedGaussian",
     "fit_gaussian",
     "quadratic_terms",
 ]
@@ -96,33 +94,6 @@ class EvaluatedPoints:
         return self._values[: self._size]
 
 
-class FittedGaussian(NamedTuple):
-    r"""The fitted candidate in whitened coordinates: :math:`z = b + A u`, :math:`u \sim t_\nu(0, I)`.
-
-    Attributes
-    ----------
-    mean : array of shape (d,)
-        :math:`b = H^{-1} g`.
-    chol : array of shape (d, d)
-        :math:`A`, the lower Cholesky factor of :math:`H^{-1}`.
-    log_det : float
-        :math:`\log |A|`.
-    """
-
-    mean: np.ndarray
-    chol: np.ndarray
-    log_det: float
-
-    def draw(self, df: float, rng) -> np.ndarray:
-        r"""A draw :math:`z = b + A u` (:func:`~pymc_kameleon.core.proposals.standard_t_draw`)."""
-        return self.mean + self.chol @ standard_t_draw(self.mean.shape[0], df, rng)
-
-    def log_density(self, z, df: float) -> float:
-        r""":math:`\log t_\nu(A^{-1}(z - b)) - \log|A|`, the density of :math:`z` (whitened)."""
-        u = solve_lower(self.chol, np.asarray(z, dtype=float) - self.mean)
-        return student_t_log_density(u, df) - self.log_det
-
-
 def _design(z: np.ndarray) -> np.ndarray:
     """Columns 1, z_i, and z_i z_j for i <= j (row-major upper triangle, as ``np.triu_indices``)."""
     n, d = z.shape
@@ -137,12 +108,14 @@ def _design(z: np.ndarray) -> np.ndarray:
     return design
 
 
-def fit_gaussian(z, log_density) -> FittedGaussian | None:
-    r"""The Gaussian whose log density is the least-squares quadratic through ``(z, log_density)``.
+def fit_gaussian(z, log_density, df: float) -> IndependenceProposal | None:
+    r"""The Gaussian whose log density is the least-squares quadratic through ``(z, log_density)``, as
+    the Student-t shape :math:`t_\nu(b, A A^\top)` the independence component draws from.
 
-    Fits :math:`c + g^\top z + \sum_{i \le j} q_{ij} z_i z_j` and returns :math:`b = H^{-1} g`,
-    :math:`A A^\top = H^{-1}` with :math:`H_{ii} = -2 q_{ii}`, :math:`H_{ij} = -q_{ij}`, fitted to the
-    points within a Gaussian bulk's range of the highest value. Where an eigenvalue of :math:`H` is
+    Fits :math:`c + g^\top z + \sum_{i \le j} q_{ij} z_i z_j` to the points within a Gaussian bulk's
+    range of the highest value and returns the shape with mean :math:`b = H^{-1} g` and lower
+    Cholesky factor :math:`A`, :math:`A A^\top = H^{-1}`, where :math:`H_{ii} = -2 q_{ii}`,
+    :math:`H_{ij} = -q_{ij}`. Where an eigenvalue of :math:`H` is
     below 1e-4 (no clear curvature) that direction keeps the whitening's, curvature 1 about
     :math:`z = 0`. None if the fit is rank deficient or no direction has a clear curvature.
 
@@ -152,6 +125,8 @@ def fit_gaussian(z, log_density) -> FittedGaussian | None:
         Evaluated points, whitened.
     log_density : array of shape (n,)
         The target's log density there (finite).
+    df : float
+        The shape's degrees of freedom :math:`\nu`.
     """
     z = np.asarray(z, dtype=float)
     values = np.asarray(log_density, dtype=float)
@@ -190,4 +165,4 @@ def fit_gaussian(z, log_density) -> FittedGaussian | None:
         chol = np.linalg.cholesky(0.5 * (cov + cov.T))
     except np.linalg.LinAlgError:
         return None
-    return FittedGaussian(mean, chol, float(np.sum(np.log(np.diag(chol)))))
+    return IndependenceProposal(mean, chol, df)

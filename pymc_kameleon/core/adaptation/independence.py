@@ -38,9 +38,8 @@ import numpy as np
 from pymc_kameleon.core.adaptation.diagnostics import pareto_tail_index
 from pymc_kameleon.core.adaptation.gaussian_fit import EvaluatedPoints, fit_gaussian
 from pymc_kameleon.core.adaptation.state import ScaleFreeState, TuningDraw
-from pymc_kameleon.core.kameleon.scale_free import INDEPENDENCE_DF
+from pymc_kameleon.core.kameleon.scale_free import INDEPENDENCE_DF, independence_log_density
 from pymc_kameleon.core.linalg import solve_lower
-from pymc_kameleon.core.proposals import student_t_log_density
 from pymc_kameleon.core.validation import check_independence_weight
 
 __all__ = ["INDEPENDENCE_MAX_KHAT", "INDEPENDENCE_PROBE", "IndependenceDecision", "IndependenceTuning"]
@@ -98,6 +97,8 @@ class IndependenceTuning:
     weight : float
         :math:`\iota_{max} \in [0, 1)`, the component's weight when on; 0 never turns it on and draws
         no uniform for it.
+    dim : int
+        The state's dimension (of the evaluations kept for the fitted shape).
 
     Attributes
     ----------
@@ -105,14 +106,15 @@ class IndependenceTuning:
         Every window's verdict on each shape it measured, in order.
     """
 
-    def __init__(self, weight: float):
+    def __init__(self, weight: float, dim: int):
         check_independence_weight(weight)
         self.weight = float(weight)
         # Per window: [sum of min(1, alpha) |w_x - w_y|^2, draws] of the learned shape's independent
         # draws, the fitted shape's, and the walk's moves.
         self._jumps = np.zeros((3, 2))
         self._log_weights = ([], [])  # per shape: log pi - log q of its independent draws
-        self._evaluated = None  # EvaluatedPoints, made at the first evaluation
+        # The evaluations the fitted shape is fitted to (read and written only when enabled).
+        self._evaluated = EvaluatedPoints(dim) if self.enabled else None
         self._probes = 0  # probes so far: while off, the shapes take turns
         self._probe_fitted = False  # the shape of the probe due
         self.decisions = []
@@ -134,13 +136,11 @@ class IndependenceTuning:
         self.record_evaluation(draw.proposal, draw.proposal_log_density)
         if independent:
             fitted = state.independence_uses_fit
-            log_q = _log_q(state, state.whiten(draw.proposal), fitted)
+            log_q = independence_log_density(state, state.whiten(draw.proposal), fitted)
             self._log_weights[fitted].append(draw.proposal_log_density - log_q)
 
     def record_evaluation(self, x, log_density: float) -> None:
         """A point at which tuning evaluated the target, for the fitted shape."""
-        if self._evaluated is None:
-            self._evaluated = EvaluatedPoints(np.shape(x)[0])
         self._evaluated.add(x, log_density)
 
     def probe_due(self, state: ScaleFreeState, windows_completed: int, rng) -> bool:
@@ -176,8 +176,8 @@ class IndependenceTuning:
         fitted = self._probe_fitted
         w_x, w_y = state.whiten(point), state.whiten(start)
         self.record_evaluation(point, point_log_density)
-        log_weight = point_log_density - _log_q(state, w_x, fitted)
-        log_ratio = log_weight - (start_log_density - _log_q(state, w_y, fitted))
+        log_weight = point_log_density - independence_log_density(state, w_x, fitted)
+        log_ratio = log_weight - (start_log_density - independence_log_density(state, w_y, fitted))
         finite = math.isfinite(log_weight) and not math.isnan(log_ratio)
         accept = math.exp(min(log_ratio, 0.0)) if finite else 0.0
         d = w_x - w_y
@@ -230,8 +230,8 @@ class IndependenceTuning:
         self._jumps[:] = 0.0
         evaluated = self._evaluated
         fit = None
-        if evaluated is not None and evaluated.enough:
-            fit = fit_gaussian(state.whiten(evaluated.points), evaluated.values)
+        if evaluated.enough:
+            fit = fit_gaussian(state.whiten(evaluated.points), evaluated.values, INDEPENDENCE_DF)
         state.independence_fit = fit
         if fit is None and state.independence_uses_fit:
             # The shape that won is gone (no fit now): off, rather than a shape no window measured.
@@ -249,12 +249,3 @@ class IndependenceTuning:
         on, fitted = verdict
         state.independence_weight = self.weight if on else 0.0
         state.independence_uses_fit = on and fitted
-
-
-def _log_t(w) -> float:
-    return student_t_log_density(w, INDEPENDENCE_DF)
-
-
-def _log_q(state: ScaleFreeState, w, fitted: bool) -> float:
-    """A shape's log density at whitened ``w`` (up to the whitening's Jacobian)."""
-    return state.independence_fit.log_density(w, INDEPENDENCE_DF) if fitted else _log_t(w)

@@ -146,7 +146,7 @@ class ScaleFreeAdaptation:
         self.learning_rate = float(learning_rate)
         self.first_window = max(int(first_window), 2)
         self.kameleon_after = int(kameleon_after)
-        self.independence = IndependenceTuning(independence_weight)
+        self.independence = IndependenceTuning(independence_weight, d)
         scan_steps = scan_steps_for(d) if scan_steps is None else int(scan_steps)
         self.state = ScaleFreeState(
             dim=d,

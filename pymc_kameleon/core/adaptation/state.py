@@ -18,12 +18,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pymc_kameleon.core.adaptation.gaussian_fit import FittedGaussian
 from pymc_kameleon.core.adaptation.scales import RobbinsMonro
 from pymc_kameleon.core.adaptation.scan import CoordinateScan
 from pymc_kameleon.core.adaptation.whitening import WhitenedCoordinates, Whitening
 from pymc_kameleon.core.kameleon.family import KameleonProposal
 from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
+from pymc_kameleon.core.proposals import IndependenceProposal
 
 __all__ = ["PHASES", "ScaleFreeState", "TuningDraw"]
 
@@ -110,8 +110,8 @@ class ScaleFreeState(WhitenedCoordinates):
     independence_weight : float
         :math:`\iota`, the weight of independent draws from :math:`t_\nu(m, C)` in the proposal
         (0: none; the adaptation sets it).
-    independence_fit : FittedGaussian or None
-        The Gaussian fitted to the evaluated log densities, in whitened coordinates
+    independence_fit : IndependenceProposal or None
+        The Student-t shape of the Gaussian fitted to the evaluated log densities, in whitened coordinates
         (:mod:`~pymc_kameleon.core.adaptation.gaussian_fit`; None before there is one).
     independence_uses_fit : bool
         Whether the independence component draws from ``independence_fit`` (else from the learned
@@ -131,7 +131,7 @@ class ScaleFreeState(WhitenedCoordinates):
     probe_variance: float = math.nan
     gamma_ratio: float | None = None
     independence_weight: float = 0.0
-    independence_fit: FittedGaussian | None = None
+    independence_fit: IndependenceProposal | None = None
     independence_uses_fit: bool = False
 
     # ------------------------------------------------------------------ phase

@@ -56,7 +56,7 @@ from pymc_kameleon.core.proposals import (
     student_t_log_density,
 )
 
-__all__ = ["INDEPENDENCE_DF", "ScaleFreeProposal"]
+__all__ = ["INDEPENDENCE_DF", "ScaleFreeProposal", "independence_log_density"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -172,7 +172,7 @@ class ScaleFreeProposal(Proposal):
         Gaussian's shape (``state.independence_fit``)."""
         state = self.state
         if state.independence_uses_fit if fitted is None else fitted:
-            return state.independence_fit.draw(INDEPENDENCE_DF, rng)
+            return state.independence_fit.draw(rng)
         return standard_t_draw(state.dim, INDEPENDENCE_DF, rng)
 
     def _with_independence(self, log_walk: float, w_to) -> float:
@@ -181,11 +181,7 @@ class ScaleFreeProposal(Proposal):
         iota = self.state.independence_weight
         if iota <= 0.0:
             return log_walk
-        if not self.state.independence_uses_fit:
-            log_t = student_t_log_density(w_to, INDEPENDENCE_DF) - self.state.whitening.log_det
-        else:
-            fit = self.state.independence_fit
-            log_t = fit.log_density(w_to, INDEPENDENCE_DF) - self.state.whitening.log_det
+        log_t = independence_log_density(self.state, w_to) - self.state.whitening.log_det
         # mixture_log_density's arithmetic on Python floats: NumPy's scalar overhead is most of a step's.
         a, b = math.log1p(-iota) + log_walk, math.log(iota) + log_t
         top = max(a, b)
@@ -221,3 +217,12 @@ class ScaleFreeProposal(Proposal):
         if moves is None:
             return self._with_independence(self._am_log_density(w_x, w_y) - state.whitening.log_det, w_x)
         return self._with_independence(self._mixture(moves.family.at(w_y).log_density(w_x), w_x, w_y), w_x)
+
+
+def independence_log_density(state: ScaleFreeState, w, fitted: bool | None = None) -> float:
+    r"""Log density of whitened ``w`` under a shape of the independence component, without the
+    whitening's Jacobian: the fitted one (``state.independence_fit``) if ``fitted``, else the learned
+    :math:`t_\nu(0, I)`; by default the shape the component uses."""
+    if state.independence_uses_fit if fitted is None else fitted:
+        return state.independence_fit.point_log_density(w)
+    return student_t_log_density(w, INDEPENDENCE_DF)
