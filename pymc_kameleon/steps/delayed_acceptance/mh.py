@@ -123,7 +123,8 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
         are screened by the GP like any other. On seven of eight real posteriors with a likelihood
         (4 x (3000 + 6000), 3 seeds) 0.5 gave 2-4.8 times the ESS per exact evaluation and per
         second (the lynx-hare ODE: min ESS 2847 against 616, at 0.51 exact evaluations per iteration
-        against 0.36). Off with a pseudo-marginal term.
+        against 0.36). It has KameleonMetropolis's second, fitted shape too (decision record 0039).
+        Off with a pseudo-marginal term.
     target_accept : float, default 0.234
         Target acceptance rate of the scale adaptation (for plain MH on the exact target, see
         *Adaptation signal*).
