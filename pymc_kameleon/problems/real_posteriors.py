@@ -1,10 +1,11 @@
-"""The posteriors real users bring: 22 models, each with its reference (the real-posteriors catalogue).
+"""The posteriors real users bring: 24 models, each with its reference (the real-posteriors catalogue).
 
 Regressions and GLMs with unstandardised predictors (:mod:`~pymc_kameleon.problems.regressions`),
 eight schools, a mixture, GP hyperparameters and a centred latent Poisson GP
 (:mod:`~pymc_kameleon.problems.hierarchical`), an AR(2) series and a GARCH(1,1) model
 (:mod:`~pymc_kameleon.problems.time_series`), a Lotka-Volterra ODE behind a black-box ``solve_ivp``
-Op on simulated data and on the Hudson's Bay lynx-hare pelts (:mod:`~pymc_kameleon.problems.ode`),
+Op on simulated data and on the Hudson's Bay lynx-hare pelts (:mod:`~pymc_kameleon.problems.ode`) and
+PyMC's gallery version of it (:mod:`~pymc_kameleon.problems.gallery`),
 normals on scales 1e-4 to 1e4 and a 50-d Gaussian (:mod:`~pymc_kameleon.problems.scales`), and
 here the KAMH paper's 8-d banana and flower with exact references. :data:`POSTERIORS` maps the names that
 ``benchmarks/real_posteriors.py`` reports to the builders.
@@ -20,6 +21,7 @@ from functools import lru_cache, partial
 
 import numpy as np
 
+from pymc_kameleon.problems.gallery import gallery_lotka_volterra
 from pymc_kameleon.problems.hierarchical import (
     eight_schools_centred,
     eight_schools_noncentred,
@@ -100,4 +102,6 @@ POSTERIORS: dict[str, Callable[[], tuple]] = {
     "lotka-volterra-lynx-hare": lotka_volterra_lynx_hare,
     "gp-poisson-latent": gp_poisson_latent,
     "gp-poisson-latent-noncentred": gp_poisson_latent_noncentred,
+    # PyMC's gallery model as written there (issue 44's clock): odeint in an as_op Op, ~1.6 ms a solve.
+    "gallery-lotka-volterra": gallery_lotka_volterra,
 }

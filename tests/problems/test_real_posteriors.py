@@ -14,6 +14,8 @@ from pymc_kameleon.problems.reference import NutsReference  # noqa: E402
 
 REFERENCE_FILE = Path(__file__).resolve().parents[2] / "benchmarks/data/real_posteriors_reference.json"
 FRONTIER = ("lotka-volterra-lynx-hare", "gp-poisson-latent", "gp-poisson-latent-noncentred")
+# Checked in `make test-fast`: the frontier and PyMC's gallery model (issue 44's yardstick).
+FAST = (*FRONTIER, "gallery-lotka-volterra")
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +43,9 @@ def _scalar_names(model) -> set[str]:
     return names
 
 
-# The frontier posteriors here run in `make test-fast`; the rest of the catalogue with the slow tests.
+# FAST here runs in `make test-fast`; the rest of the catalogue with the slow tests.
 @pytest.mark.parametrize(
-    "name", [n if n in FRONTIER else pytest.param(n, marks=pytest.mark.slow) for n in POSTERIORS]
+    "name", [n if n in FAST else pytest.param(n, marks=pytest.mark.slow) for n in POSTERIORS]
 )
 def test_builder_starts_finite_and_its_reference_covers_every_scalar(name, cached):
     model, reference, initvals = POSTERIORS[name]()
@@ -58,7 +60,7 @@ def test_builder_starts_finite_and_its_reference_covers_every_scalar(name, cache
     assert entry["max_rhat"] < 1.01 and entry["min_ess"] > 2000
 
 
-@pytest.mark.parametrize("name", FRONTIER)
+@pytest.mark.parametrize("name", FAST)
 def test_frontier_reference_is_cached_for_this_model(name, cached):
     """The cached moments were computed on the reference model as it is now (the benchmark's
     fingerprint), and that model holds every benchmarked variable under the same name."""
@@ -86,6 +88,28 @@ def test_lynx_hare_black_box_and_twin_are_one_model():
     assert lp == pytest.approx(twin.compile_logp()(point), rel=1e-5)
     assert lp > model.compile_logp()(model.initial_point()) + 40  # the posterior is far above the start
     assert np.all(np.isfinite(twin.compile_dlogp()(point)))
+
+
+def test_gallery_black_box_and_twin_are_one_model():
+    """PyMC's gallery Lotka-Volterra model (odeint in an ``as_op`` Op, no gradient) and its NUTS twin
+    (odeint with forward sensitivities) give one log density, and the twin's gradient is the log
+    density's (central differences)."""
+    model, reference, _ = POSTERIORS["gallery-lotka-volterra"]()
+    twin = reference.build()
+    with pytest.raises(Exception):  # noqa: B017, PT011 - PyTensor's error for an Op without grad varies
+        model.compile_dlogp()
+    start = twin.initial_point()
+    names = list(start)
+    x0 = np.array([float(start[k]) for k in names]) + 0.1
+    logp, twin_logp = model.compile_logp(), twin.compile_logp()
+
+    def at(x):
+        return dict(zip(names, x, strict=True))
+
+    assert logp(at(x0)) == pytest.approx(twin_logp(at(x0)), rel=1e-7)
+    h = 1e-4
+    central = [(twin_logp(at(x0 + h * e)) - twin_logp(at(x0 - h * e))) / (2 * h) for e in np.eye(len(x0))]
+    np.testing.assert_allclose(twin.compile_dlogp()(at(x0)), central, rtol=1e-4, atol=1e-3)
 
 
 def test_gp_poisson_centred_and_noncentred_are_one_posterior():
