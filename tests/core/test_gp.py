@@ -263,6 +263,42 @@ def test_fit_hyperparameters_recovers_lengthscales_of_a_gp_draw():
     np.testing.assert_allclose(gp.cholesky_factor @ gp.cholesky_factor.T, gp.covariance_matrix(), atol=1e-9)
 
 
+def test_fit_stops_at_screening_precision_with_the_polished_optimum(monkeypatch):
+    """FIT_FTOL and FIT_GTOL stop L-BFGS-B once the log marginal likelihood moves by less than what
+    screening can tell: the optimum agrees with SciPy's default stopping rules to 1e-3 nats, with fewer
+    objective evaluations (the negative control: those defaults, patched in, need more)."""
+    from pymc_kameleon.core.gp import fit as gp_fit
+
+    rng = np.random.default_rng(14)
+    X = rng.normal(size=(200, 5))
+    y = -0.5 * np.sum(X**2, axis=1) - 0.4 * X[:, 0] * X[:, 1] + 0.01 * rng.normal(size=200)
+
+    def fitted(ftol, gtol):
+        monkeypatch.setattr(gp_fit, "FIT_FTOL", ftol)
+        monkeypatch.setattr(gp_fit, "FIT_GTOL", gtol)
+        gp = GPSurrogate(5, lengthscales=1.0, signal_variance=1.0)
+        for x, v in zip(X, y):
+            gp.add(x, v)
+        calls = 0
+        objective = gp_fit.MarginalLikelihoodObjective.__call__
+
+        def counted(self, params):
+            nonlocal calls
+            calls += 1
+            return objective(self, params)
+
+        monkeypatch.setattr(gp_fit.MarginalLikelihoodObjective, "__call__", counted)
+        lml = gp.fit_hyperparameters()
+        monkeypatch.setattr(gp_fit.MarginalLikelihoodObjective, "__call__", objective)
+        return lml, calls
+
+    ours = gp_fit.FIT_FTOL, gp_fit.FIT_GTOL
+    polished, polished_calls = fitted(2.220446049250313e-09, 1e-5)  # SciPy's L-BFGS-B defaults
+    lml, calls = fitted(*ours)
+    assert lml == pytest.approx(polished, abs=1e-3)
+    assert calls < 0.7 * polished_calls, (calls, polished_calls)  # 39 against 74
+
+
 def test_a_fit_stuck_in_the_white_noise_optimum_gets_out():
     """From length scales at their lower bound (K ~ s^2 I, where the marginal likelihood is flat in the
     length scales) a refit that starts only there stays; the start from the data's scales escapes.

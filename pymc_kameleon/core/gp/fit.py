@@ -29,6 +29,8 @@ from pymc_kameleon.core.gp.covariance import (
 from pymc_kameleon.core.linalg import SingularCovarianceError
 
 __all__ = [
+    "FIT_FTOL",
+    "FIT_GTOL",
     "default_bounds",
     "fit_hyperparameters",
     "hyperparameters_from_log",
@@ -40,6 +42,13 @@ __all__ = [
 ]
 
 _LOG_2PI = math.log(2.0 * math.pi)
+#: L-BFGS-B's stopping rules for a fit: a relative change of the objective below FIT_FTOL (about 1e-4
+#: nats at a log marginal likelihood of some hundreds) or a projected gradient below FIT_GTOL. SciPy's
+#: defaults (2.2e-9 and 1e-5) polish far beyond what screening can tell: on the gallery Lotka-Volterra
+#: model's 14 fits of a run they needed 1215 objective evaluations, these 746, and every fit's log
+#: marginal likelihood agreed to 1e-4 nats (issue 44).
+FIT_FTOL = 1e-6
+FIT_GTOL = 1e-2
 
 
 def log_marginal_likelihood(gp) -> float:
@@ -242,7 +251,7 @@ def fit_hyperparameters(
     bounds : sequence of (low, high), optional
         Bounds in log space, one pair per parameter; :func:`default_bounds` if omitted.
     maxiter : int
-        L-BFGS-B iteration limit per start.
+        L-BFGS-B iteration limit per start (it stops earlier by :data:`FIT_FTOL` and :data:`FIT_GTOL`).
     data_start : bool
         Whether to start from the data's scales too.
 
@@ -272,7 +281,8 @@ def fit_hyperparameters(
         if any(np.array_equal(x0, earlier) for earlier in starts[:i]):
             continue  # the same run again (after a warm-up the current values are the data's scales)
         res = minimize(
-            objective, x0, jac=True, method="L-BFGS-B", bounds=bounds, options={"maxiter": int(maxiter)}
+            objective, x0, jac=True, method="L-BFGS-B", bounds=bounds,
+            options={"maxiter": int(maxiter), "ftol": FIT_FTOL, "gtol": FIT_GTOL},
         )
         if np.isfinite(res.fun) and res.fun < best_f:
             best_f, best_x = float(res.fun), res.x
