@@ -26,6 +26,7 @@ from pymc_kameleon.pseudo_marginal import (
 )
 from pymc_kameleon.smc import ASMC, KASS
 from pymc_kameleon.steps import (
+    MLDA,
     DiscreteMetropolis,
     GPDelayedAcceptanceMALA,
     GPDelayedAcceptanceMH,
@@ -45,6 +46,7 @@ __all__ = [
     "GPDelayedAcceptanceMH",
     "KASS",
     "KameleonMetropolis",
+    "MLDA",
     "PseudoMarginalEstimatorError",
     "PseudoMarginalMisuseError",
     "PseudoMarginalPotential",

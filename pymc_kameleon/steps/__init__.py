@@ -3,6 +3,7 @@
 from pymc_kameleon.steps.delayed_acceptance import GPDelayedAcceptanceMALA, GPDelayedAcceptanceMH
 from pymc_kameleon.steps.discrete import DiscreteMetropolis
 from pymc_kameleon.steps.kameleon import KameleonMetropolis
+from pymc_kameleon.steps.multilevel import MLDA
 from pymc_kameleon.steps.tuned import rebuild_proposal, value_space_draws
 
 __all__ = [
@@ -10,6 +11,7 @@ __all__ = [
     "GPDelayedAcceptanceMALA",
     "GPDelayedAcceptanceMH",
     "KameleonMetropolis",
+    "MLDA",
     "rebuild_proposal",
     "value_space_draws",
 ]

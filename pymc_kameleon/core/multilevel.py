@@ -1,0 +1,211 @@
+r"""Multilevel delayed acceptance without PyMC (Lykkegaard, Dodwell, Fox, Mingas and Scheichl 2023).
+
+The target is the finest of the densities :math:`\pi_0, \dots, \pi_L` (coarsest first): cheaper,
+approximate versions of :math:`\pi_L` (a coarser mesh, a looser ODE tolerance, a subsample of the data).
+One step at level :math:`\ell \ge 1` from :math:`x`:
+
+1. runs a subchain of :math:`J_{\ell-1}` steps at level :math:`\ell - 1` from :math:`x` (each of them
+   such a step itself, down to level 0, whose steps are Metropolis-Hastings with the base proposal);
+   its last state :math:`y` is the proposal;
+2. accepts :math:`y` with
+
+.. math::
+    \alpha_\ell(x, y) = 1 \wedge
+        \frac{\pi_\ell(y)\, \pi_{\ell-1}(x)}{\pi_\ell(x)\, \pi_{\ell-1}(y)}.
+
+A level's step is reversible with respect to its density: the subchain's :math:`J`-step kernel
+:math:`K^J` is reversible with respect to :math:`\pi_{\ell-1}` (by induction from level 0), so it is a
+proposal with :math:`\pi_{\ell-1}(x) K^J(x, y) = \pi_{\ell-1}(y) K^J(y, x)`, and the ratio above is the
+Metropolis-Hastings ratio for :math:`\pi_\ell` with that proposal. The finest chain is therefore exact
+for :math:`\pi_L` however biased the coarse levels are; a poor coarse level only costs acceptance.
+With ``randomize_lengths`` each subchain's length is drawn uniformly from :math:`\{1, \dots,
+2J - 1\}` (mean :math:`J`) independently of the state: a mixture of reversible kernels, so still exact;
+it breaks the periodicity a fixed length can give a subchain that alternates between two states.
+
+In the code the states are ``current`` and ``proposed``; a :class:`LevelPoint` carries a point with its
+log densities at the levels evaluated there (NaN above). The base proposal is any
+:class:`~pymc_kameleon.core.proposals.Proposal`, frozen for an exact chain (the steps freeze it after
+tuning); during tuning every level-0 step is reported to ``on_base_step``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pymc_kameleon.core.mh import metropolis_accept, metropolis_hastings_step
+
+__all__ = ["LevelPoint", "MultilevelCounts", "MultilevelDelayedAcceptance", "multilevel_log_ratio"]
+
+
+@dataclass(frozen=True)
+class LevelPoint:
+    """A point and its log densities: ``logp[l]`` is :math:`\\log\\pi_l` at ``x`` (NaN if not evaluated)."""
+
+    x: np.ndarray
+    logp: tuple
+
+    def at(self, level: int) -> float:
+        return self.logp[level]
+
+    def with_level(self, level: int, value: float) -> LevelPoint:
+        logp = list(self.logp)
+        logp[level] = float(value)
+        return LevelPoint(self.x, tuple(logp))
+
+
+@dataclass
+class MultilevelCounts:
+    """What one finest-level step did, per level (index 0 the coarsest).
+
+    Attributes
+    ----------
+    evaluations : list of int
+        Log-density evaluations of each level.
+    steps, accepted : list of int
+        Steps taken at each level and how many moved (level 0: MH steps; level l: delayed-acceptance
+        decisions on a subchain's end).
+    subchain_lengths : list of int
+        The length of the last subchain run at each level below the finest.
+    accept_prob : list of float
+        The acceptance probability of the last decision at each level (NaN if none).
+    """
+
+    evaluations: list = field(default_factory=list)
+    steps: list = field(default_factory=list)
+    accepted: list = field(default_factory=list)
+    subchain_lengths: list = field(default_factory=list)
+    accept_prob: list = field(default_factory=list)
+
+    @classmethod
+    def zeros(cls, n_levels: int) -> MultilevelCounts:
+        zeros = [0] * n_levels
+        return cls(list(zeros), list(zeros), list(zeros), [0] * (n_levels - 1), [math.nan] * n_levels)
+
+
+def multilevel_log_ratio(current: LevelPoint, proposed: LevelPoint, level: int) -> float:
+    r""":math:`\log\alpha_\ell`'s ratio: :math:`\log\pi_\ell(y) - \log\pi_\ell(x) + \log\pi_{\ell-1}(x) -
+    \log\pi_{\ell-1}(y)`; :math:`-\infty` where :math:`\pi_\ell(y)` is not finite. NaN only if an input is."""
+    fine_y = proposed.at(level)
+    if not math.isfinite(fine_y):
+        return -math.inf
+    return fine_y - current.at(level) + current.at(level - 1) - proposed.at(level - 1)
+
+
+class MultilevelDelayedAcceptance:
+    r"""Multilevel delayed acceptance on densities ``log_densities`` (coarsest first).
+
+    Parameters
+    ----------
+    log_densities : sequence of callables
+        ``log_densities[l](x)`` is :math:`\log\pi_l(x)` (may be -inf or NaN: a rejection), for
+        :math:`l = 0, \dots, L` with :math:`L \ge 1`.
+    subchain_lengths : sequence of int
+        :math:`J_0, \dots, J_{L-1}`: the level-:math:`l` steps of the subchain that proposes at level
+        :math:`l + 1` (each at least 1).
+    proposal : Proposal
+        The base proposal of level 0's Metropolis-Hastings steps.
+    randomize_lengths : bool
+        Draw each subchain's length uniformly from :math:`\{1, \dots, 2J_l - 1\}`.
+    """
+
+    def __init__(
+        self,
+        log_densities: Sequence[Callable[[np.ndarray], float]],
+        subchain_lengths: Sequence[int],
+        proposal,
+        *,
+        randomize_lengths: bool = False,
+    ):
+        if len(log_densities) < 2:
+            raise ValueError(
+                f"multilevel delayed acceptance needs at least 2 levels, got {len(log_densities)}."
+            )
+        if len(subchain_lengths) != len(log_densities) - 1:
+            raise ValueError(
+                f"expected {len(log_densities) - 1} subchain lengths (one per level below the finest), "
+                f"got {len(subchain_lengths)}."
+            )
+        for length in subchain_lengths:
+            if int(length) != length or length < 1:
+                raise ValueError(f"subchain lengths must be integers >= 1, got {list(subchain_lengths)!r}.")
+        self.log_densities = list(log_densities)
+        self.subchain_lengths = [int(j) for j in subchain_lengths]
+        self.proposal = proposal
+        self.randomize_lengths = bool(randomize_lengths)
+        self.n_levels = len(self.log_densities)
+
+    @property
+    def finest(self) -> int:
+        return self.n_levels - 1
+
+    def point(self, x, logp_finest: float | None = None) -> LevelPoint:
+        """``x`` with every level's log density evaluated (the finest's given, if known)."""
+        x = np.asarray(x, dtype=float)
+        values = [float(f(x)) for f in self.log_densities[:-1]]
+        finest = float(self.log_densities[-1](x)) if logp_finest is None else float(logp_finest)
+        return LevelPoint(x, (*values, finest))
+
+    def step(self, current: LevelPoint, rng, on_base_step=None) -> tuple[LevelPoint, MultilevelCounts]:
+        """One step of the finest level from ``current`` (every level's log density known there).
+
+        ``on_base_step(mh_step, start, start_logp)`` is called after every level-0 step
+        (:class:`~pymc_kameleon.core.mh.MHStep`), for the base proposal's adaptation during tuning.
+        Returns the new point and the counts of this step.
+        """
+        counts = MultilevelCounts.zeros(self.n_levels)
+        return self._step(self.finest, current, rng, counts, on_base_step), counts
+
+    def _subchain_length(self, level: int, rng) -> int:
+        length = self.subchain_lengths[level]
+        if self.randomize_lengths and length > 1:
+            return int(rng.integers(1, 2 * length))
+        return length
+
+    def _step(self, level: int, current: LevelPoint, rng, counts, on_base_step) -> LevelPoint:
+        counts.steps[level] += 1
+        if level == 0:
+            return self._base_step(current, rng, counts, on_base_step)
+        length = self._subchain_length(level - 1, rng)
+        counts.subchain_lengths[level - 1] = length
+        proposed = current
+        for _ in range(length):
+            proposed = self._step(level - 1, proposed, rng, counts, on_base_step)
+        if proposed.x is current.x:  # the subchain never moved: the proposal is the current state
+            metropolis_accept(0.0, rng)  # the uniform the decision draws, so the stream is the same
+            counts.accept_prob[level] = 1.0
+            return current
+        counts.evaluations[level] += 1
+        proposed = proposed.with_level(level, self.log_densities[level](proposed.x))
+        log_ratio = multilevel_log_ratio(current, proposed, level)
+        accepted, counts.accept_prob[level] = metropolis_accept(log_ratio, rng)
+        if accepted:
+            counts.accepted[level] += 1
+            return proposed
+        return current
+
+    def _base_step(self, current: LevelPoint, rng, counts, on_base_step) -> LevelPoint:
+        evaluations = []
+
+        def log_density(x):
+            evaluations.append(1)
+            return _Value(float(self.log_densities[0](x)))
+
+        result = metropolis_hastings_step(self.proposal, current.x, current.at(0), log_density, rng)
+        counts.evaluations[0] += len(evaluations)
+        counts.accept_prob[0] = result.accept_prob
+        if on_base_step is not None:
+            on_base_step(result, current)
+        if not result.accepted:
+            return current
+        counts.accepted[0] += 1
+        nan = (math.nan,) * (self.n_levels - 1)
+        return LevelPoint(result.state, (result.evaluation.logp, *nan))
+
+
+@dataclass(frozen=True)
+class _Value:
+    logp: float

@@ -1,0 +1,366 @@
+r"""Multilevel delayed acceptance as a PyMC step: ``pm.sample(step=MLDA(coarse_models=[coarse]))``.
+
+The user's model (in context) is the finest level; ``coarse_models`` are cheaper models of the same
+free variables, coarsest first, as PyMC's removed ``MLDA`` step took them. The move, PyMC-free, is
+:class:`~pymc_kameleon.core.multilevel.MultilevelDelayedAcceptance`; its base proposal at the coarsest
+level is the package's scale-free one (a coordinate scan, then the Adaptive Metropolis walk with the
+independence component where it pays), tuned on the coarsest level's Metropolis-Hastings steps and
+frozen after tuning. This module connects it to PyMC: the levels' compiled densities, the checks of
+the coarse models, per-chain state and statistics.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pymc as pm
+from pymc.blocking import RaveledVars
+
+from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
+from pymc_kameleon.core.adaptation.state import TuningDraw
+from pymc_kameleon.core.kameleon.scale_free import ScaleFreeProposal
+from pymc_kameleon.core.linalg import same_array
+from pymc_kameleon.core.multilevel import LevelPoint, MultilevelDelayedAcceptance
+from pymc_kameleon.core.validation import check_independence_weight, check_number, check_probability
+from pymc_kameleon.steps.base import AdaptiveStep, ChainState, continuous_value_vars, coordinate_names
+from pymc_kameleon.steps.reporting import warn_after_tuning
+from pymc_kameleon.steps.target_density import Evaluation, TargetDensity
+
+__all__ = ["MLDA"]
+
+
+class MLDA(AdaptiveStep):
+    r"""Multilevel delayed acceptance (Lykkegaard et al. 2023) with the user's coarse models.
+
+    Each iteration runs a subchain of ``subsampling_rates[-1]`` steps on the next coarser level (each
+    of them such a step itself, down to the coarsest level, whose steps are Metropolis-Hastings with
+    the scale-free adaptive proposal) and accepts its end :math:`y` from :math:`x` with
+
+    .. math::
+        \alpha = 1 \wedge \frac{\pi_L(y)\, \pi_{L-1}(x)}{\pi_L(x)\, \pi_{L-1}(y)},
+
+    so the chain is exact for the model in context (:math:`\pi_L`) whatever the coarse models are:
+    a biased coarse model costs acceptance, not correctness. Only accepted subchain ends cost a
+    fine evaluation: one per iteration.
+
+    Parameters
+    ----------
+    vars : list of variables, optional
+        Every continuous free variable of the model (the default); MLDA samples them all.
+    coarse_models : list of pm.Model
+        Cheaper models with the same free variables (names, shapes and transforms), coarsest first.
+    subsampling_rates : int or list of int, default 5
+        Steps of each coarse level's subchain per proposal to the next finer level (one per coarse
+        model, or one number for all).
+    randomize_lengths : bool, default False
+        Draw each subchain's length uniformly from 1 to twice the rate minus 1 (same mean), which
+        avoids a periodic subchain; exact either way.
+    target_accept : float, default 0.234
+        Acceptance rate the coarsest level's Adaptive Metropolis scale is tuned to.
+    independence_weight : float, default 0.5
+        The base proposal's independence component (decision records 0038/0039), on the coarsest level.
+    adapt_interval, learning_rate, history_size
+        The base proposal's adaptation (as :class:`~pymc_kameleon.KameleonMetropolis`), counted in
+        coarsest-level steps.
+    start : {"search", "initial_point"}, default "search"
+        Search for a start before tuning, on the coarsest level's density (cheap).
+    model, initial_point, compile_kwargs, rng, blocked
+        As for PyMC's steps.
+
+    Notes
+    -----
+    Tuning is per chain. The statistics ``logp_evals`` and ``cumulative_logp_evals`` count the
+    finest level's evaluations (the expensive ones); per coarse level ``k`` (0 the coarsest),
+    ``level{k}_logp_evals`` counts its evaluations in the step, ``level{k}_accept_rate`` is the share of
+    its steps that moved, and ``level{k}_subchain_length`` the length of its last subchain.
+    """
+
+    _default_tuning = "per_chain"
+    name = "mlda"
+
+    def __init__(
+        self,
+        vars=None,
+        *,
+        coarse_models,
+        subsampling_rates=5,
+        randomize_lengths: bool = False,
+        target_accept: float = 0.234,
+        independence_weight: float = 0.5,
+        adapt_interval: int = 100,
+        learning_rate: float = 1.0,
+        history_size: int = 10_000,
+        start: str = "search",
+        model=None,
+        initial_point=None,
+        compile_kwargs=None,
+        rng=None,
+        blocked: bool = True,
+    ):
+        model = pm.modelcontext(model)
+        check_probability("target_accept", target_accept)
+        check_independence_weight(independence_weight)
+        check_number("adapt_interval", adapt_interval, integer=True, minimum=1, strict=False)
+        check_number("learning_rate", learning_rate, minimum=0)
+        check_number("history_size", history_size, integer=True, minimum=2, strict=False)
+        coarse_models = _checked_coarse_models(coarse_models, model)
+        self.subsampling_rates = _checked_rates(subsampling_rates, len(coarse_models))
+        self.randomize_lengths = bool(randomize_lengths)
+        self.target_accept = float(target_accept)
+        self.independence_weight = float(independence_weight)
+        self.adapt_interval = int(adapt_interval)
+        self.learning_rate = float(learning_rate)
+        self.history_size = int(history_size)
+
+        if initial_point is None:
+            initial_point = model.initial_point()
+        vars = continuous_value_vars(vars, model, "MLDA")
+        _check_all_free_variables(vars, model)
+        self.dim = int(sum(np.size(initial_point[v.name]) for v in vars))
+        self._coordinate_names = coordinate_names(vars, initial_point)
+        target = TargetDensity(model, vars, initial_point, compile_kwargs, "MLDA")
+        if target.has_estimates:
+            raise ValueError(
+                "MLDA does not take a model with a PseudoMarginalPotential yet: its levels' log densities "
+                "must be exact. Use GPDelayedAcceptanceMH or KameleonMetropolis for this model."
+            )
+        self._coarse_targets = [
+            _coarse_target(coarse, vars, model, compile_kwargs, k) for k, coarse in enumerate(coarse_models)
+        ]
+        self.n_levels = len(coarse_models) + 1
+        n_coarse = len(coarse_models)
+        # Scalar statistics per coarse level (PyMC's default trace keeps scalar statistics only).
+        per_level = {}
+        for k in range(n_coarse):
+            per_level[f"level{k}_logp_evals"] = (np.int64, [])
+            per_level[f"level{k}_accept_rate"] = (np.float64, [])
+            per_level[f"level{k}_subchain_length"] = (np.int64, [])
+        self.stats_dtypes_shapes = {**type(self).stats_dtypes_shapes, **per_level}
+        self.stats_dtypes = [{name: dtype for name, (dtype, _) in self.stats_dtypes_shapes.items()}]
+        self._join_pymc(vars, target, blocked, rng, model=model, start=start)
+        steps_per_iteration = int(np.prod(self.subsampling_rates))
+        required = self._chain.adaptation.required_tune_steps()
+        self.default_tune_steps = max(1, math.ceil(required / steps_per_iteration))
+
+    # ------------------------------------------------------------------ state
+    def _reset_chain_state(self):
+        adaptation = ScaleFreeAdaptation(
+            self.dim,
+            None,
+            target_accept=self.target_accept,
+            learning_rate=self.learning_rate,
+            first_window=self.adapt_interval,
+            history_size=self.history_size,
+            independence_weight=self.independence_weight,
+        )
+        proposal = ScaleFreeProposal(adaptation.state, 1.0)
+        levels = [target.log_density for target in self._coarse_targets] + [self._target]
+        move = MultilevelDelayedAcceptance(
+            levels, self.subsampling_rates, proposal, randomize_lengths=self.randomize_lengths
+        )
+        self._chain = MultilevelChain(adaptation=adaptation, proposal=proposal, move=move)
+        self._target.reset()
+
+    def stop_tuning(self):
+        super().stop_tuning()
+        adaptation = self._chain.adaptation
+        if adaptation.tune_steps > 0:
+            warn_after_tuning("MLDA", adaptation, self.target_accept, self._warnings, self._coordinate_names)
+        adaptation.end_tuning(self.rng)
+
+    @property
+    def scale_free_adaptation(self) -> ScaleFreeAdaptation:
+        """The base proposal's adaptation (on the coarsest level) of the chain run last."""
+        return self._chain.adaptation
+
+    # ------------------------------------------------------------ the step
+    def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list]:
+        chain, target = self._chain, self._target
+        y = q0.data
+        evals_before = target.n_evals
+        coarse_before = [t.n_evals for t in self._coarse_targets]
+        logp_y = target.current(y, q0.point_map_info, self.rng).logp
+        found = self._search_start_on_coarsest(y)
+        if found is not None:
+            y = found
+            logp_y = target.current(y, q0.point_map_info, self.rng).logp
+        current = chain.current
+        if current is None or not same_array(current.x, y):
+            current = chain.move.point(np.array(y, dtype=float, copy=True), logp_y)
+        on_base_step = self._adapt if self.tune else None
+        new, counts = chain.move.step(current, self.rng, on_base_step)
+        chain.current = new
+        accepted = new is not current
+        finest = self.n_levels - 1
+        if accepted:
+            target.accept(new.x, Evaluation(new.at(finest), new.at(finest)))
+        state = chain.adaptation.state
+        stats = {
+            "accept": counts.accept_prob[finest],
+            "accepted": float(accepted),
+            "tune": self.tune,
+            "scaling": state.am_scale.value,
+            "model_logp": new.at(finest),
+        }
+        for k, (coarse, before) in enumerate(zip(self._coarse_targets, coarse_before)):
+            steps = counts.steps[k]
+            stats[f"level{k}_logp_evals"] = coarse.n_evals - before
+            stats[f"level{k}_accept_rate"] = counts.accepted[k] / steps if steps else math.nan
+            stats[f"level{k}_subchain_length"] = counts.subchain_lengths[k]
+        self._add_running_stats(stats, target.n_evals - evals_before)
+        self._check_stuck(accepted)
+        self._warnings.attach(stats, "accept")
+        return RaveledVars(new.x, q0.point_map_info), [stats]
+
+    def _adapt(self, mh_step, start: LevelPoint) -> None:
+        """A coarsest-level step during tuning: adapt the base proposal (and probe its independence
+        component, on the coarsest level)."""
+        chain = self._chain
+        adaptation, proposal = chain.adaptation, chain.proposal
+        evaluation = mh_step.evaluation
+        logp0 = start.at(0) if not mh_step.accepted else evaluation.logp
+        draw = TuningDraw(
+            mh_step.state, mh_step.accept_prob, mh_step.move.component, start.x, mh_step.move.x, logp0,
+            None, None, math.nan if evaluation is None else evaluation.logp,
+        )
+        if adaptation.probe_due(self.rng):
+            coarsest = self._coarse_targets[0]
+            point = proposal.independent_point(self.rng, adaptation.probe_fitted)
+            adaptation.record_probe(mh_step.state, logp0, point, coarsest.log_density(point))
+        adaptation.adapt(draw, self.rng)
+
+    def _search_start_on_coarsest(self, y):
+        """At the chain's first tuning step with ``start="search"``: the start the search finds on the
+        coarsest level's density (:mod:`pymc_kameleon.steps.starts`), or None."""
+        chain = self._chain
+        if chain.searched:
+            return None
+        chain.searched = True
+        if not self.tune or self.start != "search":
+            return None
+        coarsest = self._coarse_targets[0]
+        found = self._start_search.run(coarsest.target, y, coarsest.log_density(y), self.rng)
+        if found is None or not found.moved:
+            return None
+        return found.state
+
+
+@dataclass(eq=False, kw_only=True)
+class MultilevelChain(ChainState):
+    """One chain's state in :class:`MLDA`.
+
+    Attributes
+    ----------
+    adaptation : ScaleFreeAdaptation
+        The base proposal's tuning (coarsest level).
+    proposal : ScaleFreeProposal
+    move : MultilevelDelayedAcceptance
+    current : LevelPoint or None
+        The current state with every level's log density.
+    """
+
+    adaptation: ScaleFreeAdaptation
+    proposal: ScaleFreeProposal
+    move: MultilevelDelayedAcceptance
+    current: LevelPoint | None = None
+
+
+class _CoarseLevel:
+    """A coarse model's log density on the fine step's raveled block, counting its evaluations."""
+
+    def __init__(self, target: TargetDensity):
+        self.target = target
+
+    @property
+    def n_evals(self) -> int:
+        return self.target.n_evals
+
+    def log_density(self, x) -> float:
+        return self.target.evaluate(x).logp
+
+
+# ---------------------------------------------------------------------------- checks of the input
+def _checked_rates(rates, n_coarse: int) -> list[int]:
+    """One subchain length per coarse level, each an integer >= 1."""
+    values = [rates] * n_coarse if np.ndim(rates) == 0 else list(rates)
+    if len(values) != n_coarse:
+        raise ValueError(
+            f"MLDA: subsampling_rates must be one number or one per coarse model ({n_coarse}), "
+            f"got {len(values)}: {rates!r}."
+        )
+    for value in values:
+        if isinstance(value, bool) or not float(value).is_integer() or value < 1:
+            raise ValueError(f"MLDA: subsampling_rates must be integers >= 1, got {rates!r}.")
+    return [int(v) for v in values]
+
+
+def _checked_coarse_models(coarse_models, model) -> list:
+    """The coarse models as a list: ``pm.Model`` objects other than the fine one, each with a likelihood."""
+    if isinstance(coarse_models, pm.Model):
+        coarse_models = [coarse_models]
+    coarse_models = list(coarse_models) if coarse_models is not None else []
+    if not coarse_models:
+        raise ValueError(
+            "MLDA needs at least one coarse model: MLDA(coarse_models=[coarse]), a cheaper pm.Model with "
+            "the same free variables as the model in context (coarsest first, if several)."
+        )
+    for k, coarse in enumerate(coarse_models):
+        if not isinstance(coarse, pm.Model):
+            raise TypeError(f"MLDA: coarse_models[{k}] must be a pm.Model, got {type(coarse).__name__}.")
+        if coarse is model:
+            raise ValueError(
+                f"MLDA: coarse_models[{k}] is the model in context itself; give a cheaper model."
+            )
+        if not coarse.observed_RVs and not coarse.potentials:
+            raise ValueError(
+                f"MLDA: coarse_models[{k}] has no likelihood (no observed variables, no potentials): "
+                "its density would be the prior alone, a useless approximation of the posterior."
+            )
+    return coarse_models
+
+
+def _check_all_free_variables(vars, model) -> None:
+    """MLDA samples every free variable: the coarse models' densities need them all."""
+    own = {v.name for v in vars}
+    others = [model.values_to_rvs[v].name for v in model.value_vars if v.name not in own]
+    if others:
+        raise ValueError(
+            f"MLDA samples every free variable of the model, but {others} would be left to other steps "
+            "(discrete variables, or variables given to another step): the coarse models' densities "
+            "depend on them too. MLDA takes continuous models only, with all their variables."
+        )
+
+
+def _coarse_target(coarse, vars, model, compile_kwargs, k: int) -> _CoarseLevel:
+    """The coarse model's density on the fine block: the same value variables, names, shapes and order."""
+    fine_point = model.initial_point()
+    coarse_point = coarse.initial_point()
+    coarse_values = {v.name: v for v in coarse.value_vars}
+    fine_rvs = {v.name: model.values_to_rvs[v].name for v in vars}
+    expected = sorted(fine_rvs.values())
+    actual = sorted(coarse.values_to_rvs[v].name for v in coarse.value_vars)
+    if expected != actual:
+        raise ValueError(
+            f"MLDA: coarse_models[{k}] must have the same free variables as the model in context: "
+            f"expected {expected}, got {actual}."
+        )
+    coarse_vars = []
+    for v in vars:
+        if v.name not in coarse_values:
+            rv = fine_rvs[v.name]
+            theirs = next(c.name for c in coarse.value_vars if coarse.values_to_rvs[c].name == rv)
+            raise ValueError(
+                f"MLDA: variable {rv!r} is transformed differently in coarse_models[{k}] (sampled as "
+                f"{theirs!r}) than in the model in context ({v.name!r}): give it the same prior "
+                "support and transform in both."
+            )
+        shape, theirs = np.shape(fine_point[v.name]), np.shape(coarse_point[v.name])
+        if shape != theirs:
+            raise ValueError(
+                f"MLDA: variable {fine_rvs[v.name]!r} has shape {theirs} in coarse_models[{k}] and "
+                f"{shape} in the model in context."
+            )
+        coarse_vars.append(coarse_values[v.name])
+    return _CoarseLevel(TargetDensity(coarse, coarse_vars, coarse_point, compile_kwargs, "MLDA"))

@@ -1,0 +1,177 @@
+"""MLDA as a PyMC step: invariance for the fine model with a coarse model whose posterior is 2 sds off,
+seeds, cores=2, a step reused by a second pm.sample, the statistics, and clear errors for bad input.
+
+The coarse level 3 sds off and the negative control (a ratio without the coarse terms) are the core's,
+tests/core/test_multilevel.py: there, with a fixed base proposal, the chain mixes well enough for an
+MCSE-sized test; through the step the tuned walk (tuned to the coarse posterior) leaves 20-40 effective
+draws of 20 000 at 3 sds, 100-200 at 2 sds. A biased coarse model costs that much: see the guide.)"""
+
+import math
+
+import numpy as np
+import pymc as pm
+import pytest
+
+from pymc_kameleon import MLDA, PseudoMarginalPotential
+from pymc_kameleon.testing import SAMPLE_KW, assert_same_records, mcse_of_mean, recorded
+
+N_OBS = 20
+DATA = np.random.default_rng(7).normal([0.5, -1.0], 1.0, size=(N_OBS, 2))
+POST_VAR = 1.0 / (N_OBS + 1.0 / 100.0)  # mu ~ N(0, 10^2 I), y_i ~ N(mu, I)
+POST_MEAN = DATA.sum(0) * POST_VAR
+POST_SD = math.sqrt(POST_VAR)
+
+
+def conjugate_model(shift: float = 0.0):
+    """The fine model (shift 0), or a coarse one whose posterior is ``shift`` posterior sds off in mu[0]."""
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 10, shape=2)
+        pm.Normal("y", mu, 1, observed=DATA + np.array([shift * POST_SD, 0.0]))
+    return model
+
+
+def sample(step_kwargs=None, *, seed=1, tune=300, draws=300, chains=2, cores=1, shift=1.0, **kwargs):
+    fine, coarse = conjugate_model(), conjugate_model(shift)  # coarse models are built outside `with fine`
+    with fine:
+        step = MLDA(coarse_models=[coarse], **(step_kwargs or {}))
+        return pm.sample(draws=draws, tune=tune, chains=chains, cores=cores, step=step, random_seed=seed,
+                         **SAMPLE_KW, **kwargs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kwargs", [{}, {"subsampling_rates": 3, "randomize_lengths": True}],
+                         ids=["default", "random-lengths"])
+def test_invariant_for_the_fine_posterior_with_a_coarse_posterior_2_sds_away(kwargs):
+    idata = sample(kwargs, tune=1000, draws=5000, chains=4, shift=2.0)
+    draws = idata.posterior["mu"].values  # (chain, draw, 2)
+    for j in range(2):
+        x = draws[..., j]
+        z_mean = abs(x.mean() - POST_MEAN[j]) / mcse_of_mean(x)
+        second = ((x - POST_MEAN[j]) / POST_SD) ** 2
+        z_var = abs(second.mean() - 1.0) / mcse_of_mean(second)
+        assert z_mean < 4 and z_var < 4, (j, z_mean, z_var)
+
+
+def test_statistics_count_each_level():
+    idata = sample({"subsampling_rates": 4})
+    stats = idata.sample_stats
+    fine = stats["logp_evals"].values
+    assert set(np.unique(fine)) <= {0, 1}  # at most one fine evaluation per iteration
+    assert np.all(stats["level0_subchain_length"].values == 4)
+    coarse = stats["level0_logp_evals"].values
+    assert np.all((coarse >= 0) & (coarse <= 4))  # one per coarsest step, none for an infeasible move
+    rate = stats["level0_accept_rate"].values
+    assert np.all((rate >= 0) & (rate <= 1))
+    assert 0.0 < stats["accepted"].values.mean() < 1.0
+    # The running count is the sum of the per-step counts (the tuning's too).
+    last = stats["cumulative_logp_evals"].values[:, -1]
+    assert np.all(last >= fine.sum(axis=1))
+
+
+def test_three_levels_and_their_statistics():
+    fine, coarse = conjugate_model(), [conjugate_model(3.0), conjugate_model(1.0)]
+    with fine:
+        step = MLDA(coarse_models=coarse, subsampling_rates=[2, 3])
+        idata = pm.sample(draws=100, tune=100, chains=1, step=step, random_seed=2, **SAMPLE_KW)
+    stats = idata.sample_stats
+    assert np.all(stats["level0_subchain_length"].values == 2)
+    assert np.all(stats["level1_subchain_length"].values == 3)
+    assert np.all(stats["level0_logp_evals"].values <= 6)
+
+
+def test_same_seed_same_draws_and_cores_2_equals_sequential():
+    a = recorded(sample(seed=5))
+    assert_same_records(a, recorded(sample(seed=5)))
+    assert_same_records(a, recorded(sample(seed=5, cores=2)))
+
+
+def test_a_step_reused_by_a_second_pm_sample_starts_afresh():
+    fine, coarse = conjugate_model(), conjugate_model(3.0)
+    with fine:
+        step = MLDA(coarse_models=[coarse])
+        first = pm.sample(draws=100, tune=100, chains=1, step=step, random_seed=3, **SAMPLE_KW)
+        second = pm.sample(draws=100, tune=100, chains=1, step=step, random_seed=3, **SAMPLE_KW)
+    np.testing.assert_array_equal(first.posterior["mu"].values, second.posterior["mu"].values)
+
+
+def test_the_start_search_runs_on_the_coarsest_level():
+    """The search costs coarse evaluations only: the fine model's evaluations in the first step are the
+    start's and the new start's, plus at most the step's own."""
+    idata = sample({"start": "search"}, tune=10, draws=10, chains=1, discard_tuned_samples=False)
+    assert idata.sample_stats["logp_evals"].values.sum() <= 10
+    assert int(idata.warmup_sample_stats["logp_evals"].values[0, 0]) <= 3
+    assert int(idata.warmup_sample_stats["level0_logp_evals"].values[0, 0]) > 50
+
+
+# ------------------------------------------------------------------------------------ bad input
+def test_coarse_models_with_other_variables_are_refused():
+    with pm.Model() as other:
+        pm.Normal("nu", 0, 1, shape=2)
+        pm.Normal("y", 0, 1, observed=DATA)
+    with conjugate_model(), pytest.raises(ValueError, match=r"same free variables.*\['mu'\].*\['nu'\]"):
+        MLDA(coarse_models=[other])
+
+
+def test_a_coarse_model_with_another_shape_or_transform_is_refused():
+    with pm.Model() as wrong_shape:
+        mu = pm.Normal("mu", 0, 10, shape=3)
+        pm.Normal("y", mu[:2], 1, observed=DATA)
+    with conjugate_model(), pytest.raises(ValueError, match=r"'mu' has shape \(3,\)"):
+        MLDA(coarse_models=[wrong_shape])
+    with pm.Model() as wrong_transform:
+        mu = pm.HalfNormal("mu", 10, shape=2)
+        pm.Normal("y", mu, 1, observed=DATA)
+    with conjugate_model(), pytest.raises(ValueError, match="transformed differently"):
+        MLDA(coarse_models=[wrong_transform])
+
+
+def test_a_coarse_model_without_likelihood_is_refused():
+    with pm.Model() as prior_only:
+        pm.Normal("mu", 0, 10, shape=2)
+    with conjugate_model(), pytest.raises(ValueError, match="no likelihood"):
+        MLDA(coarse_models=[prior_only])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"coarse_models": []}, "at least one coarse model"),
+        ({"coarse_models": ["model"]}, "must be a pm.Model"),
+        ({"subsampling_rates": 0}, "integers >= 1"),
+        ({"subsampling_rates": 1.5}, "integers >= 1"),
+        ({"subsampling_rates": [2, 2]}, "one per coarse model"),
+        ({"target_accept": 1.5}, "target_accept"),
+        ({"independence_weight": 2.0}, "independence_weight"),
+    ],
+)
+def test_nonsensical_options_are_named(kwargs, match):
+    options = {"coarse_models": [conjugate_model(1.0)], **kwargs}  # built before the `with` below
+    with conjugate_model(), pytest.raises((ValueError, TypeError), match=match):
+        MLDA(**options)
+
+
+def test_the_model_itself_as_coarse_model_is_refused():
+    model = conjugate_model()
+    with model, pytest.raises(ValueError, match="model in context itself"):
+        MLDA(coarse_models=[model])
+
+
+def test_discrete_variables_are_refused():
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 10)
+        k = pm.Poisson("k", 3.0)
+        pm.Normal("y", mu + k, 1, observed=[1.0, 2.0])
+    coarse = conjugate_model()
+    with model, pytest.raises(ValueError, match=r"\['k'\] would be left to other steps"):
+        MLDA(coarse_models=[coarse])
+
+
+def test_pseudo_marginal_models_are_refused_for_now():
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 1)
+        PseudoMarginalPotential("lik", lambda m, rng: float(-0.5 * m**2), inputs=[mu])
+    with pm.Model() as coarse:
+        mu = pm.Normal("mu", 0, 1)
+        pm.Normal("y", mu, 1, observed=[0.0])
+    with model, pytest.raises(ValueError, match="PseudoMarginalPotential"):
+        MLDA(coarse_models=[coarse])
