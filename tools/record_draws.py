@@ -7,9 +7,10 @@ Each case runs ``pm.sample`` (or ``pm.sample_smc``) with a fixed ``random_seed``
 of every array in the posterior, the sample statistics and (for MCMC) the warm-up groups. The
 cases cover every sampler of the package: ``KameleonMetropolis`` with each kernel and both
 adaptations, from a good and a far start; both GP delayed-acceptance steps with their proposals
-and gradient options, exact and pseudo-marginal; correlated pseudo-marginal; ``DiscreteMetropolis``
-beside a Kameleon step; ``KASS`` and ``ASMC``. Tuning is long enough for every phase (coordinate
-scan, Adaptive Metropolis window, Kameleon windows, windows that end early) to run.
+and gradient options, exact and pseudo-marginal; ``MLDA`` with two and three levels; correlated
+pseudo-marginal; ``DiscreteMetropolis`` beside a Kameleon step; ``KASS`` and ``ASMC``. Tuning is
+long enough for every phase (coordinate scan, Adaptive Metropolis window, Kameleon windows, windows
+that end early) to run.
 
 Hashes depend on the installed PyMC, PyTensor, NumPy and BLAS, so record and check with the same
 environment (one file per stack). Record with PyTensor's compilation cache warm (run ``check``
@@ -148,6 +149,25 @@ def _smc(model_fn, kernel, *, draws, seed=1, **kwargs):
     return run
 
 
+def _mlda(coarse_shifts, *, tune, draws, chains=2, seed=1, **options):
+    """MLDA on the Gaussian data model, with coarse models whose data are moved by ``coarse_shifts``
+    (coarsest first; built before entering the fine model's context)."""
+
+    def run():
+        coarse = []
+        for shift in coarse_shifts:
+            data = np.random.default_rng(0).normal([0.5, -1.0], 1.0, size=(30, 2)) + shift
+            with pm.Model() as model:
+                mu = pm.Normal("mu", 0, 10, shape=2)
+                pm.Normal("y", mu, 1, observed=data)
+            coarse.append(model)
+        with gaussian_data_model():
+            step = pk.MLDA(coarse_models=coarse, **options)
+            return pm.sample(step=step, tune=tune, draws=draws, chains=chains, random_seed=seed, **SAMPLE_KW)
+
+    return run
+
+
 FAR = {"b": np.array([40.0, -3.0, 30.0])}
 
 # The cases recorded at ff86cb7 ran each chain's tuning alone: "per_chain" since pooled tuning became
@@ -234,6 +254,11 @@ CASES = {
     ),
     "gpda-mala-pooled": _mcmc(
         gaussian_data_model, lambda m: pk.GPDelayedAcceptanceMALA(), tune=600, draws=200, chains=3
+    ),
+    # MLDA (issue 46): two levels; three levels with random subchain lengths.
+    "mlda-two-levels": _mlda([0.2], tune=500, draws=300),
+    "mlda-three-levels-random-lengths": _mlda(
+        [0.4, 0.1], tune=300, draws=200, subsampling_rates=[2, 3], randomize_lengths=True
     ),
     "kass": _smc(gaussian_data_model, pk.KASS, draws=300),
     "kass-banana": _smc(banana_model, pk.KASS, draws=400),
