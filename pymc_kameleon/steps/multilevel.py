@@ -25,6 +25,15 @@ from pymc_kameleon.core.linalg import same_array
 from pymc_kameleon.core.multilevel import LevelPoint, MultilevelDelayedAcceptance
 from pymc_kameleon.core.validation import check_independence_weight, check_number, check_probability
 from pymc_kameleon.steps.base import AdaptiveStep, ChainState, continuous_value_vars, coordinate_names
+from pymc_kameleon.steps.multilevel_levels import (
+    ErrorModel,
+    check_all_free_variables,
+    checked_coarse_models,
+    checked_rates,
+    coarse_level,
+    corrected_names,
+    fine_outputs,
+)
 from pymc_kameleon.steps.reporting import warn_after_tuning
 from pymc_kameleon.steps.target_density import Evaluation, TargetDensity
 
@@ -57,6 +66,12 @@ class MLDA(AdaptiveStep):
     randomize_lengths : bool, default False
         Draw each subchain's length uniformly from 1 to twice the rate minus 1 (same mean), which
         avoids a periodic subchain; exact either way.
+    adaptive_error_model : bool, default False
+        Correct each coarse level's bias (:mod:`pymc_kameleon.steps.multilevel_levels`): every observed
+        ``pm.Normal`` that all levels have under one name and shape gets, at each coarse level, its mean
+        :math:`F_\ell(\theta)` moved by :math:`\mu_{B,\ell}`, the mean of :math:`F_L - F_\ell` over the
+        chain's recent fine-level states during tuning (one more fine forward solve per accepted
+        tuning iteration, counted in ``logp_evals``); frozen after tuning, so the chain is exact.
     target_accept : float, default 0.234
         Acceptance rate the coarsest level's Adaptive Metropolis scale is tuned to.
     independence_weight : float, default 0.5
@@ -87,6 +102,7 @@ class MLDA(AdaptiveStep):
         coarse_models,
         subsampling_rates=5,
         randomize_lengths: bool = False,
+        adaptive_error_model: bool = False,
         target_accept: float = 0.234,
         independence_weight: float = 0.5,
         adapt_interval: int = 100,
@@ -105,9 +121,10 @@ class MLDA(AdaptiveStep):
         check_number("adapt_interval", adapt_interval, integer=True, minimum=1, strict=False)
         check_number("learning_rate", learning_rate, minimum=0)
         check_number("history_size", history_size, integer=True, minimum=2, strict=False)
-        coarse_models = _checked_coarse_models(coarse_models, model)
-        self.subsampling_rates = _checked_rates(subsampling_rates, len(coarse_models))
+        coarse_models = checked_coarse_models(coarse_models, model)
+        self.subsampling_rates = checked_rates(subsampling_rates, len(coarse_models))
         self.randomize_lengths = bool(randomize_lengths)
+        self.adaptive_error_model = bool(adaptive_error_model)
         self.target_accept = float(target_accept)
         self.independence_weight = float(independence_weight)
         self.adapt_interval = int(adapt_interval)
@@ -117,7 +134,7 @@ class MLDA(AdaptiveStep):
         if initial_point is None:
             initial_point = model.initial_point()
         vars = continuous_value_vars(vars, model, "MLDA")
-        _check_all_free_variables(vars, model)
+        check_all_free_variables(vars, model)
         self.dim = int(sum(np.size(initial_point[v.name]) for v in vars))
         self._coordinate_names = coordinate_names(vars, initial_point)
         target = TargetDensity(model, vars, initial_point, compile_kwargs, "MLDA")
@@ -126,9 +143,13 @@ class MLDA(AdaptiveStep):
                 "MLDA does not take a model with a PseudoMarginalPotential yet: its levels' log densities "
                 "must be exact. Use GPDelayedAcceptanceMH or KameleonMetropolis for this model."
             )
+        corrected = corrected_names(model, coarse_models) if self.adaptive_error_model else ()
+        self.corrected_variables = list(corrected)
         self._coarse_targets = [
-            _coarse_target(coarse, vars, model, compile_kwargs, k) for k, coarse in enumerate(coarse_models)
+            coarse_level(coarse, vars, model, compile_kwargs, k, corrected)
+            for k, coarse in enumerate(coarse_models)
         ]
+        self._fine_outputs = fine_outputs(model, vars, corrected, compile_kwargs) if corrected else None
         self.n_levels = len(coarse_models) + 1
         n_coarse = len(coarse_models)
         # Scalar statistics per coarse level (PyMC's default trace keeps scalar statistics only).
@@ -160,11 +181,20 @@ class MLDA(AdaptiveStep):
         move = MultilevelDelayedAcceptance(
             levels, self.subsampling_rates, proposal, randomize_lengths=self.randomize_lengths
         )
-        self._chain = MultilevelChain(adaptation=adaptation, proposal=proposal, move=move)
+        error_model = None
+        if self._fine_outputs is not None:
+            error_model = ErrorModel(self._coarse_targets, self._fine_outputs)
+            error_model.reset()
+        self._chain = MultilevelChain(
+            adaptation=adaptation, proposal=proposal, move=move, error_model=error_model
+        )
         self._target.reset()
 
     def stop_tuning(self):
         super().stop_tuning()
+        chain = self._chain
+        if chain.error_model is not None and chain.error_model.update() and chain.current is not None:
+            chain.current = self._reevaluated(chain.current)  # the coarse densities are final now
         adaptation = self._chain.adaptation
         if adaptation.tune_steps > 0:
             warn_after_tuning("MLDA", adaptation, self.target_accept, self._warnings, self._coordinate_names)
@@ -194,6 +224,12 @@ class MLDA(AdaptiveStep):
         chain.current = new
         accepted = new is not current
         finest = self.n_levels - 1
+        error_model, output_evals = chain.error_model, 0
+        if self.tune and accepted and error_model is not None:
+            # F_L at the new fine state costs one more forward solve of the fine model (tuning only).
+            if error_model.record(new.x):
+                chain.current = self._reevaluated(new)
+            output_evals = 1
         if accepted:
             target.accept(new.x, Evaluation(new.at(finest), new.at(finest)))
         state = chain.adaptation.state
@@ -209,10 +245,14 @@ class MLDA(AdaptiveStep):
             stats[f"level{k}_logp_evals"] = coarse.n_evals - before
             stats[f"level{k}_accept_rate"] = counts.accepted[k] / steps if steps else math.nan
             stats[f"level{k}_subchain_length"] = counts.subchain_lengths[k]
-        self._add_running_stats(stats, target.n_evals - evals_before)
+        self._add_running_stats(stats, target.n_evals - evals_before + output_evals)
         self._check_stuck(accepted)
         self._warnings.attach(stats, "accept")
         return RaveledVars(new.x, q0.point_map_info), [stats]
+
+    def _reevaluated(self, point: LevelPoint) -> LevelPoint:
+        """``point`` with its coarse log densities recomputed (after the error model changed them)."""
+        return self._chain.move.point(point.x, point.at(self.n_levels - 1))
 
     def _adapt(self, mh_step, start: LevelPoint) -> None:
         """A coarsest-level step during tuning: adapt the base proposal (and probe its independence
@@ -241,7 +281,7 @@ class MLDA(AdaptiveStep):
         if not self.tune or self.start != "search":
             return None
         coarsest = self._coarse_targets[0]
-        found = self._start_search.run(coarsest.target, y, coarsest.log_density(y), self.rng)
+        found = self._start_search.run(coarsest, y, coarsest.log_density(y), self.rng)
         if found is None or not found.moved:
             return None
         return found.state
@@ -259,108 +299,12 @@ class MultilevelChain(ChainState):
     move : MultilevelDelayedAcceptance
     current : LevelPoint or None
         The current state with every level's log density.
+    error_model : ErrorModel or None
+        The adaptive error model's differences and corrections (``adaptive_error_model=True``).
     """
 
     adaptation: ScaleFreeAdaptation
     proposal: ScaleFreeProposal
     move: MultilevelDelayedAcceptance
     current: LevelPoint | None = None
-
-
-class _CoarseLevel:
-    """A coarse model's log density on the fine step's raveled block, counting its evaluations."""
-
-    def __init__(self, target: TargetDensity):
-        self.target = target
-
-    @property
-    def n_evals(self) -> int:
-        return self.target.n_evals
-
-    def log_density(self, x) -> float:
-        return self.target.evaluate(x).logp
-
-
-# ---------------------------------------------------------------------------- checks of the input
-def _checked_rates(rates, n_coarse: int) -> list[int]:
-    """One subchain length per coarse level, each an integer >= 1."""
-    values = [rates] * n_coarse if np.ndim(rates) == 0 else list(rates)
-    if len(values) != n_coarse:
-        raise ValueError(
-            f"MLDA: subsampling_rates must be one number or one per coarse model ({n_coarse}), "
-            f"got {len(values)}: {rates!r}."
-        )
-    for value in values:
-        if isinstance(value, bool) or not float(value).is_integer() or value < 1:
-            raise ValueError(f"MLDA: subsampling_rates must be integers >= 1, got {rates!r}.")
-    return [int(v) for v in values]
-
-
-def _checked_coarse_models(coarse_models, model) -> list:
-    """The coarse models as a list: ``pm.Model`` objects other than the fine one, each with a likelihood."""
-    if isinstance(coarse_models, pm.Model):
-        coarse_models = [coarse_models]
-    coarse_models = list(coarse_models) if coarse_models is not None else []
-    if not coarse_models:
-        raise ValueError(
-            "MLDA needs at least one coarse model: MLDA(coarse_models=[coarse]), a cheaper pm.Model with "
-            "the same free variables as the model in context (coarsest first, if several)."
-        )
-    for k, coarse in enumerate(coarse_models):
-        if not isinstance(coarse, pm.Model):
-            raise TypeError(f"MLDA: coarse_models[{k}] must be a pm.Model, got {type(coarse).__name__}.")
-        if coarse is model:
-            raise ValueError(
-                f"MLDA: coarse_models[{k}] is the model in context itself; give a cheaper model."
-            )
-        if not coarse.observed_RVs and not coarse.potentials:
-            raise ValueError(
-                f"MLDA: coarse_models[{k}] has no likelihood (no observed variables, no potentials): "
-                "its density would be the prior alone, a useless approximation of the posterior."
-            )
-    return coarse_models
-
-
-def _check_all_free_variables(vars, model) -> None:
-    """MLDA samples every free variable: the coarse models' densities need them all."""
-    own = {v.name for v in vars}
-    others = [model.values_to_rvs[v].name for v in model.value_vars if v.name not in own]
-    if others:
-        raise ValueError(
-            f"MLDA samples every free variable of the model, but {others} would be left to other steps "
-            "(discrete variables, or variables given to another step): the coarse models' densities "
-            "depend on them too. MLDA takes continuous models only, with all their variables."
-        )
-
-
-def _coarse_target(coarse, vars, model, compile_kwargs, k: int) -> _CoarseLevel:
-    """The coarse model's density on the fine block: the same value variables, names, shapes and order."""
-    fine_point = model.initial_point()
-    coarse_point = coarse.initial_point()
-    coarse_values = {v.name: v for v in coarse.value_vars}
-    fine_rvs = {v.name: model.values_to_rvs[v].name for v in vars}
-    expected = sorted(fine_rvs.values())
-    actual = sorted(coarse.values_to_rvs[v].name for v in coarse.value_vars)
-    if expected != actual:
-        raise ValueError(
-            f"MLDA: coarse_models[{k}] must have the same free variables as the model in context: "
-            f"expected {expected}, got {actual}."
-        )
-    coarse_vars = []
-    for v in vars:
-        if v.name not in coarse_values:
-            rv = fine_rvs[v.name]
-            theirs = next(c.name for c in coarse.value_vars if coarse.values_to_rvs[c].name == rv)
-            raise ValueError(
-                f"MLDA: variable {rv!r} is transformed differently in coarse_models[{k}] (sampled as "
-                f"{theirs!r}) than in the model in context ({v.name!r}): give it the same prior "
-                "support and transform in both."
-            )
-        shape, theirs = np.shape(fine_point[v.name]), np.shape(coarse_point[v.name])
-        if shape != theirs:
-            raise ValueError(
-                f"MLDA: variable {fine_rvs[v.name]!r} has shape {theirs} in coarse_models[{k}] and "
-                f"{shape} in the model in context."
-            )
-        coarse_vars.append(coarse_values[v.name])
-    return _CoarseLevel(TargetDensity(coarse, coarse_vars, coarse_point, compile_kwargs, "MLDA"))
+    error_model: ErrorModel | None = None

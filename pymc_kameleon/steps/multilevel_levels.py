@@ -1,0 +1,299 @@
+r"""The levels of :class:`~pymc_kameleon.MLDA`: the coarse models checked against the fine one, compiled on
+the fine step's raveled block, and the adaptive error model that corrects their bias.
+
+**Adaptive error model** (state-independent; Cui, Fox and O'Sullivan 2011, as the MLDA paper uses it).
+For an observed variable :math:`y \sim \mathcal N(F_\ell(\theta), \sigma)` that every level has (a
+``pm.Normal`` of the same name and shape), level :math:`\ell < L` models the fine-minus-coarse output
+:math:`B_\ell(\theta) = F_L(\theta) - F_\ell(\theta)` as a constant :math:`\mu_{B,\ell}` estimated during
+tuning from the chain's fine-level states, and its likelihood becomes
+:math:`y \sim \mathcal N(F_\ell(\theta) + \mu_{B,\ell}, \sigma)`. The correction only changes the coarse
+densities, so the finest chain stays exact; it is frozen after tuning, so the coarse densities are fixed
+functions and every level's kernel keeps its reversibility. (The paper also inflates the coarse
+variance by the error's covariance; this correction is the mean only.)
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+import pymc as pm
+import pytensor
+import pytensor.tensor as pt
+from pymc.pytensorf import compile as compile_pytensor
+from pymc.pytensorf import join_nonshared_inputs
+
+from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
+
+__all__ = [
+    "CoarseLevel",
+    "ErrorModel",
+    "check_all_free_variables",
+    "checked_coarse_models",
+    "checked_rates",
+    "coarse_level",
+    "corrected_names",
+    "fine_outputs",
+]
+
+#: The error model's estimate is the mean of the last ERROR_MODEL_MEMORY fine-minus-coarse differences;
+#: the coarse densities take it every ERROR_MODEL_UPDATE new differences during tuning.
+ERROR_MODEL_MEMORY = 200
+ERROR_MODEL_UPDATE = 50
+
+
+class _Value:
+    """What a start search reads from an evaluation: its ``logp``."""
+
+    __slots__ = ("logp",)
+
+    def __init__(self, logp: float):
+        self.logp = logp
+
+
+class CoarseLevel:
+    r"""A coarse model's log density on the fine step's raveled block, counting its evaluations.
+
+    With an error model, the corrected observed terms use ``bias`` (a shared variable, zeros until the
+    error model sets it) and ``outputs(x)`` returns the level's model outputs :math:`F_\ell(x)`.
+    """
+
+    def __init__(self, fn, outputs_fn=None, bias=None):
+        self._fn = fn
+        self._outputs_fn = outputs_fn
+        self.bias = bias
+        self.n_evals = 0
+
+    def log_density(self, x) -> float:
+        self.n_evals += 1
+        return float(self._fn(np.asarray(x, dtype=float)))
+
+    def evaluate(self, x) -> _Value:
+        return _Value(self.log_density(x))
+
+    def outputs(self, x) -> np.ndarray:
+        return np.asarray(self._outputs_fn(np.asarray(x, dtype=float)), dtype=float)
+
+
+class ErrorModel:
+    r"""The adaptive error model's state for one chain: recent :math:`F_L - F_\ell` per coarse level.
+
+    Parameters
+    ----------
+    levels : list of CoarseLevel
+        The coarse levels, each with ``outputs`` and ``bias``.
+    fine_outputs : callable
+        :math:`x \mapsto F_L(x)` (the fine model's outputs, raveled as the levels' are).
+    """
+
+    def __init__(self, levels, fine_outputs):
+        self.levels = levels
+        self.fine_outputs = fine_outputs
+        self.differences = [deque(maxlen=ERROR_MODEL_MEMORY) for _ in levels]
+        self.since_update = 0
+        self.n_fine_evals = 0
+
+    def reset(self) -> None:
+        """A new chain: no differences, no correction."""
+        for level, kept in zip(self.levels, self.differences):
+            kept.clear()
+            level.bias.set_value(np.zeros_like(level.bias.get_value()))
+        self.since_update = 0
+
+    def record(self, x) -> bool:
+        """Record the differences at a fine-level state ``x`` (one fine output evaluation); returns whether
+        the coarse densities were updated (then every cached coarse value is stale)."""
+        self.n_fine_evals += 1
+        fine = self.fine_outputs(x)
+        for level, kept in zip(self.levels, self.differences):
+            kept.append(fine - level.outputs(x))
+        self.since_update += 1
+        if self.since_update < ERROR_MODEL_UPDATE:
+            return False
+        self.update()
+        return True
+
+    def update(self) -> bool:
+        """Set each level's correction to the mean of its recorded differences; whether any was set."""
+        self.since_update = 0
+        changed = False
+        for level, kept in zip(self.levels, self.differences):
+            if kept:
+                level.bias.set_value(np.mean(np.array(kept), axis=0))
+                changed = True
+        return changed
+
+
+# ---------------------------------------------------------------------------- building the levels
+def _normal_observed(model) -> dict:
+    """The model's observed ``pm.Normal`` variables by name."""
+    return {rv.name: rv for rv in model.observed_RVs if type(rv.owner.op).__name__ == "NormalRV"}
+
+
+def _observed_shape(value) -> tuple:
+    """The shape of an observed variable's data (a constant, or a ``pm.Data`` shared variable)."""
+    if hasattr(value, "data"):
+        return np.shape(value.data)
+    return np.shape(value.get_value())
+
+
+def corrected_names(fine, coarse_models) -> list[str]:
+    """The observed variables the error model corrects: ``pm.Normal`` in every level, same name and shape."""
+    names = []
+    for name, rv in _normal_observed(fine).items():
+        shape = _observed_shape(fine.rvs_to_values[rv])
+        theirs = [_normal_observed(coarse).get(name) for coarse in coarse_models]
+        if all(t is not None and _observed_shape(c.rvs_to_values[t]) == shape
+               for t, c in zip(theirs, coarse_models)):
+            names.append(name)
+    if not names:
+        raise ValueError(
+            "MLDA(adaptive_error_model=True) corrects observed pm.Normal variables that the model in context "
+            "and every coarse model have under the same name and shape; there is none. Write the "
+            "likelihood as pm.Normal(name, mu=forward_model(...), sigma=..., observed=data) at every level."
+        )
+    return names
+
+
+def _outputs(model, names):
+    """The means of the named observed ``pm.Normal`` variables at their data's shape, raveled and
+    concatenated (value space)."""
+    rvs = [model[name] for name in names]
+    means = model.replace_rvs_by_values([rv.owner.op.dist_params(rv.owner)[0] for rv in rvs])
+    shaped = [pt.broadcast_to(m, _observed_shape(model.rvs_to_values[rv])) for m, rv in zip(means, rvs)]
+    return pt.concatenate([pt.flatten(m) for m in shaped])
+
+
+def _joined(model, outputs, vars, compile_kwargs):
+    """``outputs`` compiled as functions of the raveled ``vars`` (every free variable of ``model``)."""
+    point = model.initial_point()
+    joined, inarray = join_nonshared_inputs(point=point, outputs=outputs, inputs=vars, shared_inputs={})
+    fns = []
+    for out in joined:
+        fn = compile_pytensor([inarray], out, **dict(compile_kwargs or {}))
+        fn.trust_input = True
+        fns.append(fn)
+    return fns
+
+
+def fine_outputs(model, vars, names, compile_kwargs):
+    r""":math:`x \mapsto F_L(x)`: the fine model's outputs of the corrected variables."""
+    (fn,) = _joined(model, [_outputs(model, names)], vars, compile_kwargs)
+    return lambda x: np.asarray(fn(np.asarray(x, dtype=float)), dtype=float)
+
+
+def coarse_level(coarse, vars, model, compile_kwargs, k: int, corrected=()) -> CoarseLevel:
+    """The coarse model's density on the fine block (the same value variables, names, shapes and order),
+    its named observed ``pm.Normal`` terms with a correction of their mean if ``corrected``."""
+    coarse_vars = _matching_value_vars(coarse, vars, model, k)
+    if pseudo_marginal_terms(coarse):
+        raise ValueError(
+            f"MLDA: coarse_models[{k}] has a PseudoMarginalPotential; every level's density must be exact "
+            "(a random coarse density breaks the subchains' reversibility)."
+        )
+    bias, outputs = None, []
+    if corrected:
+        terms = [coarse[name] for name in corrected]
+        others = [rv for rv in coarse.basic_RVs if rv.name not in corrected]
+        rest = coarse.logp(vars=[*others, *coarse.potentials])
+        means = coarse.replace_rvs_by_values([rv.owner.op.dist_params(rv.owner)[0] for rv in terms])
+        sds = coarse.replace_rvs_by_values([rv.owner.op.dist_params(rv.owner)[1] for rv in terms])
+        size = int(sum(np.prod(_observed_shape(coarse.rvs_to_values[rv])) for rv in terms))
+        bias = pytensor.shared(np.zeros(size), name=f"mlda_bias_{k}")
+        logp, start = rest, 0
+        for rv, mean, sd in zip(terms, means, sds):
+            observed = coarse.rvs_to_values[rv]
+            n = int(np.prod(_observed_shape(observed)))
+            shift = bias[start : start + n].reshape(observed.shape)
+            logp = logp + pm.logp(pm.Normal.dist(mean + shift, sd), observed).sum()
+            start += n
+        outputs = [_outputs(coarse, list(corrected))]
+    else:
+        logp = coarse.logp()
+    fns = _joined(coarse, [logp, *outputs], coarse_vars, compile_kwargs)
+    return CoarseLevel(fns[0], fns[1] if corrected else None, bias)
+
+
+# ---------------------------------------------------------------------------- checks of the input
+def checked_rates(rates, n_coarse: int) -> list[int]:
+    """One subchain length per coarse level, each an integer >= 1."""
+    values = [rates] * n_coarse if np.ndim(rates) == 0 else list(rates)
+    if len(values) != n_coarse:
+        raise ValueError(
+            f"MLDA: subsampling_rates must be one number or one per coarse model ({n_coarse}), "
+            f"got {len(values)}: {rates!r}."
+        )
+    for value in values:
+        if isinstance(value, bool) or not float(value).is_integer() or value < 1:
+            raise ValueError(f"MLDA: subsampling_rates must be integers >= 1, got {rates!r}.")
+    return [int(v) for v in values]
+
+
+def checked_coarse_models(coarse_models, model) -> list:
+    """The coarse models as a list: ``pm.Model`` objects other than the fine one, each with a likelihood."""
+    if isinstance(coarse_models, pm.Model):
+        coarse_models = [coarse_models]
+    coarse_models = list(coarse_models) if coarse_models is not None else []
+    if not coarse_models:
+        raise ValueError(
+            "MLDA needs at least one coarse model: MLDA(coarse_models=[coarse]), a cheaper pm.Model with "
+            "the same free variables as the model in context (coarsest first, if several)."
+        )
+    for k, coarse in enumerate(coarse_models):
+        if not isinstance(coarse, pm.Model):
+            raise TypeError(f"MLDA: coarse_models[{k}] must be a pm.Model, got {type(coarse).__name__}.")
+        if coarse is model:
+            raise ValueError(
+                f"MLDA: coarse_models[{k}] is the model in context itself; give a cheaper model."
+            )
+        if not coarse.observed_RVs and not coarse.potentials:
+            raise ValueError(
+                f"MLDA: coarse_models[{k}] has no likelihood (no observed variables, no potentials): "
+                "its density would be the prior alone, a useless approximation of the posterior."
+            )
+    return coarse_models
+
+
+def check_all_free_variables(vars, model) -> None:
+    """MLDA samples every free variable: the coarse models' densities need them all."""
+    own = {v.name for v in vars}
+    others = [model.values_to_rvs[v].name for v in model.value_vars if v.name not in own]
+    if others:
+        raise ValueError(
+            f"MLDA samples every free variable of the model, but {others} would be left to other steps "
+            "(discrete variables, or variables given to another step): the coarse models' densities "
+            "depend on them too. MLDA takes continuous models only, with all their variables."
+        )
+
+
+def _matching_value_vars(coarse, vars, model, k: int) -> list:
+    """The coarse model's value variables for the fine block's ``vars``: same names, shapes and order."""
+    fine_point = model.initial_point()
+    coarse_point = coarse.initial_point()
+    coarse_values = {v.name: v for v in coarse.value_vars}
+    fine_rvs = {v.name: model.values_to_rvs[v].name for v in vars}
+    expected = sorted(fine_rvs.values())
+    actual = sorted(coarse.values_to_rvs[v].name for v in coarse.value_vars)
+    if expected != actual:
+        raise ValueError(
+            f"MLDA: coarse_models[{k}] must have the same free variables as the model in context: "
+            f"expected {expected}, got {actual}."
+        )
+    coarse_vars = []
+    for v in vars:
+        if v.name not in coarse_values:
+            rv = fine_rvs[v.name]
+            theirs = next(c.name for c in coarse.value_vars if coarse.values_to_rvs[c].name == rv)
+            raise ValueError(
+                f"MLDA: variable {rv!r} is transformed differently in coarse_models[{k}] (sampled as "
+                f"{theirs!r}) than in the model in context ({v.name!r}): give it the same prior "
+                "support and transform in both."
+            )
+        shape, theirs = np.shape(fine_point[v.name]), np.shape(coarse_point[v.name])
+        if shape != theirs:
+            raise ValueError(
+                f"MLDA: variable {fine_rvs[v.name]!r} has shape {theirs} in coarse_models[{k}] and "
+                f"{shape} in the model in context."
+            )
+        coarse_vars.append(coarse_values[v.name])
+    return coarse_vars
