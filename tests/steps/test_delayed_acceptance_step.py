@@ -141,7 +141,10 @@ def test_exact_stage_ratios_mh(kwargs, monkeypatch):
     *before* the step (the proposal is added only after the decision) and closed-form densities."""
     model = tiny_model()
     with model:
-        step = GPDelayedAcceptanceMH(initial_points=4, rng=11, start="initial_point", **kwargs)
+        # The walk's (or Kameleon's) densities by hand: without the independence component (its own test).
+        step = GPDelayedAcceptanceMH(
+            initial_points=4, rng=11, start="initial_point", independence_weight=0, **kwargs
+        )
     record = _record_mh_proposals(monkeypatch)
     snapshots = []  # the GP and the base proposal's adaptation before each step
     am_weight = 0.0 if kwargs.get("proposal") == "kameleon" else 1.0
@@ -268,7 +271,9 @@ def test_exact_stage_ratios_mala(monkeypatch):
 def test_gp_grows_by_cholesky_appends_and_counts_evaluations(cls):
     model = gaussian_data_model()
     with model:
-        step = cls(max_points=400, rng=13, start="initial_point")  # counts the moves' evaluations only
+        # The moves' evaluations only: no start search, no independence probes (GP-DA-MH's default).
+        options = {"independence_weight": 0} if cls is GPDelayedAcceptanceMH else {}
+        step = cls(max_points=400, rng=13, start="initial_point", **options)
     refactorisations = []
     rows = drive(model, step, 700, stop_tuning_at=300)
     gp = step.gp
@@ -604,7 +609,7 @@ BANANA = lambda: banana(dim=2, b=0.5, v=2.0)  # noqa: E731
     [
         ("mh-banana", BANANA, lambda: GPDelayedAcceptanceMH(), 3.0),
         ("mala-gauss", GAUSS, lambda: GPDelayedAcceptanceMALA(max_points=150), 3.0),
-        ("mh-poor-gauss", GAUSS, lambda: GPDelayedAcceptanceMH(**POOR), None),
+        ("mh-poor-gauss", GAUSS, lambda: GPDelayedAcceptanceMH(independence_weight=0, **POOR), None),
         ("mala-poor-banana", BANANA, lambda: GPDelayedAcceptanceMALA(**POOR), None),
         ("kameleon-poor-banana", BANANA,
          lambda: GPDelayedAcceptanceMH(proposal="kameleon", n_subsample=200, **POOR), None),
@@ -634,7 +639,8 @@ def test_negative_control_skipping_the_alpha1_correction_is_caught():
     """With the poor surrogate, stage 1 thins moves by an amount that depends on the current state;
     without the alpha1 ratio in stage 2 the chain targets pi / alpha1 instead of pi."""
     target = GAUSS()
-    draws, _ = sample_target(target, lambda: SkipAlpha1MH(**POOR), seed=21)
+    # The walk alone (the independence component's draws do not depend on the state).
+    draws, _ = sample_target(target, lambda: SkipAlpha1MH(independence_weight=0, **POOR), seed=21)
     scores = invariance_z_scores(draws, target)
     assert max(scores.values()) > 2 * Z_MAX, scores
 
@@ -772,8 +778,8 @@ def test_tuning_that_ends_in_a_walking_pause_says_so():
 
 def test_the_independence_component_screened_by_the_gp():
     """independence_weight=0.5 on a Gaussian posterior: tuning probes exactly (the GP learns from them),
-    the component ends on in every chain and draws about half the moves, each screened by the GP;
-    with the default 0 there are none."""
+    the component ends on in every chain and draws about half the moves, each screened by the GP (the
+    default since decision record 0040); with independence_weight=0 there are none."""
     rng = np.random.default_rng(0)
     x = np.linspace(-1.0, 1.0, 30)
     y = 1.0 + 2.0 * x + 0.5 * rng.normal(size=30)
@@ -787,7 +793,7 @@ def test_the_independence_component_screened_by_the_gp():
             idata = pm.sample(step=step, tune=1500, draws=1000, chains=2, cores=1, random_seed=4, **SAMPLE_KW)
         return step, idata.sample_stats
 
-    step, stats = run(independence_weight=0.5)
+    step, stats = run()
     iotas = [p._chain.kernel.adaptation.state.independence_weight for p in step._population_steps.values()]
     assert iotas == [0.5, 0.5]
     share = stats["independence"].values.mean()
@@ -796,7 +802,7 @@ def test_the_independence_component_screened_by_the_gp():
     assert stats["screened"].values[independent].all()  # screened like any other move
     shapes = [p._chain.kernel.adaptation.state.independence_uses_fit for p in step._population_steps.values()]
     assert [bool(row.all()) for row in stats["independence_fitted"].values] == shapes  # each chain's shape
-    _, stats = run()
+    _, stats = run(independence_weight=0)
     assert not stats["independence"].values.any()
     assert not stats["independence_fitted"].values.any()
 
