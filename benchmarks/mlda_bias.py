@@ -11,7 +11,7 @@ the posterior mean over its MCSE. The coarse model here costs as much as the fin
 it is the cheap one, so the ESS per *fine* evaluation is the figure that matters.
 
     OPENBLAS_NUM_THREADS=1 python -W ignore benchmarks/mlda_bias.py [--shifts 0 1 2 3] [--seeds 1 2 3]
-        [--tune 1000] [--draws 5000] [--chains 4]
+        [--tune 1000] [--draws 5000] [--chains 4] [--quick]
 """
 
 from __future__ import annotations
@@ -83,7 +83,11 @@ def main(argv=None):
     parser.add_argument("--tune", type=int, default=1000)
     parser.add_argument("--draws", type=int, default=5000)
     parser.add_argument("--chains", type=int, default=4)
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke test: offsets 0 and 3, 1 seed, 2 x (100 + 100)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.shifts, args.seeds, args.tune, args.draws, args.chains = [0.0, 3.0], [1], 100, 100, 2
     logging.getLogger("pymc").setLevel(logging.ERROR)
     warnings.simplefilter("ignore")
     print(f"# {environment_line()}")

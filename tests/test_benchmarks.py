@@ -331,3 +331,15 @@ def test_kass_unstandardised_regression_exact_log_z_matches_importance_sampling(
     se = w.std() / w.mean() / math.sqrt(w.size)  # of the log estimate, to first order
     exact = bench.exact_log_z(X, y)
     assert abs(estimate - exact) < 4 * se + 1e-3 and se < 0.02, (estimate, exact, se)
+
+
+@pytest.mark.slow
+def test_mlda_benchmarks_quick_mode(capsys):
+    """benchmarks/mlda_bias.py and mlda_ode.py run end to end and print their tables."""
+    _load("mlda_bias").main(["--quick"])
+    out = capsys.readouterr().out
+    assert "| MLDA(adaptive_error_model=True) | 3 sd |" in out
+    assert "KameleonMetropolis (fine model only)" in out
+    _load("mlda_ode").main(["--quick"])
+    out = capsys.readouterr().out
+    assert "| MLDA-AEM |" in out and "| KAMH |" in out

@@ -19,12 +19,20 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 from pytensor.compile.ops import as_op
+from pytensor.graph.basic import Apply
+from pytensor.graph.op import Op
 from scipy.integrate import odeint
 
 from pymc_kameleon.problems.ode import LotkaVolterraSensitivityOp, _lv_rhs_sensitivities
 from pymc_kameleon.problems.reference import NutsReference
 
-__all__ = ["GALLERY_LV_THETA", "GALLERY_LV_YEARS", "gallery_lotka_volterra", "gallery_lv_solution"]
+__all__ = [
+    "GALLERY_LV_THETA",
+    "GALLERY_LV_YEARS",
+    "gallery_lotka_volterra",
+    "gallery_lotka_volterra_coarse",
+    "gallery_lv_solution",
+]
 
 #: The gallery's observation times (years; the ODE starts at the first).
 GALLERY_LV_YEARS = np.arange(1900.0, 1921.0, 1)
@@ -46,9 +54,11 @@ def _rhs(X, t, theta):
     return [alpha * x - beta * x * y, -gamma * y + delta * x * y]
 
 
-def gallery_lv_solution(theta) -> np.ndarray:
-    """Hare and lynx at :data:`GALLERY_LV_YEARS`, shape (21, 2): the gallery's ``odeint`` call."""
-    return odeint(func=_rhs, y0=theta[-2:], t=GALLERY_LV_YEARS, args=(theta,))
+def gallery_lv_solution(theta, tolerance: float | None = None) -> np.ndarray:
+    """Hare and lynx at :data:`GALLERY_LV_YEARS`, shape (21, 2): the gallery's ``odeint`` call (with
+    ``rtol = atol = tolerance`` if given: a cheaper, coarser solve)."""
+    options = {} if tolerance is None else {"rtol": tolerance, "atol": tolerance}
+    return odeint(func=_rhs, y0=theta[-2:], t=GALLERY_LV_YEARS, args=(theta,), **options)
 
 
 @as_op(itypes=[pt.dvector], otypes=[pt.dmatrix])
@@ -68,7 +78,23 @@ class _GallerySensitivityOp(LotkaVolterraSensitivityOp):
         outputs[0][0], outputs[1][0] = y[:, :2].copy(), y[:, 2:].reshape(n, 2, 6).copy()
 
 
-def _gallery_model(differentiable: bool):
+class _CoarseSolveOp(Op):
+    """The gallery's solve at a looser tolerance (a black box, no gradient): the coarse model of MLDA."""
+
+    __props__ = ("tolerance",)
+
+    def __init__(self, tolerance: float):
+        self.tolerance = float(tolerance)
+
+    def make_node(self, theta):
+        theta = pt.as_tensor_variable(theta, dtype="float64")
+        return Apply(self, [theta], [pt.dmatrix()])
+
+    def perform(self, node, inputs, outputs):
+        outputs[0][0] = gallery_lv_solution(inputs[0], self.tolerance)
+
+
+def _gallery_model(differentiable: bool, tolerance: float | None = None):
     with pm.Model() as model:
         params = [
             pm.TruncatedNormal(name, mu=mu, sigma=sd, lower=0, initval=mu)
@@ -76,7 +102,12 @@ def _gallery_model(differentiable: bool):
         ]
         sigma = pm.HalfNormal("sigma", 10)
         theta = pm.math.stack(params)
-        solution = _GallerySensitivityOp()(theta)[0] if differentiable else _gallery_forward_model(theta)
+        if differentiable:
+            solution = _GallerySensitivityOp()(theta)[0]
+        elif tolerance is not None:
+            solution = _CoarseSolveOp(tolerance)(theta)
+        else:
+            solution = _gallery_forward_model(theta)
         pm.Normal("Y_obs", mu=solution, sigma=sigma, observed=np.column_stack([_HARE, _LYNX]))
     return model
 
@@ -103,3 +134,10 @@ def gallery_lotka_volterra():
     initvals : None
     """
     return _gallery_model(differentiable=False), _GALLERY_REFERENCE, None
+
+
+def gallery_lotka_volterra_coarse(tolerance: float = 1e-3):
+    """The gallery model solved at ``rtol = atol = tolerance`` (odeint's default is about 1.5e-8): a
+    cheaper coarse model of the same variables, for :class:`~pymc_kameleon.MLDA` (build it outside
+    the fine model's ``with`` block). At 1e-3 a solve takes about half the fine one's time."""
+    return _gallery_model(differentiable=False, tolerance=tolerance)
