@@ -72,6 +72,8 @@ class MultilevelCounts:
         The length of the last subchain run at each level below the finest.
     accept_prob : list of float
         The acceptance probability of the last decision at each level (NaN if none).
+    finest_proposal : array of shape (d,) or None
+        Where the finest level was evaluated in this step (None if its subchain did not move).
     """
 
     evaluations: list = field(default_factory=list)
@@ -79,6 +81,7 @@ class MultilevelCounts:
     accepted: list = field(default_factory=list)
     subchain_lengths: list = field(default_factory=list)
     accept_prob: list = field(default_factory=list)
+    finest_proposal: np.ndarray | None = None
 
     @classmethod
     def zeros(cls, n_levels: int) -> MultilevelCounts:
@@ -179,6 +182,8 @@ class MultilevelDelayedAcceptance:
             counts.accept_prob[level] = 1.0
             return current
         counts.evaluations[level] += 1
+        if level == self.finest:
+            counts.finest_proposal = proposed.x
         proposed = proposed.with_level(level, self.log_densities[level](proposed.x))
         log_ratio = multilevel_log_ratio(current, proposed, level)
         accepted, counts.accept_prob[level] = metropolis_accept(log_ratio, rng)

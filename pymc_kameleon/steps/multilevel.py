@@ -12,7 +12,8 @@ the coarse models, per-chain state and statistics.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 
 import numpy as np
 import pymc as pm
@@ -37,7 +38,13 @@ from pymc_kameleon.steps.multilevel_levels import (
 from pymc_kameleon.steps.reporting import warn_after_tuning
 from pymc_kameleon.steps.target_density import Evaluation, TargetDensity
 
-__all__ = ["MLDA"]
+__all__ = ["LOW_FINE_ACCEPTANCE", "MLDA"]
+
+#: Below this share of accepted subchain ends among the finest level's last FINE_DECISIONS_KEPT decisions
+#: in tuning, MLDA warns (benchmarks/mlda_bias.py: at 0.16, a coarse posterior 2 sds off, MLDA made a
+#: fourteenth of KameleonMetropolis's ESS per fine evaluation; at 0.47, 1 sd off, half).
+LOW_FINE_ACCEPTANCE = 0.2
+FINE_DECISIONS_KEPT = 100
 
 
 class MLDA(AdaptiveStep):
@@ -70,8 +77,9 @@ class MLDA(AdaptiveStep):
         Correct each coarse level's bias (:mod:`pymc_kameleon.steps.multilevel_levels`): every observed
         ``pm.Normal`` that all levels have under one name and shape gets, at each coarse level, its mean
         :math:`F_\ell(\theta)` moved by :math:`\mu_{B,\ell}`, the mean of :math:`F_L - F_\ell` over the
-        chain's recent fine-level states during tuning (one more fine forward solve per accepted
-        tuning iteration, counted in ``logp_evals``); frozen after tuning, so the chain is exact.
+        last points where the fine model was evaluated during tuning (one more fine forward solve per
+        fine evaluation in tuning, counted in ``logp_evals``); frozen after tuning, so the chain is
+        exact.
     target_accept : float, default 0.234
         Acceptance rate the coarsest level's Adaptive Metropolis scale is tuned to.
     independence_weight : float, default 0.5
@@ -86,7 +94,9 @@ class MLDA(AdaptiveStep):
 
     Notes
     -----
-    Tuning is per chain. The statistics ``logp_evals`` and ``cumulative_logp_evals`` count the
+    Tuning is per chain. ``accept`` is the finest level's acceptance probability of its proposal, 1
+    when the subchain never moved (its end is the current state); ``accepted`` says whether the state
+    moved. The statistics ``logp_evals`` and ``cumulative_logp_evals`` count the
     finest level's evaluations (the expensive ones); per coarse level ``k`` (0 the coarsest),
     ``level{k}_logp_evals`` counts its evaluations in the step, ``level{k}_accept_rate`` is the share of
     its steps that moved, and ``level{k}_subchain_length`` the length of its last subchain.
@@ -95,11 +105,18 @@ class MLDA(AdaptiveStep):
     _default_tuning = "per_chain"
     name = "mlda"
 
+    def __new__(cls, *args, **kwargs):
+        # PyMC's removed MLDA took the coarse models first: MLDA([coarse]) means coarse_models=[coarse].
+        # (PyMC's BlockedStep.__new__ reads a first positional argument as `vars`.)
+        if args and _are_models(args[0]) and "coarse_models" not in kwargs:
+            kwargs["coarse_models"], args = args[0], args[1:]
+        return super().__new__(cls, *args, **kwargs)
+
     def __init__(
         self,
         vars=None,
         *,
-        coarse_models,
+        coarse_models=None,
         subsampling_rates=5,
         randomize_lengths: bool = False,
         adaptive_error_model: bool = False,
@@ -115,6 +132,8 @@ class MLDA(AdaptiveStep):
         rng=None,
         blocked: bool = True,
     ):
+        if _are_models(vars) and coarse_models is None:  # MLDA([coarse]), as PyMC's removed step took it
+            vars, coarse_models = None, vars
         model = pm.modelcontext(model)
         check_probability("target_accept", target_accept)
         check_independence_weight(independence_weight)
@@ -195,9 +214,13 @@ class MLDA(AdaptiveStep):
         chain = self._chain
         if chain.error_model is not None and chain.error_model.update() and chain.current is not None:
             chain.current = self._reevaluated(chain.current)  # the coarse densities are final now
+        self._warn_low_fine_acceptance()
         adaptation = self._chain.adaptation
         if adaptation.tune_steps > 0:
-            warn_after_tuning("MLDA", adaptation, self.target_accept, self._warnings, self._coordinate_names)
+            warn_after_tuning(
+                "MLDA", adaptation, self.target_accept, self._warnings, self._coordinate_names,
+                steps_per_iteration=int(np.prod(self.subsampling_rates)),
+            )
         adaptation.end_tuning(self.rng)
 
     @property
@@ -224,11 +247,13 @@ class MLDA(AdaptiveStep):
         chain.current = new
         accepted = new is not current
         finest = self.n_levels - 1
+        if self.tune and counts.finest_proposal is not None:
+            chain.fine_decisions.append(accepted)
         error_model, output_evals = chain.error_model, 0
-        if self.tune and accepted and error_model is not None:
-            # F_L at the new fine state costs one more forward solve of the fine model (tuning only).
-            if error_model.record(new.x):
-                chain.current = self._reevaluated(new)
+        if self.tune and error_model is not None and counts.finest_proposal is not None:
+            # F_L where the fine model was evaluated costs one more fine forward solve (tuning only).
+            if error_model.record(counts.finest_proposal):
+                chain.current = self._reevaluated(chain.current)
             output_evals = 1
         if accepted:
             target.accept(new.x, Evaluation(new.at(finest), new.at(finest)))
@@ -249,6 +274,29 @@ class MLDA(AdaptiveStep):
         self._check_stuck(accepted)
         self._warnings.attach(stats, "accept")
         return RaveledVars(new.x, q0.point_map_info), [stats]
+
+    def _warn_low_fine_acceptance(self) -> None:
+        """At the end of tuning: warn if the finest level accepted under LOW_FINE_ACCEPTANCE of the last
+        coarse subchains' ends it judged (the coarse posterior is too far from the fine one)."""
+        decisions = self._chain.fine_decisions
+        if len(decisions) < FINE_DECISIONS_KEPT:
+            return
+        rate = sum(decisions) / len(decisions)
+        if rate >= LOW_FINE_ACCEPTANCE:
+            return
+        remedy = (
+            "a coarse model closer to the fine one, or smaller subsampling_rates"
+            if self.adaptive_error_model
+            else "adaptive_error_model=True (for observed pm.Normal likelihoods), a coarse model closer to "
+            "the fine one, or smaller subsampling_rates"
+        )
+        self._warnings.warn(
+            f"MLDA: at the end of tuning the finest level accepted {rate:.0%} of the last {len(decisions)} "
+            "coarse subchain ends it judged: the coarse posterior is far from the fine one (in posterior "
+            f"sds), so the chain will mix slowly (its draws stay exact). Try {remedy}.",
+            UserWarning,
+            stacklevel=3,
+        )
 
     def _reevaluated(self, point: LevelPoint) -> LevelPoint:
         """``point`` with its coarse log densities recomputed (after the error model changed them)."""
@@ -301,6 +349,9 @@ class MultilevelChain(ChainState):
         The current state with every level's log density.
     error_model : ErrorModel or None
         The adaptive error model's differences and corrections (``adaptive_error_model=True``).
+    fine_decisions : deque of bool
+        Whether the finest level accepted each of its last decisions on a moved subchain's end in
+        tuning (for the end-of-tuning check).
     """
 
     adaptation: ScaleFreeAdaptation
@@ -308,3 +359,11 @@ class MultilevelChain(ChainState):
     move: MultilevelDelayedAcceptance
     current: LevelPoint | None = None
     error_model: ErrorModel | None = None
+    fine_decisions: deque = field(default_factory=lambda: deque(maxlen=FINE_DECISIONS_KEPT))
+
+
+def _are_models(value) -> bool:
+    """Whether ``value`` is a ``pm.Model`` or a non-empty list or tuple of them (coarse models)."""
+    if isinstance(value, pm.Model):
+        return True
+    return isinstance(value, list | tuple) and bool(value) and all(isinstance(v, pm.Model) for v in value)

@@ -37,8 +37,12 @@ __all__ = [
 ]
 
 #: The error model's estimate is the mean of the last ERROR_MODEL_MEMORY fine-minus-coarse differences;
-#: the coarse densities take it every ERROR_MODEL_UPDATE new differences during tuning.
+#: the coarse densities take it after the first ERROR_MODEL_FIRST_UPDATE differences, then every
+#: ERROR_MODEL_UPDATE new ones, during tuning: early enough that the base proposal tunes on the
+#: corrected coarse model (a chain whose coarse model was 5 posterior sds off otherwise accepted too
+#: few moves to correct anything before the end of tuning).
 ERROR_MODEL_MEMORY = 200
+ERROR_MODEL_FIRST_UPDATE = 10
 ERROR_MODEL_UPDATE = 50
 
 
@@ -91,6 +95,7 @@ class ErrorModel:
         self.fine_outputs = fine_outputs
         self.differences = [deque(maxlen=ERROR_MODEL_MEMORY) for _ in levels]
         self.since_update = 0
+        self.n_updates = 0
         self.n_fine_evals = 0
 
     def reset(self) -> None:
@@ -99,16 +104,19 @@ class ErrorModel:
             kept.clear()
             level.bias.set_value(np.zeros_like(level.bias.get_value()))
         self.since_update = 0
+        self.n_updates = 0
 
     def record(self, x) -> bool:
-        """Record the differences at a fine-level state ``x`` (one fine output evaluation); returns whether
-        the coarse densities were updated (then every cached coarse value is stale)."""
+        """Record the differences at ``x``, a point where the fine model was evaluated (one more fine
+        output evaluation); returns whether the coarse densities were updated (then every cached coarse
+        value is stale)."""
         self.n_fine_evals += 1
         fine = self.fine_outputs(x)
         for level, kept in zip(self.levels, self.differences):
             kept.append(fine - level.outputs(x))
         self.since_update += 1
-        if self.since_update < ERROR_MODEL_UPDATE:
+        due = ERROR_MODEL_FIRST_UPDATE if self.n_updates == 0 else ERROR_MODEL_UPDATE
+        if self.since_update < due:
             return False
         self.update()
         return True
@@ -116,6 +124,7 @@ class ErrorModel:
     def update(self) -> bool:
         """Set each level's correction to the mean of its recorded differences; whether any was set."""
         self.since_update = 0
+        self.n_updates += 1
         changed = False
         for level, kept in zip(self.levels, self.differences):
             if kept:
@@ -296,4 +305,33 @@ def _matching_value_vars(coarse, vars, model, k: int) -> list:
                 f"{shape} in the model in context."
             )
         coarse_vars.append(coarse_values[v.name])
+    _check_same_support(coarse, model, vars, k)
     return coarse_vars
+
+
+def _check_same_support(coarse, model, vars, k: int) -> None:
+    """The same value-space point must mean the same parameter values at both levels: a transform with
+    other parameters (``Uniform(0, 10)`` against ``Uniform(0, 20)``: one interval transform name, two
+    maps) would make the coarse density a distorted copy of the fine one."""
+    names = [model.values_to_rvs[v].name for v in vars]
+
+    def constrained(m, inputs):
+        """The free variables' values as functions of the value variables (the transforms' backward maps)."""
+        by_name = {var.name: var for var in m.unobserved_value_vars}
+        return m.compile_fn([by_name[n] for n in names], inputs=inputs, on_unused_input="ignore",
+                            point_fn=False)
+
+    fine_fn = constrained(model, vars)
+    coarse_fn = constrained(coarse, [coarse.rvs_to_values[coarse[n]] for n in names])
+    start = model.initial_point()
+    for shift in (0.0, 0.7, -1.3):
+        point = [np.asarray(start[v.name], dtype=float) + shift for v in vars]
+        with np.errstate(all="ignore"):
+            fine_values, coarse_values = fine_fn(*point), coarse_fn(*point)
+        for name, a, b in zip(names, fine_values, coarse_values, strict=True):
+            if not np.allclose(a, b, rtol=1e-9, atol=1e-12, equal_nan=True):
+                raise ValueError(
+                    f"MLDA: variable {name!r} maps the same sampled value to {np.ravel(b)[:3]} in "
+                    f"coarse_models[{k}] and to {np.ravel(a)[:3]} in the model in context: its prior's "
+                    "support (a bound) or transform differs. Give it the same support at every level."
+                )

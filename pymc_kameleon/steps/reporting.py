@@ -83,19 +83,31 @@ def _arrived_early(late: float, whole: float, limit: float) -> bool:
 
 
 def tuning_problems(
-    report, target_accept: float, required_steps: int, dim: int, coordinate_names=None
+    report, target_accept: float, required_steps: int, dim: int, coordinate_names=None,
+    steps_per_iteration: int = 1,
 ) -> list[str]:
     """Sentences describing what went wrong in tuning (empty if nothing did).
 
     ``report`` is a :class:`pymc_kameleon.core.adaptation.diagnostics.TuningReport`; ``coordinate_names``
-    names the sampler's coordinates (default ``coordinate j``).
+    names the sampler's coordinates (default ``coordinate j``). ``steps_per_iteration``: the adaptation's
+    steps in one of ``pm.sample``'s iterations (MLDA's coarsest-level steps), so that ``tune`` is
+    advised in iterations.
     """
     problems = []
     if report.tune_steps < required_steps:
-        problems.append(
-            f"tuning took {report.tune_steps} steps, fewer than the {required_steps} this step needs in "
-            f"{dim} dimensions (a coordinate scan, then adaptation windows); pass tune >= {required_steps}"
-        )
+        if steps_per_iteration > 1:
+            iterations = math.ceil(required_steps / steps_per_iteration)
+            problems.append(
+                f"tuning took {report.tune_steps} coarsest-level steps ({steps_per_iteration} per "
+                f"iteration), fewer than the {required_steps} its proposal needs in {dim} dimensions (a "
+                f"coordinate scan, then adaptation windows); pass tune >= {iterations}"
+            )
+        else:
+            problems.append(
+                f"tuning took {report.tune_steps} steps, fewer than the {required_steps} this step needs "
+                f"in {dim} dimensions (a coordinate scan, then adaptation windows); pass tune >= "
+                f"{required_steps}"
+            )
     if report.phase == "scan" or (report.phase != "kameleon" and report.wants_kameleon):
         problems.append(
             f"tuning ended in the {report.phase.replace('_', ' ')} phase, before the first Kameleon proposal "
@@ -269,14 +281,17 @@ class StuckAfterTuning:
 
 def warn_after_tuning(
     step_name: str, adaptation, target_accept: float, sink: StepWarnings, coordinate_names=None,
-    across_chains: bool = False,
+    across_chains: bool = False, steps_per_iteration: int = 1,
 ) -> None:
     """One UserWarning at the end of a chain's tuning, listing every problem found (none: silent).
 
     ``across_chains``: also compare the chains' last tuning states (pooled tuning; one chain says so).
+    ``steps_per_iteration``: as :func:`tuning_problems`.
     """
     required = adaptation.required_tune_steps()
-    problems = tuning_problems(adaptation.report(), target_accept, required, adaptation.dim, coordinate_names)
+    problems = tuning_problems(
+        adaptation.report(), target_accept, required, adaptation.dim, coordinate_names, steps_per_iteration
+    )
     if across_chains:
         problem = cross_chain_problem(adaptation.windows.recent_population, coordinate_names)
         if problem:

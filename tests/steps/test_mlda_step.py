@@ -142,6 +142,15 @@ def test_invariant_with_the_error_model():
     assert_exact_moments(idata)
 
 
+def test_the_error_model_corrects_during_tuning_so_the_proposal_tunes_on_the_corrected_model():
+    """5 posterior sds off: without a correction before the end of tuning the fine level accepted 47
+    moves in tuning and the base proposal tuned on the uncorrected coarse model (a new user's report).
+    The correction now comes after the first 10 fine evaluations: the draws accept most subchain ends."""
+    step, idata = sample_with_error_model(tune=500, draws=300, chains=1, offset=5.0)
+    assert step._chain.error_model.n_updates > 1  # during tuning, not only at its end
+    assert idata.sample_stats["accepted"].values.mean() > 0.8
+
+
 def test_the_error_model_needs_a_normal_likelihood_at_every_level():
     with pm.Model() as coarse:
         mu = pm.Normal("mu", 0, 10, shape=2)
@@ -195,6 +204,50 @@ def test_nonsensical_options_are_named(kwargs, match):
     options = {"coarse_models": [conjugate_model(1.0)], **kwargs}  # built before the `with` below
     with conjugate_model(), pytest.raises((ValueError, TypeError), match=match):
         MLDA(**options)
+
+
+def test_coarse_models_first_and_positional_as_pymcs_removed_step_took_them():
+    """MLDA([coarse]) is MLDA(coarse_models=[coarse]): the same draws, with cores=2 too."""
+    fine, coarse = conjugate_model(), conjugate_model(1.0)
+    with fine:
+        runs = [
+            pm.sample(draws=100, tune=100, chains=2, cores=cores, step=step, random_seed=4, **SAMPLE_KW)
+            for step, cores in ((MLDA([coarse]), 1), (MLDA(coarse_models=[coarse]), 1), (MLDA(coarse), 2))
+        ]
+    for other in runs[1:]:
+        assert_same_records(recorded(runs[0]), recorded(other))
+
+
+def test_a_variable_with_other_bounds_in_a_coarse_model_is_refused():
+    """Uniform(0, 10) against Uniform(0, 20): one transform name, two maps (a new user's report)."""
+
+    def bounded(upper):
+        with pm.Model() as model:
+            s = pm.Uniform("s", 0, upper)
+            mu = pm.Normal("mu", 0, 10, shape=2)
+            pm.Normal("y", mu, s, observed=DATA)
+        return model
+
+    coarse = bounded(20.0)
+    with bounded(10.0), pytest.raises(ValueError, match="'s' maps the same sampled value"):
+        MLDA(coarse_models=[coarse])
+    same = bounded(10.0)
+    with bounded(10.0):
+        MLDA(coarse_models=[same])
+
+
+def test_a_coarse_posterior_far_off_is_named_at_the_end_of_tuning():
+    """5 posterior sds off, no error model: the fine level accepts almost nothing; the step says so and
+    names the remedies (a new user saw only a generic "stuck" message, after tuning)."""
+    fine, coarse = offset_model(), offset_model(5.0)
+    message = r"MLDA: at the end of tuning the finest level accepted .*adaptive_error_model"
+    with fine, pytest.warns(UserWarning, match=message):
+        pm.sample(draws=50, tune=500, chains=1, step=MLDA(coarse_models=[coarse]), random_seed=1, **SAMPLE_KW)
+
+
+def test_the_tuning_warning_counts_in_pm_samples_iterations():
+    with pytest.warns(UserWarning, match=r"coarsest-level steps \(5 per iteration\).*pass tune >= \d+"):
+        sample(tune=20, draws=10, chains=1)
 
 
 def test_the_model_itself_as_coarse_model_is_refused():
