@@ -226,6 +226,8 @@ def coarse_level(coarse, vars, model, compile_kwargs, k: int, corrected=()) -> C
 # ---------------------------------------------------------------------------- checks of the input
 def checked_rates(rates, n_coarse: int) -> list[int]:
     """One subchain length per coarse level, each an integer >= 1."""
+    if isinstance(rates, str) or rates is None:
+        raise ValueError(f"MLDA: subsampling_rates must be an integer >= 1 or a list of them, got {rates!r}.")
     values = [rates] * n_coarse if np.ndim(rates) == 0 else list(rates)
     if len(values) != n_coarse:
         raise ValueError(
@@ -233,7 +235,9 @@ def checked_rates(rates, n_coarse: int) -> list[int]:
             f"got {len(values)}: {rates!r}."
         )
     for value in values:
-        if isinstance(value, bool) or not float(value).is_integer() or value < 1:
+        if not isinstance(value, int | float | np.integer | np.floating) or isinstance(value, bool):
+            raise ValueError(f"MLDA: subsampling_rates must be integers >= 1, got {rates!r}.")
+        if not float(value).is_integer() or value < 1:
             raise ValueError(f"MLDA: subsampling_rates must be integers >= 1, got {rates!r}.")
     return [int(v) for v in values]
 
@@ -251,6 +255,12 @@ def checked_coarse_models(coarse_models, model) -> list:
     for k, coarse in enumerate(coarse_models):
         if not isinstance(coarse, pm.Model):
             raise TypeError(f"MLDA: coarse_models[{k}] must be a pm.Model, got {type(coarse).__name__}.")
+        if getattr(coarse, "parent", None) is not None:
+            raise ValueError(
+                f"MLDA: coarse_models[{k}] was built inside another model's `with` block (it is a "
+                "sub-model of it, its variables prefixed): build each coarse model on its own, outside "
+                "the fine model's `with`."
+            )
         if coarse is model:
             raise ValueError(
                 f"MLDA: coarse_models[{k}] is the model in context itself; give a cheaper model."

@@ -196,6 +196,9 @@ def test_a_coarse_model_without_likelihood_is_refused():
         ({"subsampling_rates": 0}, "integers >= 1"),
         ({"subsampling_rates": 1.5}, "integers >= 1"),
         ({"subsampling_rates": [2, 2]}, "one per coarse model"),
+        ({"subsampling_rates": "5"}, "subsampling_rates must be an integer"),
+        ({"subsampling_rates": None}, "subsampling_rates must be an integer"),
+        ({"subsampling_rates": [None]}, "integers >= 1"),
         ({"target_accept": 1.5}, "target_accept"),
         ({"independence_weight": 2.0}, "independence_weight"),
     ],
@@ -248,6 +251,15 @@ def test_a_coarse_posterior_far_off_is_named_at_the_end_of_tuning():
 def test_the_tuning_warning_counts_in_pm_samples_iterations():
     with pytest.warns(UserWarning, match=r"coarsest-level steps \(5 per iteration\).*pass tune >= \d+"):
         sample(tune=20, draws=10, chains=1)
+
+
+def test_a_coarse_model_built_inside_the_fine_models_with_block_is_named():
+    with conjugate_model() as fine:
+        with pm.Model("coarse") as coarse:
+            mu = pm.Normal("mu", 0, 10, shape=2)
+            pm.Normal("y", mu, 1, observed=DATA)
+    with fine, pytest.raises(ValueError, match="built inside another model's `with` block"):
+        MLDA(coarse_models=[coarse])
 
 
 def test_the_model_itself_as_coarse_model_is_refused():
