@@ -155,8 +155,9 @@ class MultilevelDelayedAcceptance:
     def step(self, current: LevelPoint, rng, on_base_step=None) -> tuple[LevelPoint, MultilevelCounts]:
         """One step of the finest level from ``current`` (every level's log density known there).
 
-        ``on_base_step(mh_step, start, start_logp)`` is called after every level-0 step
-        (:class:`~pymc_kameleon.core.mh.MHStep`), for the base proposal's adaptation during tuning.
+        ``on_base_step(mh_step, start)`` is called after every level-0 step with its
+        :class:`~pymc_kameleon.core.mh.MHStep` and the :class:`LevelPoint` it started from, for the base
+        proposal's adaptation during tuning.
         Returns the new point and the counts of this step.
         """
         counts = MultilevelCounts.zeros(self.n_levels)
@@ -193,14 +194,11 @@ class MultilevelDelayedAcceptance:
         return current
 
     def _base_step(self, current: LevelPoint, rng, counts, on_base_step) -> LevelPoint:
-        evaluations = []
-
-        def log_density(x):
-            evaluations.append(1)
-            return _Value(float(self.log_densities[0](x)))
-
-        result = metropolis_hastings_step(self.proposal, current.x, current.at(0), log_density, rng)
-        counts.evaluations[0] += len(evaluations)
+        coarsest = self.log_densities[0]
+        result = metropolis_hastings_step(
+            self.proposal, current.x, current.at(0), lambda x: _Value(float(coarsest(x))), rng
+        )
+        counts.evaluations[0] += result.evaluation is not None  # an infeasible move is not evaluated
         counts.accept_prob[0] = result.accept_prob
         if on_base_step is not None:
             on_base_step(result, current)

@@ -262,6 +262,12 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         adaptation.record_probe(state, self._target.current_logp, point, evaluation.logp)
         return point, evaluation
 
+    @property
+    def _search_density(self):
+        """What the start search evaluates (an object with ``evaluate(x).logp``): the target; MLDA's
+        coarsest level."""
+        return self._target
+
     def _search_start(self, y, log_density: float):
         """At the chain's first tuning step with ``start="search"``: move to the start the search finds
         (:mod:`pymc_kameleon.steps.starts`) and return it with its evaluation, or None if the chain
@@ -274,7 +280,7 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         chain.searched = True
         if not self.tune or self.start != "search" or self._target.has_estimates:
             return None
-        found = self._start_search.run(self._target, y, log_density, self.rng)
+        found = self._start_search.run(self._search_density, y, log_density, self.rng)
         if found is None or not found.moved:
             return None
         evaluation = self._target.evaluate(found.state)

@@ -105,13 +105,6 @@ class MLDA(AdaptiveStep):
     _default_tuning = "per_chain"
     name = "mlda"
 
-    def __new__(cls, *args, **kwargs):
-        # PyMC's removed MLDA took the coarse models first: MLDA([coarse]) means coarse_models=[coarse].
-        # (PyMC's BlockedStep.__new__ reads a first positional argument as `vars`.)
-        if args and _are_models(args[0]) and "coarse_models" not in kwargs:
-            kwargs["coarse_models"], args = args[0], args[1:]
-        return super().__new__(cls, *args, **kwargs)
-
     def __init__(
         self,
         vars=None,
@@ -132,7 +125,9 @@ class MLDA(AdaptiveStep):
         rng=None,
         blocked: bool = True,
     ):
-        if _are_models(vars) and coarse_models is None:  # MLDA([coarse]), as PyMC's removed step took it
+        # MLDA([coarse]), as PyMC's removed step took it. (PyMC's BlockedStep.__new__ reads the first
+        # positional argument as `vars` and pickles it so; this one place reads it as the coarse models.)
+        if _are_models(vars) and coarse_models is None:
             vars, coarse_models = None, vars
         model = pm.modelcontext(model)
         check_probability("target_accept", target_accept)
@@ -164,7 +159,7 @@ class MLDA(AdaptiveStep):
             )
         corrected = corrected_names(model, coarse_models) if self.adaptive_error_model else ()
         self.corrected_variables = list(corrected)
-        self._coarse_targets = [
+        self._coarse_levels = [
             coarse_level(coarse, vars, model, compile_kwargs, k, corrected)
             for k, coarse in enumerate(coarse_models)
         ]
@@ -180,9 +175,8 @@ class MLDA(AdaptiveStep):
         self.stats_dtypes_shapes = {**type(self).stats_dtypes_shapes, **per_level}
         self.stats_dtypes = [{name: dtype for name, (dtype, _) in self.stats_dtypes_shapes.items()}]
         self._join_pymc(vars, target, blocked, rng, model=model, start=start)
-        steps_per_iteration = int(np.prod(self.subsampling_rates))
         required = self._chain.adaptation.required_tune_steps()
-        self.default_tune_steps = max(1, math.ceil(required / steps_per_iteration))
+        self.default_tune_steps = max(1, math.ceil(required / self._base_steps_per_iteration))
 
     # ------------------------------------------------------------------ state
     def _reset_chain_state(self):
@@ -196,13 +190,13 @@ class MLDA(AdaptiveStep):
             independence_weight=self.independence_weight,
         )
         proposal = ScaleFreeProposal(adaptation.state, 1.0)
-        levels = [target.log_density for target in self._coarse_targets] + [self._target]
+        levels = [level.log_density for level in self._coarse_levels] + [self._target]
         move = MultilevelDelayedAcceptance(
             levels, self.subsampling_rates, proposal, randomize_lengths=self.randomize_lengths
         )
         error_model = None
         if self._fine_outputs is not None:
-            error_model = ErrorModel(self._coarse_targets, self._fine_outputs)
+            error_model = ErrorModel(self._coarse_levels, self._fine_outputs)
             error_model.reset()
         self._chain = MultilevelChain(
             adaptation=adaptation, proposal=proposal, move=move, error_model=error_model
@@ -219,9 +213,14 @@ class MLDA(AdaptiveStep):
         if adaptation.tune_steps > 0:
             warn_after_tuning(
                 "MLDA", adaptation, self.target_accept, self._warnings, self._coordinate_names,
-                steps_per_iteration=int(np.prod(self.subsampling_rates)),
+                steps_per_iteration=self._base_steps_per_iteration,
             )
         adaptation.end_tuning(self.rng)
+
+    @property
+    def _base_steps_per_iteration(self) -> int:
+        """The coarsest level's steps in one iteration (the product of the subchain lengths)."""
+        return int(np.prod(self.subsampling_rates))
 
     @property
     def scale_free_adaptation(self) -> ScaleFreeAdaptation:
@@ -233,28 +232,27 @@ class MLDA(AdaptiveStep):
         chain, target = self._chain, self._target
         y = q0.data
         evals_before = target.n_evals
-        coarse_before = [t.n_evals for t in self._coarse_targets]
+        coarse_before = [t.n_evals for t in self._coarse_levels]
         logp_y = target.current(y, q0.point_map_info, self.rng).logp
-        found = self._search_start_on_coarsest(y)
-        if found is not None:
-            y = found
-            logp_y = target.current(y, q0.point_map_info, self.rng).logp
         current = chain.current
         if current is None or not same_array(current.x, y):
             current = chain.move.point(np.array(y, dtype=float, copy=True), logp_y)
+        found = self._search_start(current.x, current.at(0))  # on the coarsest level (_search_density)
+        if found is not None:
+            current = chain.move.point(found[0], found[1].logp)
         on_base_step = self._adapt if self.tune else None
         new, counts = chain.move.step(current, self.rng, on_base_step)
         chain.current = new
         accepted = new is not current
         finest = self.n_levels - 1
+        output_evals = 0
         if self.tune and counts.finest_proposal is not None:
             chain.fine_decisions.append(accepted)
-        error_model, output_evals = chain.error_model, 0
-        if self.tune and error_model is not None and counts.finest_proposal is not None:
-            # F_L where the fine model was evaluated costs one more fine forward solve (tuning only).
-            if error_model.record(counts.finest_proposal):
-                chain.current = self._reevaluated(chain.current)
-            output_evals = 1
+            if chain.error_model is not None:
+                # F_L where the fine model was evaluated costs one more fine forward solve (tuning only).
+                if chain.error_model.record(counts.finest_proposal):
+                    chain.current = self._reevaluated(chain.current)
+                output_evals = 1
         if accepted:
             target.accept(new.x, Evaluation(new.at(finest), new.at(finest)))
         state = chain.adaptation.state
@@ -265,7 +263,7 @@ class MLDA(AdaptiveStep):
             "scaling": state.am_scale.value,
             "model_logp": new.at(finest),
         }
-        for k, (coarse, before) in enumerate(zip(self._coarse_targets, coarse_before)):
+        for k, (coarse, before) in enumerate(zip(self._coarse_levels, coarse_before)):
             steps = counts.steps[k]
             stats[f"level{k}_logp_evals"] = coarse.n_evals - before
             stats[f"level{k}_accept_rate"] = counts.accepted[k] / steps if steps else math.nan
@@ -314,25 +312,15 @@ class MLDA(AdaptiveStep):
             None, None, math.nan if evaluation is None else evaluation.logp,
         )
         if adaptation.probe_due(self.rng):
-            coarsest = self._coarse_targets[0]
+            coarsest = self._coarse_levels[0]
             point = proposal.independent_point(self.rng, adaptation.probe_fitted)
             adaptation.record_probe(mh_step.state, logp0, point, coarsest.log_density(point))
         adaptation.adapt(draw, self.rng)
 
-    def _search_start_on_coarsest(self, y):
-        """At the chain's first tuning step with ``start="search"``: the start the search finds on the
-        coarsest level's density (:mod:`pymc_kameleon.steps.starts`), or None."""
-        chain = self._chain
-        if chain.searched:
-            return None
-        chain.searched = True
-        if not self.tune or self.start != "search":
-            return None
-        coarsest = self._coarse_targets[0]
-        found = self._start_search.run(coarsest, y, coarsest.log_density(y), self.rng)
-        if found is None or not found.moved:
-            return None
-        return found.state
+    @property
+    def _search_density(self):
+        """The start search runs on the coarsest level, where it is cheap."""
+        return self._coarse_levels[0]
 
 
 @dataclass(eq=False, kw_only=True)

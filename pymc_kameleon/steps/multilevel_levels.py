@@ -24,6 +24,7 @@ from pymc.pytensorf import compile as compile_pytensor
 from pymc.pytensorf import join_nonshared_inputs
 
 from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
+from pymc_kameleon.steps.target_density import Evaluation
 
 __all__ = [
     "CoarseLevel",
@@ -46,15 +47,6 @@ ERROR_MODEL_FIRST_UPDATE = 10
 ERROR_MODEL_UPDATE = 50
 
 
-class _Value:
-    """What a start search reads from an evaluation: its ``logp``."""
-
-    __slots__ = ("logp",)
-
-    def __init__(self, logp: float):
-        self.logp = logp
-
-
 class CoarseLevel:
     r"""A coarse model's log density on the fine step's raveled block, counting its evaluations.
 
@@ -72,8 +64,10 @@ class CoarseLevel:
         self.n_evals += 1
         return float(self._fn(np.asarray(x, dtype=float)))
 
-    def evaluate(self, x) -> _Value:
-        return _Value(self.log_density(x))
+    def evaluate(self, x) -> Evaluation:
+        """The log density at ``x`` as an evaluation (what the start search reads)."""
+        logp = self.log_density(x)
+        return Evaluation(logp, logp)
 
     def outputs(self, x) -> np.ndarray:
         return np.asarray(self._outputs_fn(np.asarray(x, dtype=float)), dtype=float)
@@ -96,7 +90,6 @@ class ErrorModel:
         self.differences = [deque(maxlen=ERROR_MODEL_MEMORY) for _ in levels]
         self.since_update = 0
         self.n_updates = 0
-        self.n_fine_evals = 0
 
     def reset(self) -> None:
         """A new chain: no differences, no correction."""
@@ -110,7 +103,6 @@ class ErrorModel:
         """Record the differences at ``x``, a point where the fine model was evaluated (one more fine
         output evaluation); returns whether the coarse densities were updated (then every cached coarse
         value is stale)."""
-        self.n_fine_evals += 1
         fine = self.fine_outputs(x)
         for level, kept in zip(self.levels, self.differences):
             kept.append(fine - level.outputs(x))

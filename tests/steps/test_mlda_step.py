@@ -73,6 +73,13 @@ def test_statistics_count_each_level():
     assert np.all(last >= fine.sum(axis=1))
 
 
+def test_random_subchain_lengths_are_uniform_on_1_to_2j_minus_1():
+    idata = sample({"subsampling_rates": 3, "randomize_lengths": True})
+    lengths = idata.sample_stats["level0_subchain_length"].values
+    assert set(np.unique(lengths)) == {1, 2, 3, 4, 5}
+    assert abs(lengths.mean() - 3.0) < 0.2
+
+
 def test_three_levels_and_their_statistics():
     fine, coarse = conjugate_model(), [conjugate_model(3.0), conjugate_model(1.0)]
     with fine:
