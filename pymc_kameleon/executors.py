@@ -150,6 +150,16 @@ def _run_block(token: str, payload: bytes, start: int, block) -> list:
         return [_failure(start, err)]
 
 
+def _run_one(token: str, payload: bytes, row: tuple):
+    """Worker side: ``function(*row)``, or None if it raised (a speculative call: the caller, which
+    may not need the value, evaluates again itself and raises the error there if it does)."""
+    function = _worker_function(token, payload)
+    try:
+        return function(*(_aligned(value) for value in row))
+    except Exception:  # noqa: BLE001
+        return None
+
+
 class _Payload:
     """A function pickled once, with the token workers cache it by."""
 
@@ -381,6 +391,21 @@ class ExecutorOption:
             for *_, future in futures:
                 future.cancel()
         return results
+
+    def submit_row(self, function, row: tuple) -> cf.Future:
+        """Start ``function(*row)`` on one worker, without waiting: its future's result is the value,
+        or None if the call raised there (speculative calls:
+        :mod:`~pymc_kameleon.core.delayed_acceptance.speculation`). ``function`` is pickled once, as for
+        :meth:`map_rows`."""
+        executor = self.get()
+        payload = self.payload(function)
+        return executor.submit(_run_one, payload.token, self._shipped(executor, payload), row)
+
+    def forget_shipped(self) -> None:
+        """Ship the function again with the next task (after a lost one: on Dask, a worker that died may
+        have taken the scattered copy with it, and every task that needs it is then cancelled)."""
+        self._scattered = None
+        self._n_workers = None
 
     def map_blocks(self, function, array, describe=None) -> list:
         """``function`` applied to consecutive blocks of rows of ``array``, one block per worker.

@@ -16,7 +16,12 @@ import pytest
 from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 
-from pymc_kameleon import KameleonMetropolis, PseudoMarginalPotential, importance_sampling_estimator
+from pymc_kameleon import (
+    GPDelayedAcceptanceMH,
+    KameleonMetropolis,
+    PseudoMarginalPotential,
+    importance_sampling_estimator,
+)
 from pymc_kameleon.executors import DaskExecutor, ExecutorOption, ParallelEvaluationError
 from pymc_kameleon.pseudo_marginal import PseudoMarginalEstimatorError
 from pymc_kameleon.smc import KASS, log_evidence
@@ -179,6 +184,36 @@ def test_killed_workers_are_replaced_and_the_run_is_unchanged(client, tmp_path):
     kills = open(marker).read().split()
     assert len(kills) == 2, f"expected two killed workers, got {kills}: the test did not test anything"
     assert same_run(serial, on_dask)
+    client.wait_for_workers(2, timeout=60)
+
+
+def run_speculative(model, executor, cores=1):
+    with model:
+        step = GPDelayedAcceptanceMH(executor=executor)
+        return pm.sample(
+            tune=800, draws=300, chains=2, cores=cores, step=step, random_seed=5, progressbar=False,
+            compute_convergence_checks=False,
+        )
+
+
+def test_speculative_delayed_acceptance_on_dask_equals_serial(client, tmp_path):
+    """GP-DA-MH's draws-phase speculation on the cluster: the serial draws, with cores=1 and with PyMC's
+    worker processes (cores=2); and when workers die mid-run, the lost guesses are evaluated again in
+    the chain's own process, so the draws are still the serial ones."""
+    serial = run_speculative(black_box_model(), None)
+    on_dask = run_speculative(black_box_model(), client.get_executor())
+    assert np.array_equal(serial.posterior["mu"].values, on_dask.posterior["mu"].values)
+    stats = on_dask.sample_stats
+    assert stats["prefetched"].values.sum() > 0.3 * stats["exact_eval"].values.sum()
+    serial_2 = run_speculative(black_box_model(), None, cores=2)
+    on_dask_2 = run_speculative(black_box_model(), DaskExecutor(client), cores=2)
+    assert np.array_equal(serial_2.posterior["mu"].values, on_dask_2.posterior["mu"].values)
+    assert on_dask_2.sample_stats["prefetched"].values.sum() > 0
+
+    marker = str(tmp_path / "killed")
+    killing = run_speculative(black_box_model(GaussianLoglik(kill_marker=marker)), client.get_executor())
+    assert len(open(marker).read().split()) >= 1, "no worker was killed: the test did not test anything"
+    assert np.array_equal(serial.posterior["mu"].values, killing.posterior["mu"].values)
     client.wait_for_workers(2, timeout=60)
 
 

@@ -25,7 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize
 
-__all__ = ["SEARCH_EVALS_PER_DIM", "SEARCH_MAX_EVALS", "PlausibleBox", "SearchResult", "search_start"]
+__all__ = [
+    "SEARCH_EVALS_PER_DIM", "SEARCH_MAX_EVALS", "PlausibleBox", "SearchResult", "powell_run", "search_start",
+]
 
 #: Log-density evaluations each candidate's Powell run may make, per dimension (at most
 #: SEARCH_MAX_EVALS): enough to leave a far prior draw and reach a basin (on Lotka-Volterra's lynx-hare
@@ -88,6 +90,26 @@ class SearchResult:
     moved: bool
 
 
+def powell_run(
+    log_density: Callable[[np.ndarray], float], x0, max_evals: int
+) -> tuple[np.ndarray, float, int]:
+    """One candidate's run of Powell's method on :math:`-\\log\\pi`: ``(point reached, -log density
+    there (or a huge number), evaluations made)``. Non-finite values count as :math:`+\\infty`."""
+    n_evals = 0
+
+    def objective(x):
+        nonlocal n_evals
+        n_evals += 1
+        value = float(log_density(x))
+        # Brent's line search needs finite values: a non-finite density is just very bad.
+        return -value if math.isfinite(value) else _WORST
+
+    found = optimize.minimize(
+        objective, x0, method="Powell", options={"maxfev": int(max_evals), "xtol": _XTOL, "ftol": _FTOL}
+    )
+    return np.array(found.x, dtype=float), float(found.fun), n_evals
+
+
 def search_start(
     log_density: Callable[[np.ndarray], float],
     start: np.ndarray,
@@ -95,14 +117,14 @@ def search_start(
     candidates: np.ndarray,
     box: PlausibleBox,
     max_evals: int,
+    run_elsewhere: Callable | None = None,
 ) -> SearchResult:
     r"""The highest-density plausible point that Powell runs from ``candidates`` reach, or ``start``.
 
     Each candidate :math:`x_0^{(k)}` starts a run of Powell's method on :math:`-\log\pi` limited to
-    ``max_evals`` evaluations (non-finite values count as :math:`+\infty` for the minimiser). Of the
-    points the runs end at, those inside ``box`` compete with ``start`` (not searched from: it is the
-    chain's given start, shared by every chain of a population): the one with the highest
-    :math:`\log\pi` is returned.
+    ``max_evals`` evaluations (:func:`powell_run`). Of the points the runs end at, those inside
+    ``box`` compete with ``start`` (not searched from: it is the chain's given start, shared by every
+    chain of a population): the one with the highest :math:`\log\pi` is returned.
 
     Parameters
     ----------
@@ -115,30 +137,34 @@ def search_start(
     box : PlausibleBox
     max_evals : int
         Evaluations per run.
+    run_elsewhere : callable, optional
+        ``run_elsewhere(x0, max_evals)`` starts :func:`powell_run` from ``x0`` on another worker and
+        returns a ``concurrent.futures.Future`` of its result (or None if it could not): the runs
+        of all candidates but the first go there, while the first runs here. The runs do not depend
+        on each other, so the result is the same.
 
     Returns
     -------
     SearchResult
     """
-    n_evals = 0
     best, best_logp = np.array(start, dtype=float, copy=True), float(start_log_density)
     if not math.isfinite(best_logp):
         best_logp = -math.inf
-
-    def objective(x):
-        nonlocal n_evals
-        n_evals += 1
-        value = float(log_density(x))
-        # Brent's line search needs finite values: a non-finite density is just very bad.
-        return -value if math.isfinite(value) else _WORST
-
-    moved = False
-    for x0 in np.atleast_2d(candidates):
-        found = optimize.minimize(
-            objective, x0, method="Powell",
-            options={"maxfev": int(max_evals), "xtol": _XTOL, "ftol": _FTOL},
-        )
-        logp = -float(found.fun)
-        if found.fun < _WORST and logp > best_logp and box.contains(found.x):
-            best, best_logp, moved = np.array(found.x, dtype=float), logp, True
+    candidates = np.atleast_2d(candidates)
+    elsewhere = [None] + [run_elsewhere(x0, max_evals) for x0 in candidates[1:]] if run_elsewhere else []
+    n_evals, moved = 0, False
+    for k, x0 in enumerate(candidates):
+        run = None
+        if k < len(elsewhere) and elsewhere[k] is not None:
+            try:
+                run = elsewhere[k].result()
+            except Exception:  # noqa: BLE001 - a lost run is run here instead
+                run = None
+        if run is None:
+            run = powell_run(log_density, x0, max_evals)
+        x, fun, evals = run
+        n_evals += evals
+        logp = -fun
+        if fun < _WORST and logp > best_logp and box.contains(x):
+            best, best_logp, moved = np.array(x, dtype=float), logp, True
     return SearchResult(best, best_logp, n_evals, moved)

@@ -262,6 +262,11 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         adaptation.record_probe(state, self._target.current_logp, point, evaluation.logp)
         return point, evaluation
 
+    def _search_elsewhere(self):
+        """``run_elsewhere`` of the start search (:func:`~pymc_kameleon.core.starts.search_start`): None,
+        or a step's way to run candidates on other workers."""
+        return None
+
     @property
     def _search_density(self):
         """What the start search evaluates (an object with ``evaluate(x).logp``): the target; MLDA's
@@ -280,7 +285,8 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         chain.searched = True
         if not self.tune or self.start != "search" or self._target.has_estimates:
             return None
-        found = self._start_search.run(self._search_density, y, log_density, self.rng)
+        elsewhere = self._search_elsewhere()
+        found = self._start_search.run(self._search_density, y, log_density, self.rng, elsewhere)
         if found is None or not found.moved:
             return None
         evaluation = self._target.evaluate(found.state)

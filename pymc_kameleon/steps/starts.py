@@ -82,10 +82,11 @@ class StartSearch:
             rows.append(np.concatenate([np.ravel(point[name]) for name in self._names]))
         return np.array(rows, dtype=float)
 
-    def run(self, target, start, start_log_density, rng) -> SearchResult | None:
+    def run(self, target, start, start_log_density, rng, run_elsewhere=None) -> SearchResult | None:
         """Search from :data:`SEARCH_CANDIDATES` prior draws (seeded from ``rng``); None if the model's
         prior cannot be drawn (a variable without a random generator, or a draw that raises): the chain
-        keeps its start. The search is an aid, never a reason for sampling to fail."""
+        keeps its start. The search is an aid, never a reason for sampling to fail.
+        ``run_elsewhere``: as for :func:`~pymc_kameleon.core.starts.search_start`."""
         if self._compiled is None:
             try:
                 draw, unbounded = self._compile()
@@ -105,5 +106,5 @@ class StartSearch:
         dim = candidates.shape[1]
         return search_start(
             lambda x: target.evaluate(x).logp, start, start_log_density, candidates, box,
-            min(SEARCH_EVALS_PER_DIM * dim, SEARCH_MAX_EVALS),
+            min(SEARCH_EVALS_PER_DIM * dim, SEARCH_MAX_EVALS), run_elsewhere,
         )

@@ -382,6 +382,8 @@ class SplitTargetDensity(TargetDensity):
         self.prior_gradient = bool(prior_gradient)
         self.loglik_gradient = bool(loglik_gradient)
         self.n_prior_evals = 0
+        # Likelihood values evaluated ahead on workers (speculative delayed acceptance), or None.
+        self.prefetch = None
         super().__init__(model, vars, initial_point, compile_kwargs, step_name)
 
     def _compile(self, model, vars, initial_point, compile_kwargs):
@@ -457,7 +459,10 @@ class SplitTargetDensity(TargetDensity):
     def _loglik_and_inputs(self, x):
         """Exact log-likelihood part, its gradient (or None) and the estimators' inputs at ``x``."""
         self.n_evals += 1
-        out = self._fn(np.asarray(x, dtype=self.dtype))
+        x = np.asarray(x, dtype=self.dtype)
+        out = None if self.prefetch is None else self.prefetch.take(x)
+        if out is None:
+            out = self._fn(x)
         if self._single_output:
             return float(out), None, ()
         grad = np.array(out[1], dtype=float, copy=True) if self.loglik_gradient else None

@@ -2,10 +2,11 @@
 evaluations, survives non-finite densities, and never keeps a point outside the plausible box."""
 
 import math
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
-from pymc_kameleon.core.starts import PlausibleBox, search_start
+from pymc_kameleon.core.starts import PlausibleBox, powell_run, search_start
 
 UNBOUNDED = PlausibleBox(np.full(2, -np.inf), np.full(2, np.inf))
 
@@ -74,3 +75,33 @@ def test_the_box_is_the_draws_range_and_flat_coordinates_are_free():
     box = PlausibleBox.from_draws(draws, unbounded=np.array([False, True]))
     assert np.array_equal(box.lower, [0.0, -np.inf]) and np.array_equal(box.upper, [2.0, np.inf])
     assert box.contains([1.9, 1e9]) and not box.contains([2.1, 0.0]) and not box.contains([np.nan, 0.0])
+
+
+def test_candidates_run_elsewhere_give_the_same_start_and_count():
+    """With ``run_elsewhere`` (a real thread pool) every candidate but the first runs there; the result is
+    the serial one, and a run lost elsewhere is run here instead."""
+    start = np.array([-5.0, -5.0])
+    candidates = np.array([[-4.0, -6.0], [3.0, 4.0], [6.0, 2.0]])
+    serial = search_start(_two_basins, start, _two_basins(start), candidates, UNBOUNDED, max_evals=100)
+    sent = []
+    with ThreadPoolExecutor(2) as pool:
+
+        def run_elsewhere(x0, max_evals):
+            sent.append(x0)
+            return pool.submit(powell_run, _two_basins, x0, max_evals)
+
+        found = search_start(
+            _two_basins, start, _two_basins(start), candidates, UNBOUNDED, 100, run_elsewhere
+        )
+    assert len(sent) == 2
+    np.testing.assert_array_equal(found.state, serial.state)
+    assert found.log_density == serial.log_density and found.moved == serial.moved
+    assert found.n_evals == serial.n_evals
+
+    lost = Future()
+    lost.set_exception(RuntimeError("worker died"))
+    again = search_start(
+        _two_basins, start, _two_basins(start), candidates, UNBOUNDED, 100, lambda x0, n: lost
+    )
+    np.testing.assert_array_equal(again.state, serial.state)
+    assert again.n_evals == serial.n_evals

@@ -32,6 +32,7 @@ from pymc_kameleon.core.delayed_acceptance.ratios import (
     log_alpha1,
     surrogate_point,
 )
+from pymc_kameleon.core.delayed_acceptance.speculation import Prefetch, Scout, branch_guesses
 from pymc_kameleon.core.gp.training import GPTrainingSchedule
 from pymc_kameleon.core.mh import accept_probability, metropolis_accept, mh_log_ratio
 
@@ -131,6 +132,8 @@ class DelayedAcceptanceKernel:
         current_value: str = "exact",
         pause_steps: int = 200,
     ):
+        # Speculative evaluations on idle workers (DelayedAcceptanceMH after tuning; set by the step).
+        self.prefetch: Prefetch | None = None
         if current_value not in CURRENT_VALUES:
             raise ValueError(f"current_value must be one of {CURRENT_VALUES}, got {current_value!r}.")
         self.adaptation = adaptation
@@ -183,11 +186,13 @@ class DelayedAcceptanceKernel:
     def _screened_step(self, current, current_eval, density, rng) -> DelayedAcceptanceResult:
         raise NotImplementedError
 
-    def _stage1_then_exact(self, current, proposed, log_alpha1, prior, density, rng, component, gp_sd):
+    def _stage1_then_exact(self, current, proposed, log_alpha1, prior, density, rng, component, gp_sd,
+                           before_exact=None):
         """Stage 1 (accept with :math:`\\alpha_1`), then the exact evaluation of a survivor.
 
         Returns ``(evaluation, alpha1, None)`` for a survivor whose log density is finite, else
         ``(None, alpha1, result)``: a rejection (a non-finite one costs no stage 2).
+        ``before_exact(rng)``, if given, runs just before the exact evaluation (speculation).
         """
         passed, a1 = metropolis_accept(log_alpha1, rng)
         if not passed:
@@ -195,6 +200,8 @@ class DelayedAcceptanceKernel:
                 current, False, 0.0, component, proposed, stage1=a1, gp_sd=gp_sd, screened=True,
                 adapt_prob=0.0,
             )
+        if before_exact is not None:
+            before_exact(rng)
         proposed_eval = density.evaluate(proposed, prior)
         if not (math.isfinite(proposed_eval.loglik) and math.isfinite(proposed_eval.logp)):
             metropolis_accept(-math.inf, rng)
@@ -272,6 +279,10 @@ class DelayedAcceptanceMH(DelayedAcceptanceKernel):
     r"""GP delayed-acceptance MH: stage 1 on the GP marginalised at the proposal (paper eq. 4), stage 2
     exact (eq. 6), with the base proposal's asymmetric :math:`Q` terms in both stages.
 
+    With a :class:`~pymc_kameleon.core.delayed_acceptance.speculation.Prefetch` as ``prefetch`` (after
+    tuning only), each stage-2 evaluation first sends the likely next ones to idle workers
+    (:mod:`~pymc_kameleon.core.delayed_acceptance.speculation`); the draws do not change.
+
     The scale adapts to :math:`\alpha_{MH}(x, y) / \alpha_1(x, y)` for a proposal that passed stage 1
     (0 otherwise): stage 1 passes with probability :math:`\alpha_1`, so this is an unbiased
     estimate of the plain MH acceptance probability, and a poor surrogate cannot shrink the scale.
@@ -304,8 +315,12 @@ class DelayedAcceptanceMH(DelayedAcceptanceKernel):
         else:
             proposed_point, la1 = None, -math.inf
         prior = (lp_proposed, None)
+        before_exact = None
+        if self.prefetch is not None:
+            def before_exact(rng_now):
+                self._speculate(current, current_eval, proposed, proposed_point, lq_f, lq_r, density, rng_now)
         proposed_eval, a1, rejected = self._stage1_then_exact(
-            current, proposed, la1, prior, density, rng, component, gp_sd
+            current, proposed, la1, prior, density, rng, component, gp_sd, before_exact
         )
         if proposed_eval is None:
             return rejected
@@ -326,6 +341,41 @@ class DelayedAcceptanceMH(DelayedAcceptanceKernel):
             gp_sd=gp_sd, screened=True, adapt_prob=accept_probability(log_ratio) / a1,
             evaluation=proposed_eval, gp_learns=True,
         )
+
+    def _speculate(self, current, current_eval, proposed, proposed_point, lq_f, lq_r, density, rng) -> None:
+        """Evaluate the likely next exact evaluation ahead, on a worker or here (draws unchanged)."""
+        where = self.prefetch.begin_round(proposed)
+        if where is None:
+            return
+        schedule = self.schedule
+        # The prediction at the current state that stage 2 makes next (cached as stage 2 would cache it);
+        # the dry run's own predictions must not stay in the cache.
+        current_point = schedule.cached(
+            current, current_eval,
+            lambda: surrogate_point(self.gp, current, current_eval.log_prior, current_eval.loglik),
+        )
+        saved_cache = schedule._cache
+        try:
+            predicted = proposed_point._replace(ll=proposed_point.mu)
+            ratios = self._stage2_log_ratios(current_point, predicted, lq_f, lq_r)
+            # One guess, the predicted branch's: the stage-2 uniform is known, so the prediction misses
+            # only where the GP's error straddles it.
+            guesses = branch_guesses(
+                self, current, current_eval, proposed, proposed_point.log_prior, proposed_point.mu,
+                ratios.log_ratio_stage2, Scout(density), rng, max_guesses=1,
+            )
+        finally:
+            schedule._cache = saved_cache
+        if guesses:
+            self.prefetch.add(guesses[0], where)
+
+    def screened_step_without_speculation(self, current, current_eval, density, rng):
+        """:meth:`_screened_step` as the chain runs it, without speculating (a dry run's step)."""
+        prefetch, self.prefetch = self.prefetch, None
+        try:
+            return self._screened_step(current, current_eval, density, rng)
+        finally:
+            self.prefetch = prefetch
 
     def _stage2_log_ratios(self, current_point, proposed_point, log_q_forward, log_q_reverse):
         """Both stage-1 log probabilities and the stage-2 log ratio, from one surrogate (a hook for the

@@ -10,9 +10,12 @@ from pymc.step_methods.arraystep import PopulationArrayStepShared
 
 from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
 from pymc_kameleon.core.delayed_acceptance.kernel import DelayedAcceptanceMH
+from pymc_kameleon.core.delayed_acceptance.speculation import Prefetch
 from pymc_kameleon.core.kameleon.kernels import make_kernel
 from pymc_kameleon.core.kameleon.scale_free import ScaleFreeProposal
+from pymc_kameleon.core.starts import powell_run
 from pymc_kameleon.core.validation import check_independence_weight, check_kameleon_options
+from pymc_kameleon.executors import as_executor_option
 from pymc_kameleon.steps.delayed_acceptance.base import GPDelayedAcceptanceStep
 from pymc_kameleon.steps.population import PooledTuning
 
@@ -183,6 +186,18 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
     kernel, bandwidth, n_subsample, gamma : optional
         Kameleon proposal options, as for :class:`~pymc_kameleon.KameleonMetropolis`
         (``proposal="kameleon"`` only).
+    executor : concurrent.futures.Executor or callable, optional
+        Put idle cores to work during the draws (*speculative delayed acceptance*): while the chain
+        evaluates the likelihood at a proposal that passed stage 1, a worker evaluates it at the point
+        the chain will most likely evaluate next, found by running the chain ahead on a copy of its
+        random stream with the GP's prediction in place of the pending value
+        (:mod:`~pymc_kameleon.core.delayed_acceptance.speculation`). A worker's value is used only
+        where its point equals the chain's bit for bit, so **the draws are those of the run without an
+        executor**. A ``ProcessPoolExecutor(1)`` with ``cores=1`` uses a second core; Dask's
+        ``client.get_executor()`` works with ``cores > 1`` too (the forms of ``executor=`` are
+        described in the scale-out guide). Tuning is not speculated (the proposal adapts at every step).
+        Not with a PseudoMarginalPotential (random estimates cannot be reused), nor where other steps
+        sample variables of the likelihood.
     model, initial_point, compile_kwargs, rng, blocked
         As for other PyMC step methods.
 
@@ -216,6 +231,9 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
       learned posterior sds), ``nu2`` (:math:`\nu^2` of the Kameleon component; NaN otherwise).
     - With a PseudoMarginalPotential, also ``loglik_estimate`` and ``estimator_calls`` (as for
       :class:`~pymc_kameleon.KameleonMetropolis`).
+    - ``speculative_evals``: likelihood evaluations sent ahead to a worker at this step (with
+      ``executor=``; the ones not used are the workers' wasted work); ``prefetched``: whether this
+      step's exact evaluation was a worker's (it is counted in ``logp_evals`` as any other).
 
     **Pseudo-marginal likelihoods.** The estimate at the current state is kept until a proposal
     is accepted (stage 2), fresh estimates are drawn only at stage-2 proposals, and the GP fits a
@@ -250,6 +268,10 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
         **GPDelayedAcceptanceStep.stats_dtypes_shapes,
         # nu2 of the Kameleon component (NaN for the random walk and before the first subsample).
         "nu2": (np.float64, []),
+        # With executor=: evaluations sent ahead to workers at this step, and whether this step's exact
+        # evaluation was a worker's (speculation).
+        "speculative_evals": (np.int64, []),
+        "prefetched": (bool, []),
     }
 
     def __init__(
@@ -262,9 +284,11 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
         n_subsample=1000,
         gamma="auto",
         independence_weight=0.5,
+        executor=None,
         **options,
     ):
         self._check_option_names(options)
+        self.executor = as_executor_option(executor, type(self).__name__)
         check_independence_weight(independence_weight)
         self.independence_weight = float(independence_weight)
         if proposal not in _PROPOSALS:
@@ -277,6 +301,62 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
         self.n_subsample = int(n_subsample) if isinstance(n_subsample, (int, np.integer)) else n_subsample
         self.gamma_spec = gamma
         super().__init__(vars, **options)
+        if self.executor is not None:
+            self._check_speculation()
+
+    def _check_speculation(self) -> None:
+        """``executor=`` evaluates the likelihood on workers from a copy of the compiled function: only
+        where that copy is the likelihood of this step's variables alone, and deterministic."""
+        target, name = self._target, type(self).__name__
+        if target.has_estimates:
+            raise ValueError(
+                f"{name}: executor= evaluates likely next proposals ahead on workers and uses a value only "
+                "where the chain would compute the same one; a PseudoMarginalPotential's estimates are "
+                "random, so nothing could be reused. Drop executor=, or give the estimator its own "
+                "(PseudoMarginalPotential(..., executor=...))."
+            )
+        if target.shared:
+            others = sorted(v.name for v in target.shared)
+            raise ValueError(
+                f"{name}: executor= evaluates the likelihood on workers as a function of this step's "
+                f"variables, but the model also has {others}, which other steps sample: the workers' copy "
+                "would use stale values. Sample every continuous variable with this step, or drop "
+                "executor=."
+            )
+
+    def _search_elsewhere(self):
+        """With ``executor=``, the start search's candidates after the first run on workers (the same
+        runs, so the same start); their evaluations join the step's count when they come back."""
+        if self.executor is None:
+            return None
+        target, executor = self._target, self.executor
+        search = _SearchOnWorker(target)
+
+        def run_elsewhere(x0, max_evals):
+            future = executor.submit_row(search, (np.array(x0, dtype=float), int(max_evals)))
+            return _CountedRun(future, target)
+
+        return run_elsewhere
+
+    def _reset_chain_state(self):
+        super()._reset_chain_state()
+        self._target.prefetch = None  # a fork shares its parent's until the draws begin
+        self._prefetch_counts = (0, 0)
+
+    def stop_tuning(self):
+        super().stop_tuning()
+        if self.executor is not None:  # the draws: a fixed kernel, so the chain can be run ahead
+            target = self._target
+            def as_input(theta):
+                return np.asarray(theta, dtype=target.dtype)
+
+            prefetch = Prefetch(
+                lambda theta: self.executor.submit_row(target._fn, (as_input(theta),)),
+                lambda theta: target._fn(as_input(theta)),
+                slots=min(self.executor.n_workers(), 2),
+                on_failure=self.executor.forget_shipped,
+            )
+            target.prefetch = self._chain.kernel.prefetch = prefetch
 
     def _new_kernel(self, adaptation: ScaleFreeAdaptation, schedule) -> DelayedAcceptanceMH:
         # Kameleon: the pure Kameleon component (gamma tied to nu2 is its AM-shaped fallback); the
@@ -301,7 +381,38 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
 
     def _extra_stats(self) -> dict:
         nu2 = self.scale_free_adaptation.state.nu2
-        return {"nu2": math.nan if nu2 is None else nu2.value}
+        prefetch = self._chain.kernel.prefetch
+        counts = (0, 0) if prefetch is None else (prefetch.submitted, prefetch.used)
+        seen, self._prefetch_counts = getattr(self, "_prefetch_counts", (0, 0)), counts
+        return {
+            "nu2": math.nan if nu2 is None else nu2.value,
+            "speculative_evals": counts[0] - seen[0],
+            "prefetched": counts[1] > seen[1],
+        }
+
+
+class _SearchOnWorker:
+    """One start-search run (:func:`~pymc_kameleon.core.starts.powell_run`) on a worker, on a copy of
+    the chain's target."""
+
+    def __init__(self, target):
+        self.target = target
+
+    def __call__(self, x0, max_evals):
+        return powell_run(lambda x: self.target.evaluate(x).logp, x0, max_evals)
+
+
+class _CountedRun:
+    """A worker's start-search run whose evaluations join the target's count when it is collected."""
+
+    def __init__(self, future, target):
+        self.future, self.target = future, target
+
+    def result(self):
+        run = self.future.result()
+        if run is not None:
+            self.target.n_evals += run[2]
+        return run
 
 
 class PooledGPDelayedAcceptanceMH(PooledTuning, GPDelayedAcceptanceMH, PopulationArrayStepShared):

@@ -1,0 +1,70 @@
+"""``GPDelayedAcceptanceMH(executor=...)``: speculative exact evaluations on a real process pool give the
+serial chain's draws bit for bit, the stats count what the workers did, and misuse gets clear errors.
+(On a Dask cluster, with ``cores=2`` too: tests/test_distributed.py.)"""
+
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+import pymc as pm
+import pytest
+
+from pymc_kameleon import GPDelayedAcceptanceMH, PseudoMarginalPotential
+from pymc_kameleon.testing import SAMPLE_KW, gaussian_data_model
+
+
+def sample(executor=None, tuning="pooled", seed=7, **kwargs):
+    with gaussian_data_model():
+        step = GPDelayedAcceptanceMH(executor=executor, tuning=tuning, **kwargs)
+        return pm.sample(tune=800, draws=400, chains=2, cores=1, step=step, random_seed=seed, **SAMPLE_KW)
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with ProcessPoolExecutor(1) as pool:
+        yield pool
+
+
+@pytest.mark.parametrize("tuning", ["pooled", "per_chain"])
+def test_draws_with_a_process_pool_equal_the_serial_draws(pool, tuning):
+    serial = sample(tuning=tuning)
+    speculative = sample(pool, tuning=tuning)
+    np.testing.assert_array_equal(speculative.posterior["mu"].values, serial.posterior["mu"].values)
+    stats, serial_stats = speculative.sample_stats, serial.sample_stats
+    np.testing.assert_array_equal(stats["exact_eval"].values, serial_stats["exact_eval"].values)
+    # The same count: the start search's runs on the worker and the workers' values count as the
+    # chain's own evaluations.
+    np.testing.assert_array_equal(stats["logp_evals"].values, serial_stats["logp_evals"].values)
+    exact = int(stats["exact_eval"].values.sum())
+    prefetched = int(stats["prefetched"].values.sum())
+    # One worker: the predicted branch only; most of the draws' exact evaluations were made ahead.
+    assert 0.4 * exact < prefetched <= exact
+    assert prefetched <= int(stats["speculative_evals"].values.sum()) <= 2 * exact
+    assert not serial_stats["prefetched"].values.any() and not serial_stats["speculative_evals"].values.any()
+    # Negative control: another seed differs, so the comparison can fail.
+    other = sample(seed=8, tuning=tuning)
+    assert not np.array_equal(other.posterior["mu"].values, serial.posterior["mu"].values)
+
+
+def test_a_factory_of_executors_is_accepted(pool):
+    serial = sample()
+    np.testing.assert_array_equal(sample(lambda: pool).posterior["mu"].values, serial.posterior["mu"].values)
+
+
+def test_misuse_gets_clear_errors():
+    with gaussian_data_model():
+        with pytest.raises(TypeError, match=r"GPDelayedAcceptanceMH: executor must be a concurrent.futures"):
+            GPDelayedAcceptanceMH(executor="processes")
+    with pm.Model():
+        x = pm.Normal("x", 0, 3)
+        PseudoMarginalPotential("lik", lambda t, rng: -0.5 * t**2, inputs=[x])
+        with pytest.raises(ValueError, match=r"executor=.*PseudoMarginalPotential's estimates are random"):
+            GPDelayedAcceptanceMH(executor=lambda: None)
+    with pm.Model() as model:
+        x = pm.Normal("x", 0, 3)
+        s = pm.HalfNormal("s", 1)
+        pm.Normal("y", x, s, observed=[0.1, 0.5])
+        with pytest.raises(ValueError, match=r"other steps sample.*stale values"):
+            GPDelayedAcceptanceMH([x], executor=lambda: None)
+    assert model  # the step for all variables is fine
+    with model:
+        GPDelayedAcceptanceMH(executor=lambda: None)
