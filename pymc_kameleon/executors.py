@@ -276,6 +276,8 @@ class ExecutorOption:
         self._scattered = None  # the Dask future of self._payload's data, once scattered
         self._n_workers = None  # (count, time asked)
         self._pid = os.getpid()  # the process the executor instance belongs to
+        # Speculative evaluations running on the workers, shared by the chains of this process.
+        self.in_flight: list = []
 
     # ------------------------------------------------------------ the executor
     def get(self) -> cf.Executor:

@@ -334,6 +334,21 @@ def test_kass_unstandardised_regression_exact_log_z_matches_importance_sampling(
 
 
 @pytest.mark.slow
+@pytest.mark.slow
+def test_speculative_da_quick_mode(capsys):
+    """benchmarks/speculative_da.py runs, speculates (3 ms per likelihood) and finds the serial draws."""
+    from pymc_kameleon import GPDelayedAcceptanceMH
+
+    stop_tuning = GPDelayedAcceptanceMH.stop_tuning
+    _load("speculative_da").main(["--quick"])
+    assert GPDelayedAcceptanceMH.stop_tuning is stop_tuning  # its timing hook is undone
+    out = capsys.readouterr().out.splitlines()
+    rows = [line for line in out if line.startswith("| gallery LV + 3 ms | 1 |")]
+    assert len(rows) == 1 and rows[0].endswith("| yes |")
+    prefetched = float(rows[0].split("|")[8].split()[0])
+    assert prefetched > 0.3
+
+
 def test_mlda_benchmarks_quick_mode(capsys):
     """benchmarks/mlda_bias.py and mlda_ode.py run end to end and print their tables."""
     _load("mlda_bias").main(["--quick"])

@@ -190,6 +190,7 @@ def test_killed_workers_are_replaced_and_the_run_is_unchanged(client, tmp_path):
 def run_speculative(model, executor, cores=1):
     with model:
         step = GPDelayedAcceptanceMH(executor=executor)
+        step._speculation_min_ms = 0.0  # speculate at this microsecond likelihood (the rule is 2 ms)
         return pm.sample(
             tune=800, draws=300, chains=2, cores=cores, step=step, random_seed=5, progressbar=False,
             compute_convergence_checks=False,

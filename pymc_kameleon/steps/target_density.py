@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -384,6 +385,8 @@ class SplitTargetDensity(TargetDensity):
         self.n_prior_evals = 0
         # Likelihood values evaluated ahead on workers (speculative delayed acceptance), or None.
         self.prefetch = None
+        # Wall time of the likelihood evaluations made here (speculation pays only above a cost).
+        self.loglik_seconds, self.n_timed_evals = 0.0, 0
         super().__init__(model, vars, initial_point, compile_kwargs, step_name)
 
     def _compile(self, model, vars, initial_point, compile_kwargs):
@@ -462,7 +465,10 @@ class SplitTargetDensity(TargetDensity):
         x = np.asarray(x, dtype=self.dtype)
         out = None if self.prefetch is None else self.prefetch.take(x)
         if out is None:
+            start = time.perf_counter()
             out = self._fn(x)
+            self.loglik_seconds += time.perf_counter() - start
+            self.n_timed_evals += 1
         if self._single_output:
             return float(out), None, ()
         grad = np.array(out[1], dtype=float, copy=True) if self.loglik_gradient else None

@@ -6,6 +6,9 @@ the comparison can fail).
 The workers are a real ``ThreadPoolExecutor`` (the PyMC step's process and Dask pools are tested in
 tests/steps/test_speculative_da.py and tests/test_distributed.py)."""
 
+import gc
+import math
+import sys
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
@@ -13,7 +16,7 @@ import pytest
 from test_delayed_acceptance_kernel import N_OBS, Y_BAR, GaussianDensity, new_kernel
 
 from pymc_kameleon.core.delayed_acceptance.kernel import DelayedAcceptanceMH
-from pymc_kameleon.core.delayed_acceptance.speculation import Prefetch
+from pymc_kameleon.core.delayed_acceptance.speculation import SWITCH_INTERVAL, Prefetch
 
 
 def _done(value):
@@ -83,6 +86,22 @@ def test_a_guess_goes_to_a_free_worker_else_here_while_the_chain_waits_else_nowh
     queued.begin_round(a)
     queued.add(b, "worker")
     assert queued.begin_round(c) == "worker"
+
+
+def test_the_switch_interval_is_lowered_while_a_prefetch_lives():
+    """Executors hand work over in threads of the chain's process: while a chain speculates, CPython's
+    GIL switch interval is SWITCH_INTERVAL, and the interpreter's own again once no prefetch is left."""
+    gc.collect()  # the prefetches of earlier tests
+    before = sys.getswitchinterval()
+    assert before > SWITCH_INTERVAL
+    first, second = Prefetch(_worker([]), _here), Prefetch(_worker([]), _here)
+    assert math.isclose(sys.getswitchinterval(), SWITCH_INTERVAL)
+    del first
+    gc.collect()
+    assert math.isclose(sys.getswitchinterval(), SWITCH_INTERVAL)  # the second still speculates
+    del second
+    gc.collect()
+    assert math.isclose(sys.getswitchinterval(), before)
 
 
 def test_a_guess_that_failed_is_evaluated_again_by_the_caller():

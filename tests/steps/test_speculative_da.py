@@ -9,12 +9,15 @@ import pymc as pm
 import pytest
 
 from pymc_kameleon import GPDelayedAcceptanceMH, PseudoMarginalPotential
+from pymc_kameleon.steps.delayed_acceptance.mh import SPECULATION_MIN_MS
 from pymc_kameleon.testing import SAMPLE_KW, gaussian_data_model
 
 
-def sample(executor=None, tuning="pooled", seed=7, **kwargs):
+def sample(executor=None, tuning="pooled", seed=7, min_ms=0.0):
+    """``min_ms=0``: speculate at this model's microsecond likelihood (the step's rule is 2 ms)."""
     with gaussian_data_model():
-        step = GPDelayedAcceptanceMH(executor=executor, tuning=tuning, **kwargs)
+        step = GPDelayedAcceptanceMH(executor=executor, tuning=tuning)
+        step._speculation_min_ms = min_ms
         return pm.sample(tune=800, draws=400, chains=2, cores=1, step=step, random_seed=seed, **SAMPLE_KW)
 
 
@@ -43,6 +46,15 @@ def test_draws_with_a_process_pool_equal_the_serial_draws(pool, tuning):
     # Negative control: another seed differs, so the comparison can fail.
     other = sample(seed=8, tuning=tuning)
     assert not np.array_equal(other.posterior["mu"].values, serial.posterior["mu"].values)
+
+
+def test_a_cheap_likelihood_is_not_speculated(pool):
+    """Below SPECULATION_MIN_MS per evaluation (measured during tuning) the draws are not speculated:
+    the dry runs and round trips would cost more than they save."""
+    assert SPECULATION_MIN_MS == 2.0
+    idata = sample(pool, min_ms=SPECULATION_MIN_MS)
+    assert not idata.sample_stats["speculative_evals"].values.any()
+    np.testing.assert_array_equal(idata.posterior["mu"].values, sample().posterior["mu"].values)
 
 
 def test_a_factory_of_executors_is_accepted(pool):

@@ -22,6 +22,10 @@ from pymc_kameleon.steps.population import PooledTuning
 __all__ = ["GPDelayedAcceptanceMH"]
 
 _PROPOSALS = ("random_walk", "kameleon")
+#: Speculation runs only where the likelihood took at least this long on average during tuning (ms):
+#: on PyMC's gallery Lotka-Volterra model the draws were 0.8 times as fast at 1.1 ms, 1.25 times at
+#: 3.1 ms and 1.5-1.6 times at 11 ms (benchmarks/speculative_da.py).
+SPECULATION_MIN_MS = 2.0
 
 
 class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
@@ -195,9 +199,13 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
         where its point equals the chain's bit for bit, so **the draws are those of the run without an
         executor**. A ``ProcessPoolExecutor(1)`` with ``cores=1`` uses a second core; Dask's
         ``client.get_executor()`` works with ``cores > 1`` too (the forms of ``executor=`` are
-        described in the scale-out guide). Tuning is not speculated (the proposal adapts at every step).
-        Not with a PseudoMarginalPotential (random estimates cannot be reused), nor where other steps
-        sample variables of the likelihood.
+        described in the scale-out guide). Tuning is not speculated (the proposal adapts at every step),
+        nor a likelihood that took under 2 ms on average during tuning (the dry runs and round trips
+        then cost about what they save); the start search runs its second candidate on a worker
+        either way. While a chain speculates, CPython's GIL switch interval is 0.2 ms (the default 5 ms
+        delayed the executor's threads), restored once the step is discarded. Not with a
+        PseudoMarginalPotential (random estimates cannot be reused), nor where other steps sample
+        variables of the likelihood.
     model, initial_point, compile_kwargs, rng, blocked
         As for other PyMC step methods.
 
@@ -289,6 +297,7 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
     ):
         self._check_option_names(options)
         self.executor = as_executor_option(executor, type(self).__name__)
+        self._speculation_min_ms = SPECULATION_MIN_MS
         check_independence_weight(independence_weight)
         self.independence_weight = float(independence_weight)
         if proposal not in _PROPOSALS:
@@ -341,20 +350,25 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
     def _reset_chain_state(self):
         super()._reset_chain_state()
         self._target.prefetch = None  # a fork shares its parent's until the draws begin
+        self.likelihood_ms = math.nan  # the mean cost of a likelihood evaluation during tuning
         self._prefetch_counts = (0, 0)
 
     def stop_tuning(self):
         super().stop_tuning()
-        if self.executor is not None:  # the draws: a fixed kernel, so the chain can be run ahead
-            target = self._target
+        target = self._target
+        if self.executor is not None and target.n_timed_evals:
+            self.likelihood_ms = 1e3 * target.loglik_seconds / target.n_timed_evals
+        if self.executor is not None and self.likelihood_ms >= self._speculation_min_ms:
+            # The draws: a fixed kernel, so the chain can be run ahead.
             def as_input(theta):
                 return np.asarray(theta, dtype=target.dtype)
 
             prefetch = Prefetch(
                 lambda theta: self.executor.submit_row(target._fn, (as_input(theta),)),
                 lambda theta: target._fn(as_input(theta)),
-                slots=min(self.executor.n_workers(), 2),
+                slots=self.executor.n_workers(),
                 on_failure=self.executor.forget_shipped,
+                in_flight=self.executor.in_flight,
             )
             target.prefetch = self._chain.kernel.prefetch = prefetch
 
