@@ -130,7 +130,7 @@ def run(extra_ms: float, seed: int, workers: int, tune: int, draws: int) -> dict
         "prefetched": used / exact if exact else float("nan"),
         "wasted_per_eval": (submitted - used) / exact if exact else float("nan"),
         # PyMC copies a pooled step for each chain: the last chain's copy has the measurement.
-        "likelihood_ms": getattr(step._last_run(), "likelihood_ms", float("nan")),
+        "likelihood_ms": getattr(step._last_run(), "likelihood_ms", None) or float("nan"),
     }
 
 

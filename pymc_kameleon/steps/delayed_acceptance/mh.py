@@ -350,7 +350,7 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
     def _reset_chain_state(self):
         super()._reset_chain_state()
         self._target.prefetch = None  # a fork shares its parent's until the draws begin
-        self.likelihood_ms = math.nan  # the mean cost of a likelihood evaluation during tuning
+        self.likelihood_ms = None  # the mean cost of a likelihood evaluation during tuning (ms), once known
         self._prefetch_counts = (0, 0)
 
     def stop_tuning(self):
@@ -358,7 +358,8 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
         target = self._target
         if self.executor is not None and target.n_timed_evals:
             self.likelihood_ms = 1e3 * target.loglik_seconds / target.n_timed_evals
-        if self.executor is not None and self.likelihood_ms >= self._speculation_min_ms:
+        measured = self.likelihood_ms is not None
+        if self.executor is not None and measured and self.likelihood_ms >= self._speculation_min_ms:
             # The draws: a fixed kernel, so the chain can be run ahead.
             def as_input(theta):
                 return np.asarray(theta, dtype=target.dtype)
