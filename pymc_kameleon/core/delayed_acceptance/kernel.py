@@ -32,7 +32,7 @@ from pymc_kameleon.core.delayed_acceptance.ratios import (
     log_alpha1,
     surrogate_point,
 )
-from pymc_kameleon.core.delayed_acceptance.speculation import Prefetch, Scout, branch_guesses
+from pymc_kameleon.core.delayed_acceptance.speculation import Prefetch, Scout, predicted_guess
 from pymc_kameleon.core.gp.training import GPTrainingSchedule
 from pymc_kameleon.core.mh import accept_probability, metropolis_accept, mh_log_ratio
 
@@ -354,20 +354,17 @@ class DelayedAcceptanceMH(DelayedAcceptanceKernel):
             current, current_eval,
             lambda: surrogate_point(self.gp, current, current_eval.log_prior, current_eval.loglik),
         )
-        saved_cache = schedule._cache
-        try:
+        with schedule.cache_kept():
             predicted = proposed_point._replace(ll=proposed_point.mu)
             ratios = self._stage2_log_ratios(current_point, predicted, lq_f, lq_r)
-            # One guess, the predicted branch's: the stage-2 uniform is known, so the prediction misses
-            # only where the GP's error straddles it.
-            guesses = branch_guesses(
+            # The predicted branch's guess: the stage-2 uniform is known, so the prediction misses only
+            # where the GP's error straddles it.
+            guess = predicted_guess(
                 self, current, current_eval, proposed, proposed_point.log_prior, proposed_point.mu,
-                ratios.log_ratio_stage2, Scout(density), rng, max_guesses=1,
+                ratios.log_ratio_stage2, Scout(density), rng,
             )
-        finally:
-            schedule._cache = saved_cache
-        if guesses:
-            self.prefetch.add(guesses[0], where)
+        if guess is not None:
+            self.prefetch.add(guess, where)
 
     def screened_step_without_speculation(self, current, current_eval, density, rng):
         """:meth:`_screened_step` as the chain runs it, without speculating (a dry run's step)."""

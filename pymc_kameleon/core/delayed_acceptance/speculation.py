@@ -5,9 +5,10 @@ After tuning, a GP delayed-acceptance chain is a deterministic function of its r
 the exact values it sees. At a stage-2 evaluation at :math:`y_t` the only unknown is
 :math:`\ell(y_t)`; the GP predicts it (its mean :math:`\mu(y_t)`). A *dry run* of the chain from
 there, on a copy of the random stream, with :math:`\ell(y_t) := \mu(y_t)` and without adding
-:math:`y_t` to the GP (which, at a value equal to its mean, would not move the GP's mean), gives
-the point of the chain's next stage-2 evaluation on each branch (accept :math:`y_t`, or stay).
-Those points go to the workers (the predicted branch first). When the chain reaches its next
+:math:`y_t` to the GP (which, at a value equal to its mean, would not move the GP's mean), on the
+branch (accept :math:`y_t`, or stay) that the stage-2 uniform it will draw predicts, gives the point
+of the chain's next stage-2 evaluation, the *guess*; :class:`Prefetch` evaluates it on a free worker
+(or in the chain's process while it would only wait for a worker). When the chain reaches its next
 stage-2 evaluation, a worker's value is used only if its point equals the chain's bit for bit, so
 **the draws are those of the serial chain whatever the predictions**: a wrong guess costs a wasted
 evaluation on an otherwise idle worker, never a different draw.
@@ -42,8 +43,8 @@ __all__ = [
     "ReachedExactEvaluation",
     "SWITCH_INTERVAL",
     "Scout",
-    "branch_guesses",
     "dry_run",
+    "predicted_guess",
 ]
 
 # A dry run gives up after this many stage-1 rejections in a row (the chain is then far from its next
@@ -232,10 +233,6 @@ class Prefetch:
         self.used += 1
         return value
 
-    def clear(self) -> None:
-        """Drop every guess."""
-        self.begin_round(np.empty(0))
-
 
 def dry_run(kernel, current, current_eval, scout: Scout, rng, steps: int = DRY_RUN_STEPS):
     """The point of the chain's next exact evaluation from ``current``, by running ``kernel``'s screened
@@ -250,25 +247,19 @@ def dry_run(kernel, current, current_eval, scout: Scout, rng, steps: int = DRY_R
     return None
 
 
-def branch_guesses(kernel, current, current_eval, proposed, lp_proposed, mu_proposed, log_ratio_stage2,
-                   scout: Scout, rng, max_guesses: int = 2) -> list:
-    r"""The next exact evaluation's point on both branches of the pending stage-2 decision, the more
-    likely first.
+def predicted_guess(kernel, current, current_eval, proposed, lp_proposed, mu_proposed, log_ratio_stage2,
+                    scout: Scout, rng):
+    r"""The next exact evaluation's point on the predicted branch of the pending stage-2 decision (accept
+    ``proposed``, or stay at ``current``), or None (:func:`dry_run`).
 
     ``rng`` is the chain's generator just before the stage-2 uniform (it is copied, not used).
     ``log_ratio_stage2`` is the stage-2 log ratio with :math:`\ell(y_t) = \mu(y_t)`: with the same
-    uniform as the chain will draw, it predicts the decision. At most ``max_guesses`` branches are
-    run (the free workers).
+    uniform as the chain will draw, it predicts the decision. Only that branch is run: guessing the
+    other one too kept a worker busy when the next guess was due (decision record 0041).
     """
-    after_u2 = copy.deepcopy(rng)
-    accept_first = bool(after_u2.random() < accept_probability(log_ratio_stage2))
-    predicted = PredictedEvaluation(lp_proposed + mu_proposed, mu_proposed, lp_proposed)
-    branches = [(proposed, predicted), (current, current_eval)]
-    if not accept_first:
-        branches.reverse()
-    guesses = []
-    for state, evaluation in branches[:max_guesses]:
-        theta = dry_run(kernel, state, evaluation, scout, copy.deepcopy(after_u2))
-        if theta is not None:
-            guesses.append(theta)
-    return guesses
+    ahead = copy.deepcopy(rng)
+    if ahead.random() < accept_probability(log_ratio_stage2):
+        state, evaluation = proposed, PredictedEvaluation(lp_proposed + mu_proposed, mu_proposed, lp_proposed)
+    else:
+        state, evaluation = current, current_eval
+    return dry_run(kernel, state, evaluation, scout, ahead)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -359,6 +360,15 @@ class GPTrainingSchedule:
         value = make()
         self.remember(x, key, value)
         return value
+
+    @contextmanager
+    def cache_kept(self):
+        """Predictions cached inside this block are forgotten after it (a speculative dry run's)."""
+        saved = self._cache
+        try:
+            yield
+        finally:
+            self._cache = saved
 
     def remember(self, x, key, value) -> None:
         """Cache ``value``, made by the GP as it is now, as the prediction at ``x`` for ``key``.

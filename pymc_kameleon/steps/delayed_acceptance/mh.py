@@ -356,22 +356,25 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
     def stop_tuning(self):
         super().stop_tuning()
         target = self._target
-        if self.executor is not None and target.n_timed_evals:
+        if self.executor is None:
+            return
+        if target.n_timed_evals:
             self.likelihood_ms = 1e3 * target.loglik_seconds / target.n_timed_evals
-        measured = self.likelihood_ms is not None
-        if self.executor is not None and measured and self.likelihood_ms >= self._speculation_min_ms:
-            # The draws: a fixed kernel, so the chain can be run ahead.
-            def as_input(theta):
-                return np.asarray(theta, dtype=target.dtype)
+        if self.likelihood_ms is None or self.likelihood_ms < self._speculation_min_ms:
+            return
 
-            prefetch = Prefetch(
-                lambda theta: self.executor.submit_row(target._fn, (as_input(theta),)),
-                lambda theta: target._fn(as_input(theta)),
-                slots=self.executor.n_workers(),
-                on_failure=self.executor.forget_shipped,
-                in_flight=self.executor.in_flight,
-            )
-            target.prefetch = self._chain.kernel.prefetch = prefetch
+        # The draws: a fixed kernel, so the chain can be run ahead.
+        def as_input(theta):
+            return np.asarray(theta, dtype=target.dtype)
+
+        prefetch = Prefetch(
+            lambda theta: self.executor.submit_row(target._fn, (as_input(theta),)),
+            lambda theta: target._fn(as_input(theta)),
+            slots=self.executor.n_workers(),
+            on_failure=self.executor.forget_shipped,
+            in_flight=self.executor.in_flight,
+        )
+        target.prefetch = self._chain.kernel.prefetch = prefetch
 
     def _new_kernel(self, adaptation: ScaleFreeAdaptation, schedule) -> DelayedAcceptanceMH:
         # Kameleon: the pure Kameleon component (gamma tied to nu2 is its AM-shaped fallback); the
@@ -398,7 +401,7 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
         nu2 = self.scale_free_adaptation.state.nu2
         prefetch = self._chain.kernel.prefetch
         counts = (0, 0) if prefetch is None else (prefetch.submitted, prefetch.used)
-        seen, self._prefetch_counts = getattr(self, "_prefetch_counts", (0, 0)), counts
+        seen, self._prefetch_counts = self._prefetch_counts, counts
         return {
             "nu2": math.nan if nu2 is None else nu2.value,
             "speculative_evals": counts[0] - seen[0],
