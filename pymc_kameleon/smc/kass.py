@@ -25,14 +25,22 @@ from pymc.smc.kernels import Pearson
 
 from pymc_kameleon.core.kameleon.family import check_subsample_size
 from pymc_kameleon.core.kameleon.kernels import make_kernel
-from pymc_kameleon.core.smc.evidence import beta_increments, evidence_lag, genealogy_stats, loglik_rise
+from pymc_kameleon.core.smc.evidence import (
+    beta_increments,
+    evidence_lag,
+    genealogy_stats,
+    loglik_rise,
+    waste_free_relative_variance,
+)
 from pymc_kameleon.core.smc.population import adapt_log_scale
 from pymc_kameleon.core.smc.rejuvenation import (
     CollapsedParticlesError,
     PoorMixingLog,
     check_rejuvenation_options,
+    check_waste_free_options,
     fit_stage_proposal,
     rejuvenate,
+    run_chains,
 )
 from pymc_kameleon.smc._batched import BatchedSMCKernel, check_continuous
 from pymc_kameleon.smc.results import (
@@ -215,6 +223,8 @@ class KASS(BatchedSMCKernel):
         resampling: str = "multinomial",
         am_weight: float | None = None,
         independence_weight: float | None = None,
+        waste_free: bool = False,
+        chain_length: int = 20,
         **kwargs,
     ):
         if "kernel" in kwargs:
@@ -232,6 +242,7 @@ class KASS(BatchedSMCKernel):
         am_weight = self._default_am_weight if am_weight is None else am_weight
         if independence_weight is None:
             independence_weight = self._default_independence_weight
+        check_waste_free_options(waste_free, chain_length, n_steps, kwargs.get("draws", 2000))
         n_steps = self._default_n_steps if n_steps is None else n_steps
         check_rejuvenation_options(
             bandwidth=bandwidth,
@@ -268,6 +279,8 @@ class KASS(BatchedSMCKernel):
         self.resampling = resampling
         self.am_weight = float(am_weight)
         self.independence_weight = float(independence_weight)
+        self.waste_free = bool(waste_free)
+        self.chain_length = int(chain_length)
         self._reset_chain_state()
 
     # ---------------------------------------------------------------- set-up
@@ -282,10 +295,15 @@ class KASS(BatchedSMCKernel):
         self._stage = {}
         self.n_steps = 0
         # The stages that barely mixed, for the chain's warning and the collapse error.
-        self._poor_stages = PoorMixingLog(self.max_steps, adaptive=isinstance(self.n_steps_rule, str))
+        adaptive = isinstance(self.n_steps_rule, str) and not self.waste_free
+        self._poor_stages = PoorMixingLog(self.max_steps, adaptive=adaptive)
         self._eve = np.arange(self.draws)  # the initial draw each particle descends from
         self._rises = []  # (stage, beta, loglik_rise, its se): for the evidence-lag warning
         self._evidence = {"evidence_relative_variance": np.nan, "distinct_ancestors": self.draws}
+        # Waste-free: the particles are _n_chains chains stored step by step (the initial draws: N
+        # chains of length 1), and the sum of the stages' log-evidence variances so far.
+        self._n_chains = self.draws
+        self._log_z_variance = 0.0
 
     # ---------------------------------------------------------------- one stage
     def resample(self):
@@ -300,11 +318,30 @@ class KASS(BatchedSMCKernel):
         runs of 300 particles: standard error 0.061 against a spread of 0.122; 67% of the ±2 SE
         intervals covered the truth). ``resampling="systematic"`` is PyMC's scheme, and records no
         error bar.
+
+        Waste-free (``waste_free=True``): the error bar is Dau and Chopin's instead, the sum over
+        stages of :func:`~pymc_kameleon.core.smc.evidence.waste_free_relative_variance` (it needs no
+        genealogy, so either scheme has one), and the first :math:`M` resampled particles start the
+        chains (after systematic resampling, a random subset of :math:`M`: its first ones would
+        favour the low indices).
         """
         multinomial = self.resampling == "multinomial"
-        self._evidence = genealogy_stats(self.weights, self._eve, self.iteration, multinomial)
+        if self.waste_free:
+            self._log_z_variance += waste_free_relative_variance(self.weights, self._n_chains)
+            self._evidence = {
+                "evidence_relative_variance": math.expm1(self._log_z_variance),
+                "distinct_ancestors": int(np.unique(self._eve).size),
+            }
+        else:
+            self._evidence = genealogy_stats(self.weights, self._eve, self.iteration, multinomial)
         if not multinomial:
             super().resample()
+            if self.waste_free:
+                order = self.rng.permutation(self.draws)
+                self.resampling_indexes = self.resampling_indexes[order]
+                for name in ("tempered_posterior", "prior_logp", "likelihood_logp"):
+                    setattr(self, name, getattr(self, name)[order])
+                self.tempered_posterior_logp = self.tempered_posterior_logp[order]
         else:
             self.resampling_indexes = self.rng.choice(self.draws, size=self.draws, p=self.weights)
             self.tempered_posterior = self.tempered_posterior[self.resampling_indexes]
@@ -345,11 +382,46 @@ class KASS(BatchedSMCKernel):
         :meth:`sample_settings` then carries the poor-mixing warning of its last stage back
         (:class:`~pymc_kameleon.steps.reporting.StepWarnings`).
         """
-        rule = self.n_steps_rule
         N, d = self.tempered_posterior.shape
         before = self._evaluations
-        loglik_start = np.array(self.likelihood_logp, dtype=float)
-        moved = rejuvenate(
+        if self.waste_free:
+            moved, loglik_start, parents = self._run_chains()
+            steps = moved.steps
+        else:
+            loglik_start, parents = self.likelihood_logp.copy(), self.resampling_indexes
+            moved = self._sweep(N, d)
+            steps = moved.sweeps
+        evals = self._evaluations - before
+        rise, rise_se = loglik_rise(loglik_start, self.likelihood_logp, parents)
+        self._rises.append((self.iteration, self.beta, rise, rise_se))
+        self._stage.update(
+            mean_accept_rate=moved.mean_accept, n_steps=steps, likelihood_evals=evals,
+            loglik_rise=rise, loglik_rise_se=rise_se,
+        )
+        self.n_steps = steps
+        self._log_scale = adapt_log_scale(
+            self._log_scale, moved.mean_accept, self.target_accept, self.learning_rate
+        )
+        self._poor_stages.record(self.iteration, self.beta, moved.mean_accept, steps, moved.unmoved)
+        if self.beta >= 1 and self._poor_stages:  # one warning per chain, at its last stage
+            message = self._poor_stages.warning(type(self).__name__, self.iteration)
+            self._warnings.warn(message, RuntimeWarning, stacklevel=1)
+        if self.beta >= 1:
+            self._warn_evidence_lag()
+        ancestors = self._evidence["distinct_ancestors"]
+        # The genealogy's error bar needs lineages; the waste-free one does not.
+        has_error_bar = self.resampling == "multinomial" and not self.waste_free
+        if self.beta >= 1 and has_error_bar and ancestors < MIN_DISTINCT_ANCESTORS:
+            # PyMC does not tell a kernel its chain number: the count identifies the chain.
+            counts = f"one chain: {ancestors} of {self.draws}"
+            message = collapsed_genealogy_message(counts, self.draws, ancestors)
+            self._warnings.warn(f"{type(self).__name__}: {message}", UserWarning, stacklevel=1)
+
+    def _sweep(self, N: int, d: int):
+        """The stage's sweeps over all particles, in place
+        (:func:`~pymc_kameleon.core.smc.rejuvenation.rejuvenate`)."""
+        rule = self.n_steps_rule
+        return rejuvenate(
             self.tempered_posterior,
             self.prior_logp,
             self.likelihood_logp,
@@ -366,30 +438,25 @@ class KASS(BatchedSMCKernel):
             chunk_size=self.chunk_size,
             cache_factors=N * d * d * 8 <= _FACTOR_CACHE_BYTES,
         )
-        evals = self._evaluations - before
-        rise, rise_se = loglik_rise(loglik_start, self.likelihood_logp, self.resampling_indexes)
-        self._rises.append((self.iteration, self.beta, rise, rise_se))
-        self._stage.update(
-            mean_accept_rate=moved.mean_accept, n_steps=moved.sweeps, likelihood_evals=evals,
-            loglik_rise=rise, loglik_rise_se=rise_se,
+
+    def _run_chains(self):
+        """Waste-free: :math:`M = \\lceil N/P \\rceil` chains from the first resampled particles, all states
+        kept (:func:`~pymc_kameleon.core.smc.rejuvenation.run_chains`). Returns the chains, and each
+        state's chain-start log-likelihood and chain index (for the log-likelihood rise)."""
+        N, d = self.tempered_posterior.shape
+        M = -(-N // self.chain_length)
+        chains = run_chains(
+            self.tempered_posterior[:M], self.prior_logp[:M], self.likelihood_logp[:M],
+            self.tempered_posterior_logp[:M], N, self._family, self._evaluate, self.beta, self.rng,
+            chunk_size=self.chunk_size, cache_factors=M * d * d * 8 <= _FACTOR_CACHE_BYTES,
         )
-        self.n_steps = moved.sweeps
-        self._log_scale = adapt_log_scale(
-            self._log_scale, moved.mean_accept, self.target_accept, self.learning_rate
-        )
-        self._poor_stages.record(self.iteration, self.beta, moved.mean_accept, moved.sweeps, moved.unmoved)
-        if self.beta >= 1 and self._poor_stages:  # one warning per chain, at its last stage
-            message = self._poor_stages.warning(type(self).__name__, self.iteration)
-            self._warnings.warn(message, RuntimeWarning, stacklevel=1)
-        if self.beta >= 1:
-            self._warn_evidence_lag()
-        ancestors = self._evidence["distinct_ancestors"]
-        has_error_bar = self.resampling == "multinomial"
-        if self.beta >= 1 and has_error_bar and ancestors < MIN_DISTINCT_ANCESTORS:
-            # PyMC does not tell a kernel its chain number: the count identifies the chain.
-            counts = f"one chain: {ancestors} of {self.draws}"
-            message = collapsed_genealogy_message(counts, self.draws, ancestors)
-            self._warnings.warn(f"{type(self).__name__}: {message}", UserWarning, stacklevel=1)
+        chain = np.arange(N) % M
+        loglik_start = self.likelihood_logp[:M][chain]
+        self.tempered_posterior, self.prior_logp = chains.X, chains.log_prior
+        self.likelihood_logp, self.tempered_posterior_logp = chains.loglik, chains.log_target
+        self._eve = self._eve[:M][chain]
+        self._n_chains = M
+        return chains, loglik_start, chain
 
     def _warn_evidence_lag(self):
         """Warn when the particles' log-likelihood rises put log Z materially low
@@ -432,6 +499,8 @@ class KASS(BatchedSMCKernel):
             "independence_weight": self.independence_weight,
             "batch_logp": int(self._use_batch),
             "resampling": self.resampling,
+            "waste_free": int(self.waste_free),
+            "chain_length": self.chain_length,
             "poorly_mixing_stages": len(self._poor_stages),
             # Each chain warned at its end if its final particles had few lineages: log_evidence does
             # not say it again (smc.results.LINEAGES_CHECKED).

@@ -14,10 +14,12 @@ import numpy as np
 
 __all__ = [
     "beta_increments",
+    "chain_mean_variance",
     "evidence_lag",
     "evidence_relative_variance",
     "genealogy_stats",
     "loglik_rise",
+    "waste_free_relative_variance",
 ]
 
 
@@ -69,6 +71,64 @@ def evidence_relative_variance(weights, eve, n_weightings: int) -> float:
     lineage_mass = np.bincount(np.asarray(eve).reshape(-1), weights=weights, minlength=n)
     same_eve = float(np.sum(lineage_mass**2))
     return 1.0 - math.exp(n_weightings * math.log(n / (n - 1))) * (1.0 - same_eve)
+
+
+def chain_mean_variance(values) -> float:
+    r"""Asymptotic variance :math:`\sigma^2` of the mean of :math:`M` Markov chains of length :math:`P`:
+    :math:`M P` times the variance of the grand mean (Geyer's initial positive sequence).
+
+    With :math:`c_k` the lag-:math:`k` autocovariance averaged over the chains (about the grand mean,
+    divided by :math:`P`), :math:`\sigma^2 = -c_0 + 2 \sum_{k < K} c_k`, where :math:`K` is the first
+    odd index at which :math:`c_K + c_{K-1} < 0` or the pair sums stop decreasing
+    (:math:`c_{K-2} + c_{K-3} < c_K + c_{K-1}`). This is the estimator that Dau and Chopin (2022)
+    use for waste-free SMC, where the chains start at stationarity (``MCMC_init_seq`` in the
+    ``particles`` package, with which it agrees to rounding). With :math:`P = 1` it is the variance.
+
+    Parameters
+    ----------
+    values : array of shape (P, M)
+        Column :math:`m` is chain :math:`m`'s values in order.
+    """
+    X = np.asarray(values, dtype=float)
+    if X.ndim != 2 or X.size == 0:
+        raise ValueError(f"values must have shape (P, M) with P, M >= 1, got {X.shape}.")
+    P = X.shape[0]
+    X = X - X.mean()
+    c = np.array([np.mean(X[: P - k] * X[k:]) * (P - k) / P for k in range(P)])
+    end = P
+    for i in range(1, P, 2):  # the first inadmissible odd index
+        pair = c[i] + c[i - 1]
+        previous = c[i - 2] + c[i - 3] if i >= 3 else np.inf
+        if pair < -1e-10 or previous - pair < -1e-10:
+            end = i
+            break
+    return float(-c[0] + 2.0 * c[:end].sum())
+
+
+def waste_free_relative_variance(weights, n_chains: int) -> float:
+    r"""Relative variance :math:`\operatorname{Var}(\hat\ell_t)/\ell_t^2` of one waste-free reweighting's
+    mean weight, from the chains the particles came from (Dau and Chopin 2022).
+
+    The :math:`N` particles are :math:`M` = ``n_chains`` Markov chains stored step by step (particle
+    :math:`pM + m` is step :math:`p` of chain :math:`m`; the initial draws are :math:`N` chains of
+    length 1). The increment of :math:`\log \hat Z` is the log of the mean unnormalised weight; by
+    the delta method its variance is :math:`\sigma^2 / N`, with :math:`\sigma^2`
+    :func:`chain_mean_variance` of the weights scaled to mean 1 (:math:`N W_i`). Only whole steps
+    enter :math:`\sigma^2` (the trailing :math:`N \bmod M` particles do not). Dau and Chopin add
+    these over the stages for :math:`\operatorname{Var}(\log \hat Z)`.
+
+    Parameters
+    ----------
+    weights : array of shape (N,)
+        Normalised weights (summing to 1) in the particles' order.
+    n_chains : int
+        :math:`M`.
+    """
+    weights = np.asarray(weights, dtype=float).reshape(-1)
+    n = weights.size
+    steps = n // int(n_chains)
+    scaled = n * weights[: steps * n_chains].reshape(steps, n_chains)
+    return chain_mean_variance(scaled) / n
 
 
 def genealogy_stats(weights, eve, n_weightings: int, multinomial: bool = True) -> dict:

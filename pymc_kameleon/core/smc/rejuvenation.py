@@ -37,9 +37,12 @@ __all__ = [
     "STEP_RULES",
     "StageProposal",
     "StageSweeps",
+    "WasteFreeChains",
     "check_rejuvenation_options",
+    "check_waste_free_options",
     "fit_stage_proposal",
     "rejuvenate",
+    "run_chains",
 ]
 
 
@@ -97,6 +100,24 @@ def check_rejuvenation_options(
         )
     if resampling not in RESAMPLING:
         raise ValueError(f"resampling must be one of {RESAMPLING}, got {resampling!r}.")
+
+
+def check_waste_free_options(waste_free, chain_length, n_steps, draws: int) -> None:
+    """Raise a ValueError (TypeError for a non-bool ``waste_free``) naming what is wrong with KASS's
+    waste-free options; ``n_steps`` is the user's (None when not given)."""
+    if not isinstance(waste_free, bool | np.bool_):
+        raise TypeError(f"waste_free must be True or False, got {waste_free!r}.")
+    check_number("chain_length", chain_length, integer=True, minimum=2, strict=False)
+    if waste_free and n_steps is not None:
+        raise ValueError(
+            "n_steps does not apply with waste_free=True: each stage runs chains of chain_length states "
+            f"(N - N/chain_length moves in all), got n_steps={n_steps!r}. Drop n_steps, or set chain_length."
+        )
+    if waste_free and chain_length > draws:
+        raise ValueError(
+            f"chain_length={chain_length} is more than the {draws} particles: there would be less than one "
+            "chain. Use a chain_length of at most draws (draws / chain_length chains are resampled)."
+        )
 
 
 class CollapsedParticlesError(ValueError):
@@ -312,6 +333,101 @@ def rejuvenate(
         elif n_steps == "acceptance" and sweeps == 1:
             planned = steps_for_acceptance(accept_means[0], move_probability, 1, max_steps)
     return StageSweeps(float(np.mean(accept_means)), sweeps, float(np.mean(stay)))
+
+
+@dataclass(frozen=True)
+class WasteFreeChains:
+    """The states of one stage's waste-free chains, stored step by step (see :func:`run_chains`)."""
+
+    X: np.ndarray  # (N, d): row p*M + m is step p of chain m (step 0 is the chain's start)
+    log_prior: np.ndarray  # (N,)
+    loglik: np.ndarray  # (N,)
+    log_target: np.ndarray  # (N,)
+    n_chains: int  # M
+    mean_accept: float  # mean acceptance probability over all the stage's proposals
+    steps: int  # moves of the longest chain (P - 1)
+    unmoved: float  # expected fraction of chains that never moved: mean_m prod_s (1 - alpha_ms)
+
+
+def run_chains(
+    starts,
+    log_prior,
+    loglik,
+    log_target,
+    n_states: int,
+    family,
+    evaluate,
+    beta: float,
+    rng,
+    *,
+    chunk_size=None,
+    cache_factors: bool = False,
+) -> WasteFreeChains:
+    r"""Waste-free rejuvenation (Dau and Chopin 2022): :math:`M` Markov chains from the resampled starts,
+    every state kept.
+
+    Chain :math:`m` starts at ``starts[m]`` and makes Metropolis-Hastings moves against :math:`\pi_t`
+    with the stage's fixed family (each move leaves :math:`\pi_t` invariant, as in :func:`rejuvenate`)
+    until the chains hold ``n_states`` :math:`= N` states in all: with :math:`N = qM + r`, the first
+    :math:`r` chains have :math:`q + 1` states and the others :math:`q`, so a stage costs
+    :math:`N - M` likelihood evaluations. All chains move together, one
+    :func:`~pymc_kameleon.core.smc.population.population_mh_move` per step. With starts drawn from the
+    reweighted particles, the :math:`N` states are :math:`M` chains started at stationarity, which is
+    what :func:`~pymc_kameleon.core.smc.evidence.waste_free_relative_variance` needs.
+
+    Parameters
+    ----------
+    starts : array of shape (M, d)
+        The resampled particles the chains start from.
+    log_prior, loglik, log_target : arrays of shape (M,)
+        Their log densities (kept, never recomputed).
+    n_states : int
+        :math:`N \ge M`.
+    family, evaluate, beta, rng, chunk_size, cache_factors
+        As in :func:`rejuvenate`.
+
+    Returns
+    -------
+    WasteFreeChains
+    """
+    starts = np.asarray(starts, dtype=float)
+    M, d = starts.shape
+    if not M <= n_states:
+        raise ValueError(f"n_states must be at least the number of chains ({M}), got {n_states}.")
+    X = np.empty((n_states, d))
+    columns = [np.empty(n_states) for _ in range(3)]
+    current = [starts.copy(), *(np.array(v, dtype=float) for v in (log_prior, loglik, log_target))]
+    X[:M] = current[0]
+    for out, values in zip(columns, current[1:], strict=True):
+        out[:M] = values
+    factors = family.factor_batch(current[0], chunk_size=chunk_size) if cache_factors else None
+    accept_sum, n_proposals, steps = 0.0, 0, 0
+    stay = np.ones(M)
+    filled = M
+    while filled < n_states:
+        k = min(M, n_states - filled)  # the chains that take this step
+        rows = None if factors is None else (factors[0][:k], factors[1][:k])
+        move = population_mh_move(
+            current[0][:k], current[3][:k], family, evaluate, beta, rng,
+            chunk_size=chunk_size, current_factors=rows, cache_factors=cache_factors,
+        )
+        acc = np.flatnonzero(move.accepted)
+        if cache_factors:
+            factors[0][acc] = move.proposal_factors[0][acc]
+            factors[1][acc] = move.proposal_factors[1][acc]
+        for values, new in zip(current, (move.proposals, move.log_prior, move.loglik, move.log_target),
+                               strict=True):
+            values[acc] = new[acc]
+        X[filled : filled + k] = current[0][:k]
+        for out, values in zip(columns, current[1:], strict=True):
+            out[filled : filled + k] = values[:k]
+        accept_sum += float(np.sum(move.accept_prob))
+        n_proposals += k
+        stay[:k] *= 1.0 - move.accept_prob
+        filled += k
+        steps += 1
+    mean_accept = accept_sum / n_proposals if n_proposals else np.nan
+    return WasteFreeChains(X, *columns, M, mean_accept, steps, float(np.mean(stay)))
 
 
 class PoorMixingLog:

@@ -1,0 +1,164 @@
+"""Waste-free KASS stages without PyMC: the chains (run_chains) and their single-run error bar
+(chain_mean_variance, waste_free_relative_variance; Dau and Chopin 2022)."""
+
+import numpy as np
+import pytest
+
+from pymc_kameleon.core.kameleon.kernels import GaussianKernel
+from pymc_kameleon.core.smc.evidence import chain_mean_variance, waste_free_relative_variance
+from pymc_kameleon.core.smc.population import population_mh_move, tempered_log_density
+from pymc_kameleon.core.smc.rejuvenation import check_waste_free_options, fit_stage_proposal, run_chains
+
+COV = np.array([[4.0, 1.8], [1.8, 1.0]])
+PREC = np.linalg.inv(COV)
+
+
+def evaluate(P):
+    return -0.005 * np.sum(P**2, axis=1), -0.5 * np.einsum("ij,jk,ik->i", P, PREC, P)
+
+
+def ar1_chains(P, M, rho, seed):
+    """M stationary AR(1) chains of length P with unit variance, as a (P, M) array."""
+    rng = np.random.default_rng(seed)
+    X = np.empty((P, M))
+    x = rng.normal(size=M)
+    for p in range(P):
+        x = rho * x + np.sqrt(1 - rho**2) * rng.normal(size=M)
+        X[p] = x
+    return X
+
+
+@pytest.mark.parametrize(
+    "P, M, seed, rho, expected",
+    # MCMC_init_seq of the `particles` package (0.4, Dau's implementation) on the same arrays.
+    [
+        (4, 3, 0, 0.0, 0.3899973897610943),
+        (12, 5, 1, 0.6, 0.9857673589365813),
+        (30, 7, 2, 0.9, 18.486281535157875),
+        (1, 9, 3, 0.0, 1.464127212319853),
+    ],
+)
+def test_chain_mean_variance_matches_the_reference_implementation(P, M, seed, rho, expected):
+    assert chain_mean_variance(ar1_chains(P, M, rho, seed)) == pytest.approx(expected, rel=1e-12)
+
+
+def test_chain_mean_variance_hand_computed():
+    """P = 3, M = 2: autocovariances about the grand mean, c_k = sum_{t} x_t x_{t+k} / (P M); the pair
+    c_1 + c_0 >= 0 is admissible and the sequence runs out, so sigma^2 = -c0 + 2 (c0 + c1 + c2)."""
+    X = np.array([[1.0, 2.0], [3.0, 0.0], [2.0, 4.0]])
+    Y = X - X.mean()
+    c = [np.sum(Y[: 3 - k] * Y[k:]) / 6 for k in range(3)]
+    assert c[0] + c[1] >= 0
+    assert chain_mean_variance(X) == pytest.approx(-c[0] + 2 * sum(c), rel=1e-14)
+
+
+@pytest.mark.slow
+def test_chain_mean_variance_recovers_the_ar1_asymptotic_variance():
+    """AR(1) with rho = 0.5: sigma^2 = (1 + rho) / (1 - rho) = 3. 2000 chains of 50. The naive variance
+    (the chains treated as independent draws) is 1: the negative control."""
+    X = ar1_chains(50, 2000, 0.5, seed=7)
+    assert chain_mean_variance(X) == pytest.approx(3.0, rel=0.08)
+    assert chain_mean_variance(X.reshape(1, -1)) == pytest.approx(1.0, rel=0.05)
+
+
+def test_waste_free_relative_variance_of_independent_draws_is_the_importance_sampling_one():
+    """N chains of length 1: sigma^2 is the (biased) variance of N W, so the result is
+    (N sum W^2 - 1) / N, the importance-sampling relative variance divided by N."""
+    W = np.random.default_rng(3).gamma(2.0, size=50)
+    W /= W.sum()
+    assert waste_free_relative_variance(W, 50) == pytest.approx((50 * np.sum(W**2) - 1) / 50, rel=1e-12)
+
+
+def test_waste_free_relative_variance_reads_the_particles_step_by_step():
+    """Particle p*M + m is step p of chain m; a trailing partial step is left out."""
+    W = np.random.default_rng(4).gamma(2.0, size=23)
+    W /= W.sum()
+    n, M = 23, 5
+    expected = chain_mean_variance(n * W[:20].reshape(4, 5)) / n
+    assert waste_free_relative_variance(W, M) == pytest.approx(expected, rel=1e-14)
+
+
+def stage(seed=5, n=300):
+    rng = np.random.default_rng(seed)
+    X = rng.multivariate_normal([0.0, 0.0], COV, size=n)
+    return fit_stage_proposal(X, GaussianKernel(1.0), "median", "auto", 1000, 1.0, rng, am_weight=0.25,
+                              independence_weight=0.25).family
+
+
+def starts(M, seed=0):
+    X = np.random.default_rng(seed).multivariate_normal([1.0, -2.0], COV, size=M)
+    log_prior, loglik = evaluate(X)
+    return X, log_prior, loglik, tempered_log_density(log_prior, loglik, 0.7)
+
+
+@pytest.mark.parametrize("cache_factors", [False, True])
+def test_run_chains_is_population_moves_stored_step_by_step(cache_factors):
+    """N = 10 states from M = 3 chains: lengths 4, 3, 3 (7 proposals); the same random stream and states
+    as population moves of the first k chains applied by hand."""
+    family = stage()
+    X0, lp0, ll0, lt0 = starts(3)
+    calls = []
+
+    def counted(P):
+        calls.append(P.shape[0])
+        return evaluate(P)
+
+    out = run_chains(X0, lp0, ll0, lt0, 10, family, counted, 0.7, np.random.default_rng(9),
+                     cache_factors=cache_factors)
+    assert calls == [3, 3, 1] and out.n_chains == 3 and out.steps == 3
+    rng = np.random.default_rng(9)
+    X, lt, rows = X0.copy(), lt0.copy(), [X0.copy()]
+    for k in (3, 3, 1):
+        move = population_mh_move(X[:k], lt[:k], family, evaluate, 0.7, rng)
+        acc = np.flatnonzero(move.accepted)
+        X[acc], lt[acc] = move.proposals[acc], move.log_target[acc]
+        rows.append(X[:k].copy())
+    np.testing.assert_array_equal(out.X, np.concatenate(rows))
+    np.testing.assert_array_equal(out.log_target, tempered_log_density(out.log_prior, out.loglik, 0.7))
+    np.testing.assert_array_equal(out.X[:3], X0)
+    assert 0 < out.mean_accept < 1 and 0 <= out.unmoved <= 1
+
+
+def test_waste_free_options_are_named():
+    check_waste_free_options(True, 20, None, 2000)
+    with pytest.raises(ValueError, match="chain_length"):
+        check_waste_free_options(True, 1, None, 2000)
+    with pytest.raises(ValueError, match="n_steps does not apply"):
+        check_waste_free_options(True, 20, 5, 2000)
+    with pytest.raises(ValueError, match="more than the 10 particles"):
+        check_waste_free_options(True, 20, None, 10)
+    with pytest.raises(TypeError, match="waste_free"):
+        check_waste_free_options("yes", 20, None, 2000)
+    check_waste_free_options(False, 20, 5, 10)  # the chain options do not matter without waste_free
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("wrong", [False, True])
+def test_waste_free_chains_keep_the_target(wrong, monkeypatch):
+    """Exact draws of the target as starts: all N = 4000 states of 200 chains of 20 have the target's
+    mean and variance, within 4 standard errors that account for the chains' autocorrelation
+    (chain_mean_variance). Negative control: the mixture's Hastings terms replaced by the Kameleon
+    density alone (the family is fitted to a squeezed draw, so the components differ), which is caught."""
+    from pymc_kameleon.core.smc import mixtures
+
+    cov = np.linalg.inv(PREC + 0.01 * np.eye(2))
+    rng = np.random.default_rng(11)
+    X0 = rng.multivariate_normal([0.0, 0.0], cov, size=200)
+    log_prior, loglik = evaluate(X0)
+    Z = rng.multivariate_normal([0.0, 0.0], cov / 25, size=500)
+    family = fit_stage_proposal(Z, GaussianKernel(1.0), "median", "auto", 1000, 4.0, rng, am_weight=0.25,
+                                independence_weight=0.25).family
+    if wrong:
+        monkeypatch.setattr(mixtures, "mixture_log_density", lambda main, _other, _w: main)
+    out = run_chains(X0, log_prior, loglik, tempered_log_density(log_prior, loglik, 1.0), 4000, family,
+                     evaluate, 1.0, rng)
+    z = []
+    for j in range(2):
+        for values, truth in ((out.X[:, j], 0.0), (out.X[:, j] ** 2, cov[j, j])):
+            chains = values.reshape(20, 200)
+            se = np.sqrt(chain_mean_variance(chains) / values.size)
+            z.append(abs(values.mean() - truth) / se)
+    if wrong:
+        assert max(z) > 6, z
+    else:
+        assert max(z) < 4, z
