@@ -149,10 +149,13 @@ def cost_ms(fn, repeats: int = 5) -> float:
     return (time.perf_counter() - t) / repeats * 1000
 
 
-def run_kass(model, draws, seed, executor, sweeps=KASS_SWEEPS):
+def run_kass(model, draws, seed, executor, sweeps=KASS_SWEEPS, chain_length=None):
+    moves = {"n_steps": sweeps}
+    if chain_length is not None:
+        moves = {"waste_free": True, "chain_length": chain_length}
     with model:
         return pm.sample_smc(
-            draws, kernel=KASS, chains=1, cores=1, random_seed=seed, executor=executor, n_steps=sweeps,
+            draws, kernel=KASS, chains=1, cores=1, random_seed=seed, executor=executor, **moves,
             progressbar=False, compute_convergence_checks=False,
         )
 
@@ -185,6 +188,10 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, nargs="+", default=None)
     runs = ["kass", "pseudo-marginal"]
     parser.add_argument("--runs", nargs="+", choices=runs, default=runs)
+    parser.add_argument("--sites", type=int, default=None, help="ODE sites (4: about 50 ms per evaluation)")
+    parser.add_argument("--particles", type=int, default=None, help="KASS particles (default 100)")
+    parser.add_argument("--waste-free", type=int, default=None, metavar="P",
+                        help="KASS waste-free with chains of P states instead of 5 sweeps per stage")
     args = parser.parse_args(argv)
     from concurrent.futures import ProcessPoolExecutor
 
@@ -192,8 +199,8 @@ def main(argv=None):
 
     quick = args.quick
     seeds = args.seeds or ([1] if quick else [1, 2])
-    n_sites = 1 if quick else 4
-    particles = 12 if quick else 100
+    n_sites = args.sites or (1 if quick else 4)
+    particles = args.particles or (12 if quick else 100)
     sweeps = 2 if quick else KASS_SWEEPS  # quick: 30 ms ODE solves, so fewer moves per stage
     y = random_effects_data(200)
     n_samples = 40 if quick else 20000
@@ -222,7 +229,7 @@ def main(argv=None):
         print(rows[-1], flush=True)
 
     def kass(seed, executor):
-        return run_kass(model, particles, seed, executor, sweeps)
+        return run_kass(model, particles, seed, executor, sweeps, args.waste_free)
 
     cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
     with cluster, Client(cluster) as client, ProcessPoolExecutor(2) as pool:
@@ -235,7 +242,9 @@ def main(argv=None):
                 )
                 stage_evals = np.asarray(serial.sample_stats["likelihood_evals"].values[0], dtype=float)
                 evals = int(particles + np.sum(stage_evals))
-                report(f"KASS, {particles} particles", seed, evals, t_serial, "Dask", t_dask, identical)
+                label = f", waste-free P={args.waste_free}" if args.waste_free else ""
+                name = f"KASS, {particles} particles{label}"
+                report(name, seed, evals, t_serial, "Dask", t_dask, identical)
             if "pseudo-marginal" in args.runs:
 
                 def pseudo_marginal(executor, seed=seed):

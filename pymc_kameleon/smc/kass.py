@@ -41,6 +41,7 @@ from pymc_kameleon.core.smc.rejuvenation import (
     fit_stage_proposal,
     rejuvenate,
     run_chains,
+    waste_free_chain_length,
 )
 from pymc_kameleon.smc._batched import BatchedSMCKernel, check_continuous
 from pymc_kameleon.smc.results import (
@@ -167,6 +168,19 @@ class KASS(BatchedSMCKernel):
         draws where the particles are: the Gaussian of a small or skewed particle cloud otherwise
         reaches parameters where an ODE likelihood takes seconds per solve. 0 gives the Kameleon and
         global-walk moves only.
+    waste_free : bool, default False
+        Waste-free SMC (Dau and Chopin 2022): at each stage the first :math:`M = \lceil N/P \rceil`
+        resampled particles start Markov chains (the same moves as the sweeps) that run until they
+        hold :math:`N` states in all, and every state is kept: :math:`N - M` likelihood evaluations
+        per stage instead of a sweep rule's. The evidence's error bar is then Dau and Chopin's (the
+        chains' asymptotic variance of each stage's mean weight, summed over stages). It needs chains
+        longer than the moves' mixing time: with short chains log Z came out low with too small an
+        error bar (``benchmarks/RESULTS.md``, "Waste-free KASS"), so it is off by default.
+    chain_length : int or "auto", default "auto"
+        :math:`P`, the states per waste-free chain (its start included); ``"auto"`` makes about 20
+        chains, :math:`P = \\lfloor N/20 \\rfloor` (chains of 10 states biased log Z on the gallery ODE at
+        N = 1000, chains of 50 or 100 did not; ``docs/decisions/0042-kass-waste-free-option.md``). Not
+        with ``n_steps``.
     executor : concurrent.futures.Executor or callable, optional
         Evaluates the likelihoods of the initial particles and of every sweep's proposals on this
         executor (one task per worker per sweep), for expensive likelihoods: Dask's
@@ -224,7 +238,7 @@ class KASS(BatchedSMCKernel):
         am_weight: float | None = None,
         independence_weight: float | None = None,
         waste_free: bool = False,
-        chain_length: int = 20,
+        chain_length="auto",
         **kwargs,
     ):
         if "kernel" in kwargs:
@@ -280,7 +294,7 @@ class KASS(BatchedSMCKernel):
         self.am_weight = float(am_weight)
         self.independence_weight = float(independence_weight)
         self.waste_free = bool(waste_free)
-        self.chain_length = int(chain_length)
+        self.chain_length = waste_free_chain_length(chain_length, self.draws)
         self._reset_chain_state()
 
     # ---------------------------------------------------------------- set-up

@@ -7,7 +7,12 @@ import pytest
 from pymc_kameleon.core.kameleon.kernels import GaussianKernel
 from pymc_kameleon.core.smc.evidence import chain_mean_variance, waste_free_relative_variance
 from pymc_kameleon.core.smc.population import population_mh_move, tempered_log_density
-from pymc_kameleon.core.smc.rejuvenation import check_waste_free_options, fit_stage_proposal, run_chains
+from pymc_kameleon.core.smc.rejuvenation import (
+    check_waste_free_options,
+    fit_stage_proposal,
+    run_chains,
+    waste_free_chain_length,
+)
 
 COV = np.array([[4.0, 1.8], [1.8, 1.0]])
 PREC = np.linalg.inv(COV)
@@ -130,6 +135,18 @@ def test_waste_free_options_are_named():
     with pytest.raises(TypeError, match="waste_free"):
         check_waste_free_options("yes", 20, None, 2000)
     check_waste_free_options(False, 20, 5, 10)  # the chain options do not matter without waste_free
+    check_waste_free_options(True, "auto", None, 10)
+    with pytest.raises(ValueError, match="n_steps does not apply"):
+        check_waste_free_options(True, "auto", 5, 2000)
+    with pytest.raises(ValueError, match='"auto" or an integer'):
+        check_waste_free_options(True, "long", None, 2000)
+
+
+def test_automatic_chain_length_makes_about_twenty_chains():
+    assert waste_free_chain_length("auto", 1000) == 50
+    assert waste_free_chain_length("auto", 16000) == 800
+    assert waste_free_chain_length("auto", 30) == 2
+    assert waste_free_chain_length(7, 1000) == 7
 
 
 @pytest.mark.slow

@@ -37,16 +37,21 @@ __all__ = [
     "STEP_RULES",
     "StageProposal",
     "StageSweeps",
+    "WASTE_FREE_CHAINS",
     "WasteFreeChains",
     "check_rejuvenation_options",
     "check_waste_free_options",
     "fit_stage_proposal",
     "rejuvenate",
     "run_chains",
+    "waste_free_chain_length",
 ]
 
 
 STEP_RULES = ("correlation", "acceptance", "moved")
+# Waste-free chains per stage with chain_length="auto" (decision 0042): chains long enough to mix on
+# the gallery ODE and the banana, enough of them for the error bar.
+WASTE_FREE_CHAINS = 20
 RESAMPLING = ("multinomial", "systematic")
 # A stage whose mean acceptance probability is below this has moves that barely mix.
 MIN_STAGE_ACCEPT = 0.01
@@ -107,17 +112,27 @@ def check_waste_free_options(waste_free, chain_length, n_steps, draws: int) -> N
     waste-free options; ``n_steps`` is the user's (None when not given)."""
     if not isinstance(waste_free, bool | np.bool_):
         raise TypeError(f"waste_free must be True or False, got {waste_free!r}.")
-    check_number("chain_length", chain_length, integer=True, minimum=2, strict=False)
+    if isinstance(chain_length, str):
+        if chain_length != "auto":
+            raise ValueError(f'chain_length must be "auto" or an integer >= 2, got {chain_length!r}.')
+    else:
+        check_number("chain_length", chain_length, integer=True, minimum=2, strict=False)
     if waste_free and n_steps is not None:
         raise ValueError(
             "n_steps does not apply with waste_free=True: each stage runs chains of chain_length states "
             f"(N - N/chain_length moves in all), got n_steps={n_steps!r}. Drop n_steps, or set chain_length."
         )
-    if waste_free and chain_length > draws:
+    if waste_free and not isinstance(chain_length, str) and chain_length > draws:
         raise ValueError(
             f"chain_length={chain_length} is more than the {draws} particles: there would be less than one "
             "chain. Use a chain_length of at most draws (draws / chain_length chains are resampled)."
         )
+
+
+def waste_free_chain_length(chain_length, draws: int) -> int:
+    """:math:`P` for ``chain_length``: the number itself, or for ``"auto"`` :math:`\\max(2, \\lfloor N /`
+    :data:`WASTE_FREE_CHAINS` :math:`\\rfloor)`, so that about that many chains share the :math:`N` states."""
+    return max(2, draws // WASTE_FREE_CHAINS) if chain_length == "auto" else int(chain_length)
 
 
 class CollapsedParticlesError(ValueError):
