@@ -15,6 +15,7 @@ Usage::
 
     python benchmarks/kass_ode.py --seeds 1 2 3 4 5
     python benchmarks/kass_ode.py --seeds 1 --samplers "KASS waste-free, P=20"
+    python benchmarks/kass_ode.py --quick                 # smoke test
 """
 
 from __future__ import annotations
@@ -65,7 +66,12 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     parser.add_argument("--draws", type=int, default=1000)
     parser.add_argument("--samplers", nargs="+", choices=list(SAMPLERS), default=list(SAMPLERS))
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke test: 1 seed, 100 particles, IMH and waste-free KASS (chains of 10)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.seeds, args.draws = args.seeds[:1], 100
+        args.samplers = ["PyMC IMH (default kernel)", "KASS waste-free, P=10"]
     logging.getLogger("pymc").setLevel(logging.ERROR)
     warnings.simplefilter("ignore")
     reference = json.loads(REFERENCE.read_text())["gallery-lotka-volterra"]["params"]

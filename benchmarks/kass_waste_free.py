@@ -15,6 +15,7 @@ Usage::
 
     python benchmarks/kass_waste_free.py --seeds 30                       # all variants
     python benchmarks/kass_waste_free.py --seeds 10 --variants "PyMC IMH" "KASS waste-free, P=50"
+    python benchmarks/kass_waste_free.py --quick                          # smoke test
 
 The ``particles`` rows need that package beside this one (``pip install --no-deps particles joblib``:
 its metadata still pins NumPy < 2, which it runs without); its likelihood is the banana's NumPy
@@ -43,6 +44,8 @@ from pymc_kameleon.problems.targets import banana
 VARIANTS = {
     "PyMC IMH": (CountedIMH, 2000, {}),
     "KASS (moved sweeps)": (KASS, 2000, {}),
+    "KASS, n_subsample=250": (KASS, 2000, {"n_subsample": 250}),
+    "KASS, n_subsample=500": (KASS, 2000, {"n_subsample": 500}),
     "KASS waste-free, P=20": (KASS, 16000, {"waste_free": True, "chain_length": 20}),
     "KASS waste-free, P=50": (KASS, 16000, {"waste_free": True, "chain_length": 50}),
     "KASS waste-free, P=100": (KASS, 16000, {"waste_free": True, "chain_length": 100}),
@@ -94,7 +97,13 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, default=30)
     parser.add_argument("--seed", type=int, default=101, help="first seed")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke test: 1 seed, a sixteenth of the particles, three variants")
     args = parser.parse_args(argv)
+    shrink = 16 if args.quick else 1
+    if args.quick:
+        args.seeds = 1
+        args.variants = ["PyMC IMH", "KASS (moved sweeps)", "KASS waste-free, P=20"]
     target = banana(dim=8, b=0.1, v=100.0)
     model = banana_bridge_model(target)
     exact = target.sample(2000, rng=args.seed + 10_000) / np.sqrt(np.diag(target.exact_cov))
@@ -103,6 +112,9 @@ def main(argv=None):
     for seed in range(args.seed, args.seed + args.seeds):
         for name in args.variants:
             kernel, draws, options = VARIANTS[name]
+            draws //= shrink
+            if shrink > 1 and "chain_length" in options:
+                options = {**options, "chain_length": max(2, options["chain_length"] // shrink)}
             if kernel == "particles":
                 r = run_particles(target, draws, seed, **options)
             else:
@@ -117,8 +129,8 @@ def main(argv=None):
     print("|---|---|---|---|---|")
     for name, rs in runs.items():
         col = lambda key, rs=rs: np.array([r[key] for r in rs], dtype=float)  # noqa: E731
-        print(f"| {name} | {VARIANTS[name][1]} | {col('qerr').mean():.4f} | {col('evals').mean():.3g} | "
-              f"{np.median(col('seconds')):.1f} (median) |")
+        print(f"| {name} | {VARIANTS[name][1] // shrink} | {col('qerr').mean():.4f} | "
+              f"{col('evals').mean():.3g} | {np.median(col('seconds')):.1f} (median) |")
     print(evidence_table(runs))
 
 

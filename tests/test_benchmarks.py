@@ -358,3 +358,16 @@ def test_mlda_benchmarks_quick_mode(capsys):
     _load("mlda_ode").main(["--quick"])
     out = capsys.readouterr().out
     assert "| MLDA-AEM |" in out and "| KAMH |" in out
+
+
+@pytest.mark.slow
+def test_kass_waste_free_and_ode_benchmarks_quick_mode(capsys):
+    """benchmarks/kass_waste_free.py and kass_ode.py run end to end: waste-free KASS spends N - M
+    evaluations per stage and reports an error bar."""
+    _load("kass_waste_free").main(["--quick"])
+    out = capsys.readouterr().out
+    assert "| PyMC IMH | 125 |" in out and "| KASS waste-free, P=20 | 1000 |" in out
+    _load("kass_ode").main(["--quick"])
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("| KASS waste-free, P=10 |"))
+    assert "n/a" not in row.split("|")[5] and "nan" not in row.split("|")[5]
