@@ -27,6 +27,7 @@ from pymc_kameleon.core.kameleon.family import check_subsample_size
 from pymc_kameleon.core.kameleon.kernels import make_kernel
 from pymc_kameleon.core.smc.evidence import (
     beta_increments,
+    chain_autocorrelation_time,
     evidence_lag,
     genealogy_stats,
     loglik_rise,
@@ -55,6 +56,9 @@ from pymc_kameleon.smc.results import (
 
 __all__ = ["ASMC", "KASS"]
 
+# Waste-free chains shorter than this many autocorrelation times get a warning: on the gallery ODE and the
+# banana, chains at 1.3 and 2.3 times were biased, at 3.0 and 3.4 times not (decision 0042).
+MIN_CHAIN_TIMES_TAU = 2.5
 # The proposal factors of the current particles are kept between sweeps below this size.
 _FACTOR_CACHE_BYTES = 256 * 2**20
 
@@ -211,6 +215,7 @@ class KASS(BatchedSMCKernel):
         "distinct_ancestors": (int, []),
         "loglik_rise": (float, []),
         "loglik_rise_se": (float, []),
+        "autocorrelation_time": (float, []),
     }
 
     _default_proposal_kernel = "gaussian"
@@ -313,6 +318,7 @@ class KASS(BatchedSMCKernel):
         self._poor_stages = PoorMixingLog(self.max_steps, adaptive=adaptive)
         self._eve = np.arange(self.draws)  # the initial draw each particle descends from
         self._rises = []  # (stage, beta, loglik_rise, its se): for the evidence-lag warning
+        self._autocorrelation = []  # waste-free: (stage, beta, tau), for the short-chains warning
         self._evidence = {"evidence_relative_variance": np.nan, "distinct_ancestors": self.draws}
         # Waste-free: the particles are _n_chains chains stored step by step (the initial draws: N
         # chains of length 1), and the sum of the stages' log-evidence variances so far.
@@ -398,9 +404,13 @@ class KASS(BatchedSMCKernel):
         """
         N, d = self.tempered_posterior.shape
         before = self._evaluations
+        tau = np.nan
         if self.waste_free:
             moved, loglik_start, parents = self._run_chains()
             steps = moved.steps
+            whole = N // moved.n_chains * moved.n_chains  # whole steps of every chain
+            tau = chain_autocorrelation_time(self.likelihood_logp[:whole].reshape(-1, moved.n_chains))
+            self._autocorrelation.append((self.iteration, self.beta, tau))
         else:
             loglik_start, parents = self.likelihood_logp.copy(), self.resampling_indexes
             moved = self._sweep(N, d)
@@ -410,7 +420,7 @@ class KASS(BatchedSMCKernel):
         self._rises.append((self.iteration, self.beta, rise, rise_se))
         self._stage.update(
             mean_accept_rate=moved.mean_accept, n_steps=steps, likelihood_evals=evals,
-            loglik_rise=rise, loglik_rise_se=rise_se,
+            loglik_rise=rise, loglik_rise_se=rise_se, autocorrelation_time=tau,
         )
         self.n_steps = steps
         self._log_scale = adapt_log_scale(
@@ -422,6 +432,7 @@ class KASS(BatchedSMCKernel):
             self._warnings.warn(message, RuntimeWarning, stacklevel=1)
         if self.beta >= 1:
             self._warn_evidence_lag()
+            self._warn_short_chains()
         ancestors = self._evidence["distinct_ancestors"]
         # The genealogy's error bar needs lineages; the waste-free one does not.
         has_error_bar = self.resampling == "multinomial" and not self.waste_free
@@ -472,6 +483,27 @@ class KASS(BatchedSMCKernel):
         self._n_chains = M
         return chains, loglik_start, chain
 
+    def _warn_short_chains(self):
+        """Waste-free: warn when a stage's chains were shorter than :data:`MIN_CHAIN_TIMES_TAU` times the
+        autocorrelation time of their log-likelihoods (log Z then came out low, with too small an error
+        bar; decision 0042)."""
+        known = [(stage, beta, tau) for stage, beta, tau in self._autocorrelation if np.isfinite(tau)]
+        if not known:
+            return
+        stage, beta, tau = max(known, key=lambda row: row[2])
+        if self.chain_length >= MIN_CHAIN_TIMES_TAU * tau:
+            return
+        self._warnings.warn(
+            f"{type(self).__name__}: the waste-free chains of {self.chain_length} states were too short for "
+            f"their moves: at stage {stage} (beta={beta:.3g}) the log-likelihood's autocorrelation time was "
+            f"{tau:.1f} states (chains this short understate it), and below {MIN_CHAIN_TIMES_TAU:g} times "
+            "that the chains' states lag their tempered targets, so log Z comes out low with too small an "
+            f"error bar. Use chain_length of at least {math.ceil(4 * tau)} (more particles keep as many "
+            "chains), or waste_free=False.",
+            UserWarning,
+            stacklevel=1,
+        )
+
     def _warn_evidence_lag(self):
         """Warn when the particles' log-likelihood rises put log Z materially low
         (:func:`~pymc_kameleon.core.smc.evidence.evidence_lag`)."""
@@ -496,6 +528,7 @@ class KASS(BatchedSMCKernel):
             **{name: int(self._stage[name]) for name in ("n_steps", "subsample_size", "likelihood_evals")},
             "loglik_rise": self._stage["loglik_rise"],
             "loglik_rise_se": self._stage["loglik_rise_se"],
+            "autocorrelation_time": self._stage["autocorrelation_time"],
             **self._evidence,
         }
 

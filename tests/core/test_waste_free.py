@@ -5,7 +5,11 @@ import numpy as np
 import pytest
 
 from pymc_kameleon.core.kameleon.kernels import GaussianKernel
-from pymc_kameleon.core.smc.evidence import chain_mean_variance, waste_free_relative_variance
+from pymc_kameleon.core.smc.evidence import (
+    chain_autocorrelation_time,
+    chain_mean_variance,
+    waste_free_relative_variance,
+)
 from pymc_kameleon.core.smc.population import population_mh_move, tempered_log_density
 from pymc_kameleon.core.smc.rejuvenation import (
     check_waste_free_options,
@@ -64,6 +68,16 @@ def test_chain_mean_variance_recovers_the_ar1_asymptotic_variance():
     X = ar1_chains(50, 2000, 0.5, seed=7)
     assert chain_mean_variance(X) == pytest.approx(3.0, rel=0.08)
     assert chain_mean_variance(X.reshape(1, -1)) == pytest.approx(1.0, rel=0.05)
+
+
+def test_chain_autocorrelation_time():
+    """tau = sigma^2 / c0: (1 + rho) / (1 - rho) = 3 for AR(1) with rho = 0.5, 1 for independent draws, NaN
+    for constant chains."""
+    assert chain_autocorrelation_time(ar1_chains(50, 2000, 0.5, seed=7)) == pytest.approx(3.0, rel=0.08)
+    assert chain_autocorrelation_time(ar1_chains(50, 2000, 0.0, seed=8)) == pytest.approx(1.0, rel=0.08)
+    assert np.isnan(chain_autocorrelation_time(np.ones((5, 3))))
+    X = ar1_chains(12, 5, 0.6, seed=1)
+    assert chain_autocorrelation_time(X) == pytest.approx(chain_mean_variance(X) / X.var(), rel=1e-12)
 
 
 def test_waste_free_relative_variance_of_independent_draws_is_the_importance_sampling_one():

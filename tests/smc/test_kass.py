@@ -367,6 +367,18 @@ def test_waste_free_stages():
     assert idata.sample_stats.attrs["waste_free"] == 1 and idata.sample_stats.attrs["chain_length"] == 10
 
 
+def test_waste_free_warns_when_the_chains_are_shorter_than_their_mixing():
+    """Chains of 2 states cannot be 2.5 autocorrelation times long: the warning names the figure and the
+    remedy. Chains of 25 on the conjugate model mix well within a chain, and say nothing."""
+    with pytest.warns(UserWarning, match=r"chains of 2 states were too short.*chain_length of at least"):
+        _, _, idata = run_smc(linear_model(), KASS, chains=1, draws=200, waste_free=True, chain_length=2)
+    assert np.all(np.isfinite(stage_stats(idata, "autocorrelation_time")[0]))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*waste-free chains")
+        _, _, idata = run_smc(linear_model(), KASS, chains=1, draws=500, waste_free=True)
+    assert np.nanmax(stage_stats(idata, "autocorrelation_time")[0]) * 2.5 < 25
+
+
 def test_log_evidence_combines_chains():
     """Z_bar = mean of the chains' Z_hat; Var(Z_bar) = sum_c Z_c^2 (e^{s_c^2} - 1) / C^2, on the log scale."""
     result = LogEvidence(np.array([0.0, math.log(3.0)]), np.array([math.sqrt(math.log(2.0)), 0.0]))

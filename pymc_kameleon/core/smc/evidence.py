@@ -14,6 +14,7 @@ import numpy as np
 
 __all__ = [
     "beta_increments",
+    "chain_autocorrelation_time",
     "chain_mean_variance",
     "evidence_lag",
     "evidence_relative_variance",
@@ -89,6 +90,26 @@ def chain_mean_variance(values) -> float:
     values : array of shape (P, M)
         Column :math:`m` is chain :math:`m`'s values in order.
     """
+    c, end = _initial_sequence(values)
+    return float(-c[0] + 2.0 * c[:end].sum())
+
+
+def chain_autocorrelation_time(values) -> float:
+    r"""Integrated autocorrelation time :math:`\tau = \sigma^2 / c_0` of :math:`M` chains of length
+    :math:`P` (:func:`chain_mean_variance`; 1 for independent draws, NaN if the values do not vary).
+
+    :math:`\tau` is read off lags below :math:`P` only, so chains much shorter than their true
+    autocorrelation time understate it, and a :math:`\tau` near :math:`P` means the chains are too
+    short to tell.
+    """
+    c, end = _initial_sequence(values)
+    if not c[0] > 0:
+        return float("nan")
+    return float((-c[0] + 2.0 * c[:end].sum()) / c[0])
+
+
+def _initial_sequence(values):
+    """Autocovariances c_k (about the grand mean, divided by P) and the end of Geyer's initial sequence."""
     X = np.asarray(values, dtype=float)
     if X.ndim != 2 or X.size == 0:
         raise ValueError(f"values must have shape (P, M) with P, M >= 1, got {X.shape}.")
@@ -102,7 +123,7 @@ def chain_mean_variance(values) -> float:
         if pair < -1e-10 or previous - pair < -1e-10:
             end = i
             break
-    return float(-c[0] + 2.0 * c[:end].sum())
+    return c, end
 
 
 def waste_free_relative_variance(weights, n_chains: int) -> float:
