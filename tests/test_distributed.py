@@ -93,7 +93,7 @@ def black_box_model(op=None):
     return model
 
 
-def run_kass(model, executor, cores=1, draws=150, chains=2):
+def run_kass(model, executor, cores=1, draws=150, chains=2, **options):
     with model:
         return pm.sample_smc(
             draws,
@@ -104,6 +104,7 @@ def run_kass(model, executor, cores=1, draws=150, chains=2):
             executor=executor,
             progressbar=False,
             compute_convergence_checks=False,
+            **options,
         )
 
 
@@ -126,6 +127,16 @@ def test_kass_on_dask_equals_serial_with_one_and_two_workers(client):
         other = pm.sample_smc(150, kernel=KASS, chains=2, random_seed=12, progressbar=False,
                               compute_convergence_checks=False)
     assert not same_run(serial, other)
+
+
+def test_waste_free_kass_on_dask_equals_serial(client):
+    """Waste-free chains evaluate a few proposals per step (one per chain): the same draws, log Z and error
+    bar as serial."""
+    model = black_box_model()
+    serial = run_kass(model, None, waste_free=True, chain_length=15)
+    parallel = run_kass(model, client.get_executor(), waste_free=True, chain_length=15)
+    assert same_run(serial, parallel)
+    assert np.array_equal(log_evidence(serial).std_error, log_evidence(parallel).std_error)
 
 
 def test_tasks_are_chunks_one_per_worker(client):
