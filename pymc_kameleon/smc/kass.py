@@ -151,7 +151,8 @@ class KASS(BatchedSMCKernel):
     resampling : {"multinomial", "systematic"}, default "multinomial"
         How particles are resampled at each stage. Multinomial resampling is what the evidence's
         single-run standard error (:func:`~pymc_kameleon.smc.log_evidence`) needs; PyMC's systematic
-        resampling adds less noise to the particles, but then ``log_evidence`` has no standard error.
+        resampling adds less noise to the particles, but then ``log_evidence`` has no standard error
+        (except with ``waste_free=True``, whose error bar needs no genealogy).
     am_weight : float, default 0.25 (0 for :class:`ASMC`)
         Probability that a move is the global random walk of the stage's optimal variance in
         whitened coordinates (ASMC's move) instead of a Kameleon move; both Hastings terms are the
@@ -182,9 +183,10 @@ class KASS(BatchedSMCKernel):
         error bar (``benchmarks/RESULTS.md``, "Waste-free KASS"), so it is off by default.
     chain_length : int or "auto", default "auto"
         :math:`P`, the states per waste-free chain (its start included); ``"auto"`` makes about 20
-        chains, :math:`P = \\lfloor N/20 \\rfloor` (chains of 10 states biased log Z on the gallery ODE at
-        N = 1000, chains of 50 or 100 did not; ``docs/decisions/0042-kass-waste-free-option.md``). Not
-        with ``n_steps``.
+        chains of at least 10 states, :math:`P = \max(10, \lfloor N/20 \rfloor)` (at most :math:`N`;
+        chains of 10 states biased log Z on the gallery ODE at N = 1000, chains of 50 or 100 did not;
+        ``docs/decisions/0042-kass-waste-free-option.md``). Only with ``waste_free=True``; not with
+        ``n_steps``.
     executor : concurrent.futures.Executor or callable, optional
         Evaluates the likelihoods of the initial particles and of every sweep's proposals on this
         executor (one task per worker per sweep), for expensive likelihoods: Dask's

@@ -218,7 +218,9 @@ def log_evidence(idata) -> LogEvidence:
     :math:`\log Z` in about 95% of runs when the moves mix (measured in
     ``benchmarks/results/evidence_calibration.md``).
     Samples from PyMC's own kernels, or from ``resampling="systematic"``, have no valid genealogy
-    estimate: their standard errors are NaN, with a warning.
+    estimate: their standard errors are NaN, with a warning. Waste-free KASS (``waste_free=True``)
+    records Dau and Chopin's estimate instead, which needs no genealogy, so it has a standard error
+    with either resampling scheme.
 
     The estimate needs the final particles to descend from many initial draws. When they
     descend from fewer than :data:`MIN_DISTINCT_ANCESTORS` = 50 (the ``distinct_ancestors``

@@ -148,7 +148,9 @@ def test_waste_free_options_are_named():
         check_waste_free_options(True, 20, None, 10)
     with pytest.raises(TypeError, match="waste_free"):
         check_waste_free_options("yes", 20, None, 2000)
-    check_waste_free_options(False, 20, 5, 10)  # the chain options do not matter without waste_free
+    check_waste_free_options(False, "auto", 5, 10)
+    with pytest.raises(ValueError, match="applies only to waste-free runs"):
+        check_waste_free_options(False, 50, None, 2000)
     check_waste_free_options(True, "auto", None, 10)
     with pytest.raises(ValueError, match="n_steps does not apply"):
         check_waste_free_options(True, "auto", 5, 2000)
@@ -159,7 +161,8 @@ def test_waste_free_options_are_named():
 def test_automatic_chain_length_makes_about_twenty_chains():
     assert waste_free_chain_length("auto", 1000) == 50
     assert waste_free_chain_length("auto", 16000) == 800
-    assert waste_free_chain_length("auto", 30) == 2
+    assert waste_free_chain_length("auto", 30) == 10  # few particles: fewer chains, never shorter than 10
+    assert waste_free_chain_length("auto", 6) == 6
     assert waste_free_chain_length(7, 1000) == 7
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "StageProposal",
     "StageSweeps",
     "WASTE_FREE_CHAINS",
+    "WASTE_FREE_MIN_LENGTH",
     "WasteFreeChains",
     "check_rejuvenation_options",
     "check_waste_free_options",
@@ -50,8 +51,10 @@ __all__ = [
 
 STEP_RULES = ("correlation", "acceptance", "moved")
 # Waste-free chains per stage with chain_length="auto" (decision 0042): chains long enough to mix on
-# the gallery ODE and the banana, enough of them for the error bar.
+# the gallery ODE and the banana, enough of them for the error bar; and never shorter than
+# WASTE_FREE_MIN_LENGTH states (with few particles, fewer chains).
 WASTE_FREE_CHAINS = 20
+WASTE_FREE_MIN_LENGTH = 10
 RESAMPLING = ("multinomial", "systematic")
 # A stage whose mean acceptance probability is below this has moves that barely mix.
 MIN_STAGE_ACCEPT = 0.01
@@ -117,6 +120,11 @@ def check_waste_free_options(waste_free, chain_length, n_steps, draws: int) -> N
             raise ValueError(f'chain_length must be "auto" or an integer >= 2, got {chain_length!r}.')
     else:
         check_number("chain_length", chain_length, integer=True, minimum=2, strict=False)
+    if not waste_free and chain_length != "auto":
+        raise ValueError(
+            f"chain_length={chain_length!r} applies only to waste-free runs: pass waste_free=True as well "
+            "(without it, each stage sweeps all particles by the n_steps rule)."
+        )
     if waste_free and n_steps is not None:
         raise ValueError(
             "n_steps does not apply with waste_free=True: each stage runs chains of chain_length states "
@@ -130,9 +138,12 @@ def check_waste_free_options(waste_free, chain_length, n_steps, draws: int) -> N
 
 
 def waste_free_chain_length(chain_length, draws: int) -> int:
-    """:math:`P` for ``chain_length``: the number itself, or for ``"auto"`` :math:`\\max(2, \\lfloor N /`
-    :data:`WASTE_FREE_CHAINS` :math:`\\rfloor)`, so that about that many chains share the :math:`N` states."""
-    return max(2, draws // WASTE_FREE_CHAINS) if chain_length == "auto" else int(chain_length)
+    """:math:`P` for ``chain_length``: the number itself, or for ``"auto"`` :math:`\\lfloor N /`
+    :data:`WASTE_FREE_CHAINS` :math:`\\rfloor` (about that many chains share the :math:`N` states), at least
+    :data:`WASTE_FREE_MIN_LENGTH` and at most :math:`N`."""
+    if chain_length != "auto":
+        return int(chain_length)
+    return min(max(WASTE_FREE_MIN_LENGTH, draws // WASTE_FREE_CHAINS), draws)
 
 
 class CollapsedParticlesError(ValueError):
