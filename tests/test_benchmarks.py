@@ -371,3 +371,13 @@ def test_kass_waste_free_and_ode_benchmarks_quick_mode(capsys):
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith("| KASS waste-free, P=10 |"))
     assert "n/a" not in row.split("|")[5] and "nan" not in row.split("|")[5]
+
+
+@pytest.mark.slow
+def test_mlda_groundwater_benchmark_quick_mode(capsys):
+    """benchmarks/mlda_groundwater.py runs end to end (tiny grids and budget, its own reference) and
+    prints its table; the tinyDA rows only where tinyDA is installed."""
+    _load("mlda_groundwater").main(["--quick", "--samplers", "MLDA-AEM", "DEMetropolisZ"])
+    out = capsys.readouterr().out
+    assert "| MLDA-AEM |" in out and "| DEMetropolisZ |" in out
+    assert "importance draws" in out
