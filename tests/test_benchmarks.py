@@ -374,10 +374,13 @@ def test_kass_waste_free_and_ode_benchmarks_quick_mode(capsys):
 
 
 @pytest.mark.slow
-def test_mlda_groundwater_benchmark_quick_mode(capsys):
-    """benchmarks/mlda_groundwater.py runs end to end (tiny grids and budget, its own reference) and
-    prints its table; the tinyDA rows only where tinyDA is installed."""
+def test_mlda_groundwater_and_subsample_benchmarks_quick_mode(capsys):
+    """benchmarks/mlda_groundwater.py (tiny grids and budget, its own reference; the tinyDA rows only
+    where tinyDA is installed) and mlda_subsample.py run end to end and print their tables."""
     _load("mlda_groundwater").main(["--quick", "--samplers", "MLDA-AEM", "DEMetropolisZ"])
     out = capsys.readouterr().out
     assert "| MLDA-AEM |" in out and "| DEMetropolisZ |" in out
     assert "importance draws" in out
+    _load("mlda_subsample").main(["--quick", "--fractions", "0.5"])
+    out = capsys.readouterr().out
+    assert "| MLDA, 50% subsample |" in out and "| KAMH (all data) |" in out
