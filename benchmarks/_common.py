@@ -85,3 +85,22 @@ class CountedCall:
         finally:
             self.seconds += time.perf_counter() - start
             self.calls += 1
+
+
+def fine_and_coarse_evaluations(idata, sampler: str, iterations: int) -> tuple[float, float]:
+    """The fine (expensive) and coarse log-density evaluations of a ``pm.sample`` run, tuning included.
+
+    ``pm.DEMetropolisZ`` makes two per iteration; our steps count theirs in ``cumulative_logp_evals``, and
+    MLDA its coarse levels' in ``level{k}_logp_evals`` (summed over every coarse level). Needs
+    ``discard_tuned_samples=False``.
+    """
+    if sampler == "DEMetropolisZ":
+        return 2.0 * iterations, 0.0  # two evaluations per iteration, as PyMC's step makes them
+    stats, warm = idata.sample_stats, idata.warmup_sample_stats
+    fine = float(stats["cumulative_logp_evals"].values[:, -1].sum())
+    coarse, k = 0.0, 0
+    while f"level{k}_logp_evals" in stats:
+        name = f"level{k}_logp_evals"
+        coarse += float(stats[name].values.sum() + warm[name].values.sum())
+        k += 1
+    return fine, coarse

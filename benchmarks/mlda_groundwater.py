@@ -40,7 +40,7 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/, also when loaded by path
-from _common import environment_line, one_blas_thread  # noqa: E402
+from _common import environment_line, fine_and_coarse_evaluations, one_blas_thread  # noqa: E402
 
 one_blas_thread()  # before NumPy is imported
 
@@ -132,17 +132,8 @@ def run_pymc(sampler, seed, fine_cells, coarse_cells, tune, draws, chains=2) -> 
         idata = pm.sample(draws=draws, tune=tune, chains=chains, cores=1, step=step, random_seed=seed,
                           progressbar=False, compute_convergence_checks=False, discard_tuned_samples=False)
         seconds = time.perf_counter() - start
-    stats_ = idata.sample_stats
     iterations = chains * (tune + draws)
-    if sampler == "DEMetropolisZ":
-        fine = 2.0 * iterations  # two evaluations per iteration, as PyMC's step makes them
-    else:
-        fine = float(stats_["cumulative_logp_evals"].values[:, -1].sum())
-    coarse = 0.0
-    if sampler.startswith("MLDA"):
-        for k in range(len(step.subsampling_rates)):  # every coarse level's solves
-            coarse += float(stats_[f"level{k}_logp_evals"].values.sum())
-            coarse += float(idata.warmup_sample_stats[f"level{k}_logp_evals"].values.sum())
+    fine, coarse = fine_and_coarse_evaluations(idata, sampler, iterations)
     return idata.posterior["theta"].values, seconds, fine, coarse, iterations
 
 

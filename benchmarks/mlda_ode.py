@@ -24,7 +24,7 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/, also when loaded by path
-from _common import environment_line, one_blas_thread  # noqa: E402
+from _common import environment_line, fine_and_coarse_evaluations, one_blas_thread  # noqa: E402
 
 one_blas_thread()  # before NumPy is imported
 
@@ -59,20 +59,12 @@ def run(sampler: str, seed: int, tolerance: float, reference: dict, tune=2000, d
         idata = pm.sample(draws=draws, tune=tune, chains=chains, cores=1, step=step, random_seed=seed,
                           progressbar=False, compute_convergence_checks=False, discard_tuned_samples=False)
         seconds = time.perf_counter() - start
-    post, stats = idata.posterior, idata.sample_stats
+    post = idata.posterior
     ess = min(float(az.ess(post[n].values)) for n in NAMES)
     rhat = max(float(az.rhat(post[n].values)) for n in NAMES)
     err = max(abs(float(post[n].values.mean()) - reference[n][0]) / reference[n][1] for n in NAMES)
     iterations = chains * (tune + draws)
-    if sampler == "DEMetropolisZ":
-        fine = 2.0 * iterations  # two evaluations per iteration, as PyMC's step makes them
-    else:
-        fine = float(stats["cumulative_logp_evals"].values[:, -1].sum())
-    coarse_evals = 0.0
-    if sampler.startswith("MLDA"):
-        warm = idata.warmup_sample_stats
-        coarse_evals = float(stats["level0_logp_evals"].values.sum())
-        coarse_evals += float(warm["level0_logp_evals"].values.sum())
+    fine, coarse_evals = fine_and_coarse_evaluations(idata, sampler, iterations)
     return {
         "err": err, "ess": ess, "rhat": rhat, "fine_per_iter": fine / iterations,
         "coarse_per_iter": coarse_evals / iterations, "ess_per_fine": ess / fine, "ess_per_s": ess / seconds,
