@@ -104,3 +104,16 @@ def fine_and_coarse_evaluations(idata, sampler: str, iterations: int) -> tuple[f
         coarse += float(stats[name].values.sum() + warm[name].values.sum())
         k += 1
     return fine, coarse
+
+
+def timed_sample(model, step, *, tune: int, draws: int, chains: int, seed: int):
+    """``pm.sample`` in one process with the tuning draws kept; returns ``(idata, seconds)``."""
+    import time
+
+    import pymc as pm
+
+    with model:
+        start = time.perf_counter()
+        idata = pm.sample(draws=draws, tune=tune, chains=chains, cores=1, step=step, random_seed=seed,
+                          progressbar=False, compute_convergence_checks=False, discard_tuned_samples=False)
+    return idata, time.perf_counter() - start

@@ -40,7 +40,12 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/, also when loaded by path
-from _common import environment_line, fine_and_coarse_evaluations, one_blas_thread  # noqa: E402
+from _common import (  # noqa: E402
+    environment_line,
+    fine_and_coarse_evaluations,
+    one_blas_thread,
+    timed_sample,
+)
 
 one_blas_thread()  # before NumPy is imported
 
@@ -128,10 +133,7 @@ def run_pymc(sampler, seed, fine_cells, coarse_cells, tune, draws, chains=2) -> 
             "GP-DA-MH": GPDelayedAcceptanceMH,
             "DEMetropolisZ": pm.DEMetropolisZ,
         }[sampler]()
-        start = time.perf_counter()
-        idata = pm.sample(draws=draws, tune=tune, chains=chains, cores=1, step=step, random_seed=seed,
-                          progressbar=False, compute_convergence_checks=False, discard_tuned_samples=False)
-        seconds = time.perf_counter() - start
+    idata, seconds = timed_sample(model, step, tune=tune, draws=draws, chains=chains, seed=seed)
     iterations = chains * (tune + draws)
     fine, coarse = fine_and_coarse_evaluations(idata, sampler, iterations)
     return idata.posterior["theta"].values, seconds, fine, coarse, iterations

@@ -19,12 +19,16 @@ import json
 import logging
 import os
 import sys
-import time
 import warnings
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/, also when loaded by path
-from _common import environment_line, fine_and_coarse_evaluations, one_blas_thread  # noqa: E402
+from _common import (  # noqa: E402
+    environment_line,
+    fine_and_coarse_evaluations,
+    one_blas_thread,
+    timed_sample,
+)
 
 one_blas_thread()  # before NumPy is imported
 
@@ -55,10 +59,7 @@ def run(sampler: str, seed: int, tolerance: float, reference: dict, tune=2000, d
             "GP-DA-MH": GPDelayedAcceptanceMH,
             "DEMetropolisZ": pm.DEMetropolisZ,
         }[sampler]()
-        start = time.perf_counter()
-        idata = pm.sample(draws=draws, tune=tune, chains=chains, cores=1, step=step, random_seed=seed,
-                          progressbar=False, compute_convergence_checks=False, discard_tuned_samples=False)
-        seconds = time.perf_counter() - start
+    idata, seconds = timed_sample(model, step, tune=tune, draws=draws, chains=chains, seed=seed)
     post = idata.posterior
     ess = min(float(az.ess(post[n].values)) for n in NAMES)
     rhat = max(float(az.rhat(post[n].values)) for n in NAMES)
