@@ -58,8 +58,8 @@ class MLDA(AdaptiveStep):
         \alpha = 1 \wedge \frac{\pi_L(y)\, \pi_{L-1}(x)}{\pi_L(x)\, \pi_{L-1}(y)},
 
     so the chain is exact for the model in context (:math:`\pi_L`) whatever the coarse models are:
-    a biased coarse model costs acceptance, not correctness. Only accepted subchain ends cost a
-    fine evaluation: one per iteration.
+    a biased coarse model costs acceptance, not correctness. Every subchain end that moved costs one
+    fine evaluation (accepted or not), so at most one per iteration.
 
     Parameters
     ----------
@@ -240,6 +240,8 @@ class MLDA(AdaptiveStep):
         found = self._search_start(current.x, current.at(0))  # on the coarsest level (_search_density)
         if found is not None:
             current = chain.move.point(found[0], found[1].logp)
+        if not self.tune and chain.adaptation.tune_steps == 0:
+            self._warn_untuned()
         on_base_step = self._adapt if self.tune else None
         new, counts = chain.move.step(current, self.rng, on_base_step)
         chain.current = new
@@ -272,6 +274,23 @@ class MLDA(AdaptiveStep):
         self._check_stuck(accepted)
         self._warnings.attach(stats, "accept")
         return RaveledVars(new.x, q0.point_map_info), [stats]
+
+    def _warn_untuned(self) -> None:
+        """Sampling with tune=0: the base proposal is untuned and the error model has learned nothing."""
+        if self._chain.warned_untuned:
+            return
+        self._chain.warned_untuned = True
+        error_model = (
+            " The adaptive error model learns during tuning only, so it corrects nothing."
+            if self.adaptive_error_model else ""
+        )
+        self._warnings.warn(
+            "MLDA: sampling without tuning (tune=0). The coarsest level's proposal keeps its untuned "
+            f"unit-scale random walk, whatever the posterior's scale.{error_model} Pass tune >= "
+            f"{self.default_tune_steps} to pm.sample (the draws stay exact, but mix slowly).",
+            UserWarning,
+            stacklevel=4,
+        )
 
     def _warn_low_fine_acceptance(self) -> None:
         """At the end of tuning: warn if the finest level accepted under LOW_FINE_ACCEPTANCE of the last
@@ -340,6 +359,8 @@ class MultilevelChain(ChainState):
     fine_decisions : deque of bool
         Whether the finest level accepted each of its last decisions on a moved subchain's end in
         tuning (for the end-of-tuning check).
+    warned_untuned : bool
+        Whether the chain has warned that it samples without tuning.
     """
 
     adaptation: ScaleFreeAdaptation
@@ -348,6 +369,7 @@ class MultilevelChain(ChainState):
     current: LevelPoint | None = None
     error_model: ErrorModel | None = None
     fine_decisions: deque = field(default_factory=lambda: deque(maxlen=FINE_DECISIONS_KEPT))
+    warned_untuned: bool = False
 
 
 def _are_models(value) -> bool:

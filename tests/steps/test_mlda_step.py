@@ -260,6 +260,27 @@ def test_the_tuning_warning_counts_in_pm_samples_iterations():
         sample(tune=20, draws=10, chains=1)
 
 
+def test_sampling_without_tuning_says_so_once_per_chain_and_names_the_error_model():
+    """tune=0: a new user got only a later "stuck" warning blaming a funnel; now the step says up front
+    that its proposal is untuned (and that the error model learned nothing), and draws the same."""
+    import warnings
+
+    message = r"MLDA: sampling without tuning \(tune=0\).*error model.*Pass tune >= \d+"
+    with pytest.warns(UserWarning, match=message) as record:
+        untuned = sample({"adaptive_error_model": True}, tune=0, draws=20, chains=1)
+    assert sum("without tuning" in str(w.message) for w in record) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        again = sample({"adaptive_error_model": True}, tune=0, draws=20, chains=1)
+    np.testing.assert_array_equal(untuned.posterior["mu"].values, again.posterior["mu"].values)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        try:
+            sample(tune=400, draws=5, chains=1)
+        except UserWarning as w:  # other tuning warnings may appear; not this one
+            assert "without tuning" not in str(w)
+
+
 def test_a_coarse_model_built_inside_the_fine_models_with_block_is_named():
     with conjugate_model() as fine:
         with pm.Model("coarse") as coarse:
