@@ -150,6 +150,8 @@ class ChainState:
         The chain's log-density evaluations so far, tuning and its start included.
     recent : RecentRates
         The acceptance rate (and share of exact evaluations) over about the last 100 steps.
+    warned_untuned : bool
+        Whether the chain has said that it samples without tuning (:meth:`AdaptiveStep._warn_if_untuned`).
     """
 
     warnings: StepWarnings = field(default_factory=StepWarnings)
@@ -157,6 +159,7 @@ class ChainState:
     searched: bool = False
     cumulative_logp_evals: int = 0
     recent: RecentRates = field(default_factory=RecentRates)
+    warned_untuned: bool = False
 
 
 class AdaptiveStep(PerChainReset, ArrayStepShared):
@@ -296,6 +299,18 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
     @property
     def _warnings(self) -> StepWarnings:
         return self._chain.warnings
+
+    def _warn_if_untuned(self) -> None:
+        """Warn once per chain when it samples with no tuning step behind it (``tune=0``), in the words of
+        :meth:`_untuned_message` (steps whose chain has an ``adaptation``)."""
+        chain = self._chain
+        if self.tune or chain.adaptation.tune_steps or chain.warned_untuned:
+            return
+        chain.warned_untuned = True
+        self._warnings.warn(self._untuned_message(), UserWarning, stacklevel=4)
+
+    def _untuned_message(self) -> str:
+        raise NotImplementedError
 
     def _check_stuck(self, accepted: bool) -> None:
         """Warn once if the chain rejects :data:`~pymc_kameleon.steps.reporting.STUCK_DRAWS` proposals in

@@ -55,7 +55,7 @@ class KameleonChain(ChainState):
         The scan, AM or Kameleon/AM mixture move, built from ``adaptation.state``.
     post_tune_steps : int
         Steps since tuning ended (vanishing adaptation's clock).
-    warned_jitter, warned_untuned : bool
+    warned_jitter : bool
         Whether the chain has said so already (once per chain).
     """
 
@@ -63,7 +63,6 @@ class KameleonChain(ChainState):
     proposal: ScaleFreeProposal
     post_tune_steps: int = 0
     warned_jitter: bool = False
-    warned_untuned: bool = False
 
 
 class KameleonMetropolis(AdaptiveStep):
@@ -408,8 +407,7 @@ class KameleonMetropolis(AdaptiveStep):
         found = self._search_start(y, logp_y)
         if found is not None:
             y, logp_y = found[0], found[1].logp
-        if not self.tune and chain.adaptation.tune_steps == 0:
-            self._warn_untuned()
+        self._warn_if_untuned()
         try:
             result = metropolis_hastings_step(chain.proposal, y, logp_y, target.evaluate, self.rng)
         except SingularCovarianceError as err:
@@ -480,16 +478,12 @@ class KameleonMetropolis(AdaptiveStep):
                 stacklevel=4,
             )
 
-    def _warn_untuned(self):
-        if not self._chain.warned_untuned:
-            self._chain.warned_untuned = True
-            self._warnings.warn(
-                f"KameleonMetropolis: sampling without tuning (tune=0). The proposal is an untuned "
-                f"one-coordinate-at-a-time random walk with unit steps, whatever the scale of the "
-                f"posterior; pass tune >= {self.default_tune_steps} to pm.sample.",
-                UserWarning,
-                stacklevel=4,
-            )
+    def _untuned_message(self) -> str:
+        return (
+            f"KameleonMetropolis: sampling without tuning (tune=0). The proposal is an untuned "
+            f"one-coordinate-at-a-time random walk with unit steps, whatever the scale of the "
+            f"posterior; pass tune >= {self.default_tune_steps} to pm.sample."
+        )
 
 
 class PooledKameleonMetropolis(PooledTuning, KameleonMetropolis, PopulationArrayStepShared):

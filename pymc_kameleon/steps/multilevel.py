@@ -240,8 +240,7 @@ class MLDA(AdaptiveStep):
         found = self._search_start(current.x, current.at(0))  # on the coarsest level (_search_density)
         if found is not None:
             current = chain.move.point(found[0], found[1].logp)
-        if not self.tune and chain.adaptation.tune_steps == 0:
-            self._warn_untuned()
+        self._warn_if_untuned()
         on_base_step = self._adapt if self.tune else None
         new, counts = chain.move.step(current, self.rng, on_base_step)
         chain.current = new
@@ -275,21 +274,15 @@ class MLDA(AdaptiveStep):
         self._warnings.attach(stats, "accept")
         return RaveledVars(new.x, q0.point_map_info), [stats]
 
-    def _warn_untuned(self) -> None:
-        """Sampling with tune=0: the base proposal is untuned and the error model has learned nothing."""
-        if self._chain.warned_untuned:
-            return
-        self._chain.warned_untuned = True
+    def _untuned_message(self) -> str:
         error_model = (
             " The adaptive error model learns during tuning only, so it corrects nothing."
             if self.adaptive_error_model else ""
         )
-        self._warnings.warn(
+        return (
             "MLDA: sampling without tuning (tune=0). The coarsest level's proposal keeps its untuned "
             f"unit-scale random walk, whatever the posterior's scale.{error_model} Pass tune >= "
-            f"{self.default_tune_steps} to pm.sample (the draws stay exact, but mix slowly).",
-            UserWarning,
-            stacklevel=4,
+            f"{self.default_tune_steps} to pm.sample (the draws stay exact, but mix slowly)."
         )
 
     def _warn_low_fine_acceptance(self) -> None:
@@ -359,8 +352,6 @@ class MultilevelChain(ChainState):
     fine_decisions : deque of bool
         Whether the finest level accepted each of its last decisions on a moved subchain's end in
         tuning (for the end-of-tuning check).
-    warned_untuned : bool
-        Whether the chain has warned that it samples without tuning.
     """
 
     adaptation: ScaleFreeAdaptation
@@ -369,7 +360,6 @@ class MultilevelChain(ChainState):
     current: LevelPoint | None = None
     error_model: ErrorModel | None = None
     fine_decisions: deque = field(default_factory=lambda: deque(maxlen=FINE_DECISIONS_KEPT))
-    warned_untuned: bool = False
 
 
 def _are_models(value) -> bool:
