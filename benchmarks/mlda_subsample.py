@@ -22,7 +22,12 @@ import sys
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/, also when loaded by path
-from _common import environment_line, one_blas_thread  # noqa: E402
+from _common import (  # noqa: E402
+    environment_line,
+    fine_and_coarse_evaluations,
+    one_blas_thread,
+    timed_sample,
+)
 
 one_blas_thread()  # before NumPy is imported
 
@@ -89,16 +94,12 @@ def run(name, seed, X, y, fraction, scaled, exact, tune, draws, chains=2) -> dic
             step = MLDA([coarse], subsampling_rates=5)
         else:
             step = {"KAMH": KameleonMetropolis, "DEMetropolisZ": pm.DEMetropolisZ}[name]()
-        idata = pm.sample(draws=draws, tune=tune, chains=chains, cores=1, step=step, random_seed=seed,
-                          progressbar=False, compute_convergence_checks=False, discard_tuned_samples=False)
+    idata, _ = timed_sample(fine, step, tune=tune, draws=draws, chains=chains, seed=seed)
     post = idata.posterior["beta"].values
-    stats = idata.sample_stats
     iterations = chains * (tune + draws)
-    fine_evals = 2.0 * iterations if name == "DEMetropolisZ" else float(
-        stats["cumulative_logp_evals"].values[:, -1].sum()
-    )
+    fine_evals, _ = fine_and_coarse_evaluations(idata, name, iterations)
     ess = float(az.ess(idata)["beta"].values.min())
-    accept = float(stats["accepted"].values.mean()) if name == "MLDA" else float("nan")
+    accept = float(idata.sample_stats["accepted"].values.mean()) if name == "MLDA" else float("nan")
     return {
         "err": float(np.max(np.abs(post.reshape(-1, DIM).mean(0) - exact[0]) / exact[1])),
         "ess": ess, "rhat": float(az.rhat(idata)["beta"].values.max()), "accept": accept,
