@@ -60,6 +60,7 @@ from pymc_kameleon.problems.groundwater import (  # noqa: E402
     NOISE_SD,
     groundwater_data,
     groundwater_model,
+    log_posterior,
     solve_heads,
 )
 
@@ -67,13 +68,6 @@ REFERENCE = Path(__file__).resolve().parent / "data" / "groundwater_reference.js
 SAMPLERS = ("MLDA", "MLDA-AEM", "MLDA-AEM-3", "KAMH", "GP-DA-MH", "DEMetropolisZ", "tinyDA", "tinyDA-AEM")
 D = len(GROUNDWATER_MODES)
 SUBCHAIN = 5
-
-
-def log_posterior(theta, cells: int) -> float:
-    """The fine posterior's log density (up to a constant), as the PyMC model has it."""
-    _, heads = groundwater_data()
-    r = heads - solve_heads(theta, cells)
-    return -0.5 * float(theta @ theta) - 0.5 * float(r @ r) / NOISE_SD**2
 
 
 def importance_reference(cells: int, draws: int, seed: int = 0) -> dict:

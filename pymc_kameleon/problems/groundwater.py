@@ -40,6 +40,7 @@ __all__ = [
     "groundwater_data",
     "groundwater_model",
     "log_conductivity",
+    "log_posterior",
     "solve_heads",
 ]
 
@@ -157,6 +158,15 @@ def groundwater_data() -> tuple[np.ndarray, np.ndarray]:
     theta = rng.standard_normal(len(GROUNDWATER_MODES))
     heads = solve_heads(theta, DATA_CELLS) + rng.normal(0.0, NOISE_SD, len(_WELLS))
     return theta, heads
+
+
+def log_posterior(theta, cells: int) -> float:
+    """The model's log posterior density on ``cells x cells`` cells, up to a constant (for references
+    computed outside PyMC, such as importance sampling)."""
+    theta = np.asarray(theta, dtype=float)
+    _, heads = groundwater_data()
+    r = heads - solve_heads(theta, cells)
+    return -0.5 * float(theta @ theta) - 0.5 * float(r @ r) / NOISE_SD**2
 
 
 def groundwater_model(cells: int = 64) -> pm.Model:

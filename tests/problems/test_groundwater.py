@@ -14,6 +14,7 @@ from pymc_kameleon.problems.groundwater import (
     groundwater_data,
     groundwater_model,
     log_conductivity,
+    log_posterior,
     solve_heads,
 )
 
@@ -76,6 +77,10 @@ def test_model_log_density_is_the_prior_plus_the_gaussian_likelihood():
     expected += stats.norm.logpdf(heads, solve_heads(theta, 10), NOISE_SD).sum()
     logp = model.compile_logp()({"theta": theta})
     np.testing.assert_allclose(logp, expected, rtol=1e-12)
+    # log_posterior is the same density up to its constant.
+    other = 0.5 * theta + 0.3
+    delta = model.compile_logp()({"theta": other}) - logp
+    np.testing.assert_allclose(log_posterior(other, 10) - log_posterior(theta, 10), delta, rtol=1e-10)
     op = GroundwaterHeadsOp(10)
     assert op == GroundwaterHeadsOp(10) and op != GroundwaterHeadsOp(12)  # one compiled Op per grid
 
@@ -83,15 +88,9 @@ def test_model_log_density_is_the_prior_plus_the_gaussian_likelihood():
 def _importance_moments(cells, centre, cov, draws, seed):
     """Mean, variance and the mean's MCSE of the posterior on ``cells`` cells, by importance sampling
     from a t_5 (a wide, heavy-tailed proposal about the given moments); also the importance ESS."""
-    _, heads = groundwater_data()
-
-    def log_post(t):
-        r = heads - solve_heads(t, cells)
-        return -0.5 * t @ t - 0.5 * r @ r / NOISE_SD**2
-
     proposal = stats.multivariate_t(centre, 2.0 * cov, df=5)
     x = proposal.rvs(size=draws, random_state=np.random.default_rng(seed))
-    logw = np.array([log_post(t) for t in x]) - proposal.logpdf(x)
+    logw = np.array([log_posterior(t, cells) for t in x]) - proposal.logpdf(x)
     w = np.exp(logw - logw.max())
     w /= w.sum()
     mean = w @ x
