@@ -30,6 +30,7 @@ from pymc_kameleon.steps import (
     DiscreteMetropolis,
     GPDelayedAcceptanceMALA,
     GPDelayedAcceptanceMH,
+    GPLevel,
     KameleonMetropolis,
     rebuild_proposal,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "DiscreteMetropolis",
     "GPDelayedAcceptanceMALA",
     "GPDelayedAcceptanceMH",
+    "GPLevel",
     "KASS",
     "KameleonMetropolis",
     "MLDA",

@@ -22,6 +22,13 @@ With ``randomize_lengths`` each subchain's length is drawn uniformly from :math:
 2J - 1\}` (mean :math:`J`) independently of the state: a mixture of reversible kernels, so still exact;
 it breaks the periodicity a fixed length can give a subchain that alternates between two states.
 
+A level may be given **relative to the one below** (:class:`RelativeLevel`): :math:`\log\pi_\ell(x) =
+\log\pi_{\ell-1}(x) + c_\ell(x)` with a cheap correction :math:`c_\ell` (a GP of the next finer level's
+excess over level :math:`\ell - 1`). Its value reuses :math:`\pi_{\ell-1}(x)`, known wherever level
+:math:`\ell` is evaluated (every proposal to level :math:`\ell` is the end of a level-:math:`(\ell-1)`
+subchain), and its ratio is :math:`1 \wedge e^{c_\ell(y) - c_\ell(x)}`; a fixed :math:`c_\ell` is a fixed
+density, so the chain stays exact.
+
 In the code the states are ``current`` and ``proposed``; a :class:`LevelPoint` carries a point with its
 log densities at the levels evaluated there (NaN above). The base proposal is any
 :class:`~pymc_kameleon.core.proposals.Proposal`, frozen for an exact chain (the steps freeze it after
@@ -38,7 +45,26 @@ import numpy as np
 
 from pymc_kameleon.core.mh import metropolis_accept, metropolis_hastings_step
 
-__all__ = ["LevelPoint", "MultilevelCounts", "MultilevelDelayedAcceptance", "multilevel_log_ratio"]
+__all__ = [
+    "LevelPoint",
+    "MultilevelCounts",
+    "MultilevelDelayedAcceptance",
+    "RelativeLevel",
+    "multilevel_log_ratio",
+]
+
+
+class RelativeLevel:
+    r"""A level given relative to the one below: :math:`\log\pi_\ell(x) = \log\pi_{\ell-1}(x) + c(x)`.
+
+    Parameters
+    ----------
+    correction : callable
+        :math:`x \mapsto c(x)`, a float (finite, or NaN for a rejection).
+    """
+
+    def __init__(self, correction: Callable[[np.ndarray], float]):
+        self.correction = correction
 
 
 @dataclass(frozen=True)
@@ -103,9 +129,10 @@ class MultilevelDelayedAcceptance:
 
     Parameters
     ----------
-    log_densities : sequence of callables
+    log_densities : sequence of callables or RelativeLevel
         ``log_densities[l](x)`` is :math:`\log\pi_l(x)` (may be -inf or NaN: a rejection), for
-        :math:`l = 0, \dots, L` with :math:`L \ge 1`.
+        :math:`l = 0, \dots, L` with :math:`L \ge 1`; a :class:`RelativeLevel` (not at level 0 nor
+        :math:`L`) gives :math:`\log\pi_l` as :math:`\log\pi_{l-1}` plus its correction.
     subchain_lengths : sequence of int
         :math:`J_0, \dots, J_{L-1}`: the level-:math:`l` steps of the subchain that proposes at level
         :math:`l + 1` (each at least 1).
@@ -135,11 +162,18 @@ class MultilevelDelayedAcceptance:
         for length in subchain_lengths:
             if int(length) != length or length < 1:
                 raise ValueError(f"subchain lengths must be integers >= 1, got {list(subchain_lengths)!r}.")
+        for level, density in enumerate(log_densities):
+            if isinstance(density, RelativeLevel) and level in (0, len(log_densities) - 1):
+                raise ValueError(
+                    "a level relative to the one below can be neither the coarsest (there is none below) "
+                    f"nor the finest (the target), got one at level {level} of {len(log_densities)}."
+                )
         self.log_densities = list(log_densities)
         self.subchain_lengths = [int(j) for j in subchain_lengths]
         self.proposal = proposal
         self.randomize_lengths = bool(randomize_lengths)
         self.n_levels = len(self.log_densities)
+        self._on_evaluation = None
 
     @property
     def finest(self) -> int:
@@ -148,19 +182,32 @@ class MultilevelDelayedAcceptance:
     def point(self, x, logp_finest: float | None = None) -> LevelPoint:
         """``x`` with every level's log density evaluated (the finest's given, if known)."""
         x = np.asarray(x, dtype=float)
-        values = [float(f(x)) for f in self.log_densities[:-1]]
-        finest = float(self.log_densities[-1](x)) if logp_finest is None else float(logp_finest)
-        return LevelPoint(x, (*values, finest))
+        point = LevelPoint(x, (math.nan,) * self.n_levels)
+        for level in range(self.finest):
+            point = point.with_level(level, self.log_density(level, point))
+        finest = self.log_density(self.finest, point) if logp_finest is None else float(logp_finest)
+        return point.with_level(self.finest, finest)
 
-    def step(self, current: LevelPoint, rng, on_base_step=None) -> tuple[LevelPoint, MultilevelCounts]:
+    def log_density(self, level: int, point: LevelPoint) -> float:
+        r""":math:`\log\pi_\ell` at ``point`` (a relative level reads the level below from ``point``)."""
+        density = self.log_densities[level]
+        if isinstance(density, RelativeLevel):
+            return point.at(level - 1) + float(density.correction(point.x))
+        return float(density(point.x))
+
+    def step(self, current: LevelPoint, rng, on_base_step=None,
+             on_evaluation=None) -> tuple[LevelPoint, MultilevelCounts]:
         """One step of the finest level from ``current`` (every level's log density known there).
 
         ``on_base_step(mh_step, start)`` is called after every level-0 step with its
         :class:`~pymc_kameleon.core.mh.MHStep` and the :class:`LevelPoint` it started from, for the base
-        proposal's adaptation during tuning.
+        proposal's adaptation during tuning. ``on_evaluation(level, point)`` is called after every
+        evaluation of a level above 0 at a subchain's end (``point`` holds that level's value and those
+        below), for what learns from them (a GP level).
         Returns the new point and the counts of this step.
         """
         counts = MultilevelCounts.zeros(self.n_levels)
+        self._on_evaluation = on_evaluation
         return self._step(self.finest, current, rng, counts, on_base_step), counts
 
     def _subchain_length(self, level: int, rng) -> int:
@@ -185,7 +232,9 @@ class MultilevelDelayedAcceptance:
         counts.evaluations[level] += 1
         if level == self.finest:
             counts.finest_proposal = proposed.x
-        proposed = proposed.with_level(level, self.log_densities[level](proposed.x))
+        proposed = proposed.with_level(level, self.log_density(level, proposed))
+        if self._on_evaluation is not None:
+            self._on_evaluation(level, proposed)
         log_ratio = multilevel_log_ratio(current, proposed, level)
         accepted, counts.accept_prob[level] = metropolis_accept(log_ratio, rng)
         if accepted:

@@ -21,15 +21,19 @@ from pymc.blocking import RaveledVars
 
 from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
 from pymc_kameleon.core.adaptation.state import TuningDraw
+from pymc_kameleon.core.gp.options import GPTrainingOptions
 from pymc_kameleon.core.kameleon.scale_free import ScaleFreeProposal
 from pymc_kameleon.core.linalg import same_array
 from pymc_kameleon.core.multilevel import LevelPoint, MultilevelDelayedAcceptance
 from pymc_kameleon.core.validation import check_independence_weight, check_number, check_probability
 from pymc_kameleon.steps.base import AdaptiveStep, ChainState, continuous_value_vars, coordinate_names
+from pymc_kameleon.steps.multilevel_gp import GPLevel, SurrogateLevel
 from pymc_kameleon.steps.multilevel_levels import (
+    CoarseLevel,
     ErrorModel,
     check_all_free_variables,
     checked_coarse_models,
+    checked_gp_positions,
     checked_rates,
     coarse_level,
     corrected_names,
@@ -65,8 +69,11 @@ class MLDA(AdaptiveStep):
     ----------
     vars : list of variables, optional
         Every continuous free variable of the model (the default); MLDA samples them all.
-    coarse_models : list of pm.Model
+    coarse_models : list of pm.Model or GPLevel
         Cheaper models with the same free variables (names, shapes and transforms), coarsest first.
+        A :class:`~pymc_kameleon.GPLevel` above a coarse model (``[coarse, GPLevel()]``) adds a level
+        whose density is the coarse one corrected by a GP of the next finer level's excess over it,
+        learned during tuning and frozen after (:mod:`pymc_kameleon.steps.multilevel_gp`).
     subsampling_rates : int or list of int, default 5
         Steps of each coarse level's subchain per proposal to the next finer level (one per coarse
         model, or one number for all).
@@ -135,8 +142,10 @@ class MLDA(AdaptiveStep):
         check_number("adapt_interval", adapt_interval, integer=True, minimum=1, strict=False)
         check_number("learning_rate", learning_rate, minimum=0)
         check_number("history_size", history_size, integer=True, minimum=2, strict=False)
-        coarse_models = checked_coarse_models(coarse_models, model)
-        self.subsampling_rates = checked_rates(subsampling_rates, len(coarse_models))
+        specs = checked_coarse_models(coarse_models, model)
+        checked_gp_positions(specs)
+        coarse_models = [spec for spec in specs if isinstance(spec, pm.Model)]
+        self.subsampling_rates = checked_rates(subsampling_rates, len(specs))
         self.randomize_lengths = bool(randomize_lengths)
         self.adaptive_error_model = bool(adaptive_error_model)
         self.target_accept = float(target_accept)
@@ -159,13 +168,18 @@ class MLDA(AdaptiveStep):
             )
         corrected = corrected_names(model, coarse_models) if self.adaptive_error_model else ()
         self.corrected_variables = list(corrected)
-        self._coarse_levels = [
+        self._model_levels = [
             coarse_level(coarse, vars, model, compile_kwargs, k, corrected)
             for k, coarse in enumerate(coarse_models)
         ]
+        # By position, coarsest first: a model's CoarseLevel, or a GP level's options (its GP is per chain).
+        models = iter(self._model_levels)
+        self._coarse_levels = [
+            spec.options(self.dim) if isinstance(spec, GPLevel) else next(models) for spec in specs
+        ]
         self._fine_outputs = fine_outputs(model, vars, corrected, compile_kwargs) if corrected else None
-        self.n_levels = len(coarse_models) + 1
-        n_coarse = len(coarse_models)
+        self.n_levels = len(specs) + 1
+        n_coarse = len(specs)
         # Scalar statistics per coarse level (PyMC's default trace keeps scalar statistics only).
         per_level = {}
         for k in range(n_coarse):
@@ -190,16 +204,23 @@ class MLDA(AdaptiveStep):
             independence_weight=self.independence_weight,
         )
         proposal = ScaleFreeProposal(adaptation.state, 1.0)
-        levels = [level.log_density for level in self._coarse_levels] + [self._target]
+        gp_levels = {
+            k: SurrogateLevel(k, options, self._warn_from_gp)
+            for k, options in enumerate(self._coarse_levels) if isinstance(options, GPTrainingOptions)
+        }
+        levels = [
+            gp_levels.get(k, level.log_density if isinstance(level, CoarseLevel) else None)
+            for k, level in enumerate(self._coarse_levels)
+        ] + [self._target]
         move = MultilevelDelayedAcceptance(
             levels, self.subsampling_rates, proposal, randomize_lengths=self.randomize_lengths
         )
         error_model = None
         if self._fine_outputs is not None:
-            error_model = ErrorModel(self._coarse_levels, self._fine_outputs)
+            error_model = ErrorModel(self._model_levels, self._fine_outputs)
             error_model.reset()
         self._chain = MultilevelChain(
-            adaptation=adaptation, proposal=proposal, move=move, error_model=error_model
+            adaptation=adaptation, proposal=proposal, move=move, error_model=error_model, gp_levels=gp_levels
         )
         self._target.reset()
 
@@ -216,11 +237,18 @@ class MLDA(AdaptiveStep):
                 steps_per_iteration=self._base_steps_per_iteration,
             )
         adaptation.end_tuning(self.rng)
+        if chain.gp_levels:
+            self._freeze_gp_levels()
 
     @property
     def _base_steps_per_iteration(self) -> int:
         """The coarsest level's steps in one iteration (the product of the subchain lengths)."""
         return int(np.prod(self.subsampling_rates))
+
+    @property
+    def gp_levels(self) -> dict:
+        """The GP levels of the chain run last, by level index (:class:`SurrogateLevel`, its GP ``.gp``)."""
+        return dict(self._chain.gp_levels)
 
     @property
     def scale_free_adaptation(self) -> ScaleFreeAdaptation:
@@ -232,7 +260,7 @@ class MLDA(AdaptiveStep):
         chain, target = self._chain, self._target
         y = q0.data
         evals_before = target.n_evals
-        coarse_before = [t.n_evals for t in self._coarse_levels]
+        coarse_before = [level.n_evals for level in self._levels_below()]
         logp_y = target.current(y, q0.point_map_info, self.rng).logp
         current = chain.current
         if current is None or not same_array(current.x, y):
@@ -242,9 +270,13 @@ class MLDA(AdaptiveStep):
             current = chain.move.point(found[0], found[1].logp)
         self._warn_if_untuned()
         on_base_step = self._adapt if self.tune else None
-        new, counts = chain.move.step(current, self.rng, on_base_step)
+        on_evaluation = self._record_for_gp if self.tune and chain.gp_levels else None
+        window = chain.adaptation.window
+        new, counts = chain.move.step(current, self.rng, on_base_step, on_evaluation)
         chain.current = new
         accepted = new is not current
+        if on_evaluation is not None and self._learn_gp_levels(chain.adaptation.window - window):
+            chain.current = self._with_gp_levels_updated(chain.current)
         finest = self.n_levels - 1
         output_evals = 0
         if self.tune and counts.finest_proposal is not None:
@@ -264,7 +296,7 @@ class MLDA(AdaptiveStep):
             "scaling": state.am_scale.value,
             "model_logp": new.at(finest),
         }
-        for k, (coarse, before) in enumerate(zip(self._coarse_levels, coarse_before)):
+        for k, (coarse, before) in enumerate(zip(self._levels_below(), coarse_before)):
             steps = counts.steps[k]
             stats[f"level{k}_logp_evals"] = coarse.n_evals - before
             stats[f"level{k}_accept_rate"] = counts.accepted[k] / steps if steps else math.nan
@@ -308,6 +340,57 @@ class MLDA(AdaptiveStep):
             stacklevel=3,
         )
 
+    # ------------------------------------------------------------ GP levels
+    def _levels_below(self) -> list:
+        """The levels below the finest, by position: CoarseLevel or this chain's SurrogateLevel."""
+        gp_levels = self._chain.gp_levels
+        return [gp_levels.get(k, level) for k, level in enumerate(self._coarse_levels)]
+
+    def _record_for_gp(self, level: int, point: LevelPoint) -> None:
+        """A level was evaluated at a subchain's end (tuning): the GP level below it records its excess."""
+        gp_level = self._chain.gp_levels.get(level - 1)
+        if gp_level is not None:
+            gp_level.record(point)
+
+    def _learn_gp_levels(self, window_ends: int) -> bool:
+        """After a step in tuning: the GP levels learn what they recorded; whether a correction changed."""
+        chain = self._chain
+        changed = False
+        for gp_level in chain.gp_levels.values():
+            changed |= gp_level.learn(chain.adaptation, self.rng, window_ends, chain.whitening_changed)
+        if window_ends:
+            chain.whitening_changed = False
+        return changed
+
+    def _warn_from_gp(self, message, category, stacklevel) -> None:
+        """A GP level's training warning, through the chain's warnings (read when it warns)."""
+        self._warnings.warn(f"MLDA: the GP level: {message}", category, stacklevel=stacklevel)
+
+    def _freeze_gp_levels(self) -> None:
+        """End of tuning: each GP level's last fit in the final whitening; warn if one never warmed up."""
+        chain = self._chain
+        for k, gp_level in chain.gp_levels.items():
+            gp_level.end_tuning(chain.adaptation, self.rng)
+            if not gp_level.ready:
+                needed = gp_level.schedule.options.initial_points
+                self._warnings.warn(
+                    f"MLDA: the GP level (level {k}) saw {gp_level.gp.n_points} of the {needed} values of "
+                    "the level above it that it needs before it corrects anything, so it passes the coarse "
+                    f"level's proposals on unchanged (the draws stay exact). Pass more tune to pm.sample, "
+                    "or GPLevel(initial_points=...) smaller.",
+                    UserWarning,
+                    stacklevel=3,
+                )
+        if chain.current is not None:
+            chain.current = self._with_gp_levels_updated(chain.current)
+
+    def _with_gp_levels_updated(self, point: LevelPoint) -> LevelPoint:
+        """``point`` with its GP levels' log densities recomputed (after their GPs changed)."""
+        move = self._chain.move
+        for k in sorted(self._chain.gp_levels):
+            point = point.with_level(k, move.log_density(k, point))
+        return point
+
     def _reevaluated(self, point: LevelPoint) -> LevelPoint:
         """``point`` with its coarse log densities recomputed (after the error model changed them)."""
         return self._chain.move.point(point.x, point.at(self.n_levels - 1))
@@ -327,7 +410,8 @@ class MLDA(AdaptiveStep):
             coarsest = self._coarse_levels[0]
             point = proposal.independent_point(self.rng, adaptation.probe_fitted)
             adaptation.record_probe(mh_step.state, logp0, point, coarsest.log_density(point))
-        adaptation.adapt(draw, self.rng)
+        if adaptation.adapt(draw, self.rng):
+            chain.whitening_changed = True
 
     @property
     def _search_density(self):
@@ -352,6 +436,10 @@ class MultilevelChain(ChainState):
     fine_decisions : deque of bool
         Whether the finest level accepted each of its last decisions on a moved subchain's end in
         tuning (for the end-of-tuning check).
+    gp_levels : dict of int to SurrogateLevel
+        The chain's GP levels by level index (``GPLevel`` in ``coarse_models``).
+    whitening_changed : bool
+        Whether the base proposal's whitening changed since the GP levels last moved to it.
     """
 
     adaptation: ScaleFreeAdaptation
@@ -360,10 +448,15 @@ class MultilevelChain(ChainState):
     current: LevelPoint | None = None
     error_model: ErrorModel | None = None
     fine_decisions: deque = field(default_factory=lambda: deque(maxlen=FINE_DECISIONS_KEPT))
+    gp_levels: dict = field(default_factory=dict)
+    whitening_changed: bool = False
 
 
 def _are_models(value) -> bool:
-    """Whether ``value`` is a ``pm.Model`` or a non-empty list or tuple of them (coarse models)."""
+    """Whether ``value`` is a ``pm.Model`` or a non-empty list or tuple of them and GP levels."""
     if isinstance(value, pm.Model):
         return True
-    return isinstance(value, list | tuple) and bool(value) and all(isinstance(v, pm.Model) for v in value)
+    return (
+        isinstance(value, list | tuple) and bool(value)
+        and all(isinstance(v, pm.Model | GPLevel) for v in value)
+    )

@@ -24,6 +24,7 @@ from pymc.pytensorf import compile as compile_pytensor
 from pymc.pytensorf import join_nonshared_inputs
 
 from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
+from pymc_kameleon.steps.multilevel_gp import GPLevel
 from pymc_kameleon.steps.target_density import Evaluation
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "ErrorModel",
     "check_all_free_variables",
     "checked_coarse_models",
+    "checked_gp_positions",
     "checked_rates",
     "coarse_level",
     "corrected_names",
@@ -235,8 +237,9 @@ def checked_rates(rates, n_coarse: int) -> list[int]:
 
 
 def checked_coarse_models(coarse_models, model) -> list:
-    """The coarse models as a list: ``pm.Model`` objects other than the fine one, each with a likelihood."""
-    if isinstance(coarse_models, pm.Model):
+    """The coarse models as a list: ``pm.Model`` objects other than the fine one, each with a likelihood
+    (or GP levels, checked by :func:`checked_gp_positions`)."""
+    if isinstance(coarse_models, pm.Model | GPLevel):
         coarse_models = [coarse_models]
     coarse_models = list(coarse_models) if coarse_models is not None else []
     if not coarse_models:
@@ -245,8 +248,12 @@ def checked_coarse_models(coarse_models, model) -> list:
             "the same free variables as the model in context (coarsest first, if several)."
         )
     for k, coarse in enumerate(coarse_models):
+        if isinstance(coarse, GPLevel):
+            continue
         if not isinstance(coarse, pm.Model):
-            raise TypeError(f"MLDA: coarse_models[{k}] must be a pm.Model, got {type(coarse).__name__}.")
+            raise TypeError(
+                f"MLDA: coarse_models[{k}] must be a pm.Model or a GPLevel, got {type(coarse).__name__}."
+            )
         if getattr(coarse, "parent", None) is not None:
             raise ValueError(
                 f"MLDA: coarse_models[{k}] was built inside another model's `with` block (it is a "
@@ -263,6 +270,24 @@ def checked_coarse_models(coarse_models, model) -> list:
                 "its density would be the prior alone, a useless approximation of the posterior."
             )
     return coarse_models
+
+
+def checked_gp_positions(specs) -> None:
+    """A GP level learns the next finer level's excess over the coarse model just below it: it needs one."""
+    for k, spec in enumerate(specs):
+        if not isinstance(spec, GPLevel):
+            continue
+        if k == 0:
+            raise ValueError(
+                "MLDA: a GPLevel corrects the coarse model below it, so it cannot be the coarsest level: "
+                "give coarse_models=[coarse, GPLevel()]. With no coarse model, GPDelayedAcceptanceMH is the "
+                "two-level sampler whose cheap level is a GP."
+            )
+        if isinstance(specs[k - 1], GPLevel):
+            raise ValueError(
+                f"MLDA: coarse_models[{k - 1}] and coarse_models[{k}] are both GPLevel; a GP level corrects "
+                "the coarse model below it, so put a pm.Model between them."
+            )
 
 
 def check_all_free_variables(vars, model) -> None:

@@ -6,7 +6,12 @@ import math
 import numpy as np
 import pytest
 
-from pymc_kameleon.core.multilevel import LevelPoint, MultilevelDelayedAcceptance, multilevel_log_ratio
+from pymc_kameleon.core.multilevel import (
+    LevelPoint,
+    MultilevelDelayedAcceptance,
+    RelativeLevel,
+    multilevel_log_ratio,
+)
 from pymc_kameleon.core.proposals import Move, Proposal, RandomWalkProposal
 from pymc_kameleon.testing import mcse_of_mean
 
@@ -142,3 +147,51 @@ def test_negative_control_without_the_coarse_correction_fails():
     draws = run_chains(WithoutCoarseCorrection, TWO_LEVELS, [3])
     z_mean, z_second = z_scores(draws, 0.0, 1.0)
     assert max(z_mean, z_second) > 8, (z_mean, z_second)
+
+
+# ------------------------------------------------------------------------- a level relative to the one below
+def middle_correction(x):
+    """log N(x; 1, 1) - log N(x; 3, 1.2): THREE_LEVELS' middle level relative to its coarsest."""
+    return THREE_LEVELS[1](x) - THREE_LEVELS[0](x)
+
+
+def test_a_relative_level_adds_its_correction_to_the_level_below():
+    mlda = MultilevelDelayedAcceptance(
+        [THREE_LEVELS[0], RelativeLevel(middle_correction), THREE_LEVELS[2]], [2, 3], StepBy()
+    )
+    point = mlda.point(np.array([0.4]))
+    assert point.at(0) == THREE_LEVELS[0](point.x)
+    assert point.at(1) == pytest.approx(THREE_LEVELS[1](point.x), abs=1e-12)
+    assert point.at(2) == THREE_LEVELS[2](point.x)
+    assert mlda.log_density(1, point.with_level(0, -math.inf)) == -math.inf  # infeasible below: here too
+
+
+@pytest.mark.parametrize("where", [0, 2])
+def test_a_relative_level_is_refused_as_the_coarsest_or_the_finest(where):
+    levels = [normal_logpdf(0, 1)] * 3
+    levels[where] = RelativeLevel(middle_correction)
+    with pytest.raises(ValueError, match="relative to the one below"):
+        MultilevelDelayedAcceptance(levels, [2, 2], StepBy())
+
+
+def test_a_relative_level_gives_the_draws_of_the_same_density_given_whole():
+    """The same middle density, given whole or as a correction of the coarsest: the same chain (their
+    values agree to rounding, which decides no uniform in 2000 steps)."""
+    relative = [THREE_LEVELS[0], RelativeLevel(middle_correction), THREE_LEVELS[2]]
+    whole = run_chains(MultilevelDelayedAcceptance, THREE_LEVELS, [2, 3], chains=1, steps=2000)
+    np.testing.assert_array_equal(
+        run_chains(MultilevelDelayedAcceptance, relative, [2, 3], chains=1, steps=2000), whole
+    )
+
+
+def test_each_evaluation_above_the_coarsest_is_reported_with_the_levels_below():
+    seen = []
+    mlda = MultilevelDelayedAcceptance(THREE_LEVELS, [2, 3], RandomWalkProposal(1.5, dim=1))
+    point = mlda.point(np.zeros(1))
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        point, counts = mlda.step(point, rng, on_evaluation=lambda level, p: seen.append((level, p)))
+    assert {level for level, _ in seen} == {1, 2}
+    for level, p in seen:
+        assert all(math.isfinite(p.at(k)) for k in range(level + 1))
+        assert p.at(level) == THREE_LEVELS[level](p.x)

@@ -1,0 +1,174 @@
+r"""A Gaussian-process surrogate as a level of :class:`~pymc_kameleon.MLDA` (``[coarse, GPLevel()]``).
+
+A GP level :math:`\ell` sits between a coarse level :math:`\ell - 1` and a finer level :math:`\ell + 1`
+(usually the model in context) and learns, during tuning, the finer level's excess over the coarse one,
+
+.. math::
+    \delta(x) = \log\pi_{\ell+1}(x) - \log\pi_{\ell-1}(x),
+
+from every point where level :math:`\ell + 1` was evaluated (where level :math:`\ell - 1` is known too:
+the point ended a subchain that ran on it). Its density is
+
+.. math::
+    \log\pi_\ell(x) = \log\pi_{\ell-1}(x) + \mu_\delta(x),
+
+with :math:`\mu_\delta` the GP's posterior mean (:math:`O(n d)` a point; no variance is needed), so a
+step of level :math:`\ell` accepts the end :math:`y` of a coarse subchain from :math:`x` with
+:math:`1 \wedge e^{\mu_\delta(y) - \mu_\delta(x)}` (:class:`~pymc_kameleon.core.multilevel.RelativeLevel`).
+Where the GP has no data, :math:`\mu_\delta` tends to its constant mean, which cancels in that ratio:
+far from the posterior the level passes the coarse level's proposals on unchanged. A smooth,
+state-dependent coarse bias (which the adaptive error model's constant shift cannot correct) is what it
+learns.
+
+The GP is each chain's own, trained as GP delayed acceptance trains its GP
+(:class:`~pymc_kameleon.core.gp.training.GPTrainingSchedule`: a warm-up of ``initial_points`` values,
+hyperparameters fitted by marginal likelihood as the training set doubles, input whitening by the base
+proposal's learned covariance, so its length scales are in posterior sds) and **frozen after tuning**,
+so every level is a fixed density and the chain is exact. Until the warm-up is over :math:`\mu_\delta = 0`
+(the level equals the one below).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from pymc_kameleon.core.gp.options import GPTrainingOptions
+from pymc_kameleon.core.gp.training import GPTrainingSchedule
+from pymc_kameleon.core.multilevel import LevelPoint, RelativeLevel
+
+__all__ = ["GPLevel", "SurrogateLevel"]
+
+
+class GPLevel:
+    r"""A GP surrogate level for :class:`~pymc_kameleon.MLDA`, in ``coarse_models`` above a coarse model.
+
+    ``MLDA(coarse_models=[coarse, GPLevel()])`` samples with three levels: the coarse model, the GP
+    level (the coarse density times :math:`e^{\mu_\delta}`, :math:`\mu_\delta` the GP's mean of the
+    fine-minus-coarse log density) and the model in context. The GP costs microseconds per point, so
+    its level filters the coarse subchains' ends before they cost a fine evaluation. See
+    :mod:`pymc_kameleon.steps.multilevel_gp` for the model.
+
+    Parameters
+    ----------
+    initial_points : int, optional
+        Values of the finer level seen before the GP's mean is used; default :math:`\max(10, 2(d+1))`.
+    max_points : int, optional
+        Most points the GP holds during tuning (it then forgets its older half); default 1000.
+    fit_max_points : int, optional
+        Latest points used by a hyperparameter fit; default 300.
+    hyperparameters : dict, optional
+        Fixed ``lengthscales`` (in the base proposal's whitened coordinates once learned),
+        ``signal_variance`` or ``mean`` instead of fitted ones.
+    jitter : float, default 1e-8
+        Relative nugget on the GP's covariance diagonal.
+
+    Notes
+    -----
+    The level's statistics are those of any coarse level: ``level{k}_logp_evals`` (GP means computed,
+    each with the level below's value reused), ``level{k}_accept_rate`` and
+    ``level{k}_subchain_length``. ``MLDA.gp_levels`` holds the last chain's trained GPs.
+    """
+
+    def __init__(self, *, initial_points=None, max_points=None, fit_max_points=None, hyperparameters=None,
+                 jitter: float = 1e-8):
+        self.initial_points = initial_points
+        self.max_points = max_points
+        self.fit_max_points = fit_max_points
+        self.hyperparameters = hyperparameters
+        self.jitter = jitter
+
+    def options(self, dim: int) -> GPTrainingOptions:
+        """The validated GP options for ``dim`` parameters (a ValueError names a bad one)."""
+        try:
+            return GPTrainingOptions.from_user(
+                dim,
+                gradients=False,
+                noisy_likelihood=False,
+                initial_points=self.initial_points,
+                max_points=self.max_points,
+                fit_max_points=self.fit_max_points,
+                hyperparameters=self.hyperparameters,
+                jitter=self.jitter,
+                gp_after_tuning="freeze",
+            )
+        except ValueError as error:
+            raise ValueError(f"MLDA: GPLevel: {error}") from None
+
+    def __repr__(self):
+        return "GPLevel()"
+
+
+class SurrogateLevel(RelativeLevel):
+    r"""One chain's GP level at position ``level``: the correction :math:`\mu_\delta(x)` and its training.
+
+    Parameters
+    ----------
+    level : int
+        Its index among the levels (at least 1, below the finest).
+    options : GPTrainingOptions
+    warn : callable
+        ``warn(message, category, stacklevel)`` for the training schedule's warnings.
+    """
+
+    def __init__(self, level: int, options: GPTrainingOptions, warn=None):
+        super().__init__(self._correction)
+        self.level = level
+        self.schedule = GPTrainingSchedule(options, warn)
+        self.n_evals = 0  # corrections computed (the level's evaluations)
+        self._pending = []  # (x, delta) recorded during a step, learned after it
+
+    @property
+    def gp(self):
+        return self.schedule.gp
+
+    @property
+    def ready(self) -> bool:
+        """Whether the GP's mean is in use (its warm-up is over)."""
+        return not self.schedule.warm
+
+    def _correction(self, x) -> float:
+        self.n_evals += 1
+        if self.schedule.warm:
+            return 0.0
+        return float(self.gp.predict_mean(x))
+
+    def record(self, point: LevelPoint) -> None:
+        r"""``point`` has level ``level + 1``'s value (and those below): remember :math:`\delta` there."""
+        delta = point.at(self.level + 1) - point.at(self.level - 1)
+        if math.isfinite(delta):
+            self._pending.append((np.array(point.x, dtype=float, copy=True), delta))
+
+    def learn(self, adaptation, rng, window_ends: int = 0, whitening_changed: bool = False) -> bool:
+        """After a step in tuning: add the recorded values and follow the schedule (warm-up end, fits), then
+        the ``window_ends`` adaptation windows that ended in the step (forget the transient, refit; the
+        base proposal's new whitening if it changed). Returns whether the correction changed."""
+        changed = False
+        for x, delta in self._pending:
+            if self.schedule.add(x, delta, tune=True):
+                changed = True
+                self.schedule.after_exact_evaluation(
+                    tune=True,
+                    scanning=adaptation.phase == "scan",
+                    window=adaptation.window,
+                    typical_step=adaptation.state.typical_scale,
+                    rng=rng,
+                )
+        self._pending.clear()
+        if window_ends and whitening_changed:
+            # Not the GP-DA schedule's window end, which forgets the points from before the previous
+            # window: the windows count coarsest-level steps here, several per fine evaluation, so it
+            # would leave the GP a handful of points.
+            self.schedule.set_whitening(adaptation.state.whitening)
+            if self.ready:
+                self.schedule.fit(rng)
+            changed = True
+        return changed and self.ready
+
+    def end_tuning(self, adaptation, rng) -> None:
+        """Freeze: a last fit if the training set grew by a quarter, in the final whitening."""
+        self._pending.clear()
+        if self.ready:
+            self.schedule.set_whitening(adaptation.state.whitening)
+            self.schedule.end_tuning(rng)
