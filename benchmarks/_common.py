@@ -87,12 +87,12 @@ class CountedCall:
             self.calls += 1
 
 
-def fine_and_coarse_evaluations(idata, sampler: str, iterations: int) -> tuple[float, float]:
+def fine_and_coarse_evaluations(idata, sampler: str, iterations: int, gp_levels=()) -> tuple[float, float]:
     """The fine (expensive) and coarse log-density evaluations of a ``pm.sample`` run, tuning included.
 
     ``pm.DEMetropolisZ`` makes two per iteration; our steps count theirs in ``cumulative_logp_evals``, and
-    MLDA its coarse levels' in ``level{k}_logp_evals`` (summed over every coarse level). Needs
-    ``discard_tuned_samples=False``.
+    MLDA its coarse levels' in ``level{k}_logp_evals`` (summed over every coarse level but the GP levels
+    ``gp_levels``, whose evaluations are GP means, not model solves). Needs ``discard_tuned_samples=False``.
     """
     if sampler == "DEMetropolisZ":
         return 2.0 * iterations, 0.0  # two evaluations per iteration, as PyMC's step makes them
@@ -101,7 +101,8 @@ def fine_and_coarse_evaluations(idata, sampler: str, iterations: int) -> tuple[f
     coarse, k = 0.0, 0
     while f"level{k}_logp_evals" in stats:
         name = f"level{k}_logp_evals"
-        coarse += float(stats[name].values.sum() + warm[name].values.sum())
+        if k not in gp_levels:
+            coarse += float(stats[name].values.sum() + warm[name].values.sum())
         k += 1
     return fine, coarse
 

@@ -9,6 +9,9 @@ percent of a fine solve, with a bias of up to two thirds of the noise sd at a we
 * ``MLDA`` and ``MLDA-AEM`` (``adaptive_error_model=True``): ours, subchains of 5 coarse steps;
   ``MLDA-AEM-3``: three levels, a middle grid of twice the coarse cells between (subchains of 5 coarse
   steps per middle step, of 2 middle steps per fine one), error model on;
+* ``MLDA-GP`` and ``MLDA-AEM-GP``: three levels, a :class:`~pymc_kameleon.GPLevel` between the coarse
+  grid and the fine one (a GP of the fine-minus-coarse log density, learned in tuning; subchains of 2
+  coarse steps per GP-level step, of 3 GP-level steps per fine one), without and with the error model;
 * ``KAMH``, ``GP-DA-MH`` and ``DEMetropolisZ`` on the fine model alone;
 * ``tinyDA`` and ``tinyDA-AEM``: ``tinyDA.sample`` with the same two levels, its Adaptive Metropolis
   proposal at its defaults started from the prior covariance, subchains of 5 (its default is 1) and,
@@ -54,7 +57,7 @@ import numpy as np  # noqa: E402
 import pymc as pm  # noqa: E402
 from scipy import optimize, stats  # noqa: E402
 
-from pymc_kameleon import MLDA, GPDelayedAcceptanceMH, KameleonMetropolis  # noqa: E402
+from pymc_kameleon import MLDA, GPDelayedAcceptanceMH, GPLevel, KameleonMetropolis  # noqa: E402
 from pymc_kameleon.problems.groundwater import (  # noqa: E402
     GROUNDWATER_MODES,
     NOISE_SD,
@@ -65,9 +68,11 @@ from pymc_kameleon.problems.groundwater import (  # noqa: E402
 )
 
 REFERENCE = Path(__file__).resolve().parent / "data" / "groundwater_reference.json"
-SAMPLERS = ("MLDA", "MLDA-AEM", "MLDA-AEM-3", "KAMH", "GP-DA-MH", "DEMetropolisZ", "tinyDA", "tinyDA-AEM")
+SAMPLERS = ("MLDA", "MLDA-AEM", "MLDA-AEM-3", "MLDA-GP", "MLDA-AEM-GP", "KAMH", "GP-DA-MH", "DEMetropolisZ",
+            "tinyDA", "tinyDA-AEM")
 D = len(GROUNDWATER_MODES)
 SUBCHAIN = 5
+GP_SUBCHAINS = [2, 3]  # coarse steps per GP-level step, GP-level steps per fine step ([5, 2]: see RESULTS)
 
 
 def importance_reference(cells: int, draws: int, seed: int = 0) -> dict:
@@ -123,13 +128,18 @@ def run_pymc(sampler, seed, fine_cells, coarse_cells, tune, draws, chains=2) -> 
             "MLDA-AEM-3": lambda: MLDA(
                 coarse_models=[coarse, middle], subsampling_rates=[SUBCHAIN, 2], adaptive_error_model=True
             ),
+            "MLDA-GP": lambda: MLDA(coarse_models=[coarse, GPLevel()], subsampling_rates=GP_SUBCHAINS),
+            "MLDA-AEM-GP": lambda: MLDA(
+                coarse_models=[coarse, GPLevel()], subsampling_rates=GP_SUBCHAINS, adaptive_error_model=True
+            ),
             "KAMH": KameleonMetropolis,
             "GP-DA-MH": GPDelayedAcceptanceMH,
             "DEMetropolisZ": pm.DEMetropolisZ,
         }[sampler]()
     idata, seconds = timed_sample(model, step, tune=tune, draws=draws, chains=chains, seed=seed)
     iterations = chains * (tune + draws)
-    fine, coarse = fine_and_coarse_evaluations(idata, sampler, iterations)
+    gp_levels = (1,) if sampler.endswith("-GP") else ()
+    fine, coarse = fine_and_coarse_evaluations(idata, sampler, iterations, gp_levels)
     return idata.posterior["theta"].values, seconds, fine, coarse, iterations
 
 
