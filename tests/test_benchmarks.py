@@ -377,9 +377,9 @@ def test_kass_waste_free_and_ode_benchmarks_quick_mode(capsys):
 def test_mlda_groundwater_and_subsample_benchmarks_quick_mode(capsys):
     """benchmarks/mlda_groundwater.py (tiny grids and budget, its own reference; the tinyDA rows only
     where tinyDA is installed) and mlda_subsample.py run end to end and print their tables."""
-    _load("mlda_groundwater").main(["--quick", "--samplers", "MLDA-AEM", "DEMetropolisZ"])
+    _load("mlda_groundwater").main(["--quick", "--samplers", "MLDA-AEM", "MLDA-GP", "DEMetropolisZ"])
     out = capsys.readouterr().out
-    assert "| MLDA-AEM |" in out and "| DEMetropolisZ |" in out
+    assert "| MLDA-AEM |" in out and "| MLDA-GP |" in out and "| DEMetropolisZ |" in out
     assert "importance draws" in out
     _load("mlda_subsample").main(["--quick", "--fractions", "0.5"])
     out = capsys.readouterr().out

@@ -46,8 +46,8 @@ class GPLevel:
 
     ``MLDA(coarse_models=[coarse, GPLevel()])`` samples with three levels: the coarse model, the GP
     level (the coarse density times :math:`e^{\mu_\delta}`, :math:`\mu_\delta` the GP's mean of the
-    fine-minus-coarse log density) and the model in context. The GP costs microseconds per point, so
-    its level filters the coarse subchains' ends before they cost a fine evaluation. See
+    fine-minus-coarse log density) and the model in context. A GP mean costs a fraction of a coarse
+    solve, so its level filters the coarse subchains' ends before they cost a fine evaluation. See
     :mod:`pymc_kameleon.steps.multilevel_gp` for the model.
 
     Parameters
