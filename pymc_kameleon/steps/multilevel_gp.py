@@ -12,7 +12,8 @@ the point ended a subchain that ran on it). Its density is
 .. math::
     \log\pi_\ell(x) = \log\pi_{\ell-1}(x) + \mu_\delta(x),
 
-with :math:`\mu_\delta` the GP's posterior mean (:math:`O(n d)` a point; no variance is needed), so a
+with :math:`\mu_\delta` the GP's posterior mean (:math:`O(n d)` a point,
+:meth:`~pymc_kameleon.core.gp.predict.GPPredictionMixin.point_mean`; no variance is needed), so a
 step of level :math:`\ell` accepts the end :math:`y` of a coarse subchain from :math:`x` with
 :math:`1 \wedge e^{\mu_\delta(y) - \mu_\delta(x)}` (:class:`~pymc_kameleon.core.multilevel.RelativeLevel`).
 Where the GP has no data, :math:`\mu_\delta` tends to its constant mean, which cancels in that ratio:
@@ -118,6 +119,7 @@ class SurrogateLevel(RelativeLevel):
         self.schedule = GPTrainingSchedule(options, warn)
         self.n_evals = 0  # corrections computed (the level's evaluations)
         self._pending = []  # (x, delta) recorded during a step, learned after it
+        self._mean = None  # (schedule version, the GP's point_mean at that version)
 
     @property
     def gp(self):
@@ -132,7 +134,9 @@ class SurrogateLevel(RelativeLevel):
         self.n_evals += 1
         if self.schedule.warm:
             return 0.0
-        return float(self.gp.predict_mean(x))
+        if self._mean is None or self._mean[0] != self.schedule.version:
+            self._mean = (self.schedule.version, self.gp.point_mean())
+        return self._mean[1](x)
 
     def record(self, point: LevelPoint) -> None:
         r"""``point`` has level ``level + 1``'s value (and those below): remember :math:`\delta` there."""

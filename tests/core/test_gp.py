@@ -5,6 +5,7 @@ import pytest
 from scipy.optimize import approx_fprime, check_grad
 from scipy.stats import multivariate_normal
 
+from pymc_kameleon.core.adaptation.whitening import Whitening
 from pymc_kameleon.core.gp.covariance import se_ard_covariance
 from pymc_kameleon.core.gp.fit import log_hyperparameters, neg_log_marginal_likelihood_and_grad
 from pymc_kameleon.core.gp.surrogate import GPSurrogate
@@ -480,3 +481,28 @@ def test_leave_one_out_density_uses_the_value_rows_only():
     # Worse length scales predict the same values worse.
     gp.set_hyperparameters(lengthscales=0.05)
     assert gp.loo_log_predictive_density() < value
+
+
+@pytest.mark.parametrize("whitened", [False, True])
+def test_point_mean_equals_predict_mean_and_is_a_snapshot(whitened):
+    """The GP level's fast mean agrees with predict_mean to rounding, and does not follow later points."""
+    rng = np.random.default_rng(3)
+    gp = GPSurrogate(3, lengthscales=[0.7, 1.3, 2.0], signal_variance=2.5)
+    for x in rng.normal(size=(40, 3)):
+        gp.add(x, float(np.sin(x).sum()))
+    if whitened:
+        chol = np.array([[1.5, 0, 0], [0.4, 0.8, 0], [0.1, 0.2, 2.0]])
+        gp.set_input_whitening(Whitening.from_moments(np.array([0.1, -0.2, 0.3]), chol @ chol.T))
+    mean_at = gp.point_mean()
+    for x in rng.normal(size=(10, 3)):
+        assert mean_at(x) == pytest.approx(gp.predict_mean(x), rel=1e-12, abs=1e-12)
+    before = mean_at(np.zeros(3))
+    gp.add(np.zeros(3), 5.0)
+    assert mean_at(np.zeros(3)) == before
+    assert abs(gp.predict_mean(np.zeros(3)) - before) > 0.1  # the GP itself moved
+
+
+def test_point_mean_of_an_empty_gp_is_its_constant_and_gradient_gps_are_refused():
+    assert GPSurrogate(2, mean=1.5).point_mean()(np.zeros(2)) == 1.5
+    with pytest.raises(ValueError, match="gradient observations"):
+        GPSurrogate(2, gradients=True).point_mean()

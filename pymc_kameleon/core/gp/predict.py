@@ -45,6 +45,32 @@ class GPPredictionMixin:
             mean += Kx @ self._get_alpha()
         return float(mean[0]) if single else mean
 
+    def point_mean(self):
+        r"""The predictive mean at one point as a function of the GP as it is now (a snapshot).
+
+        :math:`\mu(\theta) = m + s^2 \sum_i \alpha_i \exp(-\tfrac12 \|(w - w_i)/\ell\|^2)`, with
+        :math:`w` the whitened :math:`\theta`: the value rows of :meth:`predict_mean` in :math:`O(t d)`
+        NumPy operations, without building the covariance blocks (a quarter of its time at 1000
+        points). Values only (``gradients=False``); the function does not follow later changes.
+        """
+        if self.gradients:
+            raise ValueError("GPSurrogate.point_mean: a GP with gradient observations; use predict_mean.")
+        mean, ell, whitening = self.mean_value, self._ell.copy(), self._whitening
+        if not self.n_points:
+            return lambda theta: mean
+        scaled = self._X / ell
+        norms = np.einsum("ij,ij->i", scaled, scaled)
+        weights = self._s2 * self._get_alpha()
+
+        def mean_at(theta) -> float:
+            w = np.asarray(theta, dtype=float) if whitening is None else whitening.whiten(theta)
+            u = w / ell
+            # |u - x_i|^2 = |x_i|^2 + |u|^2 - 2 x_i.u: one matrix-vector product (clipped at 0 for rounding)
+            squared = np.maximum(norms + u @ u - 2.0 * (scaled @ u), 0.0)
+            return mean + float(np.exp(-0.5 * squared) @ weights)
+
+        return mean_at
+
     @one_blas_thread
     def predict(self, theta):
         r"""Predictive mean and variance of the latent :math:`f(\theta)`.
