@@ -48,10 +48,11 @@ def declare_pseudo_marginal_stats(step, target):
     """Declare :data:`PSEUDO_MARGINAL_STATS` on ``step`` if ``target`` has pseudo-marginal terms.
 
     PyMC reads both ``stats_dtypes_shapes`` and ``stats_dtypes`` from the instance
-    (``BlockedStep.__new__`` sets them), so models without estimates keep the class's stats.
+    (``BlockedStep.__new__`` sets them), so models without estimates keep the class's stats. Stats the
+    instance already declared (MLDA's per-level ones) are kept.
     """
     if target.has_estimates:
-        step.stats_dtypes_shapes = {**type(step).stats_dtypes_shapes, **PSEUDO_MARGINAL_STATS}
+        step.stats_dtypes_shapes = {**step.stats_dtypes_shapes, **PSEUDO_MARGINAL_STATS}
         step.stats_dtypes = [{name: dtype for name, (dtype, _) in step.stats_dtypes_shapes.items()}]
 
 

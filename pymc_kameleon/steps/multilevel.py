@@ -101,6 +101,11 @@ class MLDA(AdaptiveStep):
 
     Notes
     -----
+    The model in context may have a :class:`~pymc_kameleon.PseudoMarginalPotential` (the coarse models
+    may not): the current state's estimate is kept until a proposal is accepted (pseudo-marginal MH with
+    the coarse subchain as its proposal, so exact), and ``loglik_estimate`` and ``estimator_calls`` are
+    added to the statistics.
+
     Tuning is per chain. ``accept`` is the finest level's acceptance probability of its proposal, 1
     when the subchain never moved (its end is the current state); ``accepted`` says whether the state
     moved. The statistics ``logp_evals`` and ``cumulative_logp_evals`` count the
@@ -161,10 +166,11 @@ class MLDA(AdaptiveStep):
         self.dim = int(sum(np.size(initial_point[v.name]) for v in vars))
         self._coordinate_names = coordinate_names(vars, initial_point)
         target = TargetDensity(model, vars, initial_point, compile_kwargs, "MLDA")
-        if target.has_estimates:
+        if target.has_estimates and any(isinstance(spec, GPLevel) for spec in specs):
             raise ValueError(
-                "MLDA does not take a model with a PseudoMarginalPotential yet: its levels' log densities "
-                "must be exact. Use GPDelayedAcceptanceMH or KameleonMetropolis for this model."
+                "MLDA: a GPLevel learns from exact values of the level above it, but the model in context "
+                "has a PseudoMarginalPotential (its log density is an estimate). Use the coarse models "
+                "alone, or GPDelayedAcceptanceMH, whose GP fits a noise variance."
             )
         corrected = corrected_names(model, coarse_models) if self.adaptive_error_model else ()
         self.corrected_variables = list(corrected)
@@ -208,10 +214,11 @@ class MLDA(AdaptiveStep):
             k: SurrogateLevel(k, options, self._warn_from_gp)
             for k, options in enumerate(self._coarse_levels) if isinstance(options, GPTrainingOptions)
         }
+        self._fine_level = FineLevel(self._target)
         levels = [
             gp_levels.get(k, level.log_density if isinstance(level, CoarseLevel) else None)
             for k, level in enumerate(self._coarse_levels)
-        ] + [self._target]
+        ] + [self._fine_level]
         move = MultilevelDelayedAcceptance(
             levels, self.subsampling_rates, proposal, randomize_lengths=self.randomize_lengths
         )
@@ -259,7 +266,7 @@ class MLDA(AdaptiveStep):
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list]:
         chain, target = self._chain, self._target
         y = q0.data
-        evals_before = target.n_evals
+        evals_before, estimates_before = target.n_evals, target.n_estimates
         coarse_before = [level.n_evals for level in self._levels_below()]
         logp_y = target.current(y, q0.point_map_info, self.rng).logp
         current = chain.current
@@ -287,7 +294,9 @@ class MLDA(AdaptiveStep):
                     chain.current = self._reevaluated(chain.current)
                 output_evals = 1
         if accepted:
-            target.accept(new.x, Evaluation(new.at(finest), new.at(finest)))
+            # With a pseudo-marginal term the accepted estimate (and its auxiliaries) is kept from now on.
+            evaluation = self._fine_level.evaluation_at(new.x) if target.has_estimates else None
+            target.accept(new.x, evaluation or Evaluation(new.at(finest), new.at(finest)))
         state = chain.adaptation.state
         stats = {
             "accept": counts.accept_prob[finest],
@@ -302,6 +311,7 @@ class MLDA(AdaptiveStep):
             stats[f"level{k}_accept_rate"] = counts.accepted[k] / steps if steps else math.nan
             stats[f"level{k}_subchain_length"] = counts.subchain_lengths[k]
         self._add_running_stats(stats, target.n_evals - evals_before + output_evals)
+        stats.update(target.estimate_stats(estimates_before))
         self._check_stuck(accepted)
         self._warnings.attach(stats, "accept")
         return RaveledVars(new.x, q0.point_map_info), [stats]
@@ -417,6 +427,26 @@ class MLDA(AdaptiveStep):
     def _search_density(self):
         """The start search runs on the coarsest level, where it is cheap."""
         return self._coarse_levels[0]
+
+
+class FineLevel:
+    """The finest level's log density (the model in context), keeping its last evaluation: with a
+    pseudo-marginal term, the estimate of an accepted proposal is the one the chain keeps."""
+
+    def __init__(self, target: TargetDensity):
+        self.target = target
+        self._last = None  # (x, Evaluation)
+
+    def __call__(self, x) -> float:
+        evaluation = self.target.evaluate(x)
+        self._last = (x, evaluation)
+        return evaluation.logp
+
+    def evaluation_at(self, x) -> Evaluation | None:
+        """The last evaluation, if it was at ``x`` (None otherwise)."""
+        if self._last is None or not same_array(self._last[0], x):
+            return None
+        return self._last[1]
 
 
 @dataclass(eq=False, kw_only=True)

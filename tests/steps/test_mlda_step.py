@@ -306,12 +306,12 @@ def test_discrete_variables_are_refused():
         MLDA(coarse_models=[coarse])
 
 
-def test_pseudo_marginal_models_are_refused_for_now():
+def test_a_coarse_model_with_a_pseudo_marginal_term_is_refused():
     with pm.Model() as model:
         mu = pm.Normal("mu", 0, 1)
-        PseudoMarginalPotential("lik", lambda m, rng: float(-0.5 * m**2), inputs=[mu])
+        pm.Normal("y", mu, 1, observed=[0.0])
     with pm.Model() as coarse:
         mu = pm.Normal("mu", 0, 1)
-        pm.Normal("y", mu, 1, observed=[0.0])
-    with model, pytest.raises(ValueError, match="PseudoMarginalPotential"):
+        PseudoMarginalPotential("lik", lambda m, rng: float(-0.5 * m**2), inputs=[mu])
+    with model, pytest.raises(ValueError, match=r"coarse_models\[0\] has a PseudoMarginalPotential"):
         MLDA(coarse_models=[coarse])
