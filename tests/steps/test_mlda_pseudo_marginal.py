@@ -85,8 +85,10 @@ class MonteCarloWithinMetropolis(MLDA):
 
 @pytest.mark.slow
 def test_negative_control_monte_carlo_within_metropolis_is_wrong():
+    """The check the exact chain passes rejects it (measured, seed 5: the mean of theta[0] 17.6 MCSE
+    off, towards the coarse posterior; the variances 1.0 and 2.8)."""
     scores = latent_gaussian_z_scores(sample_latent(MonteCarloWithinMetropolis).posterior["theta"].values)
-    assert min(scores["var_0"], scores["var_1"]) > Z_MAX, scores
+    assert max(scores.values()) > 2 * Z_MAX, scores
 
 
 def test_a_gp_level_over_a_pseudo_marginal_model_is_refused():
