@@ -7,6 +7,7 @@ percent of a fine solve, with a bias of up to two thirds of the noise sd at a we
 2 chains x (2000 + 2000) with one process, as ``mlda_ode.py``:
 
 * ``MLDA`` and ``MLDA-AEM`` (``adaptive_error_model=True``): ours, subchains of 5 coarse steps;
+  ``MLDA-AEMC``: the error model with its covariance (``error_covariance=True``);
   ``MLDA-AEM-3``: three levels, a middle grid of twice the coarse cells between (subchains of 5 coarse
   steps per middle step, of 2 middle steps per fine one), error model on;
 * ``MLDA-GP`` and ``MLDA-AEM-GP``: three levels, a :class:`~pymc_kameleon.GPLevel` between the coarse
@@ -68,7 +69,7 @@ from pymc_kameleon.problems.groundwater import (  # noqa: E402
 )
 
 REFERENCE = Path(__file__).resolve().parent / "data" / "groundwater_reference.json"
-SAMPLERS = ("MLDA", "MLDA-AEM", "MLDA-AEM-3", "MLDA-GP", "MLDA-AEM-GP", "KAMH", "GP-DA-MH", "DEMetropolisZ",
+SAMPLERS = ("MLDA", "MLDA-AEM", "MLDA-AEMC", "MLDA-AEM-3", "MLDA-GP", "MLDA-AEM-GP", "KAMH", "GP-DA-MH", "DEMetropolisZ",
             "tinyDA", "tinyDA-AEM")
 D = len(GROUNDWATER_MODES)
 SUBCHAIN = 5
@@ -124,6 +125,10 @@ def run_pymc(sampler, seed, fine_cells, coarse_cells, tune, draws, chains=2) -> 
             "MLDA": lambda: MLDA(coarse_models=[coarse], subsampling_rates=SUBCHAIN),
             "MLDA-AEM": lambda: MLDA(
                 coarse_models=[coarse], subsampling_rates=SUBCHAIN, adaptive_error_model=True
+            ),
+            "MLDA-AEMC": lambda: MLDA(
+                coarse_models=[coarse], subsampling_rates=SUBCHAIN, adaptive_error_model=True,
+                error_covariance=True,
             ),
             "MLDA-AEM-3": lambda: MLDA(
                 coarse_models=[coarse, middle], subsampling_rates=[SUBCHAIN, 2], adaptive_error_model=True

@@ -87,6 +87,11 @@ class MLDA(AdaptiveStep):
         last points where the fine model was evaluated during tuning (one more fine forward solve per
         fine evaluation in tuning, counted in ``logp_evals``); frozen after tuning, so the chain is
         exact.
+    error_covariance : bool, default False
+        With ``adaptive_error_model``: also add the differences' covariance :math:`\Sigma_{B,\ell}` to
+        the corrected observations' noise covariance at each coarse level, as the paper does (all
+        corrected observations then form one multivariate normal: a Cholesky factorisation of that
+        size per coarse evaluation).
     target_accept : float, default 0.234
         Acceptance rate the coarsest level's Adaptive Metropolis scale is tuned to.
     independence_weight : float, default 0.5
@@ -125,6 +130,7 @@ class MLDA(AdaptiveStep):
         subsampling_rates=5,
         randomize_lengths: bool = False,
         adaptive_error_model: bool = False,
+        error_covariance: bool = False,
         target_accept: float = 0.234,
         independence_weight: float = 0.5,
         adapt_interval: int = 100,
@@ -153,6 +159,14 @@ class MLDA(AdaptiveStep):
         self.subsampling_rates = checked_rates(subsampling_rates, len(specs))
         self.randomize_lengths = bool(randomize_lengths)
         self.adaptive_error_model = bool(adaptive_error_model)
+        if not isinstance(error_covariance, bool):
+            raise ValueError(f"MLDA: error_covariance must be True or False, got {error_covariance!r}.")
+        if error_covariance and not self.adaptive_error_model:
+            raise ValueError(
+                "MLDA: error_covariance=True is part of the adaptive error model: pass "
+                "adaptive_error_model=True too."
+            )
+        self.error_covariance = error_covariance
         self.target_accept = float(target_accept)
         self.independence_weight = float(independence_weight)
         self.adapt_interval = int(adapt_interval)
@@ -175,7 +189,7 @@ class MLDA(AdaptiveStep):
         corrected = corrected_names(model, coarse_models) if self.adaptive_error_model else ()
         self.corrected_variables = list(corrected)
         self._model_levels = [
-            coarse_level(coarse, vars, model, compile_kwargs, k, corrected)
+            coarse_level(coarse, vars, model, compile_kwargs, k, corrected, error_covariance)
             for k, coarse in enumerate(coarse_models)
         ]
         # By position, coarsest first: a model's CoarseLevel, or a GP level's options (its GP is per chain).

@@ -8,8 +8,11 @@ For an observed variable :math:`y \sim \mathcal N(F_\ell(\theta), \sigma)` that 
 tuning from the chain's fine-level states, and its likelihood becomes
 :math:`y \sim \mathcal N(F_\ell(\theta) + \mu_{B,\ell}, \sigma)`. The correction only changes the coarse
 densities, so the finest chain stays exact; it is frozen after tuning, so the coarse densities are fixed
-functions and every level's kernel keeps its reversibility. (The paper also inflates the coarse
-variance by the error's covariance; this correction is the mean only.)
+functions and every level's kernel keeps its reversibility. With ``error_covariance=True`` the coarse
+likelihood also takes the error's covariance, as the paper does:
+:math:`y \sim \mathcal N(F_\ell(\theta) + \mu_{B,\ell}, \operatorname{diag}(\sigma^2) + \Sigma_{B,\ell})`
+over all corrected observations together, :math:`\Sigma_{B,\ell}` the differences' sample covariance
+(one Cholesky factorisation of the observations' covariance per coarse evaluation).
 """
 
 from __future__ import annotations
@@ -53,13 +56,15 @@ class CoarseLevel:
     r"""A coarse model's log density on the fine step's raveled block, counting its evaluations.
 
     With an error model, the corrected observed terms use ``bias`` (a shared variable, zeros until the
-    error model sets it) and ``outputs(x)`` returns the level's model outputs :math:`F_\ell(x)`.
+    error model sets it), with ``error_covariance`` also ``covariance`` (the same, a matrix), and
+    ``outputs(x)`` returns the level's model outputs :math:`F_\ell(x)`.
     """
 
-    def __init__(self, fn, outputs_fn=None, bias=None):
+    def __init__(self, fn, outputs_fn=None, bias=None, covariance=None):
         self._fn = fn
         self._outputs_fn = outputs_fn
         self.bias = bias
+        self.covariance = covariance
         self.n_evals = 0
 
     def log_density(self, x) -> float:
@@ -98,6 +103,8 @@ class ErrorModel:
         for level, kept in zip(self.levels, self.differences):
             kept.clear()
             level.bias.set_value(np.zeros_like(level.bias.get_value()))
+            if level.covariance is not None:
+                level.covariance.set_value(np.zeros_like(level.covariance.get_value()))
         self.since_update = 0
         self.n_updates = 0
 
@@ -116,13 +123,17 @@ class ErrorModel:
         return True
 
     def update(self) -> bool:
-        """Set each level's correction to the mean of its recorded differences; whether any was set."""
+        """Set each level's correction to the mean (and, with ``error_covariance``, the covariance) of its
+        recorded differences; whether any was set."""
         self.since_update = 0
         self.n_updates += 1
         changed = False
         for level, kept in zip(self.levels, self.differences):
             if kept:
-                level.bias.set_value(np.mean(np.array(kept), axis=0))
+                differences = np.array(kept)
+                level.bias.set_value(np.mean(differences, axis=0))
+                if level.covariance is not None and len(kept) >= 2:
+                    level.covariance.set_value(np.atleast_2d(np.cov(differences, rowvar=False)))
                 changed = True
         return changed
 
@@ -185,9 +196,10 @@ def fine_outputs(model, vars, names, compile_kwargs):
     return lambda x: np.asarray(fn(np.asarray(x, dtype=float)), dtype=float)
 
 
-def coarse_level(coarse, vars, model, compile_kwargs, k: int, corrected=()) -> CoarseLevel:
+def coarse_level(coarse, vars, model, compile_kwargs, k: int, corrected=(), covariance=False) -> CoarseLevel:
     """The coarse model's density on the fine block (the same value variables, names, shapes and order),
-    its named observed ``pm.Normal`` terms with a correction of their mean if ``corrected``."""
+    its named observed ``pm.Normal`` terms with a correction of their mean if ``corrected`` (and of their
+    covariance, all of them jointly, if ``covariance``)."""
     coarse_vars = _matching_value_vars(coarse, vars, model, k)
     if pseudo_marginal_terms(coarse):
         raise ValueError(
@@ -203,18 +215,28 @@ def coarse_level(coarse, vars, model, compile_kwargs, k: int, corrected=()) -> C
         sds = coarse.replace_rvs_by_values([rv.owner.op.dist_params(rv.owner)[1] for rv in terms])
         size = int(sum(np.prod(_observed_shape(coarse.rvs_to_values[rv])) for rv in terms))
         bias = pytensor.shared(np.zeros(size), name=f"mlda_bias_{k}")
-        logp, start = rest, 0
+        logp, start, residuals, scales = rest, 0, [], []
         for rv, mean, sd in zip(terms, means, sds):
             observed = coarse.rvs_to_values[rv]
             n = int(np.prod(_observed_shape(observed)))
             shift = bias[start : start + n].reshape(observed.shape)
-            logp = logp + pm.logp(pm.Normal.dist(mean + shift, sd), observed).sum()
+            if covariance:
+                residuals.append(pt.flatten(observed - (mean + shift) + pt.zeros(observed.shape)))
+                scales.append(pt.flatten(pt.broadcast_to(sd, observed.shape)))
+            else:
+                logp = logp + pm.logp(pm.Normal.dist(mean + shift, sd), observed).sum()
             start += n
+        error_cov = None
+        if covariance:
+            error_cov = pytensor.shared(np.zeros((size, size)), name=f"mlda_error_covariance_{k}")
+            scale = pt.concatenate(scales)
+            joint = pm.MvNormal.dist(pt.zeros(size), cov=pt.diag(scale**2) + error_cov)
+            logp = logp + pm.logp(joint, pt.concatenate(residuals))
         outputs = [_outputs(coarse, list(corrected))]
     else:
         logp = coarse.logp()
     fns = _joined(coarse, [logp, *outputs], coarse_vars, compile_kwargs)
-    return CoarseLevel(fns[0], fns[1] if corrected else None, bias)
+    return CoarseLevel(fns[0], fns[1] if corrected else None, bias, error_cov)
 
 
 # ---------------------------------------------------------------------------- checks of the input

@@ -315,3 +315,60 @@ def test_a_coarse_model_with_a_pseudo_marginal_term_is_refused():
         PseudoMarginalPotential("lik", lambda m, rng: float(-0.5 * m**2), inputs=[mu])
     with model, pytest.raises(ValueError, match=r"coarse_models\[0\] has a PseudoMarginalPotential"):
         MLDA(coarse_models=[coarse])
+
+
+# ------------------------------------------------------------------------- the error's covariance
+def curved_model(offset: float = 0.0, curve: float = 0.0):
+    """The fine model (0, 0), or a coarse one whose forward model for y[:, 0] is off by ``offset`` sds plus
+    ``curve`` (mu[0] - posterior mean)^2: a state-dependent bias, so the differences vary."""
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 10, shape=2)
+        bias = pm.math.stack([offset * POST_SD + curve * (mu[0] - POST_MEAN[0]) ** 2, 0.0])
+        pm.Normal("y", mu + bias, 1, observed=DATA)
+    return model
+
+
+def test_with_zero_error_covariance_the_coarse_density_is_the_mean_only_one():
+    from pymc_kameleon.steps.multilevel_levels import coarse_level
+
+    fine, coarse = curved_model(), curved_model(1.0, 0.5)
+    vars = fine.value_vars
+    mean_only = coarse_level(coarse, vars, fine, None, 0, ["y"])
+    joint = coarse_level(coarse, vars, fine, None, 0, ["y"], covariance=True)
+    assert mean_only.covariance is None and joint.covariance.get_value().shape == (2 * N_OBS, 2 * N_OBS)
+    for level in (mean_only, joint):
+        level.bias.set_value(np.linspace(-0.3, 0.3, 2 * N_OBS))
+    for x in ([0.1, -1.0], [0.4, -0.7], [-2.0, 3.0]):
+        assert joint.log_density(np.array(x)) == pytest.approx(mean_only.log_density(np.array(x)), rel=1e-10)
+
+
+def test_the_error_covariance_is_learned_and_widens_the_coarse_likelihood():
+    fine, coarse = curved_model(), curved_model(2.0, 2.0)
+    with fine:
+        step = MLDA(coarse_models=[coarse], adaptive_error_model=True, error_covariance=True)
+        idata = pm.sample(draws=200, tune=600, chains=1, step=step, random_seed=2, **SAMPLE_KW)
+    level = step._chain.error_model.levels[0]
+    cov = level.covariance.get_value()
+    differences = np.array(step._chain.error_model.differences[0])
+    np.testing.assert_allclose(cov, np.cov(differences, rowvar=False), rtol=1e-12, atol=1e-15)
+    assert np.all(np.linalg.eigvalsh(cov) > -1e-12)
+    first = cov.reshape(N_OBS, 2, N_OBS, 2)[:, 0, :, 0]
+    assert first.min() > 0 and np.allclose(cov.reshape(N_OBS, 2, N_OBS, 2)[:, 1, :, 1], 0.0)
+    assert idata.sample_stats["accepted"].values.mean() > 0.3
+
+
+@pytest.mark.slow
+def test_invariant_with_the_error_covariance():
+    fine, coarse = curved_model(), curved_model(3.0, 1.0)
+    with fine:
+        step = MLDA(coarse_models=[coarse], adaptive_error_model=True, error_covariance=True)
+        idata = pm.sample(draws=4000, tune=1000, chains=4, step=step, random_seed=1, **SAMPLE_KW)
+    assert_exact_moments(idata)
+
+
+def test_error_covariance_needs_the_error_model():
+    fine, coarse = conjugate_model(), conjugate_model(1.0)
+    with fine, pytest.raises(ValueError, match="pass adaptive_error_model=True too"):
+        MLDA(coarse_models=[coarse], error_covariance=True)
+    with fine, pytest.raises(ValueError, match="error_covariance must be True or False"):
+        MLDA(coarse_models=[coarse], adaptive_error_model=True, error_covariance="yes")
