@@ -69,8 +69,8 @@ from pymc_kameleon.problems.groundwater import (  # noqa: E402
 )
 
 REFERENCE = Path(__file__).resolve().parent / "data" / "groundwater_reference.json"
-SAMPLERS = ("MLDA", "MLDA-AEM", "MLDA-AEMC", "MLDA-AEM-3", "MLDA-GP", "MLDA-AEM-GP", "KAMH", "GP-DA-MH", "DEMetropolisZ",
-            "tinyDA", "tinyDA-AEM")
+SAMPLERS = ("MLDA", "MLDA-AEM", "MLDA-AEMC", "MLDA-AEM-3", "MLDA-GP", "MLDA-AEM-GP", "KAMH", "GP-DA-MH",
+            "DEMetropolisZ", "tinyDA", "tinyDA-AEM")
 D = len(GROUNDWATER_MODES)
 SUBCHAIN = 5
 GP_SUBCHAINS = [2, 3]  # coarse steps per GP-level step, GP-level steps per fine step ([5, 2]: see RESULTS)
