@@ -206,7 +206,7 @@ def coarse_level(coarse, vars, model, compile_kwargs, k: int, corrected=(), cova
             f"MLDA: coarse_models[{k}] has a PseudoMarginalPotential; every level's density must be exact "
             "(a random coarse density breaks the subchains' reversibility)."
         )
-    bias, outputs = None, []
+    bias, error_cov, outputs = None, None, []
     if corrected:
         terms = [coarse[name] for name in corrected]
         others = [rv for rv in coarse.basic_RVs if rv.name not in corrected]
@@ -226,7 +226,6 @@ def coarse_level(coarse, vars, model, compile_kwargs, k: int, corrected=(), cova
             else:
                 logp = logp + pm.logp(pm.Normal.dist(mean + shift, sd), observed).sum()
             start += n
-        error_cov = None
         if covariance:
             error_cov = pytensor.shared(np.zeros((size, size)), name=f"mlda_error_covariance_{k}")
             scale = pt.concatenate(scales)
