@@ -248,8 +248,10 @@ class MLDA(AdaptiveStep):
     def stop_tuning(self):
         super().stop_tuning()
         chain = self._chain
-        if chain.error_model is not None and chain.error_model.update() and chain.current is not None:
-            chain.current = self._reevaluated(chain.current)  # the coarse densities are final now
+        if chain.error_model is not None and chain.error_model.update():
+            self._relearn_gp_levels()
+            if chain.current is not None:
+                chain.current = self._reevaluated(chain.current)  # the coarse densities are final now
         self._warn_low_fine_acceptance()
         adaptation = self._chain.adaptation
         if adaptation.tune_steps > 0:
@@ -305,6 +307,7 @@ class MLDA(AdaptiveStep):
             if chain.error_model is not None:
                 # F_L where the fine model was evaluated costs one more fine forward solve (tuning only).
                 if chain.error_model.record(counts.finest_proposal):
+                    self._relearn_gp_levels()
                     chain.current = self._reevaluated(chain.current)
                 output_evals = 1
         if accepted:
@@ -389,6 +392,11 @@ class MLDA(AdaptiveStep):
     def _warn_from_gp(self, message, category, stacklevel) -> None:
         """A GP level's training warning, through the chain's warnings (read when it warns)."""
         self._warnings.warn(f"MLDA: the GP level: {message}", category, stacklevel=stacklevel)
+
+    def _relearn_gp_levels(self) -> None:
+        """The error model changed the coarse densities: each GP level relearns its differences."""
+        for k, gp_level in self._chain.gp_levels.items():
+            gp_level.relearn(self._coarse_levels[k - 1].log_density)
 
     def _freeze_gp_levels(self) -> None:
         """End of tuning: each GP level's last fit in the final whitening; warn if one never warmed up."""

@@ -118,7 +118,8 @@ class SurrogateLevel(RelativeLevel):
         self.level = level
         self.schedule = GPTrainingSchedule(options, warn)
         self.n_evals = 0  # corrections computed (the level's evaluations)
-        self._pending = []  # (x, delta) recorded during a step, learned after it
+        self._pending = []  # (x, delta, finer value) recorded during a step, learned after it
+        self._finer = {}  # x.tobytes() -> the finer level's value there, for the points learned
         self._mean = None  # (schedule version, the GP's point_mean at that version)
 
     @property
@@ -140,17 +141,19 @@ class SurrogateLevel(RelativeLevel):
 
     def record(self, point: LevelPoint) -> None:
         r"""``point`` has level ``level + 1``'s value (and those below): remember :math:`\delta` there."""
-        delta = point.at(self.level + 1) - point.at(self.level - 1)
+        finer = point.at(self.level + 1)
+        delta = finer - point.at(self.level - 1)
         if math.isfinite(delta):
-            self._pending.append((np.array(point.x, dtype=float, copy=True), delta))
+            self._pending.append((np.array(point.x, dtype=float, copy=True), delta, finer))
 
     def learn(self, adaptation, rng, window_ends: int = 0, whitening_changed: bool = False) -> bool:
         """After a step in tuning: add the recorded values and follow the schedule (warm-up end, fits), then
         the ``window_ends`` adaptation windows that ended in the step (forget the transient, refit; the
         base proposal's new whitening if it changed). Returns whether the correction changed."""
         changed = False
-        for x, delta in self._pending:
+        for x, delta, finer in self._pending:
             if self.schedule.add(x, delta, tune=True):
+                self._finer[x.tobytes()] = finer
                 changed = True
                 self.schedule.after_exact_evaluation(
                     tune=True,
@@ -169,6 +172,24 @@ class SurrogateLevel(RelativeLevel):
                 self.schedule.fit(rng)
             changed = True
         return changed and self.ready
+
+    def relearn(self, below) -> None:
+        r"""The level below changed (the adaptive error model's update): :math:`\delta` again at the GP's
+        points, with ``below(x)`` the new :math:`\log\pi_{\ell-1}(x)` (one evaluation each; the GP's
+        factor is kept, :meth:`~pymc_kameleon.core.gp.surrogate.GPSurrogate.replace_values`). Values
+        recorded against an older correction contradict each other (a new user's trial: the GP's mean
+        then had no correlation with the remaining difference, and the level cost 5-10 times the ESS)."""
+        schedule = self.schedule
+        points = schedule.gp.X
+        if not len(points):
+            return
+        self._finer = {x.tobytes(): self._finer[x.tobytes()] for x in points}
+        delta = np.array([self._finer[x.tobytes()] - below(x) for x in points])
+        finite = np.isfinite(delta)
+        schedule.best_ll = float(delta[finite].max()) if finite.any() else schedule.best_ll
+        floor = schedule.floor
+        schedule.gp.replace_values(np.where(finite & (delta > floor), delta, floor))
+        schedule.version += 1
 
     def end_tuning(self, adaptation, rng) -> None:
         """Freeze: a last fit if the training set grew by a quarter, in the final whitening."""

@@ -506,3 +506,18 @@ def test_point_mean_of_an_empty_gp_is_its_constant_and_gradient_gps_are_refused(
     assert GPSurrogate(2, mean=1.5).point_mean()(np.zeros(2)) == 1.5
     with pytest.raises(ValueError, match="gradient observations"):
         GPSurrogate(2, gradients=True).point_mean()
+
+
+def test_replace_values_equals_a_gp_built_with_the_new_values():
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(30, 2))
+    a = GPSurrogate(2, lengthscales=[0.8, 1.1], signal_variance=1.7)
+    b = GPSurrogate(2, lengthscales=[0.8, 1.1], signal_variance=1.7)
+    for x in X:
+        a.add(x, float(np.cos(x).sum()))
+        b.add(x, float(np.sin(x).sum()))
+    a.replace_values(np.sin(X).sum(axis=1))
+    test = rng.normal(size=(5, 2))
+    np.testing.assert_allclose(a.predict_mean(test), b.predict_mean(test), rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match="30 finite values"):
+        a.replace_values(np.zeros(29))

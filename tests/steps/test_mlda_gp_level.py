@@ -11,7 +11,7 @@ there the error model is the remedy, and the GP then learns what its constant sh
 import numpy as np
 import pymc as pm
 import pytest
-from test_mlda_step import N_OBS, POST_MEAN, POST_SD, assert_exact_moments, offset_model
+from test_mlda_step import N_OBS, POST_MEAN, POST_SD, assert_exact_moments, curved_model, offset_model
 
 import pymc_kameleon.steps.multilevel as multilevel_step
 from pymc_kameleon import MLDA, GPLevel
@@ -158,3 +158,22 @@ def test_bad_gp_levels_are_named(specs, match):
     fine, coarse = offset_model(), offset_model(1.0)
     with fine, pytest.raises((ValueError, TypeError), match=match):
         MLDA(coarse_models=specs(coarse))
+
+
+def test_with_the_error_model_the_gp_learns_the_state_dependent_rest_of_the_bias():
+    """A coarse model off by a shift plus a curvature: the error model takes the shift, and the GP the
+    rest, which it relearns at each of the error model's updates (before, its training values had been
+    recorded against older corrections, and its mean did not correlate with the rest: a new user's
+    trial, where the GP level then cost 5-10 times the ESS per fine evaluation). Measured without the
+    relearning: correlation 0.70."""
+    fine, coarse = curved_model(), curved_model(2.0, 2.0)
+    with fine:
+        step = MLDA(coarse_models=[coarse, GPLevel()], subsampling_rates=[2, 3], adaptive_error_model=True)
+        idata = pm.sample(draws=200, tune=800, chains=1, step=step, random_seed=3, **SAMPLE_KW)
+    points = idata.posterior["mu"].values[0, ::4]
+    coarse_level = step._coarse_levels[0]
+    truth = np.array([step._target(x) - coarse_level.log_density(x) for x in points])
+    learned = step.gp_levels[1].gp.predict_mean(points)
+    assert np.std(truth) > 0.2  # something is left for the GP
+    assert np.corrcoef(truth, learned)[0, 1] > 0.9, np.corrcoef(truth, learned)[0, 1]
+    assert np.std(truth - learned - np.mean(truth - learned)) < 0.3 * np.std(truth)

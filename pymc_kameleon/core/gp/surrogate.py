@@ -243,6 +243,19 @@ class GPSurrogate(GPPredictionMixin, GPFactor):
         return n_low
 
     @one_blas_thread
+    def replace_values(self, values) -> None:
+        r"""New observed values at the stored points (values-only GP): :math:`O(n^2)`, since :math:`K`
+        does not depend on them; only :math:`L^{-1} y` is recomputed. The hyperparameters are kept."""
+        if self.gradients:
+            raise ValueError("GPSurrogate.replace_values: a GP with gradient observations.")
+        values = np.asarray(values, dtype=float)
+        if values.shape != (self.n_points,) or not np.all(np.isfinite(values)):
+            raise ValueError(f"GPSurrogate.replace_values: expected {self.n_points} finite values.")
+        self._y[:] = values
+        self._zy = self._factor.solve(self._y)
+        self._alpha = None
+
+    @one_blas_thread
     def latest(self, m: int, max_points: int | None = None) -> GPSurrogate:
         """A surrogate with the same settings, hyperparameters and whitening on the latest ``m`` points.
 
