@@ -240,8 +240,10 @@ class MLDA(AdaptiveStep):
         if self._fine_outputs is not None:
             error_model = ErrorModel(self._model_levels, self._fine_outputs)
             error_model.reset()
+        middle = {k: deque(maxlen=FINE_DECISIONS_KEPT) for k in range(1, self.n_levels - 1)}
         self._chain = MultilevelChain(
-            adaptation=adaptation, proposal=proposal, move=move, error_model=error_model, gp_levels=gp_levels
+            adaptation=adaptation, proposal=proposal, move=move, error_model=error_model, gp_levels=gp_levels,
+            middle_decisions=middle,
         )
         self._target.reset()
 
@@ -253,6 +255,7 @@ class MLDA(AdaptiveStep):
             if chain.current is not None:
                 chain.current = self._reevaluated(chain.current)  # the coarse densities are final now
         self._warn_low_fine_acceptance()
+        self._warn_low_middle_acceptance()
         adaptation = self._chain.adaptation
         if adaptation.tune_steps > 0:
             warn_after_tuning(
@@ -302,6 +305,10 @@ class MLDA(AdaptiveStep):
             chain.current = self._with_gp_levels_updated(chain.current)
         finest = self.n_levels - 1
         output_evals = 0
+        if self.tune:
+            for k in range(1, finest):
+                if counts.steps[k]:
+                    chain.middle_decisions[k].append((counts.accepted[k], counts.steps[k]))
         if self.tune and counts.finest_proposal is not None:
             chain.fine_decisions.append(accepted)
             if chain.error_model is not None:
@@ -423,6 +430,35 @@ class MLDA(AdaptiveStep):
             point = point.with_level(k, move.log_density(k, point))
         return point
 
+    def _warn_low_middle_acceptance(self) -> None:
+        """At the end of tuning: warn if a level between the coarsest and the finest (a GP level, a middle
+        model) accepted under LOW_FINE_ACCEPTANCE of its last decisions: the finest level then sees few
+        proposals, too few for its own check, and the chain mixes slowly."""
+        for k, kept in self._chain.middle_decisions.items():
+            decisions = sum(steps for _, steps in kept)
+            if decisions < FINE_DECISIONS_KEPT:
+                continue
+            rate = sum(accepted for accepted, _ in kept) / decisions
+            if rate >= LOW_FINE_ACCEPTANCE:
+                continue
+            gp = k in self._chain.gp_levels
+            what = "the GP level" if gp else "the middle level"
+            why = (
+                ": it filters the coarse subchains' ends, but they still walk towards the coarse model's "
+                "posterior, far from the fine one"
+                if gp else ": the coarse posterior below it is far from its own"
+            )
+            remedy = "" if self.adaptive_error_model else (
+                "adaptive_error_model=True (for observed pm.Normal likelihoods), "
+            )
+            self._warnings.warn(
+                f"MLDA: at the end of tuning {what} (level {k}) accepted {rate:.1%} of the last {decisions} "
+                f"subchain ends it judged{why}, so the chain will mix slowly (its draws stay exact). Try "
+                f"{remedy}a coarse model closer to the fine one, or a smaller subsampling_rates[{k - 1}].",
+                UserWarning,
+                stacklevel=3,
+            )
+
     def _reevaluated(self, point: LevelPoint) -> LevelPoint:
         """``point`` with its coarse log densities recomputed (after the error model changed them)."""
         return self._chain.move.point(point.x, point.at(self.n_levels - 1))
@@ -488,6 +524,9 @@ class MultilevelChain(ChainState):
     fine_decisions : deque of bool
         Whether the finest level accepted each of its last decisions on a moved subchain's end in
         tuning (for the end-of-tuning check).
+    middle_decisions : dict of int to deque
+        Per level between the coarsest and the finest, ``(accepted, decisions)`` of its recent tuning
+        iterations (for the end-of-tuning check).
     gp_levels : dict of int to SurrogateLevel
         The chain's GP levels by level index (``GPLevel`` in ``coarse_models``).
     whitening_changed : bool
@@ -502,6 +541,7 @@ class MultilevelChain(ChainState):
     fine_decisions: deque = field(default_factory=lambda: deque(maxlen=FINE_DECISIONS_KEPT))
     gp_levels: dict = field(default_factory=dict)
     whitening_changed: bool = False
+    middle_decisions: dict = field(default_factory=dict)
 
 
 def _are_models(value) -> bool:

@@ -61,7 +61,8 @@ class GPLevel:
         Latest points used by a hyperparameter fit; default 300.
     hyperparameters : dict, optional
         Fixed ``lengthscales`` (in the base proposal's whitened coordinates once learned),
-        ``signal_variance`` or ``mean`` instead of fitted ones.
+        ``signal_variance``, ``noise_variance`` (a nugget on the values, 0 by default) or ``mean``
+        instead of fitted ones.
     jitter : float, default 1e-8
         Relative nugget on the GP's covariance diagonal.
 
@@ -79,9 +80,14 @@ class GPLevel:
         self.fit_max_points = fit_max_points
         self.hyperparameters = hyperparameters
         self.jitter = jitter
+        # The options that do not depend on the dimension are checked now (hyperparameters' shapes at MLDA).
+        self._validated(1, hyperparameters=None)
 
     def options(self, dim: int) -> GPTrainingOptions:
         """The validated GP options for ``dim`` parameters (a ValueError names a bad one)."""
+        return self._validated(dim, self.hyperparameters)
+
+    def _validated(self, dim: int, hyperparameters) -> GPTrainingOptions:
         try:
             return GPTrainingOptions.from_user(
                 dim,
@@ -90,12 +96,12 @@ class GPLevel:
                 initial_points=self.initial_points,
                 max_points=self.max_points,
                 fit_max_points=self.fit_max_points,
-                hyperparameters=self.hyperparameters,
+                hyperparameters=hyperparameters,
                 jitter=self.jitter,
                 gp_after_tuning="freeze",
             )
         except ValueError as error:
-            raise ValueError(f"MLDA: GPLevel: {error}") from None
+            raise ValueError(f"GPLevel: {error}") from None
 
     def __repr__(self):
         return "GPLevel()"

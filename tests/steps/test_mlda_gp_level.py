@@ -177,3 +177,17 @@ def test_with_the_error_model_the_gp_learns_the_state_dependent_rest_of_the_bias
     assert np.std(truth) > 0.2  # something is left for the GP
     assert np.corrcoef(truth, learned)[0, 1] > 0.9, np.corrcoef(truth, learned)[0, 1]
     assert np.std(truth - learned - np.mean(truth - learned)) < 0.3 * np.std(truth)
+
+
+def test_a_gp_level_that_rejects_nearly_everything_says_so_at_the_end_of_tuning():
+    """3 sds off without the error model: the GP level accepts under 1% of the coarse subchains' ends, so
+    the fine level sees too few proposals for its own check (a new user's chains hardly moved, without a
+    warning). The GP level's check names the figure and the remedy."""
+    message = r"the GP level \(level 1\) accepted \d\.\d% .* adaptive_error_model=True"
+    with pytest.warns(UserWarning, match=message):
+        sample_three_levels(offset=3.0)
+
+
+def test_a_gp_level_that_works_raises_no_acceptance_warning(recwarn):
+    sample_three_levels(offset=1.0)
+    assert not [w for w in recwarn if "accepted" in str(w.message)]
