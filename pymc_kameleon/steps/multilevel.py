@@ -29,7 +29,6 @@ from pymc_kameleon.core.validation import check_independence_weight, check_numbe
 from pymc_kameleon.steps.base import AdaptiveStep, ChainState, continuous_value_vars, coordinate_names
 from pymc_kameleon.steps.multilevel_gp import GPLevel, SurrogateLevel
 from pymc_kameleon.steps.multilevel_levels import (
-    CoarseLevel,
     ErrorModel,
     check_all_free_variables,
     checked_coarse_models,
@@ -229,10 +228,8 @@ class MLDA(AdaptiveStep):
             for k, options in enumerate(self._coarse_levels) if isinstance(options, GPTrainingOptions)
         }
         self._fine_level = FineLevel(self._target)
-        levels = [
-            gp_levels.get(k, level.log_density if isinstance(level, CoarseLevel) else None)
-            for k, level in enumerate(self._coarse_levels)
-        ] + [self._fine_level]
+        levels = [gp_levels.get(k) or level.log_density for k, level in enumerate(self._coarse_levels)]
+        levels.append(self._fine_level)
         move = MultilevelDelayedAcceptance(
             levels, self.subsampling_rates, proposal, randomize_lengths=self.randomize_lengths
         )
@@ -297,11 +294,10 @@ class MLDA(AdaptiveStep):
         self._warn_if_untuned()
         on_base_step = self._adapt if self.tune else None
         on_evaluation = self._record_for_gp if self.tune and chain.gp_levels else None
-        window = chain.adaptation.window
         new, counts = chain.move.step(current, self.rng, on_base_step, on_evaluation)
         chain.current = new
         accepted = new is not current
-        if on_evaluation is not None and self._learn_gp_levels(chain.adaptation.window - window):
+        if on_evaluation is not None and self._learn_gp_levels():
             chain.current = self._with_gp_levels_updated(chain.current)
         finest = self.n_levels - 1
         output_evals = 0
@@ -386,14 +382,14 @@ class MLDA(AdaptiveStep):
         if gp_level is not None:
             gp_level.record(point)
 
-    def _learn_gp_levels(self, window_ends: int) -> bool:
-        """After a step in tuning: the GP levels learn what they recorded; whether a correction changed."""
+    def _learn_gp_levels(self) -> bool:
+        """After a step in tuning: the GP levels learn what they recorded (and the whitening, if an
+        adaptation window ended with a new one in the step); whether a correction changed."""
         chain = self._chain
         changed = False
         for gp_level in chain.gp_levels.values():
-            changed |= gp_level.learn(chain.adaptation, self.rng, window_ends, chain.whitening_changed)
-        if window_ends:
-            chain.whitening_changed = False
+            changed |= gp_level.learn(chain.adaptation, self.rng, chain.whitening_changed)
+        chain.whitening_changed = False
         return changed
 
     def _warn_from_gp(self, message, category, stacklevel) -> None:
@@ -530,7 +526,8 @@ class MultilevelChain(ChainState):
     gp_levels : dict of int to SurrogateLevel
         The chain's GP levels by level index (``GPLevel`` in ``coarse_models``).
     whitening_changed : bool
-        Whether the base proposal's whitening changed since the GP levels last moved to it.
+        Whether an adaptation window ended with a new whitening in the current step (the GP levels then
+        move to it).
     """
 
     adaptation: ScaleFreeAdaptation

@@ -152,10 +152,10 @@ class SurrogateLevel(RelativeLevel):
         if math.isfinite(delta):
             self._pending.append((np.array(point.x, dtype=float, copy=True), delta, finer))
 
-    def learn(self, adaptation, rng, window_ends: int = 0, whitening_changed: bool = False) -> bool:
-        """After a step in tuning: add the recorded values and follow the schedule (warm-up end, fits), then
-        the ``window_ends`` adaptation windows that ended in the step (forget the transient, refit; the
-        base proposal's new whitening if it changed). Returns whether the correction changed."""
+    def learn(self, adaptation, rng, whitening_changed: bool = False) -> bool:
+        """After a step in tuning: add the recorded values and follow the schedule (warm-up end, fits), then,
+        if an adaptation window ended with a new whitening, move to it and refit. Returns whether the
+        correction changed."""
         changed = False
         for x, delta, finer in self._pending:
             if self.schedule.add(x, delta, tune=True):
@@ -169,7 +169,7 @@ class SurrogateLevel(RelativeLevel):
                     rng=rng,
                 )
         self._pending.clear()
-        if window_ends and whitening_changed:
+        if whitening_changed:
             # Not the GP-DA schedule's window end, which forgets the points from before the previous
             # window: the windows count coarsest-level steps here, several per fine evaluation, so it
             # would leave the GP a handful of points.

@@ -221,7 +221,7 @@ def coarse_level(coarse, vars, model, compile_kwargs, k: int, corrected=(), cova
             n = int(np.prod(_observed_shape(observed)))
             shift = bias[start : start + n].reshape(observed.shape)
             if covariance:
-                residuals.append(pt.flatten(observed - (mean + shift) + pt.zeros(observed.shape)))
+                residuals.append(pt.flatten(observed - (mean + shift)))  # shift has the data's shape
                 scales.append(pt.flatten(pt.broadcast_to(sd, observed.shape)))
             else:
                 logp = logp + pm.logp(pm.Normal.dist(mean + shift, sd), observed).sum()
