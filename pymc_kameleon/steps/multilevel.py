@@ -30,7 +30,6 @@ from pymc_kameleon.steps.base import AdaptiveStep, ChainState, continuous_value_
 from pymc_kameleon.steps.multilevel_gp import GPLevel, SurrogateLevel
 from pymc_kameleon.steps.multilevel_levels import (
     ErrorModel,
-    check_all_free_variables,
     checked_coarse_models,
     checked_gp_positions,
     checked_rates,
@@ -67,9 +66,12 @@ class MLDA(AdaptiveStep):
     Parameters
     ----------
     vars : list of variables, optional
-        Every continuous free variable of the model (the default); MLDA samples them all.
+        The continuous free variables MLDA samples (default: all of them). The others (discrete
+        variables, or ones given to another step) are left to the other steps of PyMC's
+        ``CompoundStep``; every level reads their current values.
     coarse_models : list of pm.Model or GPLevel
-        Cheaper models with the same free variables (names, shapes and transforms), coarsest first.
+        Cheaper models with the same free variables as the model in context (all of them: names, shapes
+        and transforms), coarsest first.
         A :class:`~pymc_kameleon.GPLevel` above a coarse model (``[coarse, GPLevel()]``) adds a level
         whose density is the coarse one corrected by a GP of the next finer level's excess over it,
         learned during tuning and frozen after (:mod:`pymc_kameleon.steps.multilevel_gp`).
@@ -175,7 +177,6 @@ class MLDA(AdaptiveStep):
         if initial_point is None:
             initial_point = model.initial_point()
         vars = continuous_value_vars(vars, model, "MLDA")
-        check_all_free_variables(vars, model)
         self.dim = int(sum(np.size(initial_point[v.name]) for v in vars))
         self._coordinate_names = coordinate_names(vars, initial_point)
         target = TargetDensity(model, vars, initial_point, compile_kwargs, "MLDA")
@@ -196,7 +197,9 @@ class MLDA(AdaptiveStep):
         self._coarse_levels = [
             spec.options(self.dim) if isinstance(spec, GPLevel) else next(models) for spec in specs
         ]
-        self._fine_outputs = fine_outputs(model, vars, corrected, compile_kwargs) if corrected else None
+        self._fine_outputs = (
+            fine_outputs(model, vars, corrected, compile_kwargs, target.shared) if corrected else None
+        )
         self.n_levels = len(specs) + 1
         n_coarse = len(specs)
         # Scalar statistics per coarse level (PyMC's default trace keeps scalar statistics only).
@@ -286,7 +289,8 @@ class MLDA(AdaptiveStep):
         coarse_before = [level.n_evals for level in self._levels_below()]
         logp_y = target.current(y, q0.point_map_info, self.rng).logp
         current = chain.current
-        if current is None or not same_array(current.x, y):
+        outside = self._follow_outside_variables()
+        if current is None or outside or not same_array(current.x, y):
             current = chain.move.point(np.array(y, dtype=float, copy=True), logp_y)
         found = self._search_start(current.x, current.at(0))  # on the coarsest level (_search_density)
         if found is not None:
@@ -335,6 +339,17 @@ class MLDA(AdaptiveStep):
         self._check_stuck(accepted)
         self._warnings.attach(stats, "accept")
         return RaveledVars(new.x, q0.point_map_info), [stats]
+
+    def _follow_outside_variables(self) -> bool:
+        """In a ``CompoundStep``: give the coarse levels the other steps' current values of the variables
+        outside this block (PyMC has set the fine model's), and say so: every level's density at the
+        current state must then be computed afresh, as those values may have changed since."""
+        if not self.shared:
+            return False
+        values = {name: variable.get_value(borrow=True) for name, variable in self.shared.items()}
+        for level in self._model_levels:
+            level.follow(values)
+        return True
 
     def _untuned_message(self) -> str:
         error_model = (

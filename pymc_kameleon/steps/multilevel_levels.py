@@ -24,7 +24,7 @@ import pymc as pm
 import pytensor
 import pytensor.tensor as pt
 from pymc.pytensorf import compile as compile_pytensor
-from pymc.pytensorf import join_nonshared_inputs
+from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
 
 from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
 from pymc_kameleon.steps.multilevel_gp import GPLevel
@@ -33,7 +33,6 @@ from pymc_kameleon.steps.target_density import Evaluation
 __all__ = [
     "CoarseLevel",
     "ErrorModel",
-    "check_all_free_variables",
     "checked_coarse_models",
     "checked_gp_positions",
     "checked_rates",
@@ -58,14 +57,24 @@ class CoarseLevel:
     With an error model, the corrected observed terms use ``bias`` (a shared variable, zeros until the
     error model sets it), with ``error_covariance`` also ``covariance`` (the same, a matrix), and
     ``outputs(x)`` returns the level's model outputs :math:`F_\ell(x)`.
+
+    In a ``CompoundStep`` the model's variables outside the block are PyTensor shared variables
+    (``shared``, by value-variable name), set to the fine chain's values by :meth:`follow`.
     """
 
-    def __init__(self, fn, outputs_fn=None, bias=None, covariance=None):
+    def __init__(self, fn, outputs_fn=None, bias=None, covariance=None, shared=None):
         self._fn = fn
         self._outputs_fn = outputs_fn
         self.bias = bias
         self.covariance = covariance
+        self.shared = dict(shared or {})
         self.n_evals = 0
+
+    def follow(self, values: dict) -> None:
+        """Set the variables outside the block to ``values`` (value-variable name -> value): the
+        other steps' current values."""
+        for name, variable in self.shared.items():
+            variable.set_value(values[name])
 
     def log_density(self, x) -> float:
         self.n_evals += 1
@@ -178,10 +187,13 @@ def _outputs(model, names):
     return pt.concatenate([pt.flatten(m) for m in shaped])
 
 
-def _joined(model, outputs, vars, compile_kwargs):
-    """``outputs`` compiled as functions of the raveled ``vars`` (every free variable of ``model``)."""
+def _joined(model, outputs, vars, compile_kwargs, shared=None):
+    """``outputs`` compiled as functions of the raveled ``vars``; ``shared`` maps the model's other value
+    variables to the shared variables standing for them (none when ``vars`` are all of them)."""
     point = model.initial_point()
-    joined, inarray = join_nonshared_inputs(point=point, outputs=outputs, inputs=vars, shared_inputs={})
+    joined, inarray = join_nonshared_inputs(
+        point=point, outputs=outputs, inputs=vars, shared_inputs=shared or {}
+    )
     fns = []
     for out in joined:
         fn = compile_pytensor([inarray], out, **dict(compile_kwargs or {}))
@@ -190,9 +202,10 @@ def _joined(model, outputs, vars, compile_kwargs):
     return fns
 
 
-def fine_outputs(model, vars, names, compile_kwargs):
-    r""":math:`x \mapsto F_L(x)`: the fine model's outputs of the corrected variables."""
-    (fn,) = _joined(model, [_outputs(model, names)], vars, compile_kwargs)
+def fine_outputs(model, vars, names, compile_kwargs, shared=None):
+    r""":math:`x \mapsto F_L(x)`: the fine model's outputs of the corrected variables (``shared``: the fine
+    step's shared variables for the value variables outside its block)."""
+    (fn,) = _joined(model, [_outputs(model, names)], vars, compile_kwargs, shared)
     return lambda x: np.asarray(fn(np.asarray(x, dtype=float)), dtype=float)
 
 
@@ -234,8 +247,11 @@ def coarse_level(coarse, vars, model, compile_kwargs, k: int, corrected=(), cova
         outputs = [_outputs(coarse, list(corrected))]
     else:
         logp = coarse.logp()
-    fns = _joined(coarse, [logp, *outputs], coarse_vars, compile_kwargs)
-    return CoarseLevel(fns[0], fns[1] if corrected else None, bias, error_cov)
+    # The variables outside the fine block (sampled by other steps of a CompoundStep) as shared inputs.
+    shared = make_shared_replacements(coarse.initial_point(), coarse_vars, coarse)
+    fns = _joined(coarse, [logp, *outputs], coarse_vars, compile_kwargs, shared)
+    by_name = {value.name: variable for value, variable in shared.items()}
+    return CoarseLevel(fns[0], fns[1] if corrected else None, bias, error_cov, by_name)
 
 
 # ---------------------------------------------------------------------------- checks of the input
@@ -311,24 +327,13 @@ def checked_gp_positions(specs) -> None:
             )
 
 
-def check_all_free_variables(vars, model) -> None:
-    """MLDA samples every free variable: the coarse models' densities need them all."""
-    own = {v.name for v in vars}
-    others = [model.values_to_rvs[v].name for v in model.value_vars if v.name not in own]
-    if others:
-        raise ValueError(
-            f"MLDA samples every free variable of the model, but {others} would be left to other steps "
-            "(discrete variables, or variables given to another step): the coarse models' densities "
-            "depend on them too. MLDA takes continuous models only, with all their variables."
-        )
-
-
 def _matching_value_vars(coarse, vars, model, k: int) -> list:
-    """The coarse model's value variables for the fine block's ``vars``: same names, shapes and order."""
+    """The coarse model's value variables for the fine block's ``vars`` (same names, shapes and order),
+    after checking that it has every free variable of the fine model, each sampled alike."""
     fine_point = model.initial_point()
     coarse_point = coarse.initial_point()
     coarse_values = {v.name: v for v in coarse.value_vars}
-    fine_rvs = {v.name: model.values_to_rvs[v].name for v in vars}
+    fine_rvs = {v.name: model.values_to_rvs[v].name for v in model.value_vars}
     expected = sorted(fine_rvs.values())
     actual = sorted(coarse.values_to_rvs[v].name for v in coarse.value_vars)
     if expected != actual:
@@ -336,8 +341,8 @@ def _matching_value_vars(coarse, vars, model, k: int) -> list:
             f"MLDA: coarse_models[{k}] must have the same free variables as the model in context: "
             f"expected {expected}, got {actual}."
         )
-    coarse_vars = []
-    for v in vars:
+    # Every variable, in the block or not: the coarse model reads the others' values from the fine chain.
+    for v in model.value_vars:
         if v.name not in coarse_values:
             rv = fine_rvs[v.name]
             theirs = next(c.name for c in coarse.value_vars if coarse.values_to_rvs[c].name == rv)
@@ -352,9 +357,8 @@ def _matching_value_vars(coarse, vars, model, k: int) -> list:
                 f"MLDA: variable {fine_rvs[v.name]!r} has shape {theirs} in coarse_models[{k}] and "
                 f"{shape} in the model in context."
             )
-        coarse_vars.append(coarse_values[v.name])
     _check_same_support(coarse, model, vars, k)
-    return coarse_vars
+    return [coarse_values[v.name] for v in vars]
 
 
 def _check_same_support(coarse, model, vars, k: int) -> None:

@@ -296,16 +296,6 @@ def test_the_model_itself_as_coarse_model_is_refused():
         MLDA(coarse_models=[model])
 
 
-def test_discrete_variables_are_refused():
-    with pm.Model() as model:
-        mu = pm.Normal("mu", 0, 10)
-        k = pm.Poisson("k", 3.0)
-        pm.Normal("y", mu + k, 1, observed=[1.0, 2.0])
-    coarse = conjugate_model()
-    with model, pytest.raises(ValueError, match=r"\['k'\] would be left to other steps"):
-        MLDA(coarse_models=[coarse])
-
-
 def test_a_coarse_model_with_a_pseudo_marginal_term_is_refused():
     with pm.Model() as model:
         mu = pm.Normal("mu", 0, 1)
