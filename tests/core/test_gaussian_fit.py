@@ -43,8 +43,9 @@ def test_no_fit_without_a_clear_curvature_or_enough_points_near_the_top():
     z = np.random.default_rng(2).normal(size=(30, 2))
     # a bowl upside down: no curvature
     assert fit_gaussian(z, 0.5 * (z**2).sum(axis=1), INDEPENDENCE_DF) is None
-    # 8 points for 6 unknowns
-    assert fit_gaussian(z[:8], -0.5 * (z[:8] ** 2).sum(axis=1), INDEPENDENCE_DF) is None
+    # 7 points for 6 unknowns (1.2 per unknown needed); 8 are enough
+    assert fit_gaussian(z[:7], -0.5 * (z[:7] ** 2).sum(axis=1), INDEPENDENCE_DF) is None
+    assert fit_gaussian(z[:8], -0.5 * (z[:8] ** 2).sum(axis=1), INDEPENDENCE_DF) is not None
     # far below the top the points are left out: too few remain
     values = -0.5 * (z**2).sum(axis=1)
     values[5:] -= 1000.0
@@ -76,6 +77,10 @@ def test_the_buffer_keeps_the_last_finite_evaluations():
     assert len(buffer) == 1000 and buffer.enough
     assert sorted(-buffer.values)[:2] == [5.0, 6.0] and buffer.points[:, 0].max() == 1004
     assert not EvaluatedPoints(3).enough
+    few = EvaluatedPoints(2)  # 6 unknowns: enough from 1.2 x 6 = 7.2 points
+    for k in range(8):
+        few.add(np.array([k, 1.0]), 0.0)
+        assert few.enough == (k + 1 >= 8)
     big = EvaluatedPoints(FIT_MAX_DIM + 1)
     big.add(np.zeros(FIT_MAX_DIM + 1), 0.0)
     assert big.capacity == 0 and len(big) == 0 and not big.enough
