@@ -12,6 +12,7 @@ from pymc_kameleon import GPDelayedAcceptanceMALA, GPDelayedAcceptanceMH, Kamele
 from pymc_kameleon.core.adaptation.windows import AdaptationWindow
 from pymc_kameleon.problems.targets import banana
 from pymc_kameleon.steps.population import RESCUE_EVERY, RESCUE_NATS, RESCUE_SDS, PooledTuning
+from pymc_kameleon.steps.reporting import cross_chain_problem
 from pymc_kameleon.testing import (
     SAMPLE_KW,
     assert_same_records,
@@ -186,3 +187,28 @@ def test_a_chain_less_than_the_threshold_below_is_left_alone():
     assert RESCUE_NATS + RESCUE_SDS * np.sqrt(2 / 2) > 10.0
     idata = _stranded("pooled", depth=10.0)
     assert not idata.warmup_sample_stats["rescued"].values.any()
+
+
+def _population(disagree_steps, agree_steps, last_offsets=(0.0, 0.0, 0.0, 0.0), seed=0):
+    """Four chains' 2-d states per step: first far apart (chain c about 5 c), then i.i.d. N(0, I) about
+    ``last_offsets``."""
+    rng = np.random.default_rng(seed)
+    far = rng.normal(size=(disagree_steps, 4, 2)) + 5.0 * np.arange(4)[None, :, None]
+    near = rng.normal(size=(agree_steps, 4, 2)) + np.asarray(last_offsets)[None, :, None]
+    return list(np.concatenate([far, near]))
+
+
+def test_chains_that_agree_over_the_last_window_are_not_said_to_disagree():
+    """Decision record 0044: the last window's proposal is the one the chains keep; if they agree over
+    it (200 states here), the disagreement before it is not reported. Over fewer than 100 states, or
+    with no window given, the last 1000 states decide, as before."""
+    states = _population(800, 200)
+    assert cross_chain_problem(states, ["a", "b"], window_steps=200) is None
+    assert "disagreed" in cross_chain_problem(states, ["a", "b"])
+    assert "disagreed" in cross_chain_problem(states, ["a", "b"], window_steps=50)
+
+
+def test_chains_that_still_disagree_over_the_last_window_are_said_to():
+    states = _population(800, 200, last_offsets=(0.0, 0.0, 0.0, 3.0))
+    said = cross_chain_problem(states, ["a", "b"], window_steps=200)
+    assert said is not None and "last 1000 tuning states" in said
