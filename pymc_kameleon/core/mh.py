@@ -81,11 +81,12 @@ def accept_probability(log_ratio) -> float:
     return math.exp(min(0.0, log_ratio))
 
 
-def metropolis_accept(log_ratio, rng: np.random.Generator) -> tuple[bool, float]:
+def metropolis_accept(log_ratio, rng: np.random.Generator, u: float | None = None) -> tuple[bool, float]:
     """Accept with probability :math:`\\min(1, e^{\\log\\alpha})`.
 
     One uniform is always drawn, so the random stream does not depend on the
-    value of the ratio (that keeps runs reproducible and comparable).
+    value of the ratio (that keeps runs reproducible and comparable). ``u``: that uniform, if the
+    caller drew it already (to compare it with a bound of the ratio first).
 
     Returns
     -------
@@ -94,7 +95,8 @@ def metropolis_accept(log_ratio, rng: np.random.Generator) -> tuple[bool, float]
         :math:`\\min(1, e^{\\log\\alpha})`, the quantity used for adaptation.
     """
     prob = accept_probability(log_ratio)
-    u = rng.random()
+    if u is None:
+        u = rng.random()
     return bool(u < prob), prob
 
 

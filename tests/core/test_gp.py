@@ -521,3 +521,44 @@ def test_replace_values_equals_a_gp_built_with_the_new_values():
     np.testing.assert_allclose(a.predict_mean(test), b.predict_mean(test), rtol=1e-10, atol=1e-12)
     with pytest.raises(ValueError, match="30 finite values"):
         a.replace_values(np.zeros(29))
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.3])
+def test_variance_bound_is_above_the_variance_and_the_rest_equals_predict_to_the_bit(noise):
+    """predict_with_variance_bound: the mean, and variance_given's variance, are predict's to the last
+    bit (GP-DA's draws must not change); the bound s^2 - max_i k_i^2 / K_ii is above the variance at
+    every point, exact (up to its margin) with one stored point, and the prior variance with none."""
+    rng = np.random.default_rng(11)
+    gp = GPSurrogate(3, lengthscales=[0.7, 1.3, 2.0], signal_variance=2.5, noise_variance=noise)
+    mean, bound, row = gp.predict_with_variance_bound(np.zeros(3))
+    assert (mean, bound, row) == (gp.predict(np.zeros(3))[0], 2.5, None) and gp.variance_given(None) == 2.5
+    gp.add(np.ones(3), 0.5)
+    _, bound, row = gp.predict_with_variance_bound(np.zeros(3))
+    assert bound == pytest.approx(gp.predict(np.zeros(3))[1], abs=1e-5)
+    for x in rng.normal(size=(60, 3)):
+        gp.add(x, float(np.sin(x).sum()))
+    gp.set_input_whitening(Whitening.from_moments(np.array([0.1, -0.2, 0.3]), np.diag([2.0, 0.5, 1.0])))
+    for x in rng.normal(size=(200, 3)) * 2.0:
+        mean, bound, row = gp.predict_with_variance_bound(x)
+        exact_mean, exact_var = gp.predict(x)
+        assert mean == exact_mean and gp.variance_given(row) == exact_var
+        assert bound >= exact_var
+    with pytest.raises(ValueError, match="values only"):
+        GPSurrogate(2, gradients=True).predict_with_variance_bound(np.zeros(2))
+
+
+def test_variance_bound_is_the_variance_given_the_first_64_points():
+    """The bound's second subset: the first 64 stored points (the leading block of the factor), so with
+    100 points it is the variance of a GP that holds only those 64 (each point alone does worse here)."""
+    rng = np.random.default_rng(12)
+    X = rng.normal(size=(100, 2))
+    full = GPSurrogate(2, lengthscales=[0.9, 1.4], signal_variance=3.0)
+    first = GPSurrogate(2, lengthscales=[0.9, 1.4], signal_variance=3.0)
+    for i, x in enumerate(X):
+        full.add(x, float(np.cos(x).sum()))
+        if i < 64:
+            first.add(x, float(np.cos(x).sum()))
+    for x in rng.normal(size=(20, 2)):
+        _, bound, _ = full.predict_with_variance_bound(x)
+        assert bound == pytest.approx(first.predict(x)[1] + 1e-6 * 3.0, rel=1e-6, abs=1e-9)
+        assert bound >= full.predict(x)[1]

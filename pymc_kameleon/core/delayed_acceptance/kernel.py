@@ -142,6 +142,9 @@ class DelayedAcceptanceKernel:
         self.current_value = current_value
         self.pause_steps = int(pause_steps)
         self.seeded = False  # whether the chain's starting point is in the GP
+        # After tuning (DelayedAcceptanceMH): stage 1 first compares its uniform with a bound of alpha_1
+        # from an O(t) bound of the GP's variance, and solves for the variance only if that does not decide.
+        self.bounded_stage1 = False
 
     @property
     def gp(self):
@@ -187,14 +190,15 @@ class DelayedAcceptanceKernel:
         raise NotImplementedError
 
     def _stage1_then_exact(self, current, proposed, log_alpha1, prior, density, rng, component, gp_sd,
-                           before_exact=None):
+                           before_exact=None, u=None):
         """Stage 1 (accept with :math:`\\alpha_1`), then the exact evaluation of a survivor.
 
         Returns ``(evaluation, alpha1, None)`` for a survivor whose log density is finite, else
         ``(None, alpha1, result)``: a rejection (a non-finite one costs no stage 2).
-        ``before_exact(rng)``, if given, runs just before the exact evaluation (speculation).
+        ``before_exact(rng)``, if given, runs just before the exact evaluation (speculation); ``u``
+        is stage 1's uniform if it was drawn already.
         """
-        passed, a1 = metropolis_accept(log_alpha1, rng)
+        passed, a1 = metropolis_accept(log_alpha1, rng, u)
         if not passed:
             return None, a1, DelayedAcceptanceResult(
                 current, False, 0.0, component, proposed, stage1=a1, gp_sd=gp_sd, screened=True,
@@ -265,7 +269,8 @@ class DelayedAcceptanceKernel:
         return self.schedule.end_warm_up(tune=tune, typical_step=self.adaptation.state.typical_scale, rng=rng)
 
     def freeze(self, rng) -> None:
-        """Tuning is over: freeze the base proposal (ending the coordinate scan if tuning ended in it).
+        """Tuning is over: freeze the base proposal (ending the coordinate scan if tuning ended in it),
+        and screen with the bound of :class:`DelayedAcceptanceMH` from now on.
 
         The window tuning ended in is not ended: a new :math:`C` would send the proposals where the
         GP has no points, with no screened tuning steps left to find out (a far-start logistic
@@ -273,6 +278,7 @@ class DelayedAcceptanceKernel:
         """
         if self.adaptation.end_tuning(rng, end_window=False):
             self.schedule.set_whitening(self.adaptation.state.whitening)
+        self.bounded_stage1 = True
 
 
 class DelayedAcceptanceMH(DelayedAcceptanceKernel):
@@ -286,6 +292,13 @@ class DelayedAcceptanceMH(DelayedAcceptanceKernel):
     The scale adapts to :math:`\alpha_{MH}(x, y) / \alpha_1(x, y)` for a proposal that passed stage 1
     (0 otherwise): stage 1 passes with probability :math:`\alpha_1`, so this is an unbiased
     estimate of the plain MH acceptance probability, and a poor surrogate cannot shrink the scale.
+
+    After tuning, stage 1 draws its uniform :math:`u` first and compares it with
+    :math:`\bar\alpha_1 \ge \alpha_1`, computed with an :math:`O(t)` upper bound of the GP's
+    variance at the proposal (``GPSurrogate.predict_with_variance_bound``; :math:`\alpha_1` grows
+    with the variance): :math:`u \ge \bar\alpha_1` rejects without the :math:`O(t^2)` solve for the
+    variance, which is made only otherwise. The decisions, and so the draws, are those of the plain
+    computation; such a rejection reports :math:`\bar\alpha_1` as ``stage1`` and NaN as ``gp_sd``.
     """
 
     def _screened_step(self, current, current_eval, density, rng) -> DelayedAcceptanceResult:
@@ -307,9 +320,22 @@ class DelayedAcceptanceMH(DelayedAcceptanceKernel):
             current_point = DAPoint(lp_current, math.nan, math.nan, ll_current)
         else:
             current_point = schedule.cached(current, current_eval, predicted_at_current)
-        gp_sd = math.nan
+        gp_sd, u = math.nan, None
         if math.isfinite(lp_proposed):
-            proposed_point = surrogate_point(gp, proposed, lp_proposed)
+            if self.bounded_stage1:
+                mu, var_bound, row = gp.predict_with_variance_bound(np.asarray(proposed, dtype=float))
+                bound = DAPoint(float(lp_proposed), mu, var_bound, math.nan)
+                la1_bound = log_alpha1(current_point, bound, lq_f, lq_r, self.current_value)
+                a1_bound = accept_probability(la1_bound)
+                u = rng.random()  # stage 1's uniform, drawn where metropolis_accept would draw it
+                if not u < a1_bound:
+                    return DelayedAcceptanceResult(
+                        current, False, 0.0, component, proposed, stage1=a1_bound, screened=True,
+                        adapt_prob=0.0,
+                    )
+                proposed_point = bound._replace(var=gp.variance_given(row))
+            else:
+                proposed_point = surrogate_point(gp, proposed, lp_proposed)
             gp_sd = math.sqrt(proposed_point.var)
             la1 = log_alpha1(current_point, proposed_point, lq_f, lq_r, self.current_value)
         else:
@@ -320,7 +346,7 @@ class DelayedAcceptanceMH(DelayedAcceptanceKernel):
             def before_exact(rng_now):
                 self._speculate(current, current_eval, proposed, proposed_point, lq_f, lq_r, density, rng_now)
         proposed_eval, a1, rejected = self._stage1_then_exact(
-            current, proposed, la1, prior, density, rng, component, gp_sd, before_exact
+            current, proposed, la1, prior, density, rng, component, gp_sd, before_exact, u
         )
         if proposed_eval is None:
             return rejected

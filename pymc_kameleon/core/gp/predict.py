@@ -12,6 +12,11 @@ from pymc_kameleon.core.linalg import one_blas_thread
 
 __all__ = ["GPPredictionMixin"]
 
+# Relative margin (of s^2) of the variance bound over rounding in the computed variance, and the
+# stored points (the first ones) whose variance bounds it besides each point alone.
+_VARIANCE_BOUND_MARGIN = 1e-6
+_VARIANCE_BOUND_POINTS = 64
+
 
 class GPPredictionMixin:
     r"""The prediction methods of :class:`~pymc_kameleon.core.gp.surrogate.GPSurrogate`.
@@ -103,6 +108,49 @@ class GPPredictionMixin:
         if single:
             return float(mean[0]), float(var[0])
         return mean, var
+
+    @one_blas_thread
+    def predict_with_variance_bound(self, theta):
+        r"""Predictive mean at one point, an upper bound of its variance, and the covariance row that
+        :meth:`variance_given` turns into the variance itself.
+
+        Observations never raise the variance, so the variance given any subset :math:`S` of them is
+        an upper bound: :math:`\sigma^2 = s^2 - k^\top K^{-1} k \le s^2 - k_S^\top K_{SS}^{-1} k_S`.
+        Two subsets cost little once :math:`k` is known: each observation alone
+        (:math:`k_i^2 / K_{ii}`, :math:`O(t)`) and the first :math:`m` = 64 stored points, whose
+        :math:`K_{SS}` factor is the leading block of :math:`L`
+        (:math:`\lVert L_{SS}^{-1} k_S \rVert^2`, :math:`O(m^2)`: the first :math:`m` steps of the
+        forward substitution), against :math:`O(t^2)` for the variance itself. A relative margin of
+        1e-6 :math:`s^2` covers rounding. The mean, and the variance from :meth:`variance_given`,
+        are those of :meth:`predict` to the last bit.
+
+        Returns
+        -------
+        mean, var_bound : float
+        row : array of shape (1, t) or None (no stored points; the bound is then the variance)
+        """
+        if self.gradients:
+            raise ValueError("GPSurrogate.predict_with_variance_bound: values only; use predict.")
+        x, _ = self._as_batch(theta)
+        if self.n_points == 0:
+            return float(self.mean_value), float(self._s2), None
+        Kx = se_ard_covariance(x, self._X, self._ell, self._s2, False, False)
+        mean = self.mean_value + Kx @ self._get_alpha()
+        k = Kx[0]
+        m = min(self.n_points, _VARIANCE_BOUND_POINTS)
+        leading = self._factor.solve(k[:m], size=m)
+        explained = max(float(np.max(k * k / (self._s2 + self._diag_add))), float(leading @ leading))
+        bound = max(self._s2 - explained, 0.0) + _VARIANCE_BOUND_MARGIN * self._s2
+        return float(mean[0]), bound, Kx
+
+    @one_blas_thread
+    def variance_given(self, row) -> float:
+        """The predictive variance at the point whose covariance row :meth:`predict_with_variance_bound`
+        returned (as :meth:`predict` computes it)."""
+        if row is None:
+            return float(self._s2)
+        V = self._factor.solve(row.T)
+        return float(np.maximum(self._s2 - np.einsum("ij,ij->j", V, V), 0.0)[0])
 
     @one_blas_thread
     def predict_gradient(self, theta):

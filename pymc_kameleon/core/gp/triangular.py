@@ -130,16 +130,20 @@ class GrowingCholesky:
         view.flags.writeable = False
         return view
 
-    def solve(self, rhs, trans: bool = False) -> np.ndarray:
+    def solve(self, rhs, trans: bool = False, size: int | None = None) -> np.ndarray:
         r""":math:`L^{-1} b` (or :math:`L^{-\top} b` with ``trans``) for ``b`` of shape (n,) or (n, k).
 
-        Bit-for-bit equal to ``scipy.linalg.solve_triangular(L, b, lower=True, trans=...)``.
+        Bit-for-bit equal to ``scipy.linalg.solve_triangular(L, b, lower=True, trans=...)``. With
+        ``size``, the same with the leading ``size`` x ``size`` block of :math:`L` (then ``b`` has
+        ``size`` rows): the first ``size`` entries of :math:`L^{-1} b'` for every ``b'`` that starts
+        with ``b`` (forward substitution).
         """
-        n = self._n
+        n = self._n if size is None else int(size)
         rhs = np.asarray(rhs, dtype=float)
-        if rhs.shape[0] != n:
+        if not 0 <= n <= self._n or rhs.shape[0] != n:
             raise ValueError(
-                f"GrowingCholesky.solve: the right-hand side has {rhs.shape[0]} rows; L has {n}."
+                f"GrowingCholesky.solve: the right-hand side has {rhs.shape[0]} rows; L has {self._n} "
+                f"(block size {n})."
             )
         if _BLAS is None or n == 0:
             return solve_triangular(

@@ -219,8 +219,9 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
       :math:`E[\alpha_1\alpha_2]` (the exact :math:`\alpha_1\alpha_2` would need
       :math:`\alpha_2` also where stage 1 failed, which is never computed).
     - ``accepted`` (float, as in ``pm.Metropolis``), ``stage1_accept`` (:math:`\alpha_1`; 1 in the
-      warm-up, where every proposal is evaluated), ``stage2_accept`` (:math:`\alpha_2`; NaN if stage
-      2 was not reached).
+      warm-up, where every proposal is evaluated; after tuning, where a bound of the GP's variance
+      already rejected the proposal, the bound :math:`\bar\alpha_1 \ge \alpha_1`, below the step's
+      uniform), ``stage2_accept`` (:math:`\alpha_2`; NaN if stage 2 was not reached).
     - ``exact_eval``: whether this step evaluated the likelihood exactly (at the proposal, or at
       the current state at the start of a chain or after another block of a ``CompoundStep``
       moved); ``logp_evals``: the exact evaluations this step made (the start search and,
@@ -230,8 +231,8 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
       evaluations saved is ``1 - mean(exact_eval)``. ``recent_accept_rate`` and
       ``recent_exact_share``: the acceptance rate and the share of steps with an exact evaluation
       over about the last 100 steps (the progress bar shows them).
-    - ``gp_sd``: the GP's predictive sd of :math:`\ell` at the proposal (NaN in the warm-up and where
-      the prior is zero);
+    - ``gp_sd``: the GP's predictive sd of :math:`\ell` at the proposal (NaN in the warm-up, where
+      the prior is zero, and after tuning where the bound rejected the proposal without it);
       ``gp_points``: training points after the step; ``gp_refit``: whether the hyperparameters
       were fitted at this step; ``screened``: whether the GP screened this proposal (False in the
       warm-up).
