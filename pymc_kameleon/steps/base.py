@@ -196,6 +196,13 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         "recent_accept_rate": (np.float64, []),
     }
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # help(Step) would otherwise show PyMC's ArrayStepShared.__init__ text for our constructors.
+        init = cls.__dict__.get("__init__")
+        if init is not None and init.__doc__ is None:
+            init.__doc__ = f"Make the step; its parameters are in ``help({cls.__name__})``."
+
     def __new__(cls, *args, **kwargs):
         # tuning="pooled" makes the step's population variant (steps/population.py).
         new_cls = pooled_class_for(cls, args, kwargs, cls._default_tuning)

@@ -61,7 +61,8 @@ class MLDA(AdaptiveStep):
 
     so the chain is exact for the model in context (:math:`\pi_L`) whatever the coarse models are:
     a biased coarse model costs acceptance, not correctness. Every subchain end that moved costs one
-    fine evaluation (accepted or not), so at most one per iteration.
+    fine evaluation (accepted or not), so at most one per iteration (in a ``CompoundStep``, one more
+    whenever another step changed a variable of the model: the current state's density changes too).
 
     Parameters
     ----------

@@ -357,8 +357,45 @@ def _matching_value_vars(coarse, vars, model, k: int) -> list:
                 f"MLDA: variable {fine_rvs[v.name]!r} has shape {theirs} in coarse_models[{k}] and "
                 f"{shape} in the model in context."
             )
-    _check_same_support(coarse, model, vars, k)
+    block = {v.name for v in vars}
+    others = [v for v in model.value_vars if v.name not in block]
+    discrete = [v for v in others if v.dtype in pm.discrete_types]
+    continuous = [v for v in others if v.dtype not in pm.discrete_types]
+    _check_same_support(coarse, model, [*vars, *continuous], k)
+    _check_same_discrete_support(coarse, model, discrete, k)
     return [coarse_values[v.name] for v in vars]
+
+
+# Offsets from a discrete variable's initial value at which both levels' priors must agree on whether the
+# value is possible (a coarse DiscreteUniform(0, 12) against the fine (0, 30) left the chain stuck).
+_DISCRETE_OFFSETS = (-100, -30, -10, -3, -1, 0, 1, 3, 10, 30, 100)
+
+
+def _check_same_discrete_support(coarse, model, discrete, k: int) -> None:
+    """A discrete variable left to another step must have the same possible values at every level: where
+    the coarse prior rules out a value the fine one allows, the coarse subchain cannot move while the
+    other step keeps the variable there. Checked at the initial value and at offsets from it (the other
+    variables at their initial values)."""
+    fine_point, coarse_point = model.initial_point(), coarse.initial_point()
+    for value in discrete:
+        name = model.values_to_rvs[value].name
+        fine_fn = model.compile_logp(vars=[model[name]])
+        coarse_fn = coarse.compile_logp(vars=[coarse[name]])
+        start = np.asarray(fine_point[value.name])
+        for offset in _DISCRETE_OFFSETS:
+            candidate = (start + offset).astype(start.dtype)
+            with np.errstate(all="ignore"):
+                fine_ok = np.isfinite(fine_fn({**fine_point, value.name: candidate}))
+                coarse_ok = np.isfinite(coarse_fn({**coarse_point, value.name: candidate}))
+            if fine_ok != coarse_ok:
+                where, other = ("the model in context", f"coarse_models[{k}]")
+                if coarse_ok:
+                    where, other = other, where
+                raise ValueError(
+                    f"MLDA: the discrete variable {name!r} can take the value {np.ravel(candidate)[:3]} in "
+                    f"{where} but not in {other}: its prior's support differs. Give it the same possible "
+                    "values at every level (the coarse model may ignore it in its likelihood)."
+                )
 
 
 def _check_same_support(coarse, model, vars, k: int) -> None:

@@ -102,3 +102,25 @@ def test_another_shape_of_the_other_steps_variable_is_refused():
         pm.Normal("y", x + z.sum(), 1.0, observed=Y)
     with switch_model(), pytest.raises(ValueError, match=r"'z' has shape \(2,\)"):
         MLDA(coarse_models=[coarse])
+
+
+def _count_model(prior):
+    with pm.Model() as model:
+        k = prior()
+        x = pm.Normal("x", 0.0, 1.0)
+        pm.Normal("y", x + 0.1 * k, 1.0, observed=Y)
+    return model
+
+
+def test_a_discrete_variable_with_other_possible_values_in_a_coarse_model_is_refused():
+    """A coarse DiscreteUniform(0, 12) against the fine (0, 30): the coarse subchain could not move while
+    the other step keeps the variable above 12 (a new user's change point stuck there, R-hat 2.3). Another
+    prior with the same support is fine."""
+    fine = _count_model(lambda: pm.DiscreteUniform("k", 0, 30))
+    narrower = _count_model(lambda: pm.DiscreteUniform("k", 0, 12))
+    same_support = _count_model(lambda: pm.Binomial("k", 30, 0.5))
+    with fine, pytest.raises(ValueError, match=r"discrete variable 'k' can take the value .* in the model in "
+                                               r"context but not in coarse_models\[0\]"):
+        MLDA(coarse_models=[narrower])
+    with fine:
+        MLDA(coarse_models=[same_support])
