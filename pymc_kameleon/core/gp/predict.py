@@ -44,10 +44,7 @@ class GPPredictionMixin:
         inspection and checks: the samplers use :meth:`predict`, which gives the variance too.)
         """
         x, single = self._as_batch(theta)
-        mean = np.full(x.shape[0], self.mean_value)
-        if self.n_points:
-            Kx = se_ard_covariance(x, self._X, self._ell, self._s2, False, self.gradients)
-            mean += Kx @ self._get_alpha()
+        mean = self._rows_and_mean(x)[1] if self.n_points else np.full(x.shape[0], self.mean_value)
         return float(mean[0]) if single else mean
 
     def point_mean(self):
@@ -100,11 +97,8 @@ class GPPredictionMixin:
             mean = np.full(x.shape[0], self.mean_value)
             var = np.full(x.shape[0], self._s2)
         else:
-            Kx = se_ard_covariance(x, self._X, self._ell, self._s2, False, self.gradients)
-            mean = self.mean_value + Kx @ self._get_alpha()
-            V = self._factor.solve(Kx.T)
-            # Rounding can push s^2 - |v|^2 slightly below zero near the data.
-            var = np.maximum(self._s2 - np.einsum("ij,ij->j", V, V), 0.0)
+            Kx, mean = self._rows_and_mean(x)
+            var = self._variance_of_rows(Kx)
         if single:
             return float(mean[0]), float(var[0])
         return mean, var
@@ -134,8 +128,7 @@ class GPPredictionMixin:
         x, _ = self._as_batch(theta)
         if self.n_points == 0:
             return float(self.mean_value), float(self._s2), None
-        Kx = se_ard_covariance(x, self._X, self._ell, self._s2, False, False)
-        mean = self.mean_value + Kx @ self._get_alpha()
+        Kx, mean = self._rows_and_mean(x)
         k = Kx[0]
         m = min(self.n_points, _VARIANCE_BOUND_POINTS)
         leading = self._factor.solve(k[:m], size=m)
@@ -149,8 +142,19 @@ class GPPredictionMixin:
         returned (as :meth:`predict` computes it)."""
         if row is None:
             return float(self._s2)
-        V = self._factor.solve(row.T)
-        return float(np.maximum(self._s2 - np.einsum("ij,ij->j", V, V), 0.0)[0])
+        return float(self._variance_of_rows(row)[0])
+
+    def _rows_and_mean(self, x):
+        """The covariance rows of the latent values at the kernel-coordinate points ``x`` with the
+        observations, and the predictive means there (``n_points`` > 0)."""
+        Kx = se_ard_covariance(x, self._X, self._ell, self._s2, False, self.gradients)
+        return Kx, self.mean_value + Kx @ self._get_alpha()
+
+    def _variance_of_rows(self, Kx):
+        """The predictive variances at the points whose covariance rows are ``Kx``: one triangular solve."""
+        V = self._factor.solve(Kx.T)
+        # Rounding can push s^2 - |v|^2 slightly below zero near the data.
+        return np.maximum(self._s2 - np.einsum("ij,ij->j", V, V), 0.0)
 
     @one_blas_thread
     def predict_gradient(self, theta):
