@@ -290,7 +290,7 @@ class MLDA(AdaptiveStep):
         coarse_before = [level.n_evals for level in self._levels_below()]
         logp_y = target.current(y, q0.point_map_info, self.rng).logp
         current = chain.current
-        outside = self._follow_outside_variables()
+        outside = self._follow_outside_variables(evals_before)
         if current is None or outside or not same_array(current.x, y):
             current = chain.move.point(np.array(y, dtype=float, copy=True), logp_y)
         found = self._search_start(current.x, current.at(0))  # on the coarsest level (_search_density)
@@ -341,11 +341,12 @@ class MLDA(AdaptiveStep):
         self._warnings.attach(stats, "accept")
         return RaveledVars(new.x, q0.point_map_info), [stats]
 
-    def _follow_outside_variables(self) -> bool:
-        """In a ``CompoundStep``: give the coarse levels the other steps' current values of the variables
-        outside this block (PyMC has set the fine model's), and say so: every level's density at the
-        current state must then be computed afresh, as those values may have changed since."""
-        if not self.shared:
+    def _follow_outside_variables(self, evals_before: int) -> bool:
+        """In a ``CompoundStep``: if the variables outside this block changed (the target, which PyMC
+        has given their values, evaluated the current state afresh: ``n_evals`` passed
+        ``evals_before``; so it does at a chain's start), give the coarse levels their values too and
+        say so: every level's density at the current state must then be computed afresh."""
+        if not self.shared or self._target.n_evals == evals_before:
             return False
         values = {name: variable.get_value(borrow=True) for name, variable in self.shared.items()}
         for level in self._model_levels:

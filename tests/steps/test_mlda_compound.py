@@ -76,8 +76,8 @@ def test_negative_control_stale_coarse_densities_fail_the_same_check(monkeypatch
     changed (what the step did before it followed other steps' variables)."""
     original = MLDAClass._follow_outside_variables
 
-    def follow_but_keep_the_cache(self):
-        original(self)
+    def follow_but_keep_the_cache(self, evals_before):
+        original(self, evals_before)
         return False
 
     monkeypatch.setattr(MLDAClass, "_follow_outside_variables", follow_but_keep_the_cache)
