@@ -19,6 +19,7 @@ from pymc.step_methods.compound import Competence
 from scipy.stats import norm
 
 from pymc_kameleon import (
+    MLDA,
     DiscreteMetropolis,
     GPDelayedAcceptanceMALA,
     GPDelayedAcceptanceMH,
@@ -643,3 +644,13 @@ def test_coordinate_names_follow_the_raveled_order():
     names = coordinate_names(model.value_vars, point)
     assert names == ["mu", "tau_log__", "L[0, 0]", "L[0, 1]", "L[1, 0]", "L[1, 1]"]
     assert len(names) == sum(np.size(v) for v in point.values())
+
+
+@pytest.mark.parametrize("cls", STEPS + [DiscreteMetropolis, MLDA])
+def test_help_on_a_constructor_points_to_the_steps_own_docstring(cls):
+    """Our constructors have no docstring of their own; without one, help() and IDEs showed PyMC's
+    ArrayStepShared.__init__ text ("Create the ArrayStepShared object...")."""
+    import inspect
+
+    doc = inspect.getdoc(cls.__init__)
+    assert f"help({cls.__name__})" in doc and "ArrayStepShared" not in doc, doc
