@@ -384,3 +384,53 @@ def test_mlda_groundwater_and_subsample_benchmarks_quick_mode(capsys):
     _load("mlda_subsample").main(["--quick", "--fractions", "0.5"])
     out = capsys.readouterr().out
     assert "| MLDA, 50% subsample |" in out and "| KAMH (all data) |" in out
+
+
+def test_scale_out_fixed_cost_likelihood_is_the_gaussian_after_its_work():
+    cloudpickle = pytest.importorskip("cloudpickle")  # as Dask sends it (the script is no module)
+    bench = _load("scale_out")
+    op = bench.FixedCostLoglik(5)
+    a, b = 0.6, 0.025
+    expected = -0.5 * (np.log(a / bench.TRUE_A) / 0.02) ** 2 - 0.5 * (np.log(b / bench.TRUE_B) / 0.05) ** 2
+    out = [[None]]
+    op.perform(None, [a, b], out)
+    assert float(out[0][0]) == pytest.approx(expected, rel=1e-12)
+    copy = cloudpickle.loads(cloudpickle.dumps(op))  # the work a worker process does is the caller's
+    assert copy.work == 5 and np.array_equal(copy._matrix, op._matrix)
+    # The matrix is orthogonal: its powers stay of norm 1, never subnormal (which would change the cost).
+    assert np.allclose(op._matrix @ op._matrix.T, np.eye(op._size))
+
+
+@pytest.mark.slow
+def test_scale_out_fixed_cost_quick_mode(capsys):
+    pytest.importorskip("distributed")
+    bench = _load("scale_out")
+    rows = bench.main(["--quick", "--runs", "kass", "--cost-ms", "0.5"])
+    out = capsys.readouterr().out
+    assert "Fixed-cost likelihood:" in out
+    assert len(rows) == 1 and rows[0].rstrip().endswith("| yes |")
+
+
+def test_transport_map_probe_inverts_and_reports_its_jacobian():
+    bench = _load("transport_map_probe")
+    rng = np.random.default_rng(0)
+    # A banana with a funnel's changing width: the map's quadratic shift and linear log-width both act.
+    u = rng.standard_normal(4000)
+    v = 0.5 * u**2 + np.exp(0.3 * u) * rng.standard_normal(4000)
+    w = u - v + rng.standard_normal(4000)
+    X = np.column_stack([u, v, w])
+    tmap = bench.TriangularMap(X, quadratic=True, scale=True)
+    log_det_chol = np.sum(np.log(np.diag(tmap.chol)))
+    for x in X[:5]:
+        y = tmap.to_y(x)
+        back, log_jacobian = tmap.to_x(y)
+        np.testing.assert_allclose(back, x, atol=1e-10)
+        eps = 1e-6
+        jacobian = np.column_stack([(tmap.to_x(y + eps * e)[0] - tmap.to_x(y - eps * e)[0]) / (2 * eps)
+                                    for e in np.eye(3)])
+        assert np.linalg.slogdet(jacobian)[1] == pytest.approx(log_jacobian + log_det_chol, abs=1e-6)
+    # The map straightens the banana: v's shift on u is learned (the residual's spread is near 1, not
+    # the 0.5 u^2 term's), so the y draws are far closer to uncorrelated Gaussian than the whitened ones.
+    Y = np.array([tmap.to_y(x) for x in X[:1000]])
+    z = np.linalg.solve(tmap.chol, (X[:1000] - tmap.mean).T).T
+    assert abs(np.corrcoef(Y[:, 0] ** 2, Y[:, 1])[0, 1]) < 0.1 < abs(np.corrcoef(z[:, 0] ** 2, z[:, 1])[0, 1])
