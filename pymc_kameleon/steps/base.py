@@ -108,8 +108,12 @@ def coordinate_names(vars, initial_point) -> list[str]:
     return names
 
 
-def continuous_value_vars(vars, model, step_name: str):
-    """Resolve the value variables a step samples, rejecting discrete ones with a clear error."""
+def continuous_value_vars(vars, model, step_name: str, required: str = ""):
+    """Resolve the value variables a step samples, rejecting discrete ones with a clear error.
+
+    ``required`` completes the call the error suggests with the step's required arguments (MLDA's
+    ``", coarse_models=[...]"``), so that the suggestion runs as written.
+    """
     if vars is None:
         vars = model.continuous_value_vars
         if not vars:
@@ -125,7 +129,7 @@ def continuous_value_vars(vars, model, step_name: str):
             f"{step_name} samples continuous variables only, but {discrete} "
             f"{'is' if len(discrete) == 1 else 'are'} discrete. Give the discrete variables "
             "their own step and pass both steps to pm.sample: "
-            f"step=[{step_name}([...continuous...]), pymc_kameleon.DiscreteMetropolis([...])] "
+            f"step=[{step_name}([...continuous...]{required}), pymc_kameleon.DiscreteMetropolis([...])] "
             "(or pm.Metropolis instead, if the model has no PseudoMarginalPotential)."
         )
     return vars

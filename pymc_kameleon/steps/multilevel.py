@@ -177,7 +177,7 @@ class MLDA(AdaptiveStep):
 
         if initial_point is None:
             initial_point = model.initial_point()
-        vars = continuous_value_vars(vars, model, "MLDA")
+        vars = continuous_value_vars(vars, model, "MLDA", required=", coarse_models=[...]")
         self.dim = int(sum(np.size(initial_point[v.name]) for v in vars))
         self._coordinate_names = coordinate_names(vars, initial_point)
         target = TargetDensity(model, vars, initial_point, compile_kwargs, "MLDA")
