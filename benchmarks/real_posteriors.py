@@ -53,7 +53,6 @@ Usage::
 import argparse
 import json
 import logging
-import math
 import platform
 import subprocess
 import sys
@@ -73,7 +72,17 @@ from pytensor.gradient import NullTypeGradError
 import pymc_kameleon
 from pymc_kameleon import GPDelayedAcceptanceMALA, GPDelayedAcceptanceMH, KameleonMetropolis
 from pymc_kameleon.problems.real_posteriors import POSTERIORS
-from pymc_kameleon.problems.reference import ExactReference, NutsReference
+from pymc_kameleon.problems.reference import ExactReference
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/, also when loaded by path
+from _posterior_tables import COLUMNS as COLUMNS  # noqa: E402  (re-exported: the tests read it here)
+from _posterior_tables import LEGEND, markdown_table, table_row, verdict  # noqa: E402
+from _references import (  # noqa: E402  (re-exported: other scripts and the tests use them from here)
+    ReferenceStore,
+    compare,
+    free_variable_names,
+    scalar_draws,
+)
 
 REFERENCE_FILE = Path(__file__).resolve().parent / "data" / "real_posteriors_reference.json"
 
@@ -207,173 +216,6 @@ def log_density_evaluations(sampler_name: str, idata, model) -> float:
     raise ValueError(f"no evaluation count for sampler {sampler_name!r}")
 
 
-# ============================================================================ moments and metrics
-def scalar_draws(posterior, names) -> dict[str, np.ndarray]:
-    """Draws of every scalar component of the variables ``names``, as ``{"x[3]": (chain, draw)}``."""
-    out = {}
-    for name in names:
-        values = posterior[name].values
-        shape = values.shape[2:]
-        if not shape:
-            out[name] = values
-            continue
-        flat = values.reshape(values.shape[:2] + (-1,))
-        for i, index in enumerate(np.ndindex(shape)):
-            out[f"{name}[{','.join(map(str, index))}]"] = flat[..., i]
-    return out
-
-
-def free_variable_names(model) -> list[str]:
-    """Names of the model's free random variables (the parameters compared)."""
-    return [rv.name for rv in model.free_RVs]
-
-
-def compare(draws: dict[str, np.ndarray], reference: ExactReference) -> dict:
-    """Errors against the reference moments and convergence diagnostics, over scalar parameters.
-
-    Parameters
-    ----------
-    draws : dict
-        Scalar name -> draws of shape (chain, draw), from :func:`scalar_draws`.
-    reference : dict
-        Scalar name -> (mean, sd).
-
-    Returns
-    -------
-    dict with ``mean_err``, ``log_sd_err``, ``min_ess``, ``max_rhat`` and the parameters that
-    attain them (``worst_mean``, ``worst_sd``). A scalar on which some chain never moved during the
-    draws has ESS 0 (ArviZ would report the number of draws).
-    """
-    missing = sorted(set(draws) - set(reference))
-    if missing:
-        raise KeyError(f"the reference has no moments for {missing}")
-    mean_err, sd_err, ess, rhat = {}, {}, [], []
-    for name, x in draws.items():
-        ref_mean, ref_sd = reference[name]
-        mean_err[name] = abs(float(x.mean()) - ref_mean) / ref_sd
-        sd = float(x.std())
-        sd_err[name] = abs(math.log(sd / ref_sd)) if sd > 0 else math.inf
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # R-hat of a chain that never moved: NaN
-            rhat.append(float(az.rhat(x)))
-            # ArviZ gives a constant chain the full ESS; a chain that never moved has none.
-            stuck = np.any(np.ptp(x, axis=1) == 0)
-            ess.append(0.0 if stuck else float(az.ess(x, method="bulk")))
-    rhat = np.array(rhat)
-    return {
-        "mean_err": max(mean_err.values()),
-        "worst_mean": max(mean_err, key=mean_err.get),
-        "log_sd_err": max(sd_err.values()),
-        "worst_sd": max(sd_err, key=sd_err.get),
-        "min_ess": float(np.nan_to_num(np.min(ess), nan=0.0)),
-        "max_rhat": float(np.nan if np.isnan(rhat).any() else rhat.max()),
-    }
-
-
-# ============================================================================ references
-def _fingerprint(model) -> float:
-    """The model's log density at its initial point: changes whenever its data or priors change."""
-    return float(model.compile_logp()(model.initial_point()))
-
-
-def compute_nuts_reference(spec: NutsReference, chains=4, cores=2, seed=2025) -> dict:
-    """Moments of every variable from a long NUTS run; refuses unless R-hat < 1.01 and ESS > 2000.
-
-    The run is doubled in length (twice at most) until every scalar passes.
-
-    Parameters
-    ----------
-    spec : NutsReference
-        What to sample, and the tuning steps and draws per chain of the first attempt.
-    chains, cores, seed
-        Chains, processes and the seed of the first attempt.
-
-    Returns
-    -------
-    dict
-        ``params`` (scalar name -> [mean, sd]) plus the diagnostics and how it was computed.
-    """
-    tune, draws = spec.tune, spec.draws
-    for attempt in range(3):
-        model = spec.build()
-        start = time.perf_counter()
-        with model, warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            idata = pm.sample(
-                draws=draws, tune=tune, chains=chains, cores=cores, random_seed=seed + attempt,
-                target_accept=spec.target_accept, progressbar=False, compute_convergence_checks=False,
-            )
-        names = [v for v in idata.posterior.data_vars]
-        draws_ = scalar_draws(idata.posterior, names)
-        rhat = {k: float(az.rhat(x)) for k, x in draws_.items()}
-        ess = {k: float(az.ess(x, method="bulk")) for k, x in draws_.items()}
-        ok = max(rhat.values()) < 1.01 and min(ess.values()) > 2000
-        divergences = int(idata.sample_stats["diverging"].values.sum())
-        print(f"  reference {spec.key}: NUTS {chains} x ({tune} + {draws}), max R-hat "
-              f"{max(rhat.values()):.4f}, min ESS {min(ess.values()):.0f}, {divergences} divergences, "
-              f"{time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
-        if ok:
-            return {
-                "params": {k: [float(x.mean()), float(x.std())] for k, x in draws_.items()},
-                "method": (f"NUTS {chains} x ({tune} tune + {draws} draws), "
-                           f"target_accept {spec.target_accept}, seed {seed + attempt}"),
-                "description": spec.description,
-                "max_rhat": max(rhat.values()),
-                "min_ess": min(ess.values()),
-                "divergences": divergences,
-                "fingerprint": _fingerprint(model),
-                "versions": f"pymc {pm.__version__}, arviz {az.__version__}",
-            }
-        draws *= 2
-    raise RuntimeError(f"NUTS reference for {spec.key!r} did not converge (R-hat >= 1.01 or ESS <= 2000).")
-
-
-class ReferenceStore:
-    """The cached NUTS references (a JSON file), recomputed only on request.
-
-    Parameters
-    ----------
-    path : Path
-        The JSON cache.
-    refresh : bool
-        Recompute every NUTS reference that is used, even if cached.
-    cores : int
-        Processes for the reference runs.
-    """
-
-    def __init__(self, path: Path, refresh: bool = False, cores: int = 2):
-        self.path = Path(path)
-        self.refresh = refresh
-        self.cores = cores
-        self.entries = json.loads(self.path.read_text()) if self.path.exists() else {}
-        self._refreshed = set()
-
-    def get(self, name: str, model, reference) -> tuple[ExactReference, str]:
-        """Reference moments for posterior ``name`` and a one-line description of their source."""
-        if isinstance(reference, dict):
-            return reference, "exact"
-        spec = reference if reference is not None else NutsReference(name, lambda: model)
-        entry = self.entries.get(spec.key)
-        stale = entry is not None and not math.isclose(
-            entry["fingerprint"], _fingerprint(spec.build()), rel_tol=1e-9, abs_tol=1e-9
-        )
-        if entry is None or (self.refresh and spec.key not in self._refreshed):
-            entry = compute_nuts_reference(spec, cores=self.cores)
-            self.entries[spec.key] = entry
-            self._refreshed.add(spec.key)
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.path.write_text(json.dumps(self.entries, indent=1, sort_keys=True) + "\n")
-        elif stale:
-            raise RuntimeError(
-                f"the cached reference {spec.key!r} was computed for a different model (its log density "
-                f"at the initial point changed); rerun with --refresh-reference --posteriors {name}"
-            )
-        params = {k: (float(m), float(s)) for k, (m, s) in entry["params"].items()}
-        source = (f"{entry['method']} on {spec.description}: max R-hat {entry['max_rhat']:.4f}, "
-                  f"min bulk ESS {entry['min_ess']:.0f}, {entry['divergences']} divergences")
-        return params, source
-
-
 # ============================================================================ running
 def run_one(name: str, sampler_name: str, seed: int, *, chains: int, tune: int, draws: int, cores: int,
             reference: ExactReference) -> dict:
@@ -431,126 +273,6 @@ def run_one(name: str, sampler_name: str, seed: int, *, chains: int, tune: int, 
     if "diverging" in idata.sample_stats:
         result["divergences"] = int(idata.sample_stats["diverging"].values.sum())
     return result
-
-
-# ============================================================================ table
-COLUMNS = ["posterior", "sampler", "mean err", "log sd err", "min ESS", "max R-hat", "ESS/eval", "ESS/s",
-           "evals/iter", "notes"]
-LEGEND = (
-    "Cells: median over seeds (worst seed). mean err: max over scalar parameters of "
-    "|mean - ref mean| / ref sd; log sd err: max |log(sd / ref sd)|; min ESS: bulk, chains pooled "
-    "(0 if a chain never moved); max R-hat: NaN if a chain never moved; ESS/eval and evals/iter count "
-    "log-density evaluations over tuning and draws: Metropolis 2 per scalar element per iteration "
-    "(elementwise updates), DEMetropolisZ 2 per iteration, KameleonMetropolis its logp_evals stat, "
-    "GPDelayedAcceptanceMH and GPDelayedAcceptanceMALA their exact likelihood evaluations "
-    "(cumulative_logp_evals; prior evaluations not counted), NUTS its n_steps (gradient evaluations). "
-    "ESS/s: "
-    "per second of sampling wall time (tuning + draws, chains in parallel; machine shared). notes: "
-    "'the step warned' counts the seeds at which one of our steps raised its own warning (PyMC's "
-    "convergence checks are off)."
-)
-# metric -> (worst is the max, format)
-_METRICS = {
-    "mean err": ("mean_err", True, "{:.2f}"),
-    "log sd err": ("log_sd_err", True, "{:.2f}"),
-    "min ESS": ("min_ess", False, "{:.0f}"),
-    "max R-hat": ("max_rhat", True, "{:.3f}"),
-    "ESS/eval": ("ess_per_eval", False, "{:.2e}"),
-    "ESS/s": ("ess_per_s", False, "{:.1f}"),
-}
-
-
-def _median_worst(values, worst_is_max, fmt) -> str:
-    values = np.asarray(values, dtype=float)
-    if np.isnan(values).any():  # a NaN R-hat: some chain never moved, the worst case
-        worst = math.nan
-        median = float(np.median(values)) if np.isnan(values).all() else float(np.nanmedian(values))
-    else:
-        median = float(np.median(values))
-        worst = float(values.max() if worst_is_max else values.min())
-    if len(values) == 1:
-        return fmt.format(median)
-    return f"{fmt.format(median)} ({fmt.format(worst)})"
-
-
-def table_row(name: str, sampler_name: str, results: list[dict]) -> list[str]:
-    """One markdown row: medians over seeds with the worst seed in brackets."""
-    done = [r for r in results if "skipped" not in r and "error" not in r]
-    notes = []
-    if not done:
-        reason = results[0].get("skipped") or f"failed: {results[0]['error']}"
-        return [name, sampler_name] + ["-"] * (len(COLUMNS) - 3) + [reason.replace("|", "/")]
-    cells = [_median_worst([r[key] for r in done], worst_is_max, fmt)
-             for key, worst_is_max, fmt in _METRICS.values()]
-    cells.append(f"{np.median([r['evals_per_iter'] for r in done]):.2f}")
-    if len(done) < len(results):
-        notes.append(f"{len(results) - len(done)} seed(s) failed")
-    warned = sum(bool(r.get("warned")) for r in done)
-    if warned:
-        notes.append(f"the step warned at {warned}/{len(done)} seeds")
-    if any(r.get("divergences", 0) > 0 for r in done):
-        notes.append(f"divergences {'/'.join(str(r['divergences']) for r in done)}")
-    worst = max(done, key=lambda r: r["mean_err"])
-    if worst["mean_err"] >= 0.1:
-        notes.append(f"worst mean: {worst['worst_mean']}")
-    return [name, sampler_name, *cells, "; ".join(notes)]
-
-
-GRADIENT_FREE_PEERS = ("Metropolis", "DEMetropolisZ")
-
-
-def _median(results: list[dict], key: str) -> float:
-    done = [r[key] for r in results if "skipped" not in r and "error" not in r]
-    return float(np.median(done)) if done else math.nan
-
-
-def verdict(results: dict, ours: str = "KameleonMetropolis") -> list[str]:
-    """Issue 12's done-when, per posterior, from the medians over seeds.
-
-    *Right* means largest standardised mean error below 0.1 and max R-hat below 1.01. ``ours`` must
-    be right wherever a gradient-free PyMC peer (:data:`GRADIENT_FREE_PEERS`) is, and have at least
-    the best peer's ESS per evaluation on 70% of the posteriors.
-    """
-    lines, wins, total, wrong = [], 0, 0, []
-    for name, by_sampler in results.items():
-        if ours not in by_sampler:
-            continue
-        peers = {p: by_sampler[p] for p in GRADIENT_FREE_PEERS if p in by_sampler}
-        if not peers:
-            continue
-
-        def right(rs):
-            return _median(rs, "mean_err") < 0.1 and _median(rs, "max_rhat") < 1.01
-
-        best_peer, best = max(((p, _median(rs, "ess_per_eval")) for p, rs in peers.items()),
-                              key=lambda t: -math.inf if math.isnan(t[1]) else t[1])
-        mine = _median(by_sampler[ours], "ess_per_eval")
-        total += 1
-        won = mine >= best or math.isnan(best)
-        wins += won
-        right_peers = [p for p, rs in peers.items() if right(rs)]
-        if right_peers and not right(by_sampler[ours]):
-            wrong.append(name)
-        lines.append(
-            f"- {name}: ESS/eval {mine:.2e} vs best peer {best_peer} {best:.2e} "
-            f"({mine / best if best > 0 else math.inf:.2f}x)"
-            f"{'' if won else ' LOSES'}; right: {'yes' if right(by_sampler[ours]) else 'no'}"
-            f" (peers right: {', '.join(right_peers) or 'none'})"
-        )
-    if total == 0:  # no posterior ran ours beside a peer: nothing to judge
-        return lines
-    lines.append(
-        f"{ours}: ESS/eval >= best gradient-free peer on {wins}/{total} posteriors "
-        f"({wins / total:.0%}; goal 70%); wrong where a peer is right: {', '.join(wrong) or 'none'}"
-    )
-    return lines
-
-
-def markdown_table(rows: list[list[str]]) -> str:
-    """A markdown table with :data:`COLUMNS` as header."""
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def _git_describe() -> str:
