@@ -128,9 +128,9 @@ def continuous_value_vars(vars, model, step_name: str, required: str = ""):
         raise ValueError(
             f"{step_name} samples continuous variables only, but {discrete} "
             f"{'is' if len(discrete) == 1 else 'are'} discrete. Give the discrete variables "
-            "their own step and pass both steps to pm.sample: "
-            f"step=[{step_name}([...continuous...]{required}), pymc_kameleon.DiscreteMetropolis([...])] "
-            "(or pm.Metropolis instead, if the model has no PseudoMarginalPotential)."
+            "their own step and pass both steps to pm.sample, this one last (the trace's lp comes from "
+            f"the last step): step=[pymc_kameleon.DiscreteMetropolis([...]), {step_name}([...continuous...]"
+            f"{required})] (or pm.Metropolis instead, if the model has no PseudoMarginalPotential)."
         )
     return vars
 

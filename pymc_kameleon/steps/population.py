@@ -29,8 +29,11 @@ statistic ``rescued`` records a jump.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pymc as pm
+from pymc.util import get_value_vars_from_user_vars
 
 from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
 
@@ -140,8 +143,16 @@ class PooledTuning:
 def pooled_class_for(cls, args, kwargs, default: str):
     """The class ``cls.__new__`` should make: its pooled variant for ``tuning="pooled"``, else ``cls``.
 
-    Models with a :func:`~pymc_kameleon.PseudoMarginalPotential` tune per chain: the population of
-    ``cores=1`` runs its chains in one process, where they would share the estimator's kept estimate.
+    Two kinds of model tune per chain, because the population of ``cores=1`` runs its chains in one
+    process:
+
+    - models with a :func:`~pymc_kameleon.PseudoMarginalPotential`, whose chains would share the
+      estimator's kept estimate;
+    - models with free variables outside the step's block. Other steps sample them, and PyMC's
+      population sampler gives each chain a shallow copy of those steps (``copy(m)`` in
+      ``pymc/sampling/population.py``), so the chains share their tuning state: a ``pm.Metropolis``
+      on a change point counted every chain's acceptances, its scaling went to 1e9, and the change
+      point froze. An explicit ``tuning="pooled"`` there warns that the step tunes per chain.
     """
     tuning = kwargs.get("tuning", default)
     pooled = getattr(cls, "_pooled_class", None)
@@ -152,6 +163,26 @@ def pooled_class_for(cls, args, kwargs, default: str):
     try:
         if pseudo_marginal_terms(model):
             return cls
-    except (TypeError, ValueError):  # a misused potential: the step's __init__ says what is wrong
+        outside = _variables_outside_block(model, args[0] if args else kwargs.get("vars"))
+    except (TypeError, ValueError, KeyError):  # misused input: the step's __init__ says what is wrong
+        return cls
+    if outside:
+        if kwargs.get("tuning") == "pooled":
+            warnings.warn(
+                f"{cls.__name__}: {outside} {'is' if len(outside) == 1 else 'are'} sampled by another step, "
+                "so this step tunes per chain (tuning='per_chain'): PyMC's population sampler, which "
+                "pooled tuning runs on, would give the chains shallow copies of the other steps at "
+                "cores=1, sharing their tuning state.",
+                UserWarning,
+                stacklevel=3,
+            )
         return cls
     return pooled
+
+
+def _variables_outside_block(model, vars) -> list[str]:
+    """Names of the model's free variables that a step given ``vars`` (None: every continuous one) leaves
+    to other steps."""
+    block = model.continuous_value_vars if vars is None else get_value_vars_from_user_vars(vars, model)
+    inside = {v.name for v in block}
+    return [model.values_to_rvs[v].name for v in model.value_vars if v.name not in inside]

@@ -128,10 +128,10 @@ def test_a_discrete_variable_with_other_possible_values_in_a_coarse_model_is_ref
 
 def test_a_discrete_variable_given_to_mlda_is_refused_with_a_call_that_runs():
     """The error's suggested call names MLDA's required coarse_models (a bare ``MLDA([...])`` would fail
-    again, for another reason)."""
+    again, for another reason) and puts MLDA last, where the trace's lp is the model's."""
     fine, coarse = switch_model(), switch_model(offset=1.5)
-    suggestion = ("step=[MLDA([...continuous...], coarse_models=[...]), "
-                  "pymc_kameleon.DiscreteMetropolis([...])]")
+    suggestion = ("step=[pymc_kameleon.DiscreteMetropolis([...]), "
+                  "MLDA([...continuous...], coarse_models=[...])]")
     with fine, pytest.raises(ValueError, match=r"\['z'\] is discrete") as raised:
         MLDA([fine["x"], fine["z"]], coarse_models=[coarse])
     assert suggestion in str(raised.value)

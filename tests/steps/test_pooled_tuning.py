@@ -54,6 +54,49 @@ def test_models_with_a_pseudo_marginal_term_tune_per_chain():
         assert not isinstance(KameleonMetropolis(tuning="pooled"), PooledTuning)
 
 
+def _change_point_model():
+    rng = np.random.default_rng(0)
+    data = np.r_[rng.normal(0.0, 1.0, 30), rng.normal(1.5, 1.0, 30)]
+    with pm.Model() as model:
+        tau = pm.DiscreteUniform("tau", 0, 59)
+        mu1, mu2 = pm.Normal("mu1", 0.0, 5.0), pm.Normal("mu2", 0.0, 5.0)
+        pm.Normal("y", pm.math.switch(np.arange(60) < tau, mu1, mu2), 1.0, observed=data)
+    return model
+
+
+@pytest.mark.parametrize("cls", [KameleonMetropolis, GPDelayedAcceptanceMH])
+def test_a_block_beside_other_steps_tunes_per_chain_and_the_other_steps_keep_moving(cls):
+    """PyMC's population sampler gives each chain a shallow copy of every other step of the CompoundStep
+    when cores=1: the chains' pm.Metropolis on a change point then shared one acceptance count, its
+    scaling went to 1e9 and 1e-9, and tau froze at one value in every draw, with no warning (a new
+    user's report). A block that leaves variables to other steps therefore tunes per chain."""
+    with _change_point_model() as model:
+        assert not isinstance(cls(), PooledTuning)
+        assert not isinstance(cls([model["mu1"]]), PooledTuning)  # a continuous variable left out too
+    with _change_point_model() as model, pytest.warns(UserWarning, match="tunes per chain"):
+        cls(tuning="pooled")
+    idata = _sample(_change_point_model(), cls, chains=2, tune=1000, draws=300, seed=3)
+    tau = idata.posterior["tau"].values
+    assert all(len(np.unique(chain)) > 1 for chain in tau)
+    scaling = idata.sample_stats["scaling"].values[:, -1]
+    assert np.all((scaling > 1e-3) & (scaling < 1e3))
+
+
+def test_negative_control_pooled_beside_pm_metropolis_freezes_the_change_point(monkeypatch):
+    """The previous test fails when the block is pooled anyway: the change point's pm.Metropolis, shallow
+    copied per chain by PyMC's population sampler, has its scaling thrown to 1e9 or 1e-9. (If PyMC's copy
+    becomes a deep one, this fails, and such blocks could pool again.)"""
+    import pymc_kameleon.steps.population as population
+
+    monkeypatch.setattr(population, "_variables_outside_block", lambda model, vars: [])
+    with _change_point_model():
+        assert isinstance(KameleonMetropolis(), PooledTuning)
+    idata = _sample(_change_point_model(), KameleonMetropolis, chains=2, tune=1000, draws=300, seed=3)
+    scaling = idata.sample_stats["scaling"].values[:, -1]
+    frozen = [len(np.unique(chain)) == 1 for chain in idata.posterior["tau"].values]
+    assert np.any((scaling < 1e-3) | (scaling > 1e3)) and any(frozen)
+
+
 @pytest.mark.parametrize("cls", STEPS)
 def test_every_chains_window_records_every_chains_state(cls, monkeypatch):
     """With 3 chains each tuning step records 3 rows (all chains' states), the same at every chain."""
