@@ -152,7 +152,8 @@ def pooled_class_for(cls, args, kwargs, default: str):
       population sampler gives each chain a shallow copy of those steps (``copy(m)`` in
       ``pymc/sampling/population.py``), so the chains share their tuning state: a ``pm.Metropolis``
       on a change point counted every chain's acceptances, its scaling went to 1e9, and the change
-      point froze. An explicit ``tuning="pooled"`` there warns that the step tunes per chain.
+      point froze (pymc-devs/pymc#3731 reported the same sharing for DEMetropolis's own scaling). An
+      explicit ``tuning="pooled"`` there warns that the step tunes per chain.
     """
     tuning = kwargs.get("tuning", default)
     pooled = getattr(cls, "_pooled_class", None)
