@@ -134,21 +134,22 @@ def run(log_density, draws_for_fit, seed, quadratic, scale, independence, refit,
         q = stats.multivariate_normal(Y.mean(0), np.cov(Y.T) * 1.2**2)
         return tmap, q, np.linalg.cholesky(q.cov)
 
-    def density(tmap, x, y):
+    def in_map(x, log_jacobian):
+        """The target in the map's coordinates at the y whose image is x: pi(x) |dx/dy|."""
         value = log_density(x)
-        return value + tmap.to_x(y)[1] if np.isfinite(value) else -np.inf
+        return value + log_jacobian if np.isfinite(value) else -np.inf
 
     tmap, q, q_chol = setup(fit_set)
     xs = [draws_for_fit[c, -1] for c in range(chains)]
     ys = [tmap.to_y(x) for x in xs]
-    current = [density(tmap, x, y) for x, y in zip(xs, ys)]
+    current = [in_map(x, tmap.to_x(y)[1]) for x, y in zip(xs, ys)]
     log_step = np.full(chains, np.log(2.38 / np.sqrt(d)))
     states = np.empty((chains, tune + draws, d))
     for t in range(tune + draws):
         if refit and t == tune // 2:
             tmap, q, q_chol = setup(np.concatenate([fit_set, states[:, :t].reshape(-1, d)]))
             ys = [tmap.to_y(x) for x in xs]
-            current = [density(tmap, x, y) for x, y in zip(xs, ys)]
+            current = [in_map(x, tmap.to_x(y)[1]) for x, y in zip(xs, ys)]
         for c in range(chains):
             jump = independence and rng.random() < 0.5
             if jump:
@@ -158,8 +159,7 @@ def run(log_density, draws_for_fit, seed, quadratic, scale, independence, refit,
                 y_new = ys[c] + np.exp(log_step[c]) * rng.standard_normal(d)
                 correction = 0.0
             x_new, log_jacobian = tmap.to_x(y_new)
-            value = log_density(x_new)
-            new = value + log_jacobian if np.isfinite(value) else -np.inf
+            new = in_map(x_new, log_jacobian)
             accept = min(1.0, np.exp(new - current[c] + correction)) if np.isfinite(new) else 0.0
             if rng.random() < accept:
                 xs[c], ys[c], current[c] = x_new, y_new, new

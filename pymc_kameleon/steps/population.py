@@ -33,7 +33,6 @@ import warnings
 
 import numpy as np
 import pymc as pm
-from pymc.util import get_value_vars_from_user_vars
 
 from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
 
@@ -164,7 +163,7 @@ def pooled_class_for(cls, args, kwargs, default: str):
     try:
         if pseudo_marginal_terms(model):
             return cls
-        outside = _variables_outside_block(model, args[0] if args else kwargs.get("vars"))
+        outside = _variables_outside_block(model, args[0] if args else kwargs.get("vars"), cls.__name__)
     except (TypeError, ValueError, KeyError):  # misused input: the step's __init__ says what is wrong
         return cls
     if outside:
@@ -181,9 +180,12 @@ def pooled_class_for(cls, args, kwargs, default: str):
     return pooled
 
 
-def _variables_outside_block(model, vars) -> list[str]:
+def _variables_outside_block(model, vars, step_name: str) -> list[str]:
     """Names of the model's free variables that a step given ``vars`` (None: every continuous one) leaves
-    to other steps."""
-    block = model.continuous_value_vars if vars is None else get_value_vars_from_user_vars(vars, model)
-    inside = {v.name for v in block}
+    to other steps. The block is resolved as the step's ``__init__`` resolves it, whose errors (a discrete
+    variable in ``vars``, no continuous variable) :func:`pooled_class_for` leaves to ``__init__``."""
+    # steps.base imports this module (AdaptiveStep.__new__ calls pooled_class_for): import it here.
+    from pymc_kameleon.steps.base import continuous_value_vars
+
+    inside = {v.name for v in continuous_value_vars(vars, model, step_name)}
     return [model.values_to_rvs[v].name for v in model.value_vars if v.name not in inside]

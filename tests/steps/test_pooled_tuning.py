@@ -73,7 +73,7 @@ def test_a_block_beside_other_steps_tunes_per_chain_and_the_other_steps_keep_mov
     with _change_point_model() as model:
         assert not isinstance(cls(), PooledTuning)
         assert not isinstance(cls([model["mu1"]]), PooledTuning)  # a continuous variable left out too
-    with _change_point_model() as model, pytest.warns(UserWarning, match="tunes per chain"):
+    with _change_point_model(), pytest.warns(UserWarning, match="tunes per chain"):
         cls(tuning="pooled")
     idata = _sample(_change_point_model(), cls, chains=2, tune=1000, draws=300, seed=3)
     tau = idata.posterior["tau"].values
@@ -88,7 +88,7 @@ def test_negative_control_pooled_beside_pm_metropolis_freezes_the_change_point(m
     becomes a deep one, this fails, and such blocks could pool again.)"""
     import pymc_kameleon.steps.population as population
 
-    monkeypatch.setattr(population, "_variables_outside_block", lambda model, vars: [])
+    monkeypatch.setattr(population, "_variables_outside_block", lambda model, vars, step_name: [])
     with _change_point_model():
         assert isinstance(KameleonMetropolis(), PooledTuning)
     idata = _sample(_change_point_model(), KameleonMetropolis, chains=2, tune=1000, draws=300, seed=3)
