@@ -95,6 +95,14 @@ class PerChainReset:
         self.tune = bool(tune)
 
 
+def side_stream(rng: np.random.Generator) -> np.random.Generator:
+    """A random stream independent of ``rng`` that leaves ``rng`` as it was: its bit generator jumped
+    ahead (:math:`2^{128}` draws for PCG64, PyMC's), or, for one that cannot jump, a child spawned from
+    its seed."""
+    jumped = getattr(rng.bit_generator, "jumped", None)
+    return np.random.Generator(jumped()) if jumped is not None else rng.spawn(1)[0]
+
+
 def coordinate_names(vars, initial_point) -> list[str]:
     """Names of a raveled block's coordinates, in order: ``mu``, ``theta_t[3]``, ``L[1, 0]``."""
     names = []
@@ -157,6 +165,9 @@ class ChainState:
         The acceptance rate (and share of exact evaluations) over about the last 100 steps.
     warned_untuned : bool
         Whether the chain has said that it samples without tuning (:meth:`AdaptiveStep._warn_if_untuned`).
+    pending_logp_evals : int
+        Evaluations made between two steps (the end-of-tuning exam), counted in the next step's
+        ``logp_evals``.
     """
 
     warnings: StepWarnings = field(default_factory=StepWarnings)
@@ -165,6 +176,7 @@ class ChainState:
     cumulative_logp_evals: int = 0
     recent: RecentRates = field(default_factory=RecentRates)
     warned_untuned: bool = False
+    pending_logp_evals: int = 0
 
 
 class AdaptiveStep(PerChainReset, ArrayStepShared):
@@ -216,6 +228,8 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         """Put this step's log-density evaluations, the chain's running count and its recent acceptance rate
         in ``stats``, which already holds ``accept``; ``recent.exact`` follows whether the step evaluated
         (GP-DA reports it)."""
+        evals += self._chain.pending_logp_evals
+        self._chain.pending_logp_evals = 0
         self._chain.cumulative_logp_evals += evals
         stats["logp_evals"] = evals
         stats["cumulative_logp_evals"] = self._chain.cumulative_logp_evals
@@ -276,6 +290,16 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         evaluation = self._target.evaluate(point)
         adaptation.record_probe(state, self._target.current_logp, point, evaluation.logp)
         return point, evaluation
+
+    def _examine_independence(self, adaptation) -> None:
+        """When tuning has ended: the independence component's exam
+        (:meth:`~pymc_kameleon.core.adaptation.scale_free.ScaleFreeAdaptation.examine_independence`), on a
+        stream of its own (:func:`side_stream`), so the chain's draws come from its stream as before;
+        the evaluations count in the next step's ``logp_evals``."""
+        target = self._target
+        before = target.n_evals
+        adaptation.examine_independence(lambda x: target.evaluate(x).logp, side_stream(self.rng))
+        self._chain.pending_logp_evals += target.n_evals - before
 
     def _search_elsewhere(self):
         """``run_elsewhere`` of the start search (:func:`~pymc_kameleon.core.starts.search_start`): None,

@@ -45,6 +45,7 @@ class DiscreteChain:
     scales: list
     cumulative_logp_evals: int = 0  # the chain's evaluations so far (AdaptiveStep._add_running_stats)
     recent: RecentRates = field(default_factory=RecentRates)  # its recent acceptance rate
+    pending_logp_evals: int = 0  # always 0: no evaluations between steps (AdaptiveStep._add_running_stats)
 
 
 class DiscreteMetropolis(AdaptiveStep):

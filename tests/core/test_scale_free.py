@@ -9,8 +9,8 @@ import pytest
 from scipy.stats import multivariate_normal, multivariate_t
 
 from pymc_kameleon.core.adaptation.covariance import shrunk_covariance
-from pymc_kameleon.core.adaptation.diagnostics import TuningReport
-from pymc_kameleon.core.adaptation.independence import INDEPENDENCE_PROBE
+from pymc_kameleon.core.adaptation.diagnostics import TuningReport, pareto_tail_index
+from pymc_kameleon.core.adaptation.independence import EXAM_DRAWS, INDEPENDENCE_MAX_KHAT, INDEPENDENCE_PROBE
 from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
 from pymc_kameleon.core.adaptation.scales import RobbinsMonro
 from pymc_kameleon.core.adaptation.state import TuningDraw
@@ -20,7 +20,7 @@ from pymc_kameleon.core.kameleon.kernels import GaussianKernel, make_kernel
 from pymc_kameleon.core.kameleon.scale_free import INDEPENDENCE_DF, ScaleFreeProposal
 from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
 from pymc_kameleon.core.mh import metropolis_accept, mh_log_ratio
-from pymc_kameleon.core.proposals import IndependenceProposal, Move
+from pymc_kameleon.core.proposals import IndependenceProposal, Move, standard_t_draw
 from pymc_kameleon.testing import mcse_of_mean as ess_mcse
 
 M = np.array([1.0, -2.0])
@@ -1025,3 +1025,103 @@ def test_every_verdict_on_the_independence_component_is_recorded():
     # the shape that won jumped furthest of those judged at the end
     assert adaptations[0].state.independence_uses_fit == last.fitted
     assert [d.tune_step for d in decisions] == sorted(d.tune_step for d in decisions)
+
+
+# ---------------------------------------------------------------- the end-of-tuning exam
+def _adaptation_after_tuning(fit=None):
+    """A state past the scan with the learned shape t_10(M, C) (and ``fit``, whitened), whose last window
+    set the walk's jump to 0.5."""
+    adaptation = ScaleFreeAdaptation(2, None, independence_weight=0.5)
+    state = adaptation.state
+    state.whitening = Whitening.from_moments(M, C)
+    state.tune_steps = state.scan_steps + 1
+    state.independence_fit = fit
+    adaptation.independence._walk_jump = 0.5
+    return adaptation
+
+
+def _whitened_fit(sd):
+    """A fitted shape t_10(0, sd^2 I) in the whitened coordinates."""
+    return IndependenceProposal(np.zeros(2), sd * np.eye(2), INDEPENDENCE_DF)
+
+
+def _gaussian(mean, cov):
+    return multivariate_normal(mean, cov).logpdf
+
+
+def test_the_exam_pairs_its_draws_with_the_last_states_as_a_probe_would():
+    """Each of EXAM_DRAWS t_10 draws w_i (in the learned whitening), evaluated at x_i = M + L w_i, jumps
+    min(1, w(x_i) / w(y_j)) |w_i - w_yj|^2 from the recent state j = i mod 3, with w = pi / t_10: the
+    recorded jump is their mean (written out here) and k-hat that of the log weights; the exam makes
+    EXAM_DRAWS evaluations and leaves the component on with the learned shape, which jumped further."""
+    adaptation = _adaptation_after_tuning()
+    state = adaptation.state
+    log_density = _gaussian(M, C)
+    recent = [M + np.array([0.5, 0.1]), M - np.array([1.0, 0.3]), M + np.array([0.0, 0.8])]
+    recent_values = [log_density(y) for y in recent]
+    evals = []
+    made = adaptation.independence.exam(
+        state, lambda x: evals.append(x) or log_density(x), recent, recent_values, np.random.default_rng(7)
+    )
+    assert made == len(evals) == EXAM_DRAWS
+    t = multivariate_t(np.zeros(2), np.eye(2), df=INDEPENDENCE_DF)
+    rng = np.random.default_rng(7)
+    chol = np.linalg.cholesky(C)
+    jumps, log_weights = [], []
+    for i in range(EXAM_DRAWS):
+        w = standard_t_draw(2, INDEPENDENCE_DF, rng)
+        np.testing.assert_allclose(evals[i], M + chol @ w, rtol=1e-12)
+        w_y = np.linalg.solve(chol, recent[i % 3] - M)
+        lw, lw_y = log_density(M + chol @ w) - t.logpdf(w), recent_values[i % 3] - t.logpdf(w_y)
+        jumps.append(min(1.0, math.exp(lw - lw_y)) * float((w - w_y) @ (w - w_y)))
+        log_weights.append(lw)
+    (decision,) = adaptation.independence_decisions
+    assert decision.exam and not decision.fitted and decision.draws == EXAM_DRAWS
+    assert decision.independent_jump == pytest.approx(np.mean(jumps), rel=1e-9)
+    assert decision.khat == pytest.approx(pareto_tail_index(log_weights), rel=1e-9)
+    assert decision.on and decision.walk_jump == 0.5
+    assert state.independence_weight == 0.5 and not state.independence_uses_fit
+
+
+def test_the_exam_keeps_a_shape_that_covers_the_target_and_drops_one_that_does_not():
+    """Target N(M, C): the learned shape (its mean and covariance) passes; the same target moved 4 sds
+    along the first whitened axis, where both shapes put little mass, gives weights with a tail too
+    heavy (k-hat > 0.7 at 90% of seeds here): both fail and the component is off for the draws,
+    whatever the last window said (negative control). A fitted shape matching the target where the
+    learned one is too narrow wins."""
+    moved = M + np.linalg.cholesky(C) @ np.array([4.0, 0.0])
+    for mean, on in ((M, True), (moved, False)):
+        target = _gaussian(mean, C)
+        adaptation = _adaptation_after_tuning(fit=_whitened_fit(0.9))
+        adaptation.state.independence_weight = 0.0 if on else 0.5  # the last window said the opposite
+        recent = multivariate_normal(mean, C).rvs(size=300, random_state=1)
+        adaptation.independence.exam(adaptation.state, target, recent, [target(y) for y in recent],
+                                     np.random.default_rng(2))
+        exam = [d for d in adaptation.independence_decisions if d.exam]
+        assert len(exam) == 2
+        assert all(d.khat > INDEPENDENCE_MAX_KHAT for d in exam) != on, exam
+        assert adaptation.state.independence_weight == (0.5 if on else 0.0)
+    wide = _gaussian(M, 9.0 * C)
+    adaptation = _adaptation_after_tuning(fit=_whitened_fit(3.0))
+    recent = multivariate_normal(M, 9.0 * C).rvs(size=300, random_state=1)
+    values = [wide(y) for y in recent]
+    adaptation.independence.exam(adaptation.state, wide, recent, values, np.random.default_rng(2))
+    assert adaptation.state.independence_weight == 0.5 and adaptation.state.independence_uses_fit
+
+
+def test_no_exam_without_the_component_in_the_scan_without_a_bar_or_without_states():
+    log_density = _gaussian(M, C)
+    recent = [M]
+    cases = {
+        "disabled": ScaleFreeAdaptation(2, None),
+        "no bar": ScaleFreeAdaptation(2, None, independence_weight=0.5),
+    }
+    in_scan = ScaleFreeAdaptation(2, None, independence_weight=0.5)
+    in_scan.independence._walk_jump = 0.5
+    cases["scan"] = in_scan
+    for name, adaptation in cases.items():
+        rng = np.random.default_rng(0)
+        made = adaptation.independence.exam(adaptation.state, log_density, recent, [0.0], rng)
+        assert made == 0 and adaptation.independence_decisions == [], name
+    adaptation = _adaptation_after_tuning()
+    assert adaptation.examine_independence(log_density, np.random.default_rng(0)) == 0  # no recent states

@@ -12,9 +12,11 @@ import pymc as pm
 import pytest
 
 from pymc_kameleon import KameleonMetropolis
+from pymc_kameleon.core.adaptation.independence import EXAM_DRAWS
 from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
 from pymc_kameleon.core.kameleon.moves import KameleonMoves
 from pymc_kameleon.core.kameleon.scale_free import ScaleFreeProposal
+from pymc_kameleon.steps.base import side_stream
 from pymc_kameleon.testing import SAMPLE_KW
 
 
@@ -47,7 +49,9 @@ def test_samples_with_defaults_and_reports_stats():
     walk = ~stats["independence"].values
     assert walk.any() and not (stats["kameleon"].values & ~walk).any()
     assert 0.85 < stats["kameleon"].values[walk].mean() < 0.95
-    assert (stats["logp_evals"].values == 1).all()  # the current log density is cached
+    # The current log density is cached; the first draw counts the end-of-tuning exam too.
+    assert (stats["logp_evals"].values[:, 1:] == 1).all()
+    assert (stats["logp_evals"].values[:, 0] - 1) % EXAM_DRAWS == 0
     for name in ("scaling", "nu2", "bandwidth"):
         assert np.isfinite(stats[name].values).all(), name
         # Frozen after tuning: one Z, one bandwidth, one nu2, one AM scale.
@@ -222,7 +226,9 @@ def test_every_kernel_samples(kernel):
 def test_vanishing_adaptation_keeps_adapting_after_tuning():
     with banana_model():
         idata = pm.sample(
-            step=KameleonMetropolis(adaptation="vanishing", vanishing_decay=0.5, kameleon_after=0),
+            # Without the independence component, whose moves adapt no scale.
+            step=KameleonMetropolis(adaptation="vanishing", vanishing_decay=0.5, kameleon_after=0,
+                                    independence_weight=0),
             draws=2000, tune=800, chains=1, random_seed=12, **SAMPLE_KW,
         )
     stats = idata.sample_stats
@@ -326,7 +332,8 @@ def test_with_default_options_short_tuning_runs_the_am_walk_alone():
             runs["default"].posterior[name].values, runs["am"].posterior[name].values
         )
     mixture = runs["mixture"].sample_stats
-    assert mixture["kameleon"].values.mean() > 0.5 and np.isfinite(mixture["nu2"].values).all()
+    walk = ~mixture["independence"].values  # the moves the independence component leaves
+    assert mixture["kameleon"].values[walk].mean() > 0.5 and np.isfinite(mixture["nu2"].values).all()
 
 
 @pytest.mark.parametrize("bad", [-1, 2.5, "soon", True])
@@ -347,7 +354,8 @@ def _regression():
 
 
 def test_the_independence_component_is_measured_in_tuning_and_used_where_it_pays():
-    """On a Gaussian posterior: tuning evaluates probes (steps with 2 evaluations, counted), then the
+    """On a Gaussian posterior: tuning evaluates probes (steps with 2 evaluations, counted), the exam at
+    the end of tuning evaluates EXAM_DRAWS draws of each shape (counted in the first draw), then the
     component draws about half the moves, and the draws are one evaluation per step. With
     independence_weight=0 there are no independent moves."""
     with _regression():
@@ -356,7 +364,8 @@ def test_the_independence_component_is_measured_in_tuning_and_used_where_it_pays
                           discard_tuned_samples=False, **SAMPLE_KW)
     warm, stats = idata.warmup_sample_stats, idata.sample_stats
     assert (warm["logp_evals"].values[:, 1:] == 2).any()  # probes, counted
-    assert (stats["logp_evals"].values == 1).all()
+    assert (stats["logp_evals"].values[:, 0] == 1 + 2 * EXAM_DRAWS).all()  # both shapes examined
+    assert (stats["logp_evals"].values[:, 1:] == 1).all()
     assert 0.4 < stats["independence"].values.mean() < 0.6
     iotas = [p._chain.adaptation.state.independence_weight for p in step._population_steps.values()]
     assert iotas == [0.5, 0.5]
@@ -395,3 +404,40 @@ def test_pseudo_marginal_models_keep_the_independence_component_off():
 def test_independence_weight_is_checked(bad):
     with _regression(), pytest.raises((ValueError, TypeError), match="independence_weight"):
         KameleonMetropolis(independence_weight=bad)
+
+
+def test_the_end_of_tuning_exam_judges_the_shapes_the_draws_use():
+    """On the 17-d mixed-scale regression at seed 2027 (4 chains, tune=3000: a benchmark seed) chain 0's
+    last window judged the fit made 1025 steps before tuning ended (k-hat 0.83 from 51 probes) and
+    turned the component off, and chain 3's used the learned shape; the exam judges the fits each
+    chain has when tuning ends, on EXAM_DRAWS draws each, and every chain samples with the fitted
+    shape. Negative control: what the last window said differs from the exam in those two chains."""
+    from pymc_kameleon.problems.regressions import regression_mixed_scales
+
+    model, _, _ = regression_mixed_scales()
+    with model:
+        step = KameleonMetropolis()
+        pm.sample(step=step, tune=3000, draws=10, chains=4, random_seed=2027, **SAMPLE_KW)
+    window_said, exam_said = [], []
+    for c in range(4):
+        adaptation = step._population_steps[c]._chain.adaptation
+        decisions = [d for d in adaptation.independence_decisions if d.tune_step == 3000]
+        window_said.append({d.fitted: d.on for d in decisions if not d.exam})
+        exam = [d for d in decisions if d.exam]
+        assert [d.draws for d in exam] == [EXAM_DRAWS, EXAM_DRAWS]
+        exam_said.append({d.fitted: d.on for d in exam})
+        assert adaptation.state.independence_weight == 0.5 and adaptation.state.independence_uses_fit
+    assert exam_said == [{False: False, True: True}] * 4
+    assert window_said[0] == {False: False, True: False} and window_said[3] == {False: True, True: False}
+
+
+def test_the_exam_draws_from_a_stream_of_its_own():
+    """side_stream leaves the chain's generator where it was and gives different numbers."""
+    rng = np.random.default_rng(4)
+    before = rng.bit_generator.state
+    side = side_stream(rng)
+    assert rng.bit_generator.state == before
+    assert side.random() != np.random.default_rng(4).random()
+    spawning = np.random.Generator(np.random.SFC64(4))  # no jumped(): a child of its seed
+    side_stream(spawning).random()
+    assert spawning.random() == np.random.Generator(np.random.SFC64(4)).random()

@@ -23,7 +23,11 @@ one only by a margin, :data:`FIT_MARGIN`), if in this window that shape's draws
     that enters sticks).
 
 Both shapes are then re-estimated for the next window (the learned one from the window's draws, the
-fitted one from the latest evaluations). After tuning the component stays as the last window left it.
+fitted one from the latest evaluations). So the shapes a chain has when tuning ends were re-estimated
+at the last window's end and never measured; a step that can evaluate the target there gives them an
+*exam* (:meth:`IndependenceTuning.exam`): :data:`EXAM_DRAWS` independent draws of each shape, judged
+by the same rule against the last window's walk, decide the component for the draws. Without the exam
+the component stays as the last window left it.
 Without a fit (above :data:`~pymc_kameleon.core.adaptation.gaussian_fit.FIT_MAX_DIM` dimensions, or
 before there are enough evaluations) only the learned shape is probed, as before 0039.
 """
@@ -40,9 +44,16 @@ from pymc_kameleon.core.adaptation.gaussian_fit import EvaluatedPoints, fit_gaus
 from pymc_kameleon.core.adaptation.state import ScaleFreeState, TuningDraw
 from pymc_kameleon.core.kameleon.scale_free import INDEPENDENCE_DF, independence_log_density
 from pymc_kameleon.core.linalg import solve_lower
+from pymc_kameleon.core.proposals import standard_t_draw
 from pymc_kameleon.core.validation import check_independence_weight
 
-__all__ = ["INDEPENDENCE_MAX_KHAT", "INDEPENDENCE_PROBE", "IndependenceDecision", "IndependenceTuning"]
+__all__ = [
+    "EXAM_DRAWS",
+    "INDEPENDENCE_MAX_KHAT",
+    "INDEPENDENCE_PROBE",
+    "IndependenceDecision",
+    "IndependenceTuning",
+]
 
 #: Share of the tuning steps that evaluate the target at an independent draw (without moving) while
 #: the independence component is off, to measure whether it would pay.
@@ -56,6 +67,12 @@ FIT_MARGIN = 1.25
 #: Pareto k-hat of the independent draws' importance weights above which the component is not used:
 #: the Student-t misses a region the target holds (a funnel's neck), where a chain would stick.
 INDEPENDENCE_MAX_KHAT = 0.7
+#: Independent draws of each shape evaluated by the exam at the end of tuning: k-hat from 20 tail
+#: weights, where a window's 40-50 probes give 8-10. On the 17-d mixed-scale regression (seed 2027) the
+#: fits a chain has when tuning ends have k-hat 0.05-0.21 from 4000 draws, yet 50 draws put them above
+#: 0.7 in 0-4% of samples, and the window's verdict had judged the previous fit (k-hat 0.83 from 51
+#: probes): that chain sampled with the walk alone (decision record 0046).
+EXAM_DRAWS = 100
 
 
 class IndependenceDecision(NamedTuple):
@@ -77,6 +94,9 @@ class IndependenceDecision(NamedTuple):
         Whether the component is on with this shape after the verdict.
     fitted : bool
         Whether this shape is the fitted Gaussian (else the learned :math:`m, C`).
+    exam : bool
+        Whether this is the end-of-tuning exam's verdict (:meth:`IndependenceTuning.exam`), whose
+        draws were evaluated for it, paired with the chain's last tuning states.
     """
 
     tune_step: int
@@ -86,6 +106,7 @@ class IndependenceDecision(NamedTuple):
     draws: int
     on: bool
     fitted: bool = False
+    exam: bool = False
 
 
 class IndependenceTuning:
@@ -117,6 +138,7 @@ class IndependenceTuning:
         self._evaluated = EvaluatedPoints(dim) if self.enabled else None
         self._probes = 0  # probes so far: while off, the shapes take turns
         self._probe_fitted = False  # the shape of the probe due
+        self._walk_jump = None  # the walk's mean jump in the last window with enough moves (the exam's bar)
         self.decisions = []
 
     @property
@@ -174,14 +196,11 @@ class IndependenceTuning:
         :math:`\min(1, w(x') / w(y)) \lVert w_{x'} - w_y \rVert^2` with :math:`w = \pi / q` (the
         independence sampler's acceptance probability)."""
         fitted = self._probe_fitted
-        w_x, w_y = state.whiten(point), state.whiten(start)
         self.record_evaluation(point, point_log_density)
-        log_weight = point_log_density - independence_log_density(state, w_x, fitted)
-        log_ratio = log_weight - (start_log_density - independence_log_density(state, w_y, fitted))
-        finite = math.isfinite(log_weight) and not math.isnan(log_ratio)
-        accept = math.exp(min(log_ratio, 0.0)) if finite else 0.0
-        d = w_x - w_y
-        self._jumps[int(fitted)] += (accept * float(d @ d), 1.0)
+        jump, log_weight = _independent_jump(
+            state, fitted, state.whiten(point), point_log_density, state.whiten(start), start_log_density
+        )
+        self._jumps[int(fitted)] += (jump, 1.0)
         self._log_weights[fitted].append(log_weight)
 
     def verdict(self, tune_step: int) -> tuple[bool, bool] | None:
@@ -194,29 +213,84 @@ class IndependenceTuning:
         walk_sum, walk_n = self._jumps[2]
         if walk_n < _MIN_JUMPS:
             return None
-        walk_jump = walk_sum / walk_n
-        judged = []
+        walk_jump = self._walk_jump = walk_sum / walk_n
+        judged = {}
         for fitted in (False, True):
             ind_sum, ind_n = self._jumps[int(fitted)]
-            if ind_n < _MIN_JUMPS:
-                continue
-            khat = pareto_tail_index(self._log_weights[fitted])
-            jump = ind_sum / ind_n
-            # NaN k-hat too fails: weights that cannot be judged (infinite, or too few finite).
-            wins = bool(khat <= INDEPENDENCE_MAX_KHAT and jump > walk_jump)
-            judged.append((wins, jump, fitted, khat, int(ind_n)))
+            if ind_n >= _MIN_JUMPS:
+                judged[fitted] = (ind_sum / ind_n, pareto_tail_index(self._log_weights[fitted]), int(ind_n))
+        return self._choose(judged, walk_jump, tune_step, exam=False)
+
+    def _choose(self, judged: dict, walk_jump: float, tune_step: int, exam: bool) -> tuple[bool, bool] | None:
+        """The verdict's rule (:meth:`verdict`) on ``judged``, shape (fitted?) -> (mean jump, k-hat,
+        draws); records each shape's decision."""
         if not judged:
             return None
-        winners = {fitted: jump for wins, jump, fitted, _, _ in judged if wins}
+        # NaN k-hat too fails: weights that cannot be judged (infinite, or too few finite).
+        winners = {
+            fitted: jump for fitted, (jump, khat, _) in judged.items()
+            if khat <= INDEPENDENCE_MAX_KHAT and jump > walk_jump
+        }
         best = None
         if True in winners and (False not in winners or winners[True] > FIT_MARGIN * winners[False]):
             best = True
         elif False in winners:
             best = False
-        for _, jump, fitted, khat, n in judged:
-            decision = IndependenceDecision(tune_step, jump, walk_jump, khat, n, fitted == best, fitted)
+        for fitted, (jump, khat, n) in judged.items():
+            decision = IndependenceDecision(tune_step, jump, walk_jump, khat, n, fitted == best, fitted, exam)
             self.decisions.append(decision)
         return (False, False) if best is None else (True, best)
+
+    def exam(self, state: ScaleFreeState, log_density, recent, recent_log_density, rng) -> int:
+        r"""At the end of tuning, after the last window's end: judge the shapes the draws would use.
+
+        Draws :data:`EXAM_DRAWS` points of each shape (the learned one, and the fitted one if there is
+        a fit), evaluates ``log_density`` there, and pairs them with as many of ``recent`` (the chain's
+        last tuning states, evenly spaced, with their log densities ``recent_log_density``) as the
+        starts: a draw's jump is the independence sampler's
+        :math:`\min(1, w(x') / w(y)) \lVert w_{x'} - w_y \rVert^2` from its start, as a probe's.
+        The verdict's rule (jump beyond the last window's walk, :math:`\hat k \le`
+        :data:`INDEPENDENCE_MAX_KHAT`, :data:`FIT_MARGIN`) then sets the component. Nothing is done
+        (and 0 returned) when the component is disabled, tuning ended in the scan, no window had
+        enough walk moves to set the bar, or there are no recent states.
+
+        Parameters
+        ----------
+        state : ScaleFreeState
+            The chain's state when tuning ended (its shapes and whitening).
+        log_density : callable
+            ``x -> log pi(x)`` in the model's coordinates.
+        recent, recent_log_density : sequences
+            The chain's last tuning states (model coordinates) and their log densities.
+        rng : numpy.random.Generator
+            The exam's own stream (the chain's keeps its state).
+
+        Returns
+        -------
+        int
+            Evaluations of ``log_density`` made.
+        """
+        starts = len(recent)
+        if not self.enabled or state.phase == "scan" or self._walk_jump is None or starts == 0:
+            return 0
+        picked = np.unique(np.linspace(0, starts - 1, min(starts, EXAM_DRAWS)).round().astype(int))
+        w_starts = state.whiten(np.asarray(recent, dtype=float)[picked])
+        start_values = np.asarray(recent_log_density, dtype=float)[picked]
+        judged = {}
+        shapes = (False, True) if state.independence_fit is not None else (False,)
+        for fitted in shapes:
+            jumps, log_weights = np.empty(EXAM_DRAWS), np.empty(EXAM_DRAWS)
+            for i in range(EXAM_DRAWS):
+                fit = state.independence_fit
+                w = fit.draw(rng) if fitted else standard_t_draw(state.dim, INDEPENDENCE_DF, rng)
+                value = float(log_density(state.to_model(w)))
+                j = i % len(picked)
+                jumps[i], log_weights[i] = _independent_jump(
+                    state, fitted, w, value, w_starts[j], start_values[j]
+                )
+            judged[fitted] = (float(jumps.mean()), pareto_tail_index(log_weights), EXAM_DRAWS)
+        self._apply(state, self._choose(judged, self._walk_jump, state.tune_steps, exam=True))
+        return EXAM_DRAWS * len(shapes)
 
     def window_ended(self, state: ScaleFreeState, after_scan: bool) -> None:
         """At a window end, after the new whitening: the component on or off for the next window, and
@@ -249,3 +323,16 @@ class IndependenceTuning:
         on, fitted = verdict
         state.independence_weight = self.weight if on else 0.0
         state.independence_uses_fit = on and fitted
+
+
+def _independent_jump(state: ScaleFreeState, fitted: bool, w_x, point_log_density: float, w_y,
+                      start_log_density: float) -> tuple[float, float]:
+    r"""An independent draw's jump from a start and its log importance weight: with :math:`w = \pi / q`
+    for the shape ``fitted``, :math:`(\min(1, w(x') / w(y)) \lVert w_{x'} - w_y \rVert^2, \log w(x'))`
+    (whitened ``w_x``, ``w_y``; a jump of 0 where the weights are not finite)."""
+    log_weight = point_log_density - independence_log_density(state, w_x, fitted)
+    log_ratio = log_weight - (start_log_density - independence_log_density(state, w_y, fitted))
+    finite = math.isfinite(log_weight) and not math.isnan(log_ratio)
+    accept = math.exp(min(log_ratio, 0.0)) if finite else 0.0
+    d = w_x - w_y
+    return accept * float(d @ d), log_weight

@@ -240,6 +240,14 @@ class ScaleFreeAdaptation:
         state.scan_steps = state.tune_steps
         return state.tune_steps > 0 and self._end_window(rng)
 
+    def examine_independence(self, log_density, rng) -> int:
+        """After :meth:`end_tuning`, the independence component's exam: the shapes the draws would use,
+        re-estimated at the last window's end, judged on draws of their own evaluated by
+        ``log_density`` (:meth:`~pymc_kameleon.core.adaptation.independence.IndependenceTuning.exam`),
+        paired with the chain's last tuning states. Returns the evaluations made."""
+        states, values = self._windows.recent, self._windows.recent_log_density
+        return self.independence.exam(self.state, log_density, states, values, rng)
+
     def probe_due(self, rng) -> bool:
         """Whether this tuning step should also evaluate the target at an independent draw and pass it to
         :meth:`record_probe`
