@@ -423,13 +423,17 @@ def test_a_refit_that_predicts_worse_is_not_applied_at_the_end_of_tuning(check, 
     assert (stage2 > 0.9) if check else (stage2 < 0.6), stage2
 
 
-def _gaussian_50d_check(monkeypatch, min_rows):
+def _gaussian_50d_check(monkeypatch, min_rows, exam=True):
     """KAMH with defaults on the catalogue's 50-d Gaussian (AR(1) correlation 0.9, sds 0.1 to 10) at
-    4 x (3000 + 4000), with the fitted shape allowed from ``min_rows`` rows per unknown."""
+    4 x (3000 + 4000), with the fitted shape allowed from ``min_rows`` rows per unknown (and, if not
+    ``exam``, without the end-of-tuning exam of decision record 0046)."""
     from pymc_kameleon.core.adaptation import gaussian_fit
+    from pymc_kameleon.core.adaptation.independence import IndependenceTuning
     from pymc_kameleon.problems.scales import gaussian_50d
 
     monkeypatch.setattr(gaussian_fit, "_MIN_ROWS", min_rows)
+    if not exam:
+        monkeypatch.setattr(IndependenceTuning, "exam", lambda self, *args: 0)
     model, reference, _ = gaussian_50d()
     idata = sample(model, KameleonMetropolis, 3000, 4000)
     draws = idata.posterior["x"]
@@ -450,6 +454,7 @@ def test_a_50d_gaussian_converges_at_3000_tuning_steps(monkeypatch):
 
 
 def test_negative_control_the_50d_gaussian_fails_with_the_fit_from_1_5_rows(monkeypatch):
-    """The same check fails with the rule before 0044: some chain still walks when tuning ends."""
-    z, sd_error, rhat = _gaussian_50d_check(monkeypatch, 1.5)
+    """The same check fails with the rules before 0044 and 0046: some chain still walks when tuning
+    ends. (With the exam of 0046 alone it passes: the fit made at tuning's end is examined and used.)"""
+    z, sd_error, rhat = _gaussian_50d_check(monkeypatch, 1.5, exam=False)
     assert not (z < 4.0 and sd_error < 0.1 and rhat < 1.01), (z, sd_error, rhat)
