@@ -93,8 +93,9 @@ class AdaptationWindow:
                 self.draws.append(row)
             self.rows += rows.shape[0]
             if self._last_rows is not None and self._last_rows.shape == rows.shape:
-                self.moves += int(np.count_nonzero(np.any(rows != self._last_rows, axis=1)))
-                if _some_chain_jumped(self._last_rows, rows):
+                moved = np.any(rows != self._last_rows, axis=1)
+                self.moves += int(np.count_nonzero(moved))
+                if moved.any() and _some_chain_jumped(self._last_rows, rows[moved]):
                     # A rescued chain's states before its jump are no part of its walk: the
                     # cross-chain check reads only the population's states since.
                     self.recent_population.clear()
@@ -215,12 +216,9 @@ class AdaptationWindow:
         self._gradients = 0
 
 
-def _some_chain_jumped(previous: np.ndarray, rows: np.ndarray) -> bool:
-    """Whether some chain's state now equals another chain's previous state exactly: a rescue (in a
-    continuous space no Metropolis move lands there)."""
-    # same[k, j]: chain k's state now is chain j's previous state (one comparison for all pairs: a
-    # tenth of a loop's time, every pooled tuning step).
-    same = np.all(rows[:, None, :] == previous[None, :, :], axis=2)
-    moved = ~np.diagonal(same)
-    np.fill_diagonal(same, False)
-    return bool(np.any(same[moved]))
+def _some_chain_jumped(previous: np.ndarray, moved_rows: np.ndarray) -> bool:
+    """Whether the state of some chain that moved (``moved_rows``) now equals another chain's previous
+    state exactly: a rescue (in a continuous space no Metropolis move lands there). A moved chain's
+    own previous state differs from its state, so comparing with every previous state is enough; one
+    comparison for all pairs, every pooled tuning step."""
+    return bool(np.any(np.all(moved_rows[:, None, :] == previous[None, :, :], axis=2)))
