@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pymc_kameleon.core.adaptation.independence import EXAM_DRAWS
 from pymc_kameleon.core.starts import SEARCH_EVALS_PER_DIM
 from pymc_kameleon.steps.starts import SEARCH_CANDIDATES
 
@@ -168,10 +169,11 @@ def test_real_posteriors_quick_mode(capsys, tmp_path):
     # KAMH: one per iteration, plus (pooled tuning, the default) the checks for stranded chains, each
     # evaluating the other chain's state: every 100 tuning steps and at window ends, plus the start
     # search's runs (at most SEARCH_CANDIDATES runs of 50 d evaluations per chain, d = 2, and Powell may
-    # finish a line search)
+    # finish a line search), plus the end-of-tuning exam (at most EXAM_DRAWS draws of each of two shapes
+    # per chain)
     search = 2 * SEARCH_CANDIDATES * (SEARCH_EVALS_PER_DIM * 2 + 40)
     kamh = result["two-normals"]["KameleonMetropolis"][0]["evals"]
-    assert iters + 2 * SEARCH_CANDIDATES <= kamh <= 1.02 * iters + 2 + search
+    assert iters + 2 * SEARCH_CANDIDATES <= kamh <= 1.02 * iters + 2 + search + 2 * 2 * EXAM_DRAWS
     assert result["two-normals"]["NUTS"][0]["evals"] > iters
 
 
