@@ -46,6 +46,10 @@ SAMPLERS = {
     "PyMC IMH (default kernel)": (CountedIMH, {}),
     "KASS (moved sweeps)": (KASS, {}),
     "KASS, correlation sweep rule": (KASS, {"n_steps": "correlation"}),
+    # Fewer sweeps per stage (PyMC's MH kernel's rule stops when the correlations drop by less than this).
+    "KASS, correlation sweep rule, threshold 0.05": (
+        KASS, {"n_steps": "correlation", "correlation_threshold": 0.05}
+    ),
     "KASS waste-free, P=10": (KASS, {"waste_free": True, "chain_length": 10}),
     "KASS waste-free, P=20": (KASS, {"waste_free": True, "chain_length": 20}),
     "KASS waste-free, P=50": (KASS, {"waste_free": True, "chain_length": 50}),
