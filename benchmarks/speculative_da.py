@@ -30,6 +30,7 @@ from contextlib import contextmanager
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/, also when loaded by path
 from _common import environment_line, one_blas_thread  # noqa: E402
+from _references import scalar_draws  # noqa: E402
 
 one_blas_thread()  # before NumPy is imported
 
@@ -126,7 +127,9 @@ def run(extra_ms: float, seed: int, workers: int, tune: int, draws: int) -> dict
         "seconds": end - start,
         "draws_seconds": draws_seconds,
         "draws": np.concatenate([idata.posterior[v].values.ravel() for v in idata.posterior.data_vars]),
-        "min_ess": float(az.ess(idata, method="bulk").to_array().min()),
+        # Per scalar on (chain, draw) arrays: ArviZ 1's az.ess of a whole InferenceData is a DataTree.
+        "min_ess": min(float(az.ess(x, method="bulk"))
+                       for x in scalar_draws(idata.posterior, list(idata.posterior.data_vars)).values()),
         "prefetched": used / exact if exact else float("nan"),
         "wasted_per_eval": (submitted - used) / exact if exact else float("nan"),
         # PyMC copies a pooled step for each chain: the last chain's copy has the measurement.
