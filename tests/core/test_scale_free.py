@@ -1028,15 +1028,15 @@ def test_every_verdict_on_the_independence_component_is_recorded():
 
 
 # ---------------------------------------------------------------- the end-of-tuning exam
-def _adaptation_after_tuning(fit=None):
+def _adaptation_after_tuning(fit=None, walk_jump=0.5):
     """A state past the scan with the learned shape t_10(M, C) (and ``fit``, whitened), whose last window
-    set the walk's jump to 0.5."""
+    set the walk's jump to ``walk_jump``."""
     adaptation = ScaleFreeAdaptation(2, None, independence_weight=0.5)
     state = adaptation.state
     state.whitening = Whitening.from_moments(M, C)
     state.tune_steps = state.scan_steps + 1
     state.independence_fit = fit
-    adaptation.independence._walk_jump = 0.5
+    adaptation.independence._walk_jump = walk_jump
     return adaptation
 
 
@@ -1092,14 +1092,18 @@ def test_the_exam_keeps_a_shape_that_covers_the_target_and_drops_one_that_does_n
     moved = M + np.linalg.cholesky(C) @ np.array([4.0, 0.0])
     for mean, on in ((M, True), (moved, False)):
         target = _gaussian(mean, C)
-        adaptation = _adaptation_after_tuning(fit=_whitened_fit(0.9))
+        # A low bar for the walk's jump, so that both shapes' k-hat is computed and decides.
+        adaptation = _adaptation_after_tuning(fit=_whitened_fit(0.9), walk_jump=0.01)
         adaptation.state.independence_weight = 0.0 if on else 0.5  # the last window said the opposite
         recent = multivariate_normal(mean, C).rvs(size=300, random_state=1)
         adaptation.independence.exam(adaptation.state, target, recent, [target(y) for y in recent],
                                      np.random.default_rng(2))
-        exam = [d for d in adaptation.independence_decisions if d.exam]
-        assert len(exam) == 2
-        assert all(d.khat > INDEPENDENCE_MAX_KHAT for d in exam) != on, exam
+        exam = {d.fitted: d for d in adaptation.independence_decisions if d.exam}
+        assert set(exam) == {False, True}
+        if on:  # the learned shape covers the target
+            assert exam[False].khat <= INDEPENDENCE_MAX_KHAT and exam[False].on, exam
+        else:  # it misses it; the fitted one (narrower) does not even jump further than the bar
+            assert exam[False].khat > INDEPENDENCE_MAX_KHAT and not any(d.on for d in exam.values()), exam
         assert adaptation.state.independence_weight == (0.5 if on else 0.0)
     wide = _gaussian(M, 9.0 * C)
     adaptation = _adaptation_after_tuning(fit=_whitened_fit(3.0))
