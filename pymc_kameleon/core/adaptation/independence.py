@@ -281,11 +281,11 @@ class IndependenceTuning:
         w_starts = state.whiten(np.asarray(recent, dtype=float)[picked])
         start_values = np.asarray(recent_log_density, dtype=float)[picked]
         judged = {}
-        shapes = (False, True) if state.independence_fit is not None else (False,)
+        fit = state.independence_fit
+        shapes = (False, True) if fit is not None else (False,)
         for fitted in shapes:
             jumps, log_weights = np.empty(EXAM_DRAWS), np.empty(EXAM_DRAWS)
             for i in range(EXAM_DRAWS):
-                fit = state.independence_fit
                 w = fit.draw(rng) if fitted else standard_t_draw(state.dim, INDEPENDENCE_DF, rng)
                 value = float(log_density(state.to_model(w)))
                 j = i % len(picked)
