@@ -110,8 +110,6 @@ class PooledTuning:
         if population is None or len(population) < 2:
             return None
         names = [v.name for v in self.vars]
-        if len(names) == 1:  # one variable: its values are the rows (no concatenation per chain)
-            return np.array([np.ravel(point[names[0]]) for point in population], dtype=float)
         rows = [np.concatenate([np.ravel(point[n]) for n in names]) for point in population]
         return np.array(rows, dtype=float)
 
