@@ -18,6 +18,7 @@ from pymc.vartypes import discrete_types
 
 from pymc_kameleon.steps.population import pooled_class_for
 from pymc_kameleon.steps.reporting import (
+    DrawsAgreement,
     RecentRates,
     StepWarnings,
     StuckAfterTuning,
@@ -168,6 +169,9 @@ class ChainState:
     pending_logp_evals : int
         Evaluations made between two steps (the end-of-tuning exam), counted in the next step's
         ``logp_evals``.
+    draws_agreement : DrawsAgreement or None
+        Chains that disagreed at the end of tuning, compared again over the first draws (the chain that
+        speaks for a pooled population).
     """
 
     warnings: StepWarnings = field(default_factory=StepWarnings)
@@ -177,6 +181,7 @@ class ChainState:
     recent: RecentRates = field(default_factory=RecentRates)
     warned_untuned: bool = False
     pending_logp_evals: int = 0
+    draws_agreement: DrawsAgreement | None = None
 
 
 class AdaptiveStep(PerChainReset, ArrayStepShared):
@@ -348,13 +353,21 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
     def _untuned_message(self) -> str:
         raise NotImplementedError
 
-    def _check_stuck(self, accepted: bool) -> None:
-        """Warn once if the chain rejects :data:`~pymc_kameleon.steps.reporting.STUCK_DRAWS` proposals in
-        a row after tuning."""
+    def _check_draws(self, accepted: bool) -> None:
+        """After tuning: warn once if the chain rejects :data:`~pymc_kameleon.steps.reporting.STUCK_DRAWS`
+        proposals in a row, and if chains that disagreed at the end of tuning disagree over their first
+        draws too (:class:`~pymc_kameleon.steps.reporting.DrawsAgreement`)."""
         warned = self._warnings.n_warned > 0
         message = self._chain.stuck.message(type(self).__name__, accepted, self.tune, warned)
         if message:
             self._warnings.warn(message, UserWarning, stacklevel=3)
+        agreement = self._chain.draws_agreement
+        if agreement is not None and not self.tune:
+            message = agreement.record(self._population_states())
+            if agreement.done:
+                self._chain.draws_agreement = None
+            if message:
+                self._warnings.warn(message, UserWarning, stacklevel=3)
 
     @staticmethod
     def competence(var, has_grad):

@@ -371,7 +371,7 @@ class KameleonMetropolis(AdaptiveStep):
         super().stop_tuning()
         adaptation = self._chain.adaptation
         if adaptation.tune_steps > 0:
-            warn_after_tuning(
+            self._chain.draws_agreement = warn_after_tuning(
                 type(self).__name__, adaptation, self.target_accept, self._warnings, self._coordinate_names,
                 across_chains=self._speaks_for_population,
             )
@@ -460,7 +460,7 @@ class KameleonMetropolis(AdaptiveStep):
         stats.update(target.estimate_stats(estimates_before))
         if self.pooled:
             stats["rescued"] = rescued
-        self._check_stuck(result.accepted)
+        self._check_draws(result.accepted)
         self._warnings.attach(stats, "accept")  # with cores>1 they travel to the session this way
         return RaveledVars(new_state, q0.point_map_info), [stats]
 

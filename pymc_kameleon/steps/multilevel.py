@@ -337,7 +337,7 @@ class MLDA(AdaptiveStep):
             stats[f"level{k}_subchain_length"] = counts.subchain_lengths[k]
         self._add_running_stats(stats, target.n_evals - evals_before + output_evals)
         stats.update(target.estimate_stats(estimates_before))
-        self._check_stuck(accepted)
+        self._check_draws(accepted)
         self._warnings.attach(stats, "accept")
         return RaveledVars(new.x, q0.point_map_info), [stats]
 

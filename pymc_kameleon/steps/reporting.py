@@ -23,9 +23,11 @@ from rich.table import Column
 from pymc_kameleon.core.adaptation.scale_free import UNCOVERED_LIMIT
 
 __all__ = [
+    "CROSS_CHAIN_DRAWS",
     "CROSS_CHAIN_RHAT",
+    "DrawsAgreement",
     "STUCK_DRAWS",
-    "cross_chain_problem",
+    "cross_chain_disagreement",
     "cross_chain_rhat",
     "StepWarnings",
     "StuckAfterTuning",
@@ -71,9 +73,12 @@ _LATE_SHARE = 0.25
 # about 1 for draws from the target (measured, GP-DA MALA, 63 chains not stuck: 0.24-3.7, all but one
 # >= 0.60; 0.03 and 0.06 on two chains silently stuck in one coordinate).
 _SPREAD_LIMIT = 0.1
-#: Pooled tuning: chains whose last tuning states have a split R-hat above this in some coordinate
-#: disagreed at the end of tuning (the end-of-tuning warning says so, once, from chain 0).
+#: Pooled tuning: chains whose states have a split R-hat above this in some coordinate disagree (over
+#: their last tuning states, or their first draws: the warning, once, from chain 0).
 CROSS_CHAIN_RHAT = 1.1
+#: Pooled tuning: the first draws over which the chains are compared (DrawsAgreement): the draws'
+#: kernel can mix far better, or worse, than the tuning walk (decision record 0048).
+CROSS_CHAIN_DRAWS = 500
 
 
 def _arrived_early(late: float, whole: float, limit: float) -> bool:
@@ -282,23 +287,26 @@ class StuckAfterTuning:
 def warn_after_tuning(
     step_name: str, adaptation, target_accept: float, sink: StepWarnings, coordinate_names=None,
     across_chains: bool = False, steps_per_iteration: int = 1,
-) -> None:
+) -> DrawsAgreement | None:
     """One UserWarning at the end of a chain's tuning, listing every problem found (none: silent).
 
-    ``across_chains``: also compare the chains' last tuning states (pooled tuning; one chain says so).
-    ``steps_per_iteration``: as :func:`tuning_problems`.
+    ``across_chains``: also compare the chains (pooled tuning; one chain says so): the
+    :class:`DrawsAgreement` returned compares their first :data:`CROSS_CHAIN_DRAWS` draws and warns if
+    they disagree, with the figure of their last tuning states if those disagreed too (None without
+    ``across_chains``). ``steps_per_iteration``: as :func:`tuning_problems`.
     """
     required = adaptation.required_tune_steps()
     problems = tuning_problems(
         adaptation.report(), target_accept, required, adaptation.dim, coordinate_names, steps_per_iteration
     )
+    pending = None
     if across_chains:
         windows = adaptation.windows
-        problem = cross_chain_problem(windows.recent_population, coordinate_names, len(windows.accept))
-        if problem:
-            problems.append(problem)
+        disagreement = cross_chain_disagreement(windows.recent_population, len(windows.accept))
+        pending = DrawsAgreement(step_name, disagreement, coordinate_names)
     if problems:
         sink.warn(f"{step_name}: " + "; ".join(problems) + ".", UserWarning, stacklevel=3)
+    return pending
 
 
 def cross_chain_rhat(population_states) -> tuple[float, int]:
@@ -320,11 +328,12 @@ def cross_chain_rhat(population_states) -> tuple[float, int]:
     return float(rhat[j]), j
 
 
-def cross_chain_problem(population_states, coordinate_names=None, window_steps: int = 0) -> str | None:
-    """The sentence for chains that disagreed at the end of tuning (None if they agreed).
+def cross_chain_disagreement(population_states, window_steps: int = 0) -> tuple[float, int, int] | None:
+    """``(R-hat, coordinate, states)`` if the chains disagreed at the end of tuning (their last tuning
+    states' largest split R-hat is above :data:`CROSS_CHAIN_RHAT`), else None.
 
     ``window_steps``: the steps of the adaptation window tuning ended in, the last of the states. If
-    it holds at least 100 and the chains agreed over it, nothing is said: the proposal they keep was
+    it holds at least 100 and the chains agreed over it, they agreed: the proposal they keep was
     made at its start (on the 50-d Gaussian the independence component's exact shape turns on 200
     steps before the end, and the walk before it disagreed, R-hat 1.3-1.4, while the draws converge,
     R-hat 1.004 or less; decision record 0044). A chain still walking in, or in a mode of its own,
@@ -338,14 +347,68 @@ def cross_chain_problem(population_states, coordinate_names=None, window_steps: 
         last_window, _ = cross_chain_rhat(states[-window_steps:])  # NaN below 100 states
         if math.isfinite(last_window) and last_window <= CROSS_CHAIN_RHAT:
             return None
-    name = coordinate_names[j] if coordinate_names is not None else f"coordinate {j}"
-    n_steps = len(population_states)
-    return (
-        f"the chains disagreed at the end of tuning: the split R-hat of their last {n_steps} tuning "
-        f"states is {rhat:.2f} in {name} (above {CROSS_CHAIN_RHAT}), so some chain was still walking in, "
-        "stuck in a mode of its own, or mixing too slowly for the tuning it had, and the draws may not "
-        "agree either; increase `tune`, or start the chains closer to the posterior (initvals)"
-    )
+    return rhat, j, len(states)
+
+
+class DrawsAgreement:
+    """The chains of a pooled population compared over their first :data:`CROSS_CHAIN_DRAWS` draws:
+    the warning, if they disagree (decision record 0048).
+
+    The draws, not the last tuning states, decide. The tuning walk can disagree where the draws do not:
+    when tuning ends the exam may turn on the independence component, whose draws mix far faster
+    (the 17-d mixed-scale regression: tuning states' split R-hat 1.11, the first 500 draws' 1.02-1.05,
+    all draws' 1.004). And chains whose last tuning states agreed can disagree over the draws (the
+    8-d banana, seed 2025: 1.72 over the first 500 draws, 1.061 over all, means 0.31 sd off). A chain
+    in a mode of its own, or a kernel that mixes too slowly, disagrees over the draws.
+
+    Parameters
+    ----------
+    step_name : str
+    tuning : tuple or None
+        ``(R-hat, coordinate, states)`` of the last tuning states if they disagreed
+        (:func:`cross_chain_disagreement`), else None.
+    coordinate_names : list of str, optional
+    """
+
+    def __init__(self, step_name: str, tuning=None, coordinate_names=None):
+        self.step_name = step_name
+        self.tuning = tuning
+        self.coordinate_names = coordinate_names
+        self.rows = []
+        self.done = False
+
+    def _name(self, j: int) -> str:
+        return self.coordinate_names[j] if self.coordinate_names is not None else f"coordinate {j}"
+
+    def record(self, population) -> str | None:
+        """Add one draw iteration's population (rows: every chain's state; None: nothing to compare).
+        At the :data:`CROSS_CHAIN_DRAWS`-th, the warning's text if the draws disagree (else None);
+        after it, nothing more."""
+        if self.done or population is None:
+            return None
+        self.rows.append(np.array(population, dtype=float))
+        if len(self.rows) < CROSS_CHAIN_DRAWS:
+            return None
+        self.done = True
+        rhat, j = cross_chain_rhat(self.rows)
+        self.rows = []
+        if not (math.isfinite(rhat) and rhat > CROSS_CHAIN_RHAT):
+            return None
+        draws = f"{rhat:.2f} in {self._name(j)}, above {CROSS_CHAIN_RHAT}"
+        if self.tuning is None:
+            said = f"the chains disagree over their first {CROSS_CHAIN_DRAWS} draws (split R-hat {draws})"
+        else:
+            tuning_rhat, tuning_j, tuning_states = self.tuning
+            said = (
+                f"the chains disagreed at the end of tuning (the split R-hat of their last {tuning_states} "
+                f"tuning states is {tuning_rhat:.2f} in {self._name(tuning_j)}) and still disagree over "
+                f"their first {CROSS_CHAIN_DRAWS} draws ({draws})"
+            )
+        return (
+            f"{self.step_name}: {said}, so some chain is stuck in a mode of its own or they mix too slowly "
+            "for the tuning they had, and the draws do not agree yet; increase `tune`, or start the chains "
+            "closer to the posterior (initvals), and check R-hat over all the draws."
+        )
 
 
 #: Steps over which the progress bar's rates are averaged (exponentially, after a plain mean at first).

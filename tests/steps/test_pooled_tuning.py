@@ -1,6 +1,7 @@
 """Pooled tuning (tuning="pooled"): the chains run as a PyMC population and learn their covariance and Z
-from every chain's tuning draws; stranded chains are rescued; the chains' disagreement at the end of
-tuning is reported. Exactness after tuning is tested with MCSE tolerances and a negative control."""
+from every chain's tuning draws; stranded chains are rescued; chains that disagree over their first draws
+are reported (decision record 0048). Exactness after tuning is tested with MCSE tolerances and a negative
+control."""
 
 import warnings
 
@@ -12,7 +13,7 @@ from pymc_kameleon import GPDelayedAcceptanceMALA, GPDelayedAcceptanceMH, Kamele
 from pymc_kameleon.core.adaptation.windows import AdaptationWindow
 from pymc_kameleon.problems.targets import banana
 from pymc_kameleon.steps.population import RESCUE_EVERY, RESCUE_NATS, RESCUE_SDS, PooledTuning
-from pymc_kameleon.steps.reporting import cross_chain_problem
+from pymc_kameleon.steps.reporting import CROSS_CHAIN_DRAWS, DrawsAgreement, cross_chain_disagreement
 from pymc_kameleon.testing import (
     SAMPLE_KW,
     assert_same_records,
@@ -171,7 +172,8 @@ def test_a_multimodal_posterior_keeps_both_modes_and_says_the_chains_disagree():
     """Two chains start in each of two equal-mass modes 16 sds apart: no chain is rescued (their log
     densities are alike), each mode keeps its half of the draws (within 4 MCSE: the pooled covariance
     spans both modes, and the chains cross between them now and then), and the end of tuning says the
-    chains disagree (a split R-hat far above 1.1), once."""
+    chains disagree (a split R-hat far above 1.1, over the last tuning states and again over the first
+    draws), once."""
     starts = [{"x": np.array([sign * 8.0, 0.0])} for sign in (-1, -1, 1, 1)]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -183,7 +185,7 @@ def test_a_multimodal_posterior_keeps_both_modes_and_says_the_chains_disagree():
     right = (idata.posterior["x"].values[..., 0] > 0).astype(float)
     assert abs(right.mean() - 0.5) < Z_MAX * mcse_of_mean(right), (right.mean(), mcse_of_mean(right))
     said = [str(w.message) for w in caught if "the chains disagreed at the end of tuning" in str(w.message)]
-    assert len(said) == 1 and "in x[0]" in said[0], said
+    assert len(said) == 1 and "in x[0]" in said[0] and "still disagree over their first" in said[0], said
 
 
 def _stranded(tuning, depth=100.0, n_stranded=1):
@@ -246,12 +248,68 @@ def test_chains_that_agree_over_the_last_window_are_not_said_to_disagree():
     it (200 states here), the disagreement before it is not reported. Over fewer than 100 states, or
     with no window given, the last 1000 states decide, as before."""
     states = _population(800, 200)
-    assert cross_chain_problem(states, ["a", "b"], window_steps=200) is None
-    assert "disagreed" in cross_chain_problem(states, ["a", "b"])
-    assert "disagreed" in cross_chain_problem(states, ["a", "b"], window_steps=50)
+    assert cross_chain_disagreement(states, window_steps=200) is None
+    rhat, _, n = cross_chain_disagreement(states)
+    assert rhat > 1.1 and n == 1000
+    assert cross_chain_disagreement(states, window_steps=50) is not None
 
 
 def test_chains_that_still_disagree_over_the_last_window_are_said_to():
     states = _population(800, 200, last_offsets=(0.0, 0.0, 0.0, 3.0))
-    said = cross_chain_problem(states, ["a", "b"], window_steps=200)
-    assert said is not None and "last 1000 tuning states" in said
+    rhat, j, n = cross_chain_disagreement(states, window_steps=200)
+    assert rhat > 1.1 and n == 1000
+
+
+def _agreement(draws, tuning=(1.4, 1, 1000)):
+    check = DrawsAgreement("KameleonMetropolis", tuning, ["a", "b"])
+    said = [check.record(rows) for rows in draws]
+    return check, [m for m in said if m]
+
+
+def test_chains_that_disagreed_in_tuning_but_agree_over_their_draws_are_not_warned_about():
+    """Decision record 0048: the draws decide. Agreeing draws: silent, and the check is done after
+    CROSS_CHAIN_DRAWS of them (a missing population, with one chain, counts for nothing)."""
+    check, said = _agreement([None] + _population(0, CROSS_CHAIN_DRAWS + 50))
+    assert check.done and said == []
+
+
+def test_chains_that_disagree_over_their_draws_are_warned_about_once():
+    """The negative control: one chain 3 sds off over the draws; the warning names the draws' figure,
+    and the tuning states' if they disagreed too."""
+    off = (0.0, 0.0, 0.0, 3.0)
+    check, said = _agreement(_population(0, CROSS_CHAIN_DRAWS + 50, last_offsets=off))
+    assert check.done and len(said) == 1
+    assert "1.40 in b" in said[0] and f"first {CROSS_CHAIN_DRAWS} draws" in said[0], said
+    assert said[0].startswith("KameleonMetropolis: the chains disagreed at the end of tuning")
+    check, said = _agreement(_population(0, CROSS_CHAIN_DRAWS + 50, last_offsets=off), tuning=None)
+    assert len(said) == 1 and said[0].startswith(
+        f"KameleonMetropolis: the chains disagree over their first {CROSS_CHAIN_DRAWS} draws"
+    ), said
+
+
+def _disagreement_warnings(name, seed, draws):
+    from pymc_kameleon.problems.real_posteriors import POSTERIORS
+
+    model, _, initvals = POSTERIORS[name]()
+    with model, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pm.sample(step=KameleonMetropolis(), tune=3000, draws=draws, chains=4, cores=1, random_seed=seed,
+                  initvals=initvals, **SAMPLE_KW)
+    return [str(w.message) for w in caught if "disagree" in str(w.message)]
+
+
+@pytest.mark.slow
+def test_a_walk_that_disagreed_in_tuning_is_not_warned_about_when_the_draws_agree():
+    """The 17-d mixed-scale regression at seed 2025: the last 1000 tuning states' split R-hat is 1.11
+    (the walk), the exam turns the independence component on, and the draws converge (R-hat 1.004 over
+    4 x 6000; 1.02-1.05 over the first 500 at seeds 2025-2030). Before decision record 0048 the end of
+    tuning warned here at 11 of 13 seeds."""
+    assert _disagreement_warnings("regression-17d-mixed-scales", 2025, CROSS_CHAIN_DRAWS + 10) == []
+
+
+@pytest.mark.slow
+def test_chains_whose_tuning_agreed_but_whose_draws_disagree_are_warned_about():
+    """The 8-d banana at seed 2025: the last tuning states agreed and nothing was said; the first 500
+    draws' split R-hat is 1.72 (over all 6000, 1.061, means 0.31 sd off)."""
+    said = _disagreement_warnings("banana-8d", 2025, CROSS_CHAIN_DRAWS + 10)
+    assert len(said) == 1 and said[0].startswith("KameleonMetropolis: the chains disagree over their first")

@@ -319,7 +319,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         super().stop_tuning()
         if tuned:
             names = self._coordinate_names
-            warn_after_tuning(
+            self._chain.draws_agreement = warn_after_tuning(
                 type(self).__name__, adaptation, self.target_accept, self._warnings, names,
                 across_chains=self._speaks_for_population,
             )
@@ -415,7 +415,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         stats.update(self._extra_stats())
         if self.pooled:
             stats["rescued"] = rescued
-        self._check_stuck(result.accepted)
+        self._check_draws(result.accepted)
         self._warnings.attach(stats, "accept")  # with cores>1 they travel to the session this way
         return RaveledVars(new_state, q0.point_map_info), [stats]
 
