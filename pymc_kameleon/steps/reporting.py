@@ -407,7 +407,8 @@ class DrawsAgreement:
         return (
             f"{self.step_name}: {said}, so some chain is stuck in a mode of its own or they mix too slowly "
             "for the tuning they had, and the draws do not agree yet; increase `tune`, or start the chains "
-            "closer to the posterior (initvals), and check R-hat over all the draws."
+            "closer to the posterior (initvals), or for well-separated modes use "
+            "pm.sample_smc(kernel=KASS); and check R-hat over all the draws."
         )
 
 

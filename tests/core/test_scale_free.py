@@ -724,6 +724,26 @@ def test_the_kameleon_component_joins_at_the_first_window_end_after_kameleon_aft
         assert first_z == 850
 
 
+def test_tuning_that_ends_inside_the_window_after_kameleon_after_reports_no_missing_kameleon():
+    """Tuning past ``kameleon_after`` but ending inside the window that would draw Z leaves the chain with
+    the AM walk, as shorter tuning does: the report does not call the Kameleon component due (a new
+    user's converged regression warned "increase tune" at tune=10000 and 12000, not at 2000 or 20000).
+    Negative control: once that window has ended, Z exists and the phase is "kameleon"."""
+    from pymc_kameleon.steps.reporting import tuning_problems
+
+    rng = np.random.default_rng(3)
+    adaptation = ScaleFreeAdaptation(
+        2, GaussianKernel(1.0), first_window=50, n_subsample=40, kameleon_after=600
+    )
+    _tune_gaussian(adaptation, 700, rng)  # windows end at 150, 250, 450, 850: 700 is inside the last
+    report = adaptation.report()
+    assert report.phase == "adaptive_metropolis" and not report.wants_kameleon
+    said = tuning_problems(report, 0.234, adaptation.required_tune_steps(), 2)
+    assert not any("before the first Kameleon proposal" in p for p in said), said
+    _tune_gaussian(adaptation, 200, rng)
+    assert adaptation.phase == "kameleon" and adaptation.report().wants_kameleon
+
+
 def test_before_kameleon_after_the_proposal_is_the_am_walk_alone():
     """The proposal of a state without Z is the symmetric N(y, lambda^2 C) walk, whatever am_weight is;
     negative control: with Z the mixture's density differs."""

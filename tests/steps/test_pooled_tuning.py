@@ -309,7 +309,8 @@ def test_a_walk_that_disagreed_in_tuning_is_not_warned_about_when_the_draws_agre
 
 @pytest.mark.slow
 def test_chains_whose_tuning_agreed_but_whose_draws_disagree_are_warned_about():
-    """The 8-d banana at seed 2025: the last tuning states agreed and nothing was said; the first 500
-    draws' split R-hat is 1.72 (over all 6000, 1.061, means 0.31 sd off)."""
+    """The 8-d banana at seed 2025 (PyMC 5): the last tuning states agreed and nothing was said; the first
+    500 draws' split R-hat is 1.72 (over all 6000, 1.061, means 0.31 sd off). Under PyMC 6 the same seed
+    gives other draws: whether the tuning states agreed differs, the draws' warning does not."""
     said = _disagreement_warnings("banana-8d", 2025, CROSS_CHAIN_DRAWS + 10)
-    assert len(said) == 1 and said[0].startswith("KameleonMetropolis: the chains disagree over their first")
+    assert len(said) == 1 and f"disagree over their first {CROSS_CHAIN_DRAWS} draws" in said[0], said

@@ -192,7 +192,10 @@ class TuningReport:
         Mean acceptance probability over the last window of tuning, or over its last
         ``first_window`` steps if that window had fewer (NaN if none).
     wants_kameleon : bool
-        Whether the proposal would use Kameleon moves once tuned.
+        Whether a Kameleon component was due by the end of tuning: a window ended after
+        ``kameleon_after`` steps, where :math:`Z` is drawn. (A window still running when tuning ends
+        leaves the chain with the Adaptive Metropolis walk, as tuning shorter than ``kameleon_after``
+        does: nothing to report.)
     uncovered : float
         Fraction of the last window's states farther than 3 bandwidths (whitened) from every
         point of :math:`Z`, where the Kameleon term vanishes (NaN before the first :math:`Z`).

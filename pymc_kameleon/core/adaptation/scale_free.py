@@ -158,6 +158,8 @@ class ScaleFreeAdaptation:
         self.window_ended_early = False
         first_end = scan_steps if scan_steps > 0 else self.first_window
         self._windows = AdaptationWindow(d, history_size, self.first_window, first_end)
+        # Whether a window has ended since the Kameleon component was due (its Z should exist by now).
+        self._kameleon_window_ended = False
 
     # ------------------------------------------------------------------ what is known
     @property
@@ -376,6 +378,8 @@ class ScaleFreeAdaptation:
             cov = cov + np.diag(np.maximum(floor - np.diag(cov), 0.0))
             estimate = (mean, cov)
         changed = estimate is not None and self._set_whitening(*estimate)
+        if not after_scan and self.wants_kameleon:
+            self._kameleon_window_ended = True
         if changed:
             if not after_scan and self.wants_kameleon:
                 self._refresh_kameleon(points, rng)
@@ -449,7 +453,7 @@ class ScaleFreeAdaptation:
             state.tune_steps,
             state.phase,
             windows.last_accept_rate,
-            self.wants_kameleon,
+            self.wants_kameleon and self._kameleon_window_ended,
             uncovered,
             drift,
             climb,
