@@ -104,16 +104,24 @@ def side_stream(rng: np.random.Generator) -> np.random.Generator:
     return np.random.Generator(jumped()) if jumped is not None else rng.spawn(1)[0]
 
 
-def coordinate_names(vars, initial_point) -> list[str]:
-    """Names of a raveled block's coordinates, in order: ``mu``, ``theta_t[3]``, ``L[1, 0]``."""
+def coordinate_names(vars, initial_point, model=None) -> list[str]:
+    """Names of a raveled block's coordinates, in order, as the user wrote the variables: ``mu``,
+    ``theta_t[3]``, ``L[1, 0]``; with ``model``, a transformed variable by its transform and name,
+    ``log(tau)`` (the step samples its value variable ``tau_log__``), ``logodds(p)[2]``."""
     names = []
     for v in vars:
+        label = v.name
+        if model is not None:
+            rv = model.values_to_rvs.get(v)
+            transform = model.rvs_to_transforms.get(rv) if rv is not None else None
+            if rv is not None:
+                label = f"{transform.name}({rv.name})" if transform is not None else rv.name
         shape = np.shape(initial_point[v.name])
         if shape == ():
-            names.append(v.name)
+            names.append(label)
             continue
         for index in np.ndindex(*shape):
-            names.append(f"{v.name}[{', '.join(map(str, index))}]")
+            names.append(f"{label}[{', '.join(map(str, index))}]")
     return names
 
 

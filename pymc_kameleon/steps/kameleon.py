@@ -334,7 +334,7 @@ class KameleonMetropolis(AdaptiveStep):
             initial_point = model.initial_point()
         vars = continuous_value_vars(vars, model, type(self).__name__)
         self.dim = int(sum(np.size(initial_point[v.name]) for v in vars))
-        self._coordinate_names = coordinate_names(vars, initial_point)
+        self._coordinate_names = coordinate_names(vars, initial_point, model)
         target = TargetDensity(model, vars, initial_point, compile_kwargs, type(self).__name__)
         self._join_pymc(vars, target, blocked, rng, model=model, start=start)
         # PyMC 6 asks each step how long it needs to tune (pm.sample(tune=None)).

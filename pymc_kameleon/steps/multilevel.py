@@ -179,7 +179,7 @@ class MLDA(AdaptiveStep):
             initial_point = model.initial_point()
         vars = continuous_value_vars(vars, model, "MLDA", required=", coarse_models=[...]")
         self.dim = int(sum(np.size(initial_point[v.name]) for v in vars))
-        self._coordinate_names = coordinate_names(vars, initial_point)
+        self._coordinate_names = coordinate_names(vars, initial_point, model)
         target = TargetDensity(model, vars, initial_point, compile_kwargs, "MLDA")
         if target.has_estimates and any(isinstance(spec, GPLevel) for spec in specs):
             raise ValueError(

@@ -641,9 +641,11 @@ def test_coordinate_names_follow_the_raveled_order():
         pm.HalfNormal("tau", 1)
         pm.Normal("L", 0, 1, shape=(2, 2))
     point = model.initial_point()
-    names = coordinate_names(model.value_vars, point)
-    assert names == ["mu", "tau_log__", "L[0, 0]", "L[0, 1]", "L[1, 0]", "L[1, 1]"]
+    names = coordinate_names(model.value_vars, point, model)
+    assert names == ["mu", "log(tau)", "L[0, 0]", "L[0, 1]", "L[1, 0]", "L[1, 1]"]
     assert len(names) == sum(np.size(v) for v in point.values())
+    # Without the model, the value variables' own names (tau is sampled as tau_log__).
+    assert coordinate_names(model.value_vars, point)[1] == "tau_log__"
 
 
 @pytest.mark.parametrize("cls", STEPS + [DiscreteMetropolis, MLDA])

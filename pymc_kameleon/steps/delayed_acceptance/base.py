@@ -150,7 +150,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
             initial_point = model.initial_point()
         vars = continuous_value_vars(vars, model, name)
         self.dim = d = int(sum(np.size(initial_point[v.name]) for v in vars))
-        self._coordinate_names = coordinate_names(vars, initial_point)
+        self._coordinate_names = coordinate_names(vars, initial_point, model)
         target = self._split_target(model, vars, initial_point, compile_kwargs)
         if target.likelihood_outside_vars:
             message = outside_vars_message(name, vars, target.likelihood_outside_vars, model)
