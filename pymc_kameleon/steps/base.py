@@ -111,11 +111,10 @@ def coordinate_names(vars, initial_point, model=None) -> list[str]:
     names = []
     for v in vars:
         label = v.name
-        if model is not None:
-            rv = model.values_to_rvs.get(v)
-            transform = model.rvs_to_transforms.get(rv) if rv is not None else None
-            if rv is not None:
-                label = f"{transform.name}({rv.name})" if transform is not None else rv.name
+        rv = model.values_to_rvs.get(v) if model is not None else None
+        if rv is not None:
+            transform = model.rvs_to_transforms.get(rv)
+            label = rv.name if transform is None else f"{transform.name}({rv.name})"
         shape = np.shape(initial_point[v.name])
         if shape == ():
             names.append(label)

@@ -386,7 +386,7 @@ class DrawsAgreement:
         after it, nothing more."""
         if self.done or population is None:
             return None
-        self.rows.append(np.array(population, dtype=float))
+        self.rows.append(np.asarray(population, dtype=float))
         if len(self.rows) < CROSS_CHAIN_DRAWS:
             return None
         self.done = True

@@ -99,7 +99,7 @@ def gpd_shape_mle(exceedances) -> float:
     inner = values[1:-1]
     peaks = np.nonzero((inner <= values[:-2]) & (inner <= values[2:]) & np.isfinite(inner))[0] + 1
     if peaks.size:
-        def objective(u):
+        def objective(u):  # _negative_profile at one u, without its array overhead (Brent's calls)
             t = math.expm1(u)
             if t == 0.0:
                 return math.log(x.mean()) + 1.0

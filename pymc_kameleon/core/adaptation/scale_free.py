@@ -378,10 +378,10 @@ class ScaleFreeAdaptation:
             cov = cov + np.diag(np.maximum(floor - np.diag(cov), 0.0))
             estimate = (mean, cov)
         changed = estimate is not None and self._set_whitening(*estimate)
-        if not after_scan and self.wants_kameleon:
-            self._kameleon_window_ended = True
+        kameleon_due = not after_scan and self.wants_kameleon
+        self._kameleon_window_ended = self._kameleon_window_ended or kameleon_due
         if changed:
-            if not after_scan and self.wants_kameleon:
+            if kameleon_due:
                 self._refresh_kameleon(points, rng)
             # New geometry: the scales learn afresh from their current values (as Stan's warm-up does).
             state.am_scale.restart()
