@@ -73,6 +73,10 @@ _LATE_SHARE = 0.25
 # about 1 for draws from the target (measured, GP-DA MALA, 63 chains not stuck: 0.24-3.7, all but one
 # >= 0.60; 0.03 and 0.06 on two chains silently stuck in one coordinate).
 _SPREAD_LIMIT = 0.1
+# A gradient slope (TuningReport.slope) above this means the chain was still on its way to the posterior:
+# the mean gradient over its last tuning states was more than about twice its sd (draws from the target
+# have mean gradient zero; see gradient_slope for the calibration).
+_SLOPE_LIMIT = 0.9
 #: Pooled tuning: chains whose states have a split R-hat above this in some coordinate disagree (over
 #: their last tuning states, or their first draws: the warning, once, from chain 0).
 CROSS_CHAIN_RHAT = 1.1
@@ -172,6 +176,15 @@ def tuning_problems(
             "posterior (Cramer-Rao: sd >= 1 / root mean square of the gradient), so it was stuck (a "
             "collapsed step, or a narrow ridge) and its draws may be far from the posterior; increase "
             "`tune` or start closer to the posterior"
+        )
+    if math.isfinite(report.slope) and report.slope > _SLOPE_LIMIT:
+        j = report.slope_coordinate
+        name = coordinate_names[j] if coordinate_names is not None else f"coordinate {j}"
+        problems.append(
+            f"the chain was still on a slope at the end of tuning: in {name} the log density's gradient "
+            f"kept one sign over its last tuning states (its mean was {report.slope:.2f} x its root mean "
+            "square; at the posterior the gradient averages zero), so the chain had not reached the "
+            "posterior and its draws may be far from it; increase `tune` or start closer to the posterior"
         )
     return problems
 

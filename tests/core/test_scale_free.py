@@ -529,6 +529,49 @@ def test_report_spread_flags_a_coordinate_that_barely_moved(stuck):
         assert 0.9 < report.spread < 1.1 and "barely moved" not in problems
 
 
+def test_gradient_slope_is_the_mean_gradient_over_its_root_mean_square():
+    """Hand-computed: gradients alternating 3 and -1 (mean 1, root mean square sqrt(5)) give
+    1/sqrt(5); the same scaled by 1e-4 give the same (unit-free); a constant gradient gives 1; a
+    gradient of 0 throughout, fewer than 200 states or a non-finite value give NaN."""
+    from pymc_kameleon.core.adaptation.diagnostics import gradient_slope
+
+    g = np.tile([3.0, -1.0], 150)[:, None] * np.array([1.0, 1e-4])
+    np.testing.assert_allclose(gradient_slope(g), [1 / math.sqrt(5), 1 / math.sqrt(5)])
+    np.testing.assert_allclose(gradient_slope(np.full((300, 1), -8.0)), [1.0])
+    assert np.isnan(gradient_slope(np.zeros((300, 1)))[0])
+    assert np.all(np.isnan(gradient_slope(g[:199])))
+    g_bad = g.copy()
+    g_bad[7, 0] = np.inf
+    assert np.all(np.isnan(gradient_slope(g_bad)))
+
+
+@pytest.mark.parametrize("on_slope", [True, False], ids=["on-a-slope", "settled"])
+def test_report_slope_flags_a_chain_still_on_its_way(on_slope):
+    """Draws from N(0, diag(1, 4)) with their exact gradients: the mean gradient over 500 draws is
+    within a few 1/sqrt(500) of 0 in root-mean-square units, no problem (control). A chain whose
+    coordinate 1 crawls down from 40 sds (x_1 = 80 - 0.01 t, as a chain creeping along a ridge does)
+    sees a gradient of one sign there: over the last 500 states a slope of |mean| / rms of
+    (80 - 0.01 t) / 4, t = 500..999 (0.9998), reported by name."""
+    from pymc_kameleon.steps.reporting import tuning_problems
+
+    sd, rng = np.array([1.0, 2.0]), np.random.default_rng(7)
+    prop = am_only(2, scan_steps=0, first_window=50)
+    for t in range(1000):
+        y = sd * rng.normal(size=2)
+        if on_slope:
+            y[1] = 80.0 - 0.01 * t
+        feed(prop, y, 0.3, rng, log_density=math.nan, gradient=-y / sd**2)
+    report = prop.report()
+    problems = " ".join(tuning_problems(report, 0.234, 0, 2, coordinate_names=["a", "b"]))
+    if on_slope:
+        late = (80.0 - 0.01 * np.arange(500, 1000)) / 4.0
+        expected = abs(late.mean()) / math.sqrt(np.mean(late**2))
+        assert report.slope_coordinate == 1 and report.slope == pytest.approx(expected, rel=1e-12)
+        assert "the chain was still on a slope at the end of tuning: in b" in problems
+    else:
+        assert report.slope < 4 / math.sqrt(500) and "on a slope" not in problems
+
+
 def test_variance_floor_is_one_over_the_mean_squared_gradient():
     """Hand-computed: gradients (2, 1) and (-4, 1) give mean squares (10, 1), so the floor is (0.1, 1);
     a window with a step that had no gradient gives none."""

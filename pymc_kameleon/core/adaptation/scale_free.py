@@ -41,6 +41,7 @@ from scipy.linalg import solve_triangular
 from pymc_kameleon.core.adaptation.covariance import shrunk_covariance
 from pymc_kameleon.core.adaptation.diagnostics import (
     TuningReport,
+    gradient_slope,
     gradient_spread,
     log_density_climb,
     whitened_drift,
@@ -443,12 +444,18 @@ class ScaleFreeAdaptation:
         recent_log_density = list(windows.recent_log_density)
         climb = log_density_climb(recent_log_density, self.dim)
         late_climb = log_density_climb(recent_log_density[len(recent_log_density) // 2 :], self.dim)
-        spread, spread_coordinate = math.nan, -1
+        spread, spread_coordinate, slope, slope_coordinate = math.nan, -1, math.nan, -1
         if windows.recent_gradient and all(g is not None for g in windows.recent_gradient):
-            kappa = gradient_spread(np.array(windows.recent), np.array(windows.recent_gradient))
+            gradients = np.array(windows.recent_gradient)
+            kappa = gradient_spread(np.array(windows.recent), gradients)
             if kappa.size and np.all(np.isfinite(kappa)):
                 spread_coordinate = int(np.argmin(kappa))
                 spread = float(kappa[spread_coordinate])
+            # The last half only: a chain that arrived early in the recent states has no slope there.
+            steady = gradient_slope(gradients[gradients.shape[0] // 2 :])
+            if steady.size and np.any(np.isfinite(steady)):
+                slope_coordinate = int(np.nanargmax(steady))
+                slope = float(steady[slope_coordinate])
         return TuningReport(
             state.tune_steps,
             state.phase,
@@ -461,4 +468,6 @@ class ScaleFreeAdaptation:
             spread_coordinate,
             late_climb,
             late_drift,
+            slope,
+            slope_coordinate,
         )
