@@ -93,9 +93,9 @@ class AdaptationWindow:
                 self.draws.append(row)
             self.rows += rows.shape[0]
             if self._last_rows is not None and self._last_rows.shape == rows.shape:
-                moved = np.any(rows != self._last_rows, axis=1)
-                self.moves += int(np.count_nonzero(moved))
-                if moved.any() and _some_chain_jumped(self._last_rows, rows[moved]):
+                moves, jumped = _moves_and_jump(self._last_rows, rows)
+                self.moves += moves
+                if jumped:
                     # A rescued chain's states before its jump are no part of its walk: the
                     # cross-chain check reads only the population's states since.
                     self.recent_population.clear()
@@ -216,9 +216,16 @@ class AdaptationWindow:
         self._gradients = 0
 
 
-def _some_chain_jumped(previous: np.ndarray, moved_rows: np.ndarray) -> bool:
-    """Whether the state of some chain that moved (``moved_rows``) now equals another chain's previous
-    state exactly: a rescue (in a continuous space no Metropolis move lands there). A moved chain's
-    own previous state differs from its state, so comparing with every previous state is enough; one
-    comparison for all pairs, every pooled tuning step."""
-    return bool(np.any(np.all(moved_rows[:, None, :] == previous[None, :, :], axis=2)))
+def _moves_and_jump(previous: np.ndarray, rows: np.ndarray) -> tuple[int, bool]:
+    """The chains that moved since ``previous`` (their state differs from their own previous one), and
+    whether one of them now equals another chain's previous state exactly: a rescue (in a continuous
+    space no Metropolis move lands there). A moved chain's own previous state differs from its state, so
+    comparing with every previous state is enough: one comparison for all pairs, every pooled tuning
+    step, then a few chains' worth of Python (NumPy's reductions cost more than the work here)."""
+    same = np.all(rows[:, None, :] == previous[None, :, :], axis=2).tolist()  # [i][j]: i now at j's before
+    moves, jumped = 0, False
+    for i, row in enumerate(same):
+        if not row[i]:
+            moves += 1
+            jumped = jumped or any(row)
+    return moves, jumped
