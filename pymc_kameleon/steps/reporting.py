@@ -168,8 +168,7 @@ def tuning_problems(
             "may still be on their way to the posterior; increase `tune` or start closer to the posterior"
         )
     if math.isfinite(report.spread) and report.spread < _SPREAD_LIMIT:
-        j = report.spread_coordinate
-        name = coordinate_names[j] if coordinate_names is not None else f"coordinate {j}"
+        name = _coordinate_name(coordinate_names, report.spread_coordinate)
         problems.append(
             f"the chain barely moved in {name} at the end of tuning: the sd of its last tuning states there "
             f"was {report.spread:.2g} x the least the log density's gradient allows for draws from the "
@@ -178,8 +177,7 @@ def tuning_problems(
             "`tune` or start closer to the posterior"
         )
     if math.isfinite(report.slope) and report.slope > _SLOPE_LIMIT:
-        j = report.slope_coordinate
-        name = coordinate_names[j] if coordinate_names is not None else f"coordinate {j}"
+        name = _coordinate_name(coordinate_names, report.slope_coordinate)
         problems.append(
             f"the chain was still on a slope at the end of tuning: in {name} the log density's gradient "
             f"kept one sign over its last tuning states (its mean was {report.slope:.2f} x its root mean "
@@ -187,6 +185,10 @@ def tuning_problems(
             "posterior and its draws may be far from it; increase `tune` or start closer to the posterior"
         )
     return problems
+
+
+def _coordinate_name(coordinate_names, j: int) -> str:
+    return coordinate_names[j] if coordinate_names is not None else f"coordinate {j}"
 
 
 def in_pymc_worker() -> bool:
@@ -391,7 +393,7 @@ class DrawsAgreement:
         self.done = False
 
     def _name(self, j: int) -> str:
-        return self.coordinate_names[j] if self.coordinate_names is not None else f"coordinate {j}"
+        return _coordinate_name(self.coordinate_names, j)
 
     def record(self, population) -> str | None:
         """Add one draw iteration's population (rows: every chain's state; None: nothing to compare).

@@ -73,7 +73,7 @@ class EvaluatedPoints:
     def add(self, x, log_density: float) -> None:
         """Keep ``x`` and its log density if finite (a proposal outside the support says nothing of
         the curvature)."""
-        if self.capacity == 0 or not np.isfinite(log_density):
+        if self.capacity == 0 or not math.isfinite(log_density):
             return
         self._points[self._next] = x
         self._values[self._next] = log_density
