@@ -439,8 +439,10 @@ class KASS(BatchedSMCKernel):
         # The genealogy's error bar needs lineages; the waste-free one does not.
         has_error_bar = self.resampling == "multinomial" and not self.waste_free
         if self.beta >= 1 and has_error_bar and ancestors < MIN_DISTINCT_ANCESTORS:
-            # PyMC does not tell a kernel its chain number: the count identifies the chain.
-            counts = f"one chain: {ancestors} of {self.draws}"
+            # PyMC does not tell a kernel its chain number: the count identifies the chain, and each
+            # chain below the bar warns for itself ("one chain" read as "only one chain").
+            bar = MIN_DISTINCT_ANCESTORS
+            counts = f"in this chain {ancestors} of {self.draws}; each chain below {bar} warns"
             message = collapsed_genealogy_message(counts, self.draws, ancestors)
             self._warnings.warn(f"{type(self).__name__}: {message}", UserWarning, stacklevel=1)
 

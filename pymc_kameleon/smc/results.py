@@ -26,8 +26,21 @@ def stage_stats(idata, name: str) -> list[np.ndarray]:
     - unequal stages: an object array of one list per chain, shaped (chain,) on PyMC 6 and
       (1, chain) on PyMC 5 (the chains on the ``draw`` dimension).
 
-    This undoes all of them: one float array per chain, in chain order.
+    This undoes all of them: one float array per chain, in chain order. An InferenceData without the
+    statistic (not from ``pm.sample_smc``, or a name it does not record) raises a ValueError that lists
+    the statistics it has.
     """
+    stats = getattr(idata, "sample_stats", None)
+    if stats is None or name not in stats:
+        have = sorted(stats.data_vars) if stats is not None else []
+        why = "" if "log_marginal_likelihood" in have else (
+            " (it is not from pm.sample_smc, whose sample_stats hold log_marginal_likelihood and beta per "
+            "stage)"
+        )
+        raise ValueError(
+            f"This InferenceData has no per-stage statistic {name!r}{why}; its sample_stats hold: "
+            f"{', '.join(have) if have else 'nothing'}."
+        )
     n_chains = int(idata.posterior.sizes["chain"])
     values = np.asarray(idata.sample_stats[name].values)
     if values.dtype == object:

@@ -8,6 +8,8 @@ pseudo-marginal statistics when the model has a PseudoMarginalPotential.
 
 from __future__ import annotations
 
+import difflib
+import inspect
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -191,6 +193,19 @@ class ChainState:
     draws_agreement: DrawsAgreement | None = None
 
 
+def _check_keywords(cls, kwargs) -> None:
+    """A misspelt option gets a TypeError naming the step and the closest of its keywords (Python 3.11
+    names neither the step nor a close match); steps with ``**options`` check their own."""
+    params = inspect.signature(cls.__init__).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    for name in kwargs:
+        if name not in params:
+            close = difflib.get_close_matches(name, [n for n in params if n != "self"], n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise TypeError(f"{cls.__name__}() got an unexpected keyword argument {name!r}{hint}")
+
+
 class AdaptiveStep(PerChainReset, ArrayStepShared):
     """Base of our steps: a continuous block sampled with an exact (kept) pseudo-marginal estimate.
 
@@ -232,6 +247,7 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
             init.__doc__ = f"Make the step; its parameters are in ``help({cls.__name__})``."
 
     def __new__(cls, *args, **kwargs):
+        _check_keywords(cls, kwargs)
         # tuning="pooled" makes the step's population variant (steps/population.py).
         new_cls = pooled_class_for(cls, args, kwargs, cls._default_tuning)
         return super(AdaptiveStep, new_cls).__new__(new_cls, *args, **kwargs)

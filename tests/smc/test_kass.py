@@ -389,6 +389,30 @@ def test_log_evidence_combines_chains():
     assert log_z is result.log_z and std_error is result.std_error
 
 
+def test_log_evidence_of_a_non_smc_inferencedata_says_so():
+    """A user's pm.sample result (no log_marginal_likelihood) gets a ValueError naming pm.sample_smc,
+    not xarray's KeyError; a statistic the SMC run does not record is refused with the list of those
+    it does."""
+    import arviz as az
+
+    from pymc_kameleon.smc import log_evidence, stage_stats
+
+    def inference_data(**groups):
+        try:
+            return az.from_dict(**groups)  # ArviZ 0.x
+        except TypeError:
+            return az.from_dict(groups)  # ArviZ 1
+
+    mcmc = inference_data(posterior={"x": np.zeros((2, 5))}, sample_stats={"accept": np.ones((2, 5))})
+    with pytest.raises(ValueError, match="not from pm.sample_smc.*hold: accept"):
+        log_evidence(mcmc)
+    smc = inference_data(posterior={"x": np.zeros((2, 5))},
+                         sample_stats={"log_marginal_likelihood": np.zeros((2, 3)), "beta": np.ones((2, 3))})
+    with pytest.raises(ValueError, match="statistic 'bogus'; its sample_stats hold: beta, log_marg"):
+        stage_stats(smc, "bogus")
+    assert len(stage_stats(smc, "beta")) == 2
+
+
 def test_log_evidence_of_pymc_kernels_has_no_error_bar():
     """PyMC's kernels record no genealogy: log Z as before, NaN standard errors, and a warning naming KASS."""
     with _narrow_mean_model():
@@ -713,12 +737,12 @@ def test_sampling_warns_when_the_final_particles_have_few_ancestors():
     """KASS warns at the end of sampling, naming the count, when the final particles descend from
     fewer than 50 initial draws (40 particles), and log_evidence does not repeat it; 400 particles with
     2 sweeps per stage do not warn."""
-    expected = r"KASS: The final particles descend from fewer than 50 of the initial draws \(one chain: \d+ "
+    expected = r"KASS: The final particles descend from fewer than 50 of the initial draws \(in this chain"
     with linear_model(), pytest.warns(UserWarning, match=expected) as record:
         idata = pm.sample_smc(draws=40, kernel=KASS, chains=1, cores=1, random_seed=2, **SMC_KW)
     (final,) = [int(chain[-1]) for chain in stage_stats(idata, "distinct_ancestors")]
-    shown = [w for w in record if "of 40)" in str(w.message)]
-    assert len(shown) == 1 and f"({final} of 40)" in str(shown[0].message).replace("one chain: ", "")
+    shown = [w for w in record if "of 40; each chain below 50 warns)" in str(w.message)]
+    assert len(shown) == 1 and f"(in this chain {final} of 40;" in str(shown[0].message)
     # once per run: log_evidence does not say it again (it printed twice)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*descend from fewer")

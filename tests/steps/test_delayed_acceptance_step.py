@@ -19,7 +19,13 @@ from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 from scipy.stats import multivariate_normal, norm
 
-from pymc_kameleon import GPDelayedAcceptanceMALA, GPDelayedAcceptanceMH, PseudoMarginalPotential
+from pymc_kameleon import (
+    MLDA,
+    GPDelayedAcceptanceMALA,
+    GPDelayedAcceptanceMH,
+    KameleonMetropolis,
+    PseudoMarginalPotential,
+)
 from pymc_kameleon.core.adaptation.scan import scan_steps_for
 from pymc_kameleon.core.delayed_acceptance.kernel import DelayedAcceptanceMH
 from pymc_kameleon.core.delayed_acceptance.mala import log_expected_langevin_term
@@ -395,10 +401,14 @@ def drive_on(model, step, point, n_steps):
         (GPDelayedAcceptanceMH, "n_subsamples", "n_subsample"),
         (GPDelayedAcceptanceMALA, "gradient_observation", "gradient_observations"),
         (GPDelayedAcceptanceMALA, "zzz", None),
+        (KameleonMetropolis, "n_subsampl", "n_subsample"),
+        (MLDA, "subsampling_rate", "subsampling_rates"),
+        (MLDA, "zzz", None),
     ],
 )
 def test_a_misspelt_option_names_the_step_and_the_closest_option(cls, typo, suggestion):
-    """Found by a new-user check: the TypeError named the private base class GPDelayedAcceptanceStep."""
+    """Found by new-user checks: the TypeError named the private base class GPDelayedAcceptanceStep;
+    KameleonMetropolis and MLDA gave Python's plain message, without a close match."""
     hint = rf"; did you mean '{suggestion}'\?" if suggestion else r"$"
     with gaussian_data_model(), pytest.raises(TypeError, match=rf"^{cls.__name__}\(\) got an unexpected "
                                                                   rf"keyword argument '{typo}'{hint}"):

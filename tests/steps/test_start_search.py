@@ -66,10 +66,52 @@ def _centred_funnel():
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_the_search_never_starts_a_chain_in_a_funnels_neck(seed):
     """Powell runs into the neck (log tau -> -inf, the density growing without bound); the plausible box
-    (the range of 100 prior draws, widened) keeps every chain's start out of it."""
+    (the range of 1000 prior draws: tau >= 0.018) keeps every chain's start out of it."""
     idata = _sample(_centred_funnel(), KameleonMetropolis, tune=50, draws=10, chains=4, seed=seed)
     first_tau = idata.warmup_posterior["tau"].values[:, 0]
     assert (first_tau > 1e-3).all(), first_tau
+
+
+def _groups_beside_nuts():
+    """A new user's model: five groups of six observations (sd 0.5) under a centred N(0, s) prior,
+    s ~ HalfNormal(1); group 1's mean is -2.74. The step samples the group effects, NUTS the scale."""
+    rng = np.random.default_rng(3)
+    y = rng.normal(np.repeat(rng.normal(0.0, 1.0, 5), 6), 0.5)
+    with pm.Model() as model:
+        s = pm.HalfNormal("s", 1.0)
+        th = pm.Normal("th", 0.0, s, shape=5)
+        pm.Normal("y", th[np.repeat(np.arange(5), 6)], 0.5, observed=y)
+    return model
+
+
+@pytest.mark.parametrize("box_draws", [1000, 100], ids=["shipped", "100-draws"])
+def test_a_posterior_in_the_priors_tail_is_a_plausible_start(box_draws, monkeypatch):
+    """The search's runs agree on the effects' conditional mode, th[1] = -2.64, beyond the range of 100
+    prior draws of th[1] (down to -1.95; the control refuses it, and the chain keeps th = 0, where a
+    NUTS step on s can dive into the funnel's neck and stay) and inside that of 1000 (the box since)."""
+    import pymc_kameleon.steps.starts as starts
+
+    monkeypatch.setattr(starts, "BOX_DRAWS", box_draws)
+    model = _groups_beside_nuts()
+    step = lambda: [KameleonMetropolis([model["th"]]), pm.NUTS([model["s"]])]  # noqa: E731
+    first = _sample(model, step, tune=3, draws=1, seed=1).warmup_posterior["th"].values[:, 0]
+    if box_draws == 1000:
+        assert np.abs(first[:, 1] + 2.635).max() < 0.01, first
+    else:
+        assert (first[:, 1:] == 0.0).all(), first
+
+
+@pytest.mark.slow
+def test_no_chain_sticks_in_the_neck_when_nuts_samples_the_scale():
+    """The same model, 2 chains x (1000 + 300), seeds 1-5: every chain's scale stays away from 0 (NUTS
+    alone: s about 1.5, 94% in 0.89-2.18). With the box of 100 prior draws 6 of 10 chains stuck with
+    every effect at 0 and s near 1e-162; with start="initial_point" none did."""
+    model = _groups_beside_nuts()
+    step = lambda: [KameleonMetropolis([model["th"]]), pm.NUTS([model["s"]])]  # noqa: E731
+    for seed in range(1, 6):
+        idata = _sample(model, step, tune=1000, draws=300, seed=seed)
+        chain_means = idata.posterior["s"].mean("draw").values
+        assert (chain_means > 0.5).all(), (seed, chain_means)
 
 
 def test_flat_priors_and_priors_without_a_generator_are_handled():

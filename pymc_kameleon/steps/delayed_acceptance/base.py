@@ -93,10 +93,6 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         "gp_refit": (bool, []),
         # The share of steps with an exact evaluation over about the last 100 (the progress bar shows it).
         "recent_exact_share": (np.float64, []),
-        # Whether the independence component drew this move (GPDelayedAcceptanceMH's independence_weight).
-        "independence": (bool, []),
-        # Whether its draws come from the fitted shape (decision record 0039).
-        "independence_fitted": (bool, []),
     }
     _progressbar_config = staticmethod(delayed_acceptance_progressbar_config)
     _make_progressbar_update_functions = staticmethod(delayed_acceptance_progressbar_update_functions)
@@ -402,8 +398,6 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
             "gp_sd": result.gp_sd,
             "gp_points": kernel.gp.n_points,
             "screened": result.screened,
-            "independence": result.component == "independence",
-            "independence_fitted": kernel.adaptation.state.independence_uses_fit,
             "gp_refit": bool(result.refit or refit),
             "tune": self.tune,
             "scaling": kernel.adaptation.state.am_scale.value,
@@ -412,15 +406,15 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         self._add_running_stats(stats, target.n_evals - evals_before)
         stats["recent_exact_share"] = self._chain.recent.exact
         stats.update(target.estimate_stats(estimates_before))
-        stats.update(self._extra_stats())
+        stats.update(self._extra_stats(result))
         if self.pooled:
             stats["rescued"] = rescued
         self._check_draws(result.accepted)
         self._warnings.attach(stats, "accept")  # with cores>1 they travel to the session this way
         return RaveledVars(new_state, q0.point_map_info), [stats]
 
-    def _extra_stats(self) -> dict:
-        """A subclass's own statistics after a step."""
+    def _extra_stats(self, result) -> dict:
+        """A subclass's own statistics after a step whose outcome is ``result``."""
         return {}
 
 

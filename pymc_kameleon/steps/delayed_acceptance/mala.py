@@ -89,7 +89,9 @@ class GPDelayedAcceptanceMALA(GPDelayedAcceptanceStep):
     Notes
     -----
     The statistics are those of :class:`GPDelayedAcceptanceMH` (``gp_sd`` is the predictive sd of
-    :math:`\ell` at the proposal; ``scaling`` is :math:`\lambda`).
+    :math:`\ell` at the proposal; ``scaling`` is :math:`\lambda`) but for those of the components
+    and speculation this step does not have (``independence``, ``independence_fitted``, ``nu2``,
+    ``speculative_evals``, ``prefetched``).
     """
 
     name = "gp_da_mala"

@@ -281,6 +281,10 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
         # evaluation was a worker's (speculation).
         "speculative_evals": (np.int64, []),
         "prefetched": (bool, []),
+        # Whether the independence component drew this move (independence_weight).
+        "independence": (bool, []),
+        # Whether its draws come from the fitted shape (decision record 0039).
+        "independence_fitted": (bool, []),
     }
 
     def __init__(
@@ -398,8 +402,9 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
             independence_weight=self._independence_weight_in_use,
         )
 
-    def _extra_stats(self) -> dict:
-        nu2 = self.scale_free_adaptation.state.nu2
+    def _extra_stats(self, result) -> dict:
+        state = self._chain.kernel.adaptation.state  # the chain this step moved
+        nu2 = state.nu2
         prefetch = self._chain.kernel.prefetch
         counts = (0, 0) if prefetch is None else (prefetch.submitted, prefetch.used)
         seen, self._prefetch_counts = self._prefetch_counts, counts
@@ -407,6 +412,8 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
             "nu2": math.nan if nu2 is None else nu2.value,
             "speculative_evals": counts[0] - seen[0],
             "prefetched": counts[1] > seen[1],
+            "independence": result.component == "independence",
+            "independence_fitted": state.independence_uses_fit,
         }
 
 
