@@ -3,7 +3,8 @@
 The search itself is :func:`pymc_kameleon.core.starts.search_start`; this module draws its candidates
 from the model's prior with PyMC's own initial-point machinery
 (:func:`pymc.initial_point.make_initial_point_fn` with the ``"prior"`` strategy, in the step's
-transformed coordinates), and builds the plausible box from :data:`BOX_DRAWS` prior draws. A
+transformed coordinates), and builds the plausible box from :data:`BOX_DRAWS` prior draws
+(:data:`BLOCK_BOX_DRAWS` for a step on a block of the model's variables beside other steps). A
 variable with a flat prior (``pm.Flat``, ``pm.HalfFlat``) cannot be drawn: its candidates are the
 start jittered by U(-1, 1) (PyMC's jitter) and its coordinates are not bounded.
 """
@@ -22,18 +23,26 @@ from pymc_kameleon.core.starts import (
     search_start,
 )
 
-__all__ = ["BOX_DRAWS", "SEARCH_CANDIDATES", "STARTS", "StartSearch", "has_improper_prior"]
+__all__ = ["BLOCK_BOX_DRAWS", "BOX_DRAWS", "SEARCH_CANDIDATES", "STARTS", "StartSearch", "has_improper_prior"]
 
 STARTS = ("search", "initial_point")
 #: Prior draws each chain searches from (besides keeping its given start).
 SEARCH_CANDIDATES = 2
-#: Prior draws that span the plausible box (a fixed seed: the same box for every chain). 100 were too
-#: few: their range reaches about 2.5 prior sds, and a group effect's posterior mode at -2.64 under a
-#: hierarchical N(0, s) prior lay beyond it (the range of 100 draws went down to -1.95); the chain kept
-#: its start at 0, and a NUTS step on s beside it followed s into the funnel's neck (6 of 10 chains
-#: stuck). 1000 reach about 3.3 sds, and a half-Cauchy(5) scale down to 0.018 (0.04 before): a run
-#: into a neck still ends far below. The draws cost about 0.15 s, once per process.
-BOX_DRAWS = 1000
+#: Prior draws that span the plausible box (a fixed seed: the same box for every chain): their range
+#: reaches about 2.5 prior sds.
+BOX_DRAWS = 100
+#: The same for a step that samples a block of the model's variables beside other steps: about 3.3
+#: prior sds. There the search optimises the block's density with the other variables fixed, and a
+#: refused result leaves the block at PyMC's initial point, often the prior mean, which can trap the
+#: other steps: with `KameleonMetropolis([theta])` beside `pm.NUTS([s])` on a centred hierarchy, the
+#: effects' conditional mode (one at -2.64) lay beyond the range of 100 draws (down to -1.95), every
+#: effect stayed at 0, NUTS followed s into the funnel's neck and 6 of 10 chains never left it; with
+#: 1000 none did. A step over all the variables keeps 100: with 1000 more chains of the non-centred
+#: latent GP started at the search's optimum instead of walking in, and its median R-hat over 8 seeds
+#: went from 1.14 to 1.32 (failing either way). A half-Cauchy(5) scale reaches 0.018 in 1000 draws
+#: (0.04 in 100): a run into a funnel's neck still ends far below. The draws cost about 0.15 s, once
+#: per process.
+BLOCK_BOX_DRAWS = 1000
 _BOX_SEED = 20261127
 
 
@@ -56,6 +65,8 @@ class StartSearch:
     def __init__(self, model, vars):
         self._model = model
         self._names = [v.name for v in vars]
+        in_block = set(self._names) != {v.name for v in model.value_vars}
+        self._box_draws = BLOCK_BOX_DRAWS if in_block else BOX_DRAWS
         self._rvs = [model.values_to_rvs[v] for v in vars]
         self._compiled = None  # (draw function, unbounded mask), or False if the prior cannot be drawn
 
@@ -95,7 +106,7 @@ class StartSearch:
         if self._compiled is None:
             try:
                 draw, unbounded = self._compile()
-                seeds = np.random.default_rng(_BOX_SEED).integers(2**31, size=BOX_DRAWS)
+                seeds = np.random.default_rng(_BOX_SEED).integers(2**31, size=self._box_draws)
                 box_draws = self._draws(draw, seeds)
                 self._compiled = (draw, PlausibleBox.from_draws(box_draws, unbounded))
             except Exception:  # noqa: BLE001 - any failure to draw from the prior means: no search
