@@ -287,6 +287,21 @@ def _git_describe() -> str:
     return f"pymc_kameleon from {root}, commit {commit}{' + uncommitted changes' if dirty else ''}"
 
 
+def _record_tuning_reports() -> list:
+    """Keep every chain's end-of-tuning report (``ScaleFreeAdaptation.report``, which the warnings read)
+    in the list returned, from now on in this process (``cores=1``: each chain's is made here)."""
+    from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
+
+    kept, report = [], ScaleFreeAdaptation.report
+
+    def recorded(self):
+        kept.append(report(self))
+        return kept[-1]
+
+    ScaleFreeAdaptation.report = recorded
+    return kept
+
+
 def main(argv=None) -> dict:
     """Run the benchmark; print (and optionally write) the markdown table.
 
@@ -320,6 +335,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--output", type=Path, default=None, help="also write the table (markdown) here")
     parser.add_argument("--json", type=Path, default=None, help="write the per-seed results here")
     parser.add_argument("--note", default=None, help="a line printed in the header")
+    parser.add_argument("--tuning-figures", action="store_true",
+                        help="after each run, print every chain's end-of-tuning figures (drift, climb, "
+                        "gradient spread and slope), the figures the tuning warnings read")
     parser.add_argument("--peers-from", type=Path, default=None,
                         help="a --json file of an earlier run: its samplers that are not run now join the "
                         "table (same posteriors and seeds; PyMC's samplers do not change with our code)")
@@ -350,6 +368,7 @@ def main(argv=None) -> dict:
     print("\n".join(header), flush=True)
 
     logging.getLogger("pymc").setLevel(logging.WARNING)  # no "Sequential sampling ..." per run
+    reports = _record_tuning_reports() if args.tuning_figures else None
     store = ReferenceStore(args.reference_file, refresh=args.refresh_reference, cores=cores)
     results, rows, sources = {}, [], {}
     start = time.perf_counter()
@@ -372,6 +391,11 @@ def main(argv=None) -> dict:
                     f"min ESS {r['min_ess']:.0f}, R-hat {r['max_rhat']:.3f}")
                 print(f"  {name} / {sampler_name} / seed {seed}: {status} "
                       f"[{time.perf_counter() - t0:.0f} s]", file=sys.stderr, flush=True)
+                if reports:
+                    print("    end of tuning, per chain: " + "; ".join(
+                        f"drift {t.drift:.2f}, climb {t.climb:.2f}, spread {t.spread:.3f}, "
+                        f"slope {t.slope:.3f}" for t in reports), flush=True)
+                    reports.clear()
                 if "skipped" in r:
                     break
             results[name][sampler_name] = per_seed
