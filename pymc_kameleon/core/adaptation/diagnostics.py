@@ -188,14 +188,16 @@ def gradient_slope(gradients) -> np.ndarray:
 
     Under :math:`\pi` the score has mean zero (integrate :math:`\partial_i \pi` over the line:
     the density vanishes at both ends of an unconstrained coordinate), so for draws from
-    :math:`\pi`, :math:`s_i` is of order :math:`1/\sqrt{\text{ESS}}` (0.01-0.25 on the eight
-    schools' settled chains). A chain still climbing a slope sees a gradient of one sign and similar
-    size at every state: :math:`s_i` near 1 (0.9995 in :math:`\mu` for a chain crawling down from
-    :math:`\mu` = 203 at 0.03 a step). Since :math:`s_i = (1 + \operatorname{sd}^2/\text{mean}^2)^{-1/2}`,
-    :math:`s_i > 0.9` needs the mean gradient to exceed about twice its sd, which the mean over draws
-    from :math:`\pi` does only if they hold about one independent draw's information (5% at an ESS of
-    1, 6e-5 at an ESS of 4). NaN everywhere with fewer than 200 states or a non-finite value, and in a
-    coordinate whose gradient was 0 throughout.
+    :math:`\pi`, :math:`s_i` is of order :math:`1/\sqrt{\text{ESS}}` (at most 0.02-0.35 on GP-DA
+    MALA's chains of catalogue posteriors whose draws converged; up to 0.71 on chains that did not
+    converge, and 0.94 on one far off: ``benchmarks/results/gradient_slope_calibration.md``). A chain
+    still climbing a slope sees a gradient of one sign and similar size at every state: :math:`s_i`
+    near 1 (0.9995 in :math:`\mu` for a chain crawling down from :math:`\mu` = 203). Since
+    :math:`s_i = (1 + \operatorname{sd}^2/\text{mean}^2)^{-1/2}`, :math:`s_i > 0.9` needs the mean
+    gradient to exceed about twice its sd, which the mean over draws from :math:`\pi` does only if
+    they hold about one independent draw's information (5% at an ESS of 1, 6e-5 at an ESS of 4). NaN
+    everywhere with fewer than 200 states or a non-finite value, and in a coordinate whose gradient
+    was 0 throughout.
     """
     G = np.asarray(gradients, dtype=float)
     if not (G.ndim == 2 and G.shape[0] >= 200 and np.all(np.isfinite(G))):
