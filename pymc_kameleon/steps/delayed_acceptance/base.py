@@ -271,10 +271,12 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
                 )
             else:
                 why = (
-                    "tuning ended in an exact fallback: the GP's stage 1 had rejected nearly every "
-                    f"proposal (acceptance below {MIN_STAGE1_ACCEPT:.0%} over {SCREENING_CHECK_STEPS} "
-                    f"steps; {schedule.n_pauses} fallback(s) in tuning), so its fit near the posterior "
-                    "is untested"
+                    "tuning ended in an exact fallback: stage 1 (the GP's likelihood times the exact "
+                    "prior) had rejected nearly every proposal (acceptance below "
+                    f"{MIN_STAGE1_ACCEPT:.0%} over {SCREENING_CHECK_STEPS} steps; {schedule.n_pauses} "
+                    "fallback(s) in tuning), so the GP's fit near the posterior is untested; if the prior "
+                    "rejects them (a hierarchical scale that another step drove to 0), the chain is stuck, "
+                    "not the GP"
                 )
             kernel.end_warm_up(self.rng, tune=self.tune)  # screen from here on
             self._warnings.warn(
