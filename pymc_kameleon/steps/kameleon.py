@@ -212,7 +212,7 @@ class KameleonMetropolis(AdaptiveStep):
     Sampler statistics: ``accept`` (acceptance probability), ``accepted``, ``scaling``
     (:math:`\lambda`, the AM component's scale in whitened units), ``nu2`` (:math:`\nu^2`; NaN
     before the first :math:`Z`), ``kernel_variance`` (:math:`\nu^2` times the kernel term's mean
-    variance at :math:`Z`), ``bandwidth``, ``gamma``, ``tune``, ``kameleon`` (whether the
+    variance at :math:`Z`), ``bandwidth``, ``gamma``, ``kameleon`` (whether the
     Kameleon component drew this move), ``independence`` (whether the independence component
     did), ``independence_fitted`` (whether its draws come from the Gaussian fitted to the evaluated
     log densities rather than the learned :math:`m, C`: constant per chain after tuning),
@@ -221,7 +221,8 @@ class KameleonMetropolis(AdaptiveStep):
     evaluations in this step), ``cumulative_logp_evals`` (the chain's evaluations so far, tuning
     included: the last draw's value is the chain's whole cost), ``recent_accept_rate`` (the mean of
     ``accept`` over about the last 100 steps, which the progress bar shows), ``jitter`` (diagonal
-    jitter needed to factorise the proposal covariance) and ``lp`` (the model log density of the draw). In a
+    jitter needed to factorise the proposal covariance), ``rescued`` (pooled tuning: whether a stranded
+    chain jumped to another chain's state at this step) and ``lp`` (the model log density of the draw). In a
     ``CompoundStep`` PyMC gives ``accept``, ``accepted`` and ``scaling`` one column per step that
     reports them.
 

@@ -411,14 +411,14 @@ class DrawsAgreement:
         self.rows = []
         if not (math.isfinite(rhat) and rhat > CROSS_CHAIN_RHAT):
             return None
-        draws = f"{rhat:.2f} in {self._name(j)}, above {CROSS_CHAIN_RHAT}"
+        draws = f"{rhat:.3f} in {self._name(j)}, above {CROSS_CHAIN_RHAT}"
         if self.tuning is None:
             said = f"the chains disagree over their first {CROSS_CHAIN_DRAWS} draws (split R-hat {draws})"
         else:
             tuning_rhat, tuning_j, tuning_states = self.tuning
             said = (
                 f"the chains disagreed at the end of tuning (the split R-hat of their last {tuning_states} "
-                f"tuning states is {tuning_rhat:.2f} in {self._name(tuning_j)}) and still disagree over "
+                f"tuning states is {tuning_rhat:.3f} in {self._name(tuning_j)}) and still disagree over "
                 f"their first {CROSS_CHAIN_DRAWS} draws ({draws})"
             )
         return (
