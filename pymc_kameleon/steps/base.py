@@ -193,17 +193,23 @@ class ChainState:
     draws_agreement: DrawsAgreement | None = None
 
 
+def unexpected_keyword_error(step_name: str, name: str, known) -> TypeError:
+    """The TypeError for a keyword ``name`` the step does not take, naming the step and the closest of
+    its ``known`` keywords (Python 3.11 names neither)."""
+    close = difflib.get_close_matches(name, list(known), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return TypeError(f"{step_name}() got an unexpected keyword argument {name!r}{hint}")
+
+
 def _check_keywords(cls, kwargs) -> None:
-    """A misspelt option gets a TypeError naming the step and the closest of its keywords (Python 3.11
-    names neither the step nor a close match); steps with ``**options`` check their own."""
+    """A misspelt option gets :func:`unexpected_keyword_error`; steps with ``**options`` check their
+    own."""
     params = inspect.signature(cls.__init__).parameters
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
         return
     for name in kwargs:
         if name not in params:
-            close = difflib.get_close_matches(name, [n for n in params if n != "self"], n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise TypeError(f"{cls.__name__}() got an unexpected keyword argument {name!r}{hint}")
+            raise unexpected_keyword_error(cls.__name__, name, [n for n in params if n != "self"])
 
 
 class AdaptiveStep(PerChainReset, ArrayStepShared):

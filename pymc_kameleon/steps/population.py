@@ -36,7 +36,10 @@ import pymc as pm
 
 from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
 
-__all__ = ["RESCUE_EVERY", "RESCUE_NATS", "RESCUE_SDS", "TUNINGS", "PooledTuning", "pooled_class_for"]
+__all__ = [
+    "RESCUE_EVERY", "RESCUE_NATS", "RESCUE_SDS", "TUNINGS", "PooledTuning", "pooled_class_for",
+    "variables_outside_block",
+]
 
 TUNINGS = ("pooled", "per_chain")
 #: A chain this many nats, plus RESCUE_SDS sqrt(d/2), below another chain's log density at a check
@@ -166,7 +169,7 @@ def pooled_class_for(cls, args, kwargs, default: str):
     try:
         if pseudo_marginal_terms(model):
             return cls
-        outside = _variables_outside_block(model, args[0] if args else kwargs.get("vars"), cls.__name__)
+        outside = variables_outside_block(model, args[0] if args else kwargs.get("vars"), cls.__name__)
     except (TypeError, ValueError, KeyError):  # misused input: the step's __init__ says what is wrong
         return cls
     if outside:
@@ -183,7 +186,7 @@ def pooled_class_for(cls, args, kwargs, default: str):
     return pooled
 
 
-def _variables_outside_block(model, vars, step_name: str) -> list[str]:
+def variables_outside_block(model, vars, step_name: str) -> list[str]:
     """Names of the model's free variables that a step given ``vars`` (None: every continuous one) leaves
     to other steps. The block is resolved as the step's ``__init__`` resolves it, whose errors (a discrete
     variable in ``vars``, no continuous variable) :func:`pooled_class_for` leaves to ``__init__``."""

@@ -22,6 +22,7 @@ from pymc_kameleon.core.starts import (
     SearchResult,
     search_start,
 )
+from pymc_kameleon.steps.population import variables_outside_block
 
 __all__ = ["BLOCK_BOX_DRAWS", "BOX_DRAWS", "SEARCH_CANDIDATES", "STARTS", "StartSearch", "has_improper_prior"]
 
@@ -65,7 +66,7 @@ class StartSearch:
     def __init__(self, model, vars):
         self._model = model
         self._names = [v.name for v in vars]
-        in_block = set(self._names) != {v.name for v in model.value_vars}
+        in_block = bool(variables_outside_block(model, vars, "the start search"))
         self._box_draws = BLOCK_BOX_DRAWS if in_block else BOX_DRAWS
         self._rvs = [model.values_to_rvs[v] for v in vars]
         self._compiled = None  # (draw function, unbounded mask), or False if the prior cannot be drawn

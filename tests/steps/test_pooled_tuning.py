@@ -89,7 +89,7 @@ def test_negative_control_pooled_beside_pm_metropolis_freezes_the_change_point(m
     becomes a deep one, this fails, and such blocks could pool again.)"""
     import pymc_kameleon.steps.population as population
 
-    monkeypatch.setattr(population, "_variables_outside_block", lambda model, vars, step_name: [])
+    monkeypatch.setattr(population, "variables_outside_block", lambda model, vars, step_name: [])
     with _change_point_model():
         assert isinstance(KameleonMetropolis(), PooledTuning)
     idata = _sample(_change_point_model(), KameleonMetropolis, chains=2, tune=1000, draws=300, seed=3)

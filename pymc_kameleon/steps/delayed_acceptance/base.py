@@ -34,7 +34,6 @@ compiled split target, per-chain state, statistics and warnings.
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import math
 import warnings
@@ -56,7 +55,13 @@ from pymc_kameleon.core.gp.training import (
     GPTrainingSchedule,
 )
 from pymc_kameleon.core.validation import check_number, check_probability
-from pymc_kameleon.steps.base import AdaptiveStep, ChainState, continuous_value_vars, coordinate_names
+from pymc_kameleon.steps.base import (
+    AdaptiveStep,
+    ChainState,
+    continuous_value_vars,
+    coordinate_names,
+    unexpected_keyword_error,
+)
 from pymc_kameleon.steps.population import TUNINGS
 from pymc_kameleon.steps.reporting import (
     StepWarnings,
@@ -192,9 +197,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         own = [n for n, p in inspect.signature(cls.__init__).parameters.items() if p.kind is p.KEYWORD_ONLY]
         for name in options:
             if name not in shared:
-                close = difflib.get_close_matches(name, [*shared, *own], n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-                raise TypeError(f"{cls.__name__}() got an unexpected keyword argument {name!r}{hint}")
+                raise unexpected_keyword_error(cls.__name__, name, [*shared, *own])
 
     def _split_target(self, model, vars, initial_point, compile_kwargs) -> SplitTargetDensity:
         name = type(self).__name__
