@@ -46,12 +46,30 @@ __all__ = [
     "run_steps",
     "sample_with_seed",
     "start_chain",
+    "tuning_refresh_steps",
 ]
 
 #: HDR coverages that :func:`invariance_z_scores` checks.
 INVARIANCE_QS = (0.25, 0.5, 0.75, 0.9)
 #: ``pm.sample`` options of every test run: no progress bar, no convergence checks.
 SAMPLE_KW = dict(progressbar=False, compute_convergence_checks=False)
+
+
+def tuning_refresh_steps(accepted, tune: int) -> np.ndarray:
+    """Per step, 1 where a step redraws the plain pseudo-marginal estimate kept at its state (decision 0051):
+    the :data:`~pymc_kameleon.steps.base.TUNING_REFRESH_REJECTIONS`-th rejection in a row since the last
+    acceptance or refresh, within the first ``tune`` steps; 0 elsewhere.
+
+    ``accepted``: each step's ``accepted`` statistic, in order.
+    """
+    from pymc_kameleon.steps.base import TUNING_REFRESH_REJECTIONS
+
+    out, in_a_row = np.zeros(len(accepted), dtype=int), 0
+    for i, a in enumerate(list(accepted)[:tune]):
+        in_a_row = 0 if a else in_a_row + 1
+        if in_a_row == TUNING_REFRESH_REJECTIONS:
+            out[i], in_a_row = 1, 0
+    return out
 
 
 # ------------------------------------------------------------------ comparisons with exact answers

@@ -40,6 +40,10 @@ __all__ = [
 ]
 
 
+# During tuning, a chain with a plain pseudo-marginal estimate that rejects this many proposals in a row
+# gets a fresh estimate at its state (AdaptiveStep._refresh_sticky_estimate).
+TUNING_REFRESH_REJECTIONS = 5
+
 # Extra sampler statistics of a step whose model has a PseudoMarginalPotential.
 PSEUDO_MARGINAL_STATS = {
     "loglik_estimate": (np.float64, []),
@@ -181,6 +185,9 @@ class ChainState:
     draws_agreement : DrawsAgreement or None
         Chains that disagreed at the end of tuning, compared again over the first draws (the chain that
         speaks for a pooled population).
+    tuning_rejections : int
+        Proposals rejected in a row during tuning since the pseudo-marginal estimate at the state was
+        last drawn (:meth:`AdaptiveStep._refresh_sticky_estimate`).
     """
 
     warnings: StepWarnings = field(default_factory=StepWarnings)
@@ -191,6 +198,7 @@ class ChainState:
     warned_untuned: bool = False
     pending_logp_evals: int = 0
     draws_agreement: DrawsAgreement | None = None
+    tuning_rejections: int = 0
 
 
 def unexpected_keyword_error(step_name: str, name: str, known) -> TypeError:
@@ -381,6 +389,27 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
 
     def _untuned_message(self) -> str:
         raise NotImplementedError
+
+    def _refresh_sticky_estimate(self, accepted: bool) -> bool:
+        """During tuning, with a plain (not correlated) pseudo-marginal term: redraw the estimate kept at the
+        state once the chain has rejected :data:`TUNING_REFRESH_REJECTIONS` proposals in a row. Returns
+        whether it did (:meth:`~.target_density.TargetDensity.refresh_estimates`).
+
+        An estimate far above the likelihood makes the chain reject every proposal, whatever its size,
+        and tuning reads those rejections as steps too long: the coordinate scan (gain 0.7 per
+        rejection) shrank both step sizes 1e6-fold in 40 steps, and every window's covariance was then
+        learned from moves too small to leave the point (a Poisson-lognormal model, 12 groups, 20
+        importance samples: one chain in four frozen for good, without a warning that named it).
+        Tuning's draws are discarded, so it need not be the exact chain; after tuning nothing refreshes.
+        """
+        if not (self.tune and self._target.has_estimates):
+            return False
+        chain = self._chain
+        chain.tuning_rejections = 0 if accepted else chain.tuning_rejections + 1
+        if chain.tuning_rejections < TUNING_REFRESH_REJECTIONS:
+            return False
+        chain.tuning_rejections = 0
+        return self._target.refresh_estimates()
 
     def _check_draws(self, accepted: bool) -> None:
         """After tuning: warn once if the chain rejects :data:`~pymc_kameleon.steps.reporting.STUCK_DRAWS`

@@ -230,7 +230,9 @@ class KameleonMetropolis(AdaptiveStep):
     the model the step is the exact pseudo-marginal chain (Andrieu & Roberts 2009): the
     estimate at the current state is kept until a proposal is accepted, and fresh estimates
     are drawn only at proposals whose other log-density terms are finite, with a generator
-    derived from the step's own (so ``random_seed`` reproduces the run). Two more statistics
+    derived from the step's own (so ``random_seed`` reproduces the run). In tuning only, a plain
+    (not correlated) estimate is redrawn at the state after 5 rejections in a row, so that one lucky
+    estimate cannot shrink the steps until the chain freezes. Two more statistics
     are reported: ``loglik_estimate`` (the sum of the log-estimates kept at the state after the
     step) and ``estimator_calls`` (estimator calls in this step).
 
@@ -420,6 +422,7 @@ class KameleonMetropolis(AdaptiveStep):
             raise SingularCovarianceError(f"KameleonMetropolis: {err}") from None
         if result.accepted:
             target.accept(result.state, result.evaluation)
+        self._refresh_sticky_estimate(result.accepted)
         adapted, new_state, rescued = False, result.state, False
         if self.tune or self._adapts_after_tuning():
             # The kept log-estimate of a pseudo-marginal term wanders on its auxiliary chain's time scale

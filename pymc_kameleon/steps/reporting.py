@@ -79,6 +79,10 @@ _SPREAD_LIMIT = 0.1
 # chains whose draws converged, 0.94 on one far off, 0.9995 on a chain crawling toward the posterior
 # that no other check saw (benchmarks/results/gradient_slope_calibration.md).
 _SLOPE_LIMIT = 0.9
+# A relative spread (TuningReport.relative_spread) below this means the chain's moves changed only the
+# last digits of a coordinate: frozen (pseudo-marginal chains whose step collapsed: 1e-15 to 1e-12;
+# sd/|mean| of 1e-9 is beyond what float64 MCMC resolves).
+_FROZEN_LIMIT = 1e-9
 #: Pooled tuning: chains whose states have a split R-hat above this in some coordinate disagree (over
 #: their last tuning states, or their first draws: the warning, once, from chain 0).
 CROSS_CHAIN_RHAT = 1.1
@@ -177,6 +181,16 @@ def tuning_problems(
             "posterior (Cramer-Rao: sd >= 1 / root mean square of the gradient), so it was stuck (a "
             "collapsed step, or a narrow ridge) and its draws may be far from the posterior; increase "
             "`tune` or start closer to the posterior"
+        )
+    if math.isfinite(report.relative_spread) and report.relative_spread < _FROZEN_LIMIT:
+        name = _coordinate_name(coordinate_names, report.relative_spread_coordinate)
+        problems.append(
+            f"the chain was frozen in {name} at the end of tuning: the sd of its last tuning states there "
+            f"was {report.relative_spread:.1e} of their size, moves that change only a float's last digits, "
+            "so its step collapsed and its draws repeat one point. With a PseudoMarginalPotential, an "
+            "estimate far above the likelihood held the chain while tuning shrank its steps: use a less "
+            "noisy estimator (more samples per estimate); otherwise start closer to the posterior or "
+            "increase `tune`"
         )
     if math.isfinite(report.slope) and report.slope > _SLOPE_LIMIT:
         name = _coordinate_name(coordinate_names, report.slope_coordinate)

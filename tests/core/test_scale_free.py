@@ -572,6 +572,44 @@ def test_report_slope_flags_a_chain_still_on_its_way(on_slope):
         assert report.slope < 4 / math.sqrt(500) and "on a slope" not in problems
 
 
+def test_relative_spread_is_the_sd_over_the_mean_absolute_value():
+    """Hand-computed: states alternating 1 and 3 (sd 1, mean |x| 2) give 0.5, the same scaled by 1e4
+    give the same (unit-free); a coordinate at 0 throughout, fewer than 200 states or a non-finite
+    value give NaN."""
+    from pymc_kameleon.core.adaptation.diagnostics import relative_spread
+
+    x = np.tile([1.0, 3.0], 150)[:, None] * np.array([1.0, 1e4])
+    np.testing.assert_allclose(relative_spread(x), [0.5, 0.5])
+    assert np.isnan(relative_spread(np.zeros((300, 1)))[0])
+    assert np.all(np.isnan(relative_spread(x[:199])))
+    x_bad = x.copy()
+    x_bad[3, 1] = np.nan
+    assert np.all(np.isnan(relative_spread(x_bad)))
+
+
+@pytest.mark.parametrize("frozen", [True, False], ids=["frozen", "settled"])
+def test_report_names_a_coordinate_frozen_by_a_collapsed_step(frozen):
+    """A chain whose coordinate 1 moves by 1e-13 of its value (a pseudo-marginal chain whose step
+    collapsed while an estimate held it) is reported frozen there, by name; draws from N(5, diag(1, 4))
+    are not (relative spreads about 0.2 and 0.4)."""
+    from pymc_kameleon.steps.reporting import tuning_problems
+
+    sd, rng = np.array([1.0, 2.0]), np.random.default_rng(8)
+    prop = am_only(2, scan_steps=0, first_window=50)
+    for _ in range(1000):
+        y = 5.0 + sd * rng.normal(size=2)
+        if frozen:
+            y[1] = 0.04 * (1.0 + 1e-13 * rng.normal())
+        feed(prop, y, 0.3, rng)
+    report = prop.report()
+    problems = " ".join(tuning_problems(report, 0.234, 0, 2, coordinate_names=["a", "b"]))
+    if frozen:
+        assert report.relative_spread_coordinate == 1 and report.relative_spread < 1e-12
+        assert "the chain was frozen in b at the end of tuning" in problems
+    else:
+        assert report.relative_spread > 0.1 and "frozen" not in problems
+
+
 def test_variance_floor_is_one_over_the_mean_squared_gradient():
     """Hand-computed: gradients (2, 1) and (-4, 1) give mean squares (10, 1), so the floor is (0.1, 1);
     a window with a step that had no gradient gives none."""

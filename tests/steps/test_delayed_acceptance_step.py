@@ -40,6 +40,7 @@ from pymc_kameleon.testing import (
     invariance_z_scores,
     latent_gaussian_model,
     latent_gaussian_z_scores,
+    tuning_refresh_steps,
 )
 
 Z_MAX = 4.0
@@ -538,6 +539,8 @@ class Recorder:
 
 
 def test_pseudo_marginal_likelihood_keeps_the_current_estimate():
+    """Stage 1 and 2 use the estimate kept at the current state: the start's or the last accepted
+    proposal's, or in tuning a refresh after 5 rejections in a row."""
     recorder = Recorder()
     with pm.Model() as model:
         theta = pm.Normal("theta", 0, 2)
@@ -547,8 +550,11 @@ def test_pseudo_marginal_likelihood_keeps_the_current_estimate():
     snapshots = []
     rows = drive(model, step, 400, stop_tuning_at=250, before=lambda s: snapshots.append(copy.deepcopy(s.gp)))
     calls = recorder.calls
-    assert len(calls) == 1 + sum(s["exact_eval"] for _, _, s in rows)  # estimates only where evaluated
+    refreshes = tuning_refresh_steps([s["accepted"] for _, _, s in rows], 250)
+    # Estimates only where evaluated, and (tuning only) after 5 rejections in a row at the current state.
+    assert len(calls) == 1 + sum(s["exact_eval"] for _, _, s in rows) + refreshes.sum()
     assert sum(s["estimator_calls"] for _, _, s in rows) == len(calls)
+    assert refreshes.sum() > 0
     y, kept = calls[0]
     k = 1
     for i, (old, new, stats) in enumerate(rows):
@@ -569,8 +575,13 @@ def test_pseudo_marginal_likelihood_keeps_the_current_estimate():
                 assert stats["stage2_accept"] == pytest.approx(math.exp(la2), rel=1e-9, abs=1e-300)
             if stats["accepted"]:
                 y, kept = x_prop, est
+        if refreshes[i]:
+            at, kept = calls[k]  # a fresh estimate at the current state
+            k += 1
+            assert at == y
         assert float(new["theta"]) == y
         assert stats["loglik_estimate"] == kept
+    assert k == len(calls)
     assert step.gp.noise_variance > 0  # the GP fits the estimator's noise
     assert 20 < sum(s["accepted"] for _, _, s in rows) < 380
 

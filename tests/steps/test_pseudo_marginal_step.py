@@ -14,6 +14,7 @@ import pytest
 from scipy.stats import norm
 
 from pymc_kameleon import KameleonMetropolis, PseudoMarginalPotential
+from pymc_kameleon.steps.base import TUNING_REFRESH_REJECTIONS
 from pymc_kameleon.testing import (
     SAMPLE_KW,
     latent_gaussian_log_estimator,
@@ -52,47 +53,71 @@ def drive(model, step, n_steps, stop_tuning_at=None):
 # -------------------------------------------------------------- exact bookkeeping
 def test_exact_acceptance_ratio_uses_the_kept_estimate():
     """During the random-walk warm-up the proposal is symmetric, so
-    log alpha = log p(x*) + log L_hat(x*) - log p(y) - log L_hat_kept(y), exactly."""
+    log alpha = log p(x*) + log L_hat(x*) - log p(y) - log L_hat_kept(y), exactly; during tuning the
+    kept estimate is redrawn at y after TUNING_REFRESH_REJECTIONS rejections in a row, and only then."""
     recorder = Recorder()
     with pm.Model() as model:
         theta = pm.Normal("theta", 0, 2)
         PseudoMarginalPotential("lik", recorder, inputs=[theta])
         step = KameleonMetropolis(adapt_interval=10_000)
     rows = drive(model, step, 80)
-    calls = recorder.calls
-    assert len(calls) == 1 + len(rows)  # one estimate at the start, then one per proposal
-    y, kept = calls[0]
-    n_accepted = 0
-    for (point, stats), (x, est_x) in zip(rows, calls[1:]):
+    calls = iter(recorder.calls)
+    y, kept = next(calls)  # one estimate at the start
+    n_accepted = n_refreshed = in_a_row = 0
+    for i, (point, stats) in enumerate(rows):
+        x, est_x = next(calls)  # one per proposal
         log_alpha = norm.logpdf(x, 0, 2) + est_x - norm.logpdf(y, 0, 2) - kept
         assert stats["accept"] == pytest.approx(math.exp(min(0.0, log_alpha)), rel=1e-12, abs=1e-300)
+        in_a_row = 0 if stats["accepted"] else in_a_row + 1
         if stats["accepted"]:
             y, kept = x, est_x
             n_accepted += 1
+        if in_a_row == TUNING_REFRESH_REJECTIONS:
+            at, kept = next(calls)  # the refresh: a fresh estimate at the current state
+            assert at == y
+            in_a_row, n_refreshed = 0, n_refreshed + 1
         assert point["theta"] == y
         assert stats["loglik_estimate"] == kept  # the estimate kept at the current state
-        assert stats["estimator_calls"] == (1 if stats is not rows[0][1] else 2)
+        refreshed = in_a_row == 0 and not stats["accepted"]
+        assert stats["estimator_calls"] == 1 + (i == 0) + refreshed
+    assert next(calls, None) is None
     assert 10 < n_accepted < 70
+    assert n_refreshed > 0
 
 
-def test_never_re_estimates_at_the_current_state_including_kameleon_proposals():
+def test_never_re_estimates_at_the_current_state_after_tuning():
+    """After tuning the chain is the exact pseudo-marginal chain: no estimate at the current state, the
+    kept one changes only on acceptance (also with Kameleon proposals); during tuning the current state
+    is re-estimated only after TUNING_REFRESH_REJECTIONS rejections in a row."""
     recorder = Recorder(seed=1)
     with pm.Model() as model:
         theta = pm.Normal("theta", 0, 2)
         PseudoMarginalPotential("lik", recorder, inputs=[theta])
         step = KameleonMetropolis(adapt_interval=50, n_subsample=100, kameleon_after=0)
-    rows = drive(model, step, 600, stop_tuning_at=300)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a short tuning run
+        rows = drive(model, step, 600, stop_tuning_at=300)
     stats = [s for _, s in rows]
-    assert any(s["kameleon"] for s in stats)  # Kameleon proposals were in use too
-    current = [recorder.calls[0][0]] + [p["theta"] for p, _ in rows[:-1]]
-    called_at = [x for x, _ in recorder.calls[1:]]
-    assert all(x != y for x, y in zip(called_at, current))  # never at the current state
-    kept = np.array([s["loglik_estimate"] for s in stats])
-    accepted = np.array([bool(s["accepted"]) for s in stats])
-    # Across runs of rejections the kept estimate does not change; it changes only on acceptance.
-    assert np.all(kept[1:][~accepted[1:]] == kept[:-1][~accepted[1:]])
-    assert np.all(kept[accepted] == np.array([v for _, v in recorder.calls[1:]])[accepted])
-    assert np.sum(~accepted) > 200
+    assert any(s["kameleon"] for s in stats[300:])  # Kameleon proposals were in use too
+    calls = iter(recorder.calls[1:])
+    current = recorder.calls[0][0]
+    in_a_row, refreshes = 0, 0
+    for i, (point, s) in enumerate(rows):
+        x, value = next(calls)
+        assert x != current  # a proposal
+        in_a_row = 0 if s["accepted"] else in_a_row + 1
+        if i < 300 and in_a_row == TUNING_REFRESH_REJECTIONS:
+            at, value = next(calls)
+            assert at == current and s["loglik_estimate"] == value
+            in_a_row, refreshes = 0, refreshes + 1
+        elif s["accepted"]:
+            assert s["loglik_estimate"] == value
+        elif i > 0:
+            assert s["loglik_estimate"] == stats[i - 1]["loglik_estimate"]  # kept across rejections
+        current = point["theta"]
+    assert next(calls, None) is None
+    assert refreshes > 0
+    assert sum(not s["accepted"] for s in stats[300:]) > 100
 
 
 def test_estimator_is_skipped_where_the_prior_is_zero():
@@ -113,8 +138,8 @@ def test_estimator_is_skipped_where_the_prior_is_zero():
 
 
 def test_compound_step_shares_the_kept_estimate_between_our_blocks():
-    """Two KameleonMetropolis blocks on the inputs of one estimator: a block that accepts writes
-    its estimate, and the other block reuses it; no block ever re-estimates at the current state."""
+    """Two KameleonMetropolis blocks on the inputs of one estimator, after tuning: a block that accepts
+    writes its estimate, and the other block reuses it; no block ever re-estimates at the current state."""
     calls = []
     base = latent_gaussian_log_estimator(5)
 
@@ -129,12 +154,16 @@ def test_compound_step_shares_the_kept_estimate_between_our_blocks():
         # Seeded: unseeded, about 1 run in 75 had a block's scale shrink until a proposal equalled
         # the current state in floating point (a legitimate fresh estimate, but not what this checks).
         step = pm.CompoundStep([KameleonMetropolis([t0], rng=0), KameleonMetropolis([t1], rng=100)])
+    for method in step.methods:
+        method.stop_tuning()  # tuning may refresh a sticking estimate; the exact chain never does
     point = model.initial_point()
     current = (float(point["theta0"]), float(point["theta1"]))
     n_calls_per_step = []
     for _ in range(300):
         before = len(calls)
-        point, stats = step.step(point)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # sampling without tuning
+            point, stats = step.step(point)
         n_calls_per_step.append(len(calls) - before)
         assert all(c != current for c in calls[max(before, 1) :])
         current = (float(point["theta0"]), float(point["theta1"]))
@@ -198,3 +227,49 @@ def test_negative_control_monte_carlo_within_metropolis_is_wrong():
     draws = _sample_latent(lambda m: MonteCarloWithinMetropolis(), seed=5, draws=2500)
     scores = latent_gaussian_z_scores(draws)
     assert min(scores["var_0"], scores["var_1"]) > Z_MAX, scores
+
+
+# -------------------------------------------------------------- tuning with a sticking estimate
+POISSON_COUNTS = np.array([3, 0, 7, 2, 12, 1, 4, 0, 5, 9, 2, 6])
+
+
+def poisson_lognormal_log_estimator(n_samples):
+    """log L_hat of y_t ~ Poisson(exp(z_t)), z_t ~ N(mu, sigma^2), importance sampling from the prior of z."""
+    from scipy.special import gammaln, logsumexp
+
+    def log_estimator(mu, sigma, rng):
+        z = mu + sigma * rng.standard_normal((n_samples, POISSON_COUNTS.size))
+        log_w = POISSON_COUNTS * z - np.exp(z) - gammaln(POISSON_COUNTS + 1)
+        return float(np.sum(logsumexp(log_w, axis=0) - math.log(n_samples)))
+
+    return log_estimator
+
+
+@pytest.mark.parametrize("refresh", [True, False], ids=["refresh", "no-refresh"])
+def test_a_sticking_estimate_does_not_freeze_a_chain_in_tuning(refresh, monkeypatch):
+    """A new user's Poisson-lognormal model (20 importance samples, log L_hat sd about 3 at PyMC's start):
+    at seed 1 one chain's start estimate came out 2.3 nats too high, the coordinate scan read 40
+    rejections as steps too long and shrank both 1e6-fold, and the chain stayed frozen (mu moving in
+    its 12th digit) with an acceptance rate of 0.3 and no warning that said so (decision 0051). With
+    tuning's refresh after TUNING_REFRESH_REJECTIONS rejections in a row every chain moves and nothing
+    warns. Negative control: without the refresh that chain freezes, and the frozen check names it."""
+    import pymc_kameleon.steps.base as base
+
+    if not refresh:
+        monkeypatch.setattr(base, "TUNING_REFRESH_REJECTIONS", 10**9)
+    with pm.Model():
+        mu, sigma = pm.Normal("mu", 0, 2), pm.HalfNormal("sigma", 1)
+        PseudoMarginalPotential("lik", poisson_lognormal_log_estimator(20), inputs=[mu, sigma])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            idata = pm.sample(
+                step=KameleonMetropolis(), chains=4, tune=3000, draws=300, random_seed=1, **SAMPLE_KW
+            )
+    said = " ".join(str(w.message) for w in caught if "KameleonMetropolis" in str(w.message))
+    draws_sd = idata.posterior["mu"].values.std(axis=1)
+    if refresh:
+        assert np.all(draws_sd > 0.1), draws_sd  # the posterior sd of mu is about 0.33
+        assert "frozen" not in said and "stuck" not in said, said
+    else:
+        assert np.sum(draws_sd < 1e-8) == 1, draws_sd
+        assert "the chain was frozen in" in said, said

@@ -19,6 +19,7 @@ __all__ = [
     "gradient_slope",
     "gradient_spread",
     "log_density_climb",
+    "relative_spread",
     "whitened_drift",
 ]
 
@@ -207,6 +208,25 @@ def gradient_slope(gradients) -> np.ndarray:
         return np.where(rms > 0, np.abs(G.mean(axis=0)) / rms, math.nan)
 
 
+def relative_spread(states) -> np.ndarray:
+    r"""Per coordinate, the sd of the last tuning states relative to their size.
+
+    .. math::
+        r_i = \frac{\operatorname{sd}(x_i)}{\overline{\lvert x_i \rvert}}.
+
+    Unchanged by rescaling a coordinate. Far below 1e-9, the chain's moves change only the last digits
+    of a float: its step has collapsed (a pseudo-marginal chain held by an estimate far too high while
+    tuning shrank its step sizes, then learned each window's covariance from those moves) and its
+    draws repeat one point. A posterior sd of 1e-9 of the value is beyond what float64 MCMC resolves.
+    NaN everywhere with fewer than 200 states or a non-finite value, and in a coordinate that stayed at 0.
+    """
+    X = np.asarray(states, dtype=float)
+    if not (X.ndim == 2 and X.shape[0] >= 200 and np.all(np.isfinite(X))):
+        return np.full(X.shape[-1] if X.ndim == 2 else 0, math.nan)
+    size = np.mean(np.abs(X), axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(size > 0, X.std(axis=0) / size, math.nan)
+
 
 @dataclass(frozen=True)
 class TuningReport:
@@ -257,6 +277,12 @@ class TuningReport:
         on a slope toward it (NaN if the step gave no gradients).
     slope_coordinate : int
         The coordinate where ``slope`` is largest (-1 if ``slope`` is NaN).
+    relative_spread : float
+        The smallest, over coordinates, :func:`~pymc_kameleon.core.adaptation.diagnostics.relative_spread`
+        of the same states: far below 1e-9 for a chain frozen by a collapsed step (NaN with fewer than
+        200 states).
+    relative_spread_coordinate : int
+        The coordinate where ``relative_spread`` is smallest (-1 if it is NaN).
     """
 
     tune_steps: int
@@ -272,3 +298,5 @@ class TuningReport:
     late_drift: float = math.nan
     slope: float = math.nan
     slope_coordinate: int = -1
+    relative_spread: float = math.nan
+    relative_spread_coordinate: int = -1

@@ -44,6 +44,7 @@ from pymc_kameleon.core.adaptation.diagnostics import (
     gradient_slope,
     gradient_spread,
     log_density_climb,
+    relative_spread,
     whitened_drift,
 )
 from pymc_kameleon.core.adaptation.independence import IndependenceTuning
@@ -456,6 +457,12 @@ class ScaleFreeAdaptation:
             if steady.size and np.any(np.isfinite(steady)):
                 slope_coordinate = int(np.nanargmax(steady))
                 slope = float(steady[slope_coordinate])
+        relative, relative_coordinate = math.nan, -1
+        if windows.recent:
+            r = relative_spread(np.array(windows.recent))
+            if r.size and np.any(np.isfinite(r)):
+                relative_coordinate = int(np.nanargmin(r))
+                relative = float(r[relative_coordinate])
         return TuningReport(
             state.tune_steps,
             state.phase,
@@ -470,4 +477,6 @@ class ScaleFreeAdaptation:
             late_drift,
             slope,
             slope_coordinate,
+            relative,
+            relative_coordinate,
         )
