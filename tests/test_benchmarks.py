@@ -268,6 +268,26 @@ def test_correlated_pseudo_marginal_quick_mode(capsys):
         assert median["ESS/1e6 samples"] > 0 and median["min ESS"] > 0 and np.isfinite(median["mean err"])
 
 
+@pytest.mark.slow
+def test_pseudo_marginal_tuning_quick_mode(capsys):
+    bench = _load("pseudo_marginal_tuning")
+    bench.main(["--quick"])
+    out = capsys.readouterr().out
+    assert "| 20 | never |" in out and "| 20 | 5 |" in out and "of 8 |" in out
+
+
+def test_pseudo_marginal_tuning_exact_posterior_is_resolved():
+    """The quadrature reference of the frozen-chain benchmark: a grid twice as fine gives the same
+    posterior means and sds to 1e-3 of an sd, and mu is within a posterior sd of what the counts' mean
+    says (E y = exp(mu + sigma^2 / 2))."""
+    bench = _load("pseudo_marginal_tuning")
+    coarse, fine = bench.exact_posterior(151), bench.exact_posterior(301)
+    for name, (mean, sd) in coarse.items():
+        assert abs(mean - fine[name][0]) < 1e-3 * sd and abs(sd - fine[name][1]) < 1e-3 * sd
+    moment = np.log(bench.COUNTS.mean()) - coarse["sigma"][0] ** 2 / 2
+    assert abs(coarse["mu"][0] - moment) < coarse["mu"][1]
+
+
 def test_correlated_benchmark_exact_posterior_matches_monte_carlo():
     """The quadrature reference of the correlated pseudo-marginal benchmark against a brute-force
     importance-sampling check from the prior (mean of mu within 4 MC standard errors)."""
