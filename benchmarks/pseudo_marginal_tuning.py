@@ -3,7 +3,8 @@
 A new user's model (Poisson-lognormal random effects, 12 counts): y_t ~ Poisson(exp(z_t)),
 z_t ~ N(mu, sigma^2), mu ~ N(0, 2^2), sigma ~ HalfNormal(1); the likelihood is estimated by
 importance sampling from the prior of z, N samples per count (N = 20: log L_hat has sd about 3 at
-PyMC's start, about 1 at the posterior). KameleonMetropolis with defaults, 4 chains x (tune + draws)
+PyMC's start, about 1 at the posterior). KameleonMetropolis (or ``--step GPDelayedAcceptanceMH``) with
+defaults, 4 chains x (tune + draws)
 from PyMC's start, each seed in turn. ``--refresh R`` sets how many rejections in a row during tuning
 make the step redraw the estimate at the chain's state (``steps.base.TUNING_REFRESH_REJECTIONS``;
 0: never, the behaviour before decision 0051).
@@ -39,7 +40,7 @@ from scipy.special import gammaln, logsumexp  # noqa: E402
 from scipy.stats import halfnorm, norm  # noqa: E402
 
 import pymc_kameleon.steps.base as step_base  # noqa: E402
-from pymc_kameleon import KameleonMetropolis, PseudoMarginalPotential  # noqa: E402
+from pymc_kameleon import GPDelayedAcceptanceMH, KameleonMetropolis, PseudoMarginalPotential  # noqa: E402
 
 COUNTS = np.array([3, 0, 7, 2, 12, 1, 4, 0, 5, 9, 2, 6])
 FROZEN_SD = 1e-8
@@ -74,7 +75,10 @@ def exact_posterior(n_grid: int = 301) -> dict:
     return out
 
 
-def run_setting(n_samples: int, refresh: int, seeds, tune: int, draws: int, exact: dict) -> str:
+STEPS = {"KameleonMetropolis": KameleonMetropolis, "GPDelayedAcceptanceMH": GPDelayedAcceptanceMH}
+
+
+def run_setting(n_samples: int, refresh: int, seeds, tune: int, draws: int, exact: dict, step) -> str:
     step_base.TUNING_REFRESH_REJECTIONS = refresh if refresh > 0 else 10**12
     frozen, rhats, warned, errors, calls = 0, [], 0, [], []
     start = time.perf_counter()
@@ -86,7 +90,7 @@ def run_setting(n_samples: int, refresh: int, seeds, tune: int, draws: int, exac
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 idata = pm.sample(
-                    step=KameleonMetropolis(), chains=4, tune=tune, draws=draws, random_seed=seed,
+                    step=step(), chains=4, tune=tune, draws=draws, random_seed=seed,
                     progressbar=False, compute_convergence_checks=False, discard_tuned_samples=False,
                 )
             post = idata.posterior
@@ -94,7 +98,7 @@ def run_setting(n_samples: int, refresh: int, seeds, tune: int, draws: int, exac
             frozen += n_frozen
             rhat = az.rhat(post)
             rhats.append(max(float(rhat["mu"]), float(rhat["sigma"])))
-            warned += any("KameleonMetropolis" in str(w.message) for w in caught)
+            warned += any(step.__name__ in str(w.message) for w in caught)
             if n_frozen == 0:
                 errors.append(max(abs(float(post[v].mean()) - m) / s for v, (m, s) in exact.items()))
             calls.append(float(idata.warmup_sample_stats["estimator_calls"].values.mean()))
@@ -116,12 +120,13 @@ def main(argv=None) -> None:
     parser.add_argument("--seed-base", type=int, default=1)
     parser.add_argument("--tune", type=int, default=3000)
     parser.add_argument("--draws", type=int, default=3000)
+    parser.add_argument("--step", choices=sorted(STEPS), default="KameleonMetropolis")
     parser.add_argument("--quick", action="store_true", help="2 seeds, 4 x (600 + 200): a smoke test")
     args = parser.parse_args(argv)
     if args.quick:
         args.seeds, args.tune, args.draws, args.refresh = 2, 600, 200, [0, 5]
     print(environment_line())
-    print(f"4 chains x ({args.tune} tune + {args.draws} draws), seeds {args.seed_base}-"
+    print(f"{args.step}(), 4 chains x ({args.tune} tune + {args.draws} draws), seeds {args.seed_base}-"
           f"{args.seed_base + args.seeds - 1}")
     exact = exact_posterior()
     print("exact posterior (mean, sd): " + ", ".join(f"{k} {m:.3f} ({s:.3f})" for k, (m, s) in exact.items()))
@@ -131,7 +136,8 @@ def main(argv=None) -> None:
     seeds = range(args.seed_base, args.seed_base + args.seeds)
     for n_samples in args.samples:
         for refresh in args.refresh:
-            print(run_setting(n_samples, refresh, seeds, args.tune, args.draws, exact), flush=True)
+            print(run_setting(n_samples, refresh, seeds, args.tune, args.draws, exact, STEPS[args.step]),
+                  flush=True)
 
 
 if __name__ == "__main__":

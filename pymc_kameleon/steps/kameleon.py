@@ -178,7 +178,9 @@ class KameleonMetropolis(AdaptiveStep):
         the range of 100 prior draws (a funnel's neck, where a hierarchical model's density is
         unbounded, does not); with pooled tuning the chains that found the posterior then rescue the
         others. These evaluations are counted in ``logp_evals``; see :mod:`pymc_kameleon.core.starts`.
-        ``"initial_point"``: start where ``pm.sample`` starts the chain (``initvals``).
+        ``"initial_point"``: start where ``pm.sample`` starts the chain (``initvals``). A model with
+        a :func:`~pymc_kameleon.PseudoMarginalPotential` always starts there (a noisy estimate is no
+        objective for a search).
     vanishing_decay : float, default 1.0
         :math:`\kappa \in (0, 1]` for ``adaptation="vanishing"``.
     adapt_interval : int, default 100
@@ -422,7 +424,7 @@ class KameleonMetropolis(AdaptiveStep):
             raise SingularCovarianceError(f"KameleonMetropolis: {err}") from None
         if result.accepted:
             target.accept(result.state, result.evaluation)
-        self._refresh_sticky_estimate(result.accepted)
+        self._refresh_sticky_estimate(result.accepted, estimates_before)
         adapted, new_state, rescued = False, result.state, False
         if self.tune or self._adapts_after_tuning():
             # The kept log-estimate of a pseudo-marginal term wanders on its auxiliary chain's time scale

@@ -80,9 +80,9 @@ _SPREAD_LIMIT = 0.1
 # that no other check saw (benchmarks/results/gradient_slope_calibration.md).
 _SLOPE_LIMIT = 0.9
 # A relative spread (TuningReport.relative_spread) below this means the chain's moves changed only the
-# last digits of a coordinate: frozen (pseudo-marginal chains whose step collapsed: 1e-15 to 1e-12;
-# sd/|mean| of 1e-9 is beyond what float64 MCMC resolves).
-_FROZEN_LIMIT = 1e-9
+# last four digits of a coordinate (float64 resolves 2.2e-16): frozen (pseudo-marginal chains whose step
+# collapsed: 4e-15 and 5e-14). A new user's healthy posterior, sd 0.5 at 1.7e9, has 2.9e-10.
+_FROZEN_LIMIT = 1e-12
 #: Pooled tuning: chains whose states have a split R-hat above this in some coordinate disagree (over
 #: their last tuning states, or their first draws: the warning, once, from chain 0).
 CROSS_CHAIN_RHAT = 1.1
@@ -155,7 +155,9 @@ def tuning_problems(
             "`tune` (Z is drawn from the last adaptation window) or `n_subsample`"
         )
     arrived_early = _arrived_early(report.late_drift, report.drift, _LATE_DRIFT_LIMIT)
-    if math.isfinite(report.drift) and report.drift > _DRIFT_LIMIT and not arrived_early:
+    frozen = math.isfinite(report.relative_spread) and report.relative_spread < _FROZEN_LIMIT
+    # A frozen chain's learned sds are its collapsed steps: its drift in them says nothing.
+    if math.isfinite(report.drift) and report.drift > _DRIFT_LIMIT and not arrived_early and not frozen:
         problems.append(
             f"the chain was still moving at the end of tuning: the mean of its last tuning states shifted "
             f"by {report.drift:.1f} learned posterior sds (root mean square over coordinates) between their "
@@ -182,15 +184,15 @@ def tuning_problems(
             "collapsed step, or a narrow ridge) and its draws may be far from the posterior; increase "
             "`tune` or start closer to the posterior"
         )
-    if math.isfinite(report.relative_spread) and report.relative_spread < _FROZEN_LIMIT:
+    if frozen:
         name = _coordinate_name(coordinate_names, report.relative_spread_coordinate)
         problems.append(
             f"the chain was frozen in {name} at the end of tuning: the sd of its last tuning states there "
             f"was {report.relative_spread:.1e} of their size, moves that change only a float's last digits, "
             "so its step collapsed and its draws repeat one point. With a PseudoMarginalPotential, an "
-            "estimate far above the likelihood held the chain while tuning shrank its steps: use a less "
-            "noisy estimator (more samples per estimate); otherwise start closer to the posterior or "
-            "increase `tune`"
+            "estimate far above the likelihood held the chain while tuning shrank its steps: start closer "
+            "to the posterior (initvals; the start search is off with an estimated likelihood), where the "
+            "estimator is less noisy, or use more samples per estimate; otherwise increase `tune`"
         )
     if math.isfinite(report.slope) and report.slope > _SLOPE_LIMIT:
         name = _coordinate_name(coordinate_names, report.slope_coordinate)
@@ -288,11 +290,15 @@ class StuckAfterTuning:
         self.rejected_in_a_row = 0
         self.said = False
 
-    def message(self, step_name: str, accepted: bool, tune: bool, warned_before: bool = False) -> str | None:
+    def message(
+        self, step_name: str, accepted: bool, tune: bool, warned_before: bool = False,
+        pseudo_marginal: bool = False,
+    ) -> str | None:
         """The warning's text at the :data:`STUCK_DRAWS`-th rejection in a row after tuning, else None.
 
         ``warned_before``: whether the step already warned in this chain (its text then points there;
-        otherwise it says that tuning looked fine, which narrows the causes).
+        otherwise it says that tuning looked fine, which narrows the causes). ``pseudo_marginal``: the
+        model has an estimated likelihood, whose kept estimate is the likeliest cause.
         """
         if tune or self.said:
             return None
@@ -300,6 +306,17 @@ class StuckAfterTuning:
         if self.rejected_in_a_row < STUCK_DRAWS:
             return None
         self.said = True
+        if pseudo_marginal:
+            # A new user's GP-DA chains sat inside the posterior on estimates 2 nats too high for 500-1200
+            # draws, then moved on: the funnel advice below misled there.
+            return (
+                f"{step_name}: after tuning the chain rejected {STUCK_DRAWS} proposals in a row: the "
+                "likelihood estimate it keeps is probably far above the likelihood there, which holds a "
+                "pseudo-marginal chain until a proposal's estimate comes out as high (its draws repeat one "
+                "point meanwhile; the chain stays exact, but mixes slowly). Use more samples per estimate "
+                "(log_estimate_spread: aim for an sd of 1-1.7 near the posterior) or a correlated "
+                "estimator (auxiliary_shape=..., correlation=0.99)."
+            )
         why = (
             "see this step's earlier warning(s) for this chain"
             if warned_before

@@ -587,25 +587,31 @@ def test_relative_spread_is_the_sd_over_the_mean_absolute_value():
     assert np.all(np.isnan(relative_spread(x_bad)))
 
 
-@pytest.mark.parametrize("frozen", [True, False], ids=["frozen", "settled"])
-def test_report_names_a_coordinate_frozen_by_a_collapsed_step(frozen):
+@pytest.mark.parametrize("case", ["frozen", "settled", "narrow"])
+def test_report_names_a_coordinate_frozen_by_a_collapsed_step(case):
     """A chain whose coordinate 1 moves by 1e-13 of its value (a pseudo-marginal chain whose step
-    collapsed while an estimate held it) is reported frozen there, by name; draws from N(5, diag(1, 4))
-    are not (relative spreads about 0.2 and 0.4)."""
+    collapsed while an estimate held it) is reported frozen there, by name, and not as still moving;
+    draws from N(5, diag(1, 4)) are not (relative spreads about 0.2 and 0.4), nor draws of sd 0.5 at
+    1.7e9 (2.9e-10: a new user's healthy posterior that a limit of 1e-9 called frozen)."""
     from pymc_kameleon.steps.reporting import tuning_problems
 
     sd, rng = np.array([1.0, 2.0]), np.random.default_rng(8)
     prop = am_only(2, scan_steps=0, first_window=50)
     for _ in range(1000):
         y = 5.0 + sd * rng.normal(size=2)
-        if frozen:
+        if case == "frozen":
             y[1] = 0.04 * (1.0 + 1e-13 * rng.normal())
+        elif case == "narrow":
+            y[1] = 1.7e9 + 0.5 * rng.normal()
         feed(prop, y, 0.3, rng)
     report = prop.report()
     problems = " ".join(tuning_problems(report, 0.234, 0, 2, coordinate_names=["a", "b"]))
-    if frozen:
+    if case == "frozen":
         assert report.relative_spread_coordinate == 1 and report.relative_spread < 1e-12
         assert "the chain was frozen in b at the end of tuning" in problems
+        assert "still moving" not in problems
+    elif case == "narrow":
+        assert report.relative_spread == pytest.approx(0.5 / 1.7e9, rel=0.1) and "frozen" not in problems
     else:
         assert report.relative_spread > 0.1 and "frozen" not in problems
 

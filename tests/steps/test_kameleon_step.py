@@ -276,6 +276,19 @@ def test_the_stuck_warning_points_to_earlier_warnings_only_if_there_were_any(war
     assert ("raised no warning" in said) != warned_before, said
 
 
+@pytest.mark.parametrize("pseudo_marginal", [True, False])
+def test_the_stuck_warning_of_a_pseudo_marginal_chain_names_the_estimate(pseudo_marginal):
+    """A new user's GP-DA chains sat inside the posterior on estimates 2 nats too high for 500-1200 draws,
+    and the warning blamed a funnel's neck; with an estimated likelihood it names the kept estimate and
+    the remedies (more samples per estimate, a correlated estimator). Control: without one, the funnel."""
+    from pymc_kameleon.steps.reporting import STUCK_DRAWS, StuckAfterTuning
+
+    watch = StuckAfterTuning()
+    said = [watch.message("S", False, False, False, pseudo_marginal) for _ in range(STUCK_DRAWS)][-1]
+    assert ("likelihood estimate it keeps" in said and "correlated" in said) == pseudo_marginal, said
+    assert ("funnel" in said) != pseudo_marginal, said
+
+
 @pytest.mark.parametrize("broken", [True, False], ids=["scales-blown-up", "control"])
 @pytest.mark.parametrize("step_name", ["KameleonMetropolis", "GPDelayedAcceptanceMH"])
 def test_a_chain_stuck_after_tuning_warns(step_name, broken, monkeypatch):

@@ -214,10 +214,11 @@ def relative_spread(states) -> np.ndarray:
     .. math::
         r_i = \frac{\operatorname{sd}(x_i)}{\overline{\lvert x_i \rvert}}.
 
-    Unchanged by rescaling a coordinate. Far below 1e-9, the chain's moves change only the last digits
-    of a float: its step has collapsed (a pseudo-marginal chain held by an estimate far too high while
-    tuning shrank its step sizes, then learned each window's covariance from those moves) and its
-    draws repeat one point. A posterior sd of 1e-9 of the value is beyond what float64 MCMC resolves.
+    Unchanged by rescaling a coordinate. Below 1e-12, the chain's moves change only the last four digits
+    of a float (float64 resolves 2.2e-16): its step has collapsed (a pseudo-marginal chain held by an
+    estimate far too high while tuning shrank its step sizes, then learned each window's covariance
+    from those moves: 4e-15 and 5e-14) and its draws repeat one point. A healthy posterior can be far
+    narrower than its value (sd 0.5 at 1.7e9: 2.9e-10), so this is no test of a posterior's width.
     NaN everywhere with fewer than 200 states or a non-finite value, and in a coordinate that stayed at 0.
     """
     X = np.asarray(states, dtype=float)
@@ -279,7 +280,7 @@ class TuningReport:
         The coordinate where ``slope`` is largest (-1 if ``slope`` is NaN).
     relative_spread : float
         The smallest, over coordinates, :func:`~pymc_kameleon.core.adaptation.diagnostics.relative_spread`
-        of the same states: far below 1e-9 for a chain frozen by a collapsed step (NaN with fewer than
+        of the same states: below 1e-12 for a chain frozen by a collapsed step (NaN with fewer than
         200 states).
     relative_spread_coordinate : int
         The coordinate where ``relative_spread`` is smallest (-1 if it is NaN).
