@@ -55,26 +55,20 @@ INVARIANCE_QS = (0.25, 0.5, 0.75, 0.9)
 SAMPLE_KW = dict(progressbar=False, compute_convergence_checks=False)
 
 
-def tuning_refresh_steps(accepted, tune: int, estimated=None) -> np.ndarray:
+def tuning_refresh_steps(accepted, tune: int) -> np.ndarray:
     """Per step, 1 where a step redraws the plain pseudo-marginal estimate kept at its state (decision 0051):
-    the :data:`~pymc_kameleon.steps.base.TUNING_REFRESH_REJECTIONS`-th rejection in a row of an estimated
-    proposal since the last acceptance or refresh, within the first ``tune`` steps; 0 elsewhere.
+    the :data:`~pymc_kameleon.steps.base.TUNING_REFRESH_REJECTIONS`-th rejection in a row since the last
+    acceptance or refresh, within the first ``tune`` steps; 0 elsewhere.
 
-    ``accepted``: each step's ``accepted`` statistic, in order; ``estimated``: whether each step estimated
-    the likelihood (GP delayed acceptance: its ``exact_eval``; default: every step).
+    ``accepted``: each step's ``accepted`` statistic, in order.
     """
     from pymc_kameleon.steps.base import TUNING_REFRESH_REJECTIONS
 
-    accepted = list(accepted)
-    estimated = [True] * len(accepted) if estimated is None else list(estimated)
     out, in_a_row = np.zeros(len(accepted), dtype=int), 0
-    for i in range(min(tune, len(accepted))):
-        if accepted[i]:
-            in_a_row = 0
-        elif estimated[i]:
-            in_a_row += 1
-            if in_a_row == TUNING_REFRESH_REJECTIONS:
-                out[i], in_a_row = 1, 0
+    for i, a in enumerate(list(accepted)[:tune]):
+        in_a_row = 0 if a else in_a_row + 1
+        if in_a_row == TUNING_REFRESH_REJECTIONS:
+            out[i], in_a_row = 1, 0
     return out
 
 

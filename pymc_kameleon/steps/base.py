@@ -390,14 +390,10 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
     def _untuned_message(self) -> str:
         raise NotImplementedError
 
-    def _refresh_sticky_estimate(self, accepted: bool, estimates_before: int) -> bool:
+    def _refresh_sticky_estimate(self, accepted: bool) -> bool:
         """During tuning, with a plain (not correlated) pseudo-marginal term: redraw the estimate kept at the
-        state once the chain has rejected :data:`TUNING_REFRESH_REJECTIONS` estimated proposals in a row.
-        Returns whether it did (:meth:`~.target_density.TargetDensity.refresh_estimates`).
-
-        Only proposals whose likelihood was estimated in this step count (``estimates_before``: the
-        target's estimator calls before it): GP delayed acceptance rejects most proposals at stage 1 for
-        free, and counting those refreshed after 40-55% of its exact evaluations, not 10%.
+        state once the chain has rejected :data:`TUNING_REFRESH_REJECTIONS` proposals in a row. Returns
+        whether it did (:meth:`~.target_density.TargetDensity.refresh_estimates`).
 
         An estimate far above the likelihood makes the chain reject every proposal, whatever its size,
         and tuning reads those rejections as steps too long: the coordinate scan (gain 0.7 per
@@ -405,10 +401,10 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         learned from moves too small to leave the point (a Poisson-lognormal model, 12 groups, 20
         importance samples: one chain in four frozen for good, without a warning that named it).
         Tuning's draws are discarded, so it need not be the exact chain; after tuning nothing refreshes.
+        GP delayed acceptance's stage-1 rejections count too: the kept estimate enters stage 1, and
+        counting only stage-2 rejections left 8 of 80 chains frozen on that model (0 of 80 counting all).
         """
-        target = self._target
-        estimated = target.n_estimates > estimates_before
-        if not (self.tune and target.has_estimates and (accepted or estimated)):
+        if not (self.tune and self._target.has_estimates):
             return False
         chain = self._chain
         chain.tuning_rejections = 0 if accepted else chain.tuning_rejections + 1

@@ -424,7 +424,7 @@ class KameleonMetropolis(AdaptiveStep):
             raise SingularCovarianceError(f"KameleonMetropolis: {err}") from None
         if result.accepted:
             target.accept(result.state, result.evaluation)
-        self._refresh_sticky_estimate(result.accepted, estimates_before)
+        self._refresh_sticky_estimate(result.accepted)
         adapted, new_state, rescued = False, result.state, False
         if self.tune or self._adapts_after_tuning():
             # The kept log-estimate of a pseudo-marginal term wanders on its auxiliary chain's time scale

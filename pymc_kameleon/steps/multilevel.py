@@ -322,7 +322,7 @@ class MLDA(AdaptiveStep):
             # With a pseudo-marginal term the accepted estimate (and its auxiliaries) is kept from now on.
             evaluation = self._fine_level.evaluation_at(new.x) if target.has_estimates else None
             target.accept(new.x, evaluation or Evaluation(new.at(finest), new.at(finest)))
-        if self._refresh_sticky_estimate(accepted, estimates_before):
+        if self._refresh_sticky_estimate(accepted):
             chain.current = None  # rebuilt at the next step from the refreshed estimate
         state = chain.adaptation.state
         stats = {

@@ -374,7 +374,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         result = kernel.step(current, current_eval, target, self.rng, tune=self.tune)
         if result.accepted:
             target.accept(result.state, result.evaluation)
-        self._refresh_sticky_estimate(result.accepted, estimates_before)
+        self._refresh_sticky_estimate(result.accepted)
         # Only now, after the decision, does the new evaluation join the GP, and the base proposal adapt
         # to an unbiased estimate of the acceptance probability of plain MH on the exact target.
         population = self._population_states() if self.tune else None
