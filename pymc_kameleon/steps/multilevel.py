@@ -323,14 +323,15 @@ class MLDA(AdaptiveStep):
             evaluation = self._fine_level.evaluation_at(new.x) if target.has_estimates else None
             target.accept(new.x, evaluation or Evaluation(new.at(finest), new.at(finest)))
         if self._refresh_sticky_estimate(accepted):
-            chain.current = None  # rebuilt at the next step from the refreshed estimate
+            # Only the finest level's density holds the estimate; the coarse ones stand.
+            chain.current = chain.current.with_level(finest, target.current_logp)
         state = chain.adaptation.state
         stats = {
             "accept": counts.accept_prob[finest],
             "accepted": float(accepted),
             "tune": self.tune,
             "scaling": state.am_scale.value,
-            "model_logp": new.at(finest),
+            "model_logp": chain.current.at(finest),
         }
         for k, (coarse, before) in enumerate(zip(self._levels_below(), coarse_before)):
             steps = counts.steps[k]

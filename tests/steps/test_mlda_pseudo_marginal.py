@@ -117,3 +117,25 @@ def test_a_pseudo_marginal_fine_model_with_an_observed_normal_too():
         idata = pm.sample(draws=200, tune=200, chains=1, step=MLDA(coarse_models=[coarse]), random_seed=3,
                           **SAMPLE_KW)
     assert 0.05 < idata.sample_stats["accepted"].values.mean() < 1.0
+
+
+def test_a_tuning_refresh_is_the_state_the_next_step_starts_from():
+    """In tuning, 5 rejections in a row redraw the kept estimate (decision 0051): the step's log density
+    (``lp``) is then the prior plus the refreshed estimate, at that step and every later one, as at every
+    other step. Refreshes happen (an estimator call beyond the fine evaluations) only in tuning."""
+    from scipy.stats import norm
+
+    model, coarse = latent_gaussian_model(), coarse_latent_model()
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step = MLDA(coarse_models=[coarse], subsampling_rates=3)
+        idata = pm.sample(draws=200, tune=400, chains=1, cores=1, step=step, random_seed=3,
+                          discard_tuned_samples=False, **SAMPLE_KW)
+    for posterior, stats, tuning in ((idata.warmup_posterior, idata.warmup_sample_stats, True),
+                                     (idata.posterior, idata.sample_stats, False)):
+        theta = posterior["theta"].values[0]
+        prior = norm.logpdf(theta, 0, 1).sum(axis=1)
+        np.testing.assert_allclose(stats["lp"].values[0], prior + stats["loglik_estimate"].values[0],
+                                   rtol=1e-10, atol=1e-8)
+        extra = stats["estimator_calls"].values[0] - stats["logp_evals"].values[0]
+        assert (extra.max() > 0) == tuning and extra.min() >= 0
