@@ -129,7 +129,8 @@ class KASS(BatchedSMCKernel):
         for example in a funnel's neck, whose particles accept far less often than the rest. On a
         regression whose noise scale and coefficients form such a funnel at small beta
         (``benchmarks/kass_unstandardised_regression.py``) ``"moved"`` spends its extra sweeps on
-        those stages and cut the log Z error from -1.52 to -0.36 over 8 seeds (``benchmarks/RESULTS.md``);
+        those stages and cut the log Z error from -1.52 to -0.36 over 8 seeds
+        (``benchmarks/results/kass_unstandardised_regression.md``);
         what remains is reported (the evidence-lag warning,
         :func:`~pymc_kameleon.core.smc.evidence.evidence_lag`).
         ``"correlation"`` is the rule of PyMC's ``MH`` kernel: sweep while more than 90% of the
@@ -180,7 +181,7 @@ class KASS(BatchedSMCKernel):
         per stage instead of a sweep rule's. The evidence's error bar is then Dau and Chopin's (the
         chains' asymptotic variance of each stage's mean weight, summed over stages). It needs chains
         longer than the moves' mixing time: with short chains log Z came out low with too small an
-        error bar (``benchmarks/RESULTS.md``, "Waste-free KASS"), so it is off by default.
+        error bar (``benchmarks/results/history.md``, "Waste-free KASS"), so it is off by default.
     chain_length : int or "auto", default "auto"
         :math:`P`, the states per waste-free chain (its start included); ``"auto"`` makes about 20
         chains of at least 10 states, :math:`P = \max(10, \lfloor N/20 \rfloor)` (at most :math:`N`;

@@ -89,7 +89,8 @@ class LogEvidence(NamedTuple):
 
 
 # Below this many distinct initial draws behind the final particles, the genealogy estimate is not
-# trusted: +-2 SE covered the true log Z in about 70% of such runs (benchmarks/RESULTS.md).
+# trusted: +-2 SE covered the true log Z in about 70% of such runs
+# (benchmarks/results/evidence_calibration.md).
 MIN_DISTINCT_ANCESTORS = 50
 # The setting (an attribute of sample_stats) of samples whose kernel warned at the end of sampling about
 # each chain with few lineages (KASS, ASMC): log_evidence does not warn about them again.
