@@ -8,6 +8,7 @@ from pymc_kameleon.core.kameleon.kernels import GaussianKernel
 from pymc_kameleon.core.smc.evidence import (
     chain_autocorrelation_time,
     chain_mean_variance,
+    coordinate_autocorrelation_times,
     waste_free_relative_variance,
 )
 from pymc_kameleon.core.smc.population import population_mh_move, tempered_log_density
@@ -78,6 +79,24 @@ def test_chain_autocorrelation_time():
     assert np.isnan(chain_autocorrelation_time(np.ones((5, 3))))
     X = ar1_chains(12, 5, 0.6, seed=1)
     assert chain_autocorrelation_time(X) == pytest.approx(chain_mean_variance(X) / X.var(), rel=1e-12)
+
+
+def test_coordinate_autocorrelation_times_are_each_columns_and_free_of_units():
+    """Each coordinate's tau equals chain_autocorrelation_time of its column (FFT against the direct
+    sums), whatever its units (1e-4, or 1e4 about 5e6); NaN for a constant coordinate; AR(1) with rho =
+    0.5 gives 3 and independent draws 1."""
+    X = np.stack([ar1_chains(40, 15, rho, seed=s) for s, rho in enumerate((0.7, 0.2, 0.9))], axis=-1)
+    X[..., 1] *= 1e-4
+    X[..., 2] = 1e4 * X[..., 2] + 5e6
+    expected = [chain_autocorrelation_time(X[:, :, j]) for j in range(3)]
+    assert coordinate_autocorrelation_times(X) == pytest.approx(expected, rel=1e-6)
+    constant = np.concatenate([X[..., :1], np.full(X.shape[:2] + (1,), 2.5)], axis=-1)
+    taus = coordinate_autocorrelation_times(constant)
+    assert np.isnan(taus[1]) and taus[0] == pytest.approx(expected[0], rel=1e-6)
+    both = np.stack([ar1_chains(50, 2000, 0.5, seed=7), ar1_chains(50, 2000, 0.0, seed=8)], axis=-1)
+    assert coordinate_autocorrelation_times(both) == pytest.approx([3.0, 1.0], rel=0.08)
+    with pytest.raises(ValueError, match=r"shape \(P, M, d\)"):
+        coordinate_autocorrelation_times(X[:, :, 0])
 
 
 def test_waste_free_relative_variance_of_independent_draws_is_the_importance_sampling_one():

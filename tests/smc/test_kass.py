@@ -379,6 +379,34 @@ def test_waste_free_warns_when_the_chains_are_shorter_than_their_mixing():
     assert np.nanmax(stage_stats(idata, "autocorrelation_time")[0]) * 2.5 < 25
 
 
+def hierarchical_regression():
+    """A new user's non-centred hierarchical regression: 6 groups of 15 rows, 10 parameters, log Z
+    -99.543 (importance sampling from a Student-t fitted to NUTS draws, standard error 0.012)."""
+    rng = np.random.default_rng(5)
+    groups = np.repeat(np.arange(6), 15)
+    x = rng.normal(size=90)
+    y = rng.normal(1, 0.5, 6)[groups] + 0.8 * x + rng.normal(0, 0.6, 90)
+    with pm.Model() as model:
+        mu_a, sa = pm.Normal("mu_a", 0, 2), pm.HalfNormal("sa", 1)
+        za = pm.Normal("za", 0, 1, shape=6)
+        b, s = pm.Normal("b", 0, 2), pm.HalfNormal("s", 1)
+        pm.Normal("y", mu_a + sa * za[groups] + b * x, s, observed=y)
+    return model
+
+
+def test_waste_free_short_chains_are_judged_on_every_coordinate_too():
+    """Waste-free chains of 100 (N = 2000) on the hierarchical regression: their log-likelihood's
+    autocorrelation time (20 at most) passed the check, yet log Z came out 1.1 below the exact value
+    (4.2 of its standard errors) at this seed; a coordinate's time (44) does not pass, and the warning
+    names it. Before the coordinates counted, 8 of 10 such runs (seeds 1-10) were silent, with log Z
+    0.5 low on average."""
+    with pytest.warns(UserWarning, match=r"chains of 100 states were too short.*autocorrelation time of "
+                      r"coordinate \d+ of the particles"):
+        _, log_z, _ = run_smc(hierarchical_regression(), KASS, chains=1, draws=2000, seed=1, var="mu_a",
+                              waste_free=True)
+    assert log_z[0] < -99.543 - 1.0
+
+
 def test_log_evidence_combines_chains():
     """Z_bar = mean of the chains' Z_hat; Var(Z_bar) = sum_c Z_c^2 (e^{s_c^2} - 1) / C^2, on the log scale."""
     result = LogEvidence(np.array([0.0, math.log(3.0)]), np.array([math.sqrt(math.log(2.0)), 0.0]))

@@ -16,6 +16,7 @@ __all__ = [
     "beta_increments",
     "chain_autocorrelation_time",
     "chain_mean_variance",
+    "coordinate_autocorrelation_times",
     "evidence_lag",
     "evidence_relative_variance",
     "genealogy_stats",
@@ -116,14 +117,46 @@ def _initial_sequence(values):
     P = X.shape[0]
     X = X - X.mean()
     c = np.array([np.mean(X[: P - k] * X[k:]) * (P - k) / P for k in range(P)])
-    end = P
-    for i in range(1, P, 2):  # the first inadmissible odd index
+    return c, _sequence_end(c, 1e-10)
+
+
+def _sequence_end(c, tolerance: float) -> int:
+    """The first inadmissible odd index of Geyer's initial sequence of autocovariances ``c`` (or len(c))."""
+    for i in range(1, len(c), 2):
         pair = c[i] + c[i - 1]
         previous = c[i - 2] + c[i - 3] if i >= 3 else np.inf
-        if pair < -1e-10 or previous - pair < -1e-10:
-            end = i
-            break
-    return c, end
+        if pair < -tolerance or previous - pair < -tolerance:
+            return i
+    return len(c)
+
+
+def coordinate_autocorrelation_times(states) -> np.ndarray:
+    r""":func:`chain_autocorrelation_time` of each coordinate of :math:`M` chains of length :math:`P`.
+
+    The autocovariances :math:`c_k` (averaged over the chains, about each coordinate's grand mean,
+    divided by :math:`P`) come from one FFT per chain and coordinate, and the sequence's end is judged on
+    :math:`c_k / c_0`, so that a coordinate's units do not matter; NaN where a coordinate does not vary.
+
+    Parameters
+    ----------
+    states : array of shape (P, M, d)
+        ``states[p, m]`` is step :math:`p` of chain :math:`m`.
+    """
+    X = np.asarray(states, dtype=float)
+    if X.ndim != 3 or X.size == 0:
+        raise ValueError(f"states must have shape (P, M, d) with P, M, d >= 1, got {X.shape}.")
+    P, M, d = X.shape
+    X = X - X.mean(axis=(0, 1))
+    n = 1 << (2 * P - 1).bit_length()  # zero padding: no wrap-around below lag P
+    spectrum = np.fft.rfft(X, n=n, axis=0)
+    c = np.fft.irfft(spectrum * spectrum.conj(), n=n, axis=0)[:P].sum(axis=1) / (P * M)
+    taus = np.full(d, np.nan)
+    for j in range(d):
+        if c[0, j] > 1e-12 * max(1.0, float(np.abs(X[..., j]).max()) ** 2):
+            rho = c[:, j] / c[0, j]
+            end = _sequence_end(rho, 1e-10)
+            taus[j] = -1.0 + 2.0 * rho[:end].sum()
+    return taus
 
 
 def waste_free_relative_variance(weights, n_chains: int) -> float:
