@@ -29,6 +29,7 @@ statistic ``rescued`` records a jump.
 
 from __future__ import annotations
 
+import inspect
 import warnings
 
 import numpy as np
@@ -79,6 +80,14 @@ class PooledTuning:
         with it, so that after ``pm.sample(cores=1)`` the user's step shows the last chain's state
         (its GP, its learned covariance, its proposal), as it does with per-chain tuning.
         """
+        if chain_index == 0 and _sample_callback() is not None:
+            warnings.warn(
+                f"{type(self).__name__}: pm.sample's callback is never called: PyMC's population sampler, "
+                "which pooled tuning runs on, does not call it (with any number of chains). Make the step "
+                "with tuning='per_chain' to have it called; the chains then tune alone.",
+                UserWarning,
+                stacklevel=2,
+            )
         self.population = population
         self.this_chain = chain_index
         self.other_chains = [c for c in range(len(population)) if c != chain_index]
@@ -184,6 +193,20 @@ def pooled_class_for(cls, args, kwargs, default: str):
             )
         return cls
     return pooled
+
+
+def _sample_callback():
+    """The ``callback`` of the ``pm.sample`` call that is linking the population, or None (PyMC's
+    population sampler takes it and never calls it; no hook tells a step, so its frame is read)."""
+    frame = inspect.currentframe()
+    try:
+        while frame is not None:
+            if frame.f_code.co_name == "sample" and frame.f_globals.get("__name__") == "pymc.sampling.mcmc":
+                return frame.f_locals.get("callback")
+            frame = frame.f_back
+        return None
+    finally:
+        del frame
 
 
 def variables_outside_block(model, vars, step_name: str) -> list[str]:

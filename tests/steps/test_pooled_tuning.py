@@ -48,6 +48,29 @@ def test_pooled_tuning_is_a_population_step_named_as_the_users(cls):
         cls(tuning="pool")
 
 
+def test_a_callback_of_pm_sample_is_reported_under_pooled_tuning():
+    """PyMC's population sampler takes pm.sample's callback and never calls it (a new user's monitor got
+    0 calls of 2000): pooled tuning says so and names the remedy; with tuning="per_chain" the callback
+    is called at every draw and nothing is said."""
+    calls = []
+
+    def callback(trace, draw):
+        calls.append(draw.chain)
+
+    with gaussian_data_model():
+        with pytest.warns(UserWarning, match=r"callback is never called.*tuning='per_chain'"):
+            pm.sample(step=KameleonMetropolis(), tune=60, draws=20, chains=2, cores=1, random_seed=1,
+                      callback=callback, **SAMPLE_KW)
+        assert calls == []
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message=".*callback")
+            pm.sample(step=KameleonMetropolis(tuning="per_chain"), tune=60, draws=20, chains=2, cores=1,
+                      random_seed=1, callback=callback, **SAMPLE_KW)
+            pm.sample(step=KameleonMetropolis(), tune=60, draws=20, chains=2, cores=1, random_seed=1,
+                      **SAMPLE_KW)
+    assert len(calls) == 2 * 80
+
+
 def test_models_with_a_pseudo_marginal_term_tune_per_chain():
     """The population of cores=1 runs its chains in one process, where they would share the kept
     estimate: such models keep per-chain tuning."""
