@@ -453,10 +453,12 @@ class DrawsAgreement:
                 f"their first {CROSS_CHAIN_DRAWS} draws ({draws})"
             )
         return (
-            f"{self.step_name}: {said}, so some chain is stuck in a mode of its own or they mix too slowly "
-            "for the tuning they had, and the draws do not agree yet; increase `tune`, or start the chains "
-            "closer to the posterior (initvals), or for well-separated modes use "
-            "pm.sample_smc(kernel=KASS); and check R-hat over all the draws."
+            f"{self.step_name}: {said}, so they mix too slowly for the tuning they had, or some chain is "
+            "stuck in a mode of its own, and the draws do not agree yet; increase `tune` and `draws`, or "
+            "reparameterise (a hierarchy whose groups the data determine well often samples better centred, "
+            "one whose groups they barely inform non-centred), or start the chains closer to the posterior "
+            "(initvals), or for well-separated modes use pm.sample_smc(kernel=KASS); and check R-hat over "
+            "all the draws."
         )
 
 
