@@ -27,11 +27,10 @@ from pymc_kameleon.core.kameleon.family import check_subsample_size
 from pymc_kameleon.core.kameleon.kernels import make_kernel
 from pymc_kameleon.core.smc.evidence import (
     beta_increments,
-    chain_autocorrelation_time,
-    coordinate_autocorrelation_times,
     evidence_lag,
     genealogy_stats,
     loglik_rise,
+    slowest_chain_autocorrelation,
     waste_free_relative_variance,
 )
 from pymc_kameleon.core.smc.population import adapt_log_scale
@@ -413,7 +412,10 @@ class KASS(BatchedSMCKernel):
             moved, loglik_start, parents = self._run_chains()
             steps = moved.steps
             whole = N // moved.n_chains * moved.n_chains  # whole steps of every chain
-            tau, slowest = self._slowest_autocorrelation(whole, moved.n_chains)
+            tau, slowest = slowest_chain_autocorrelation(
+                self.likelihood_logp[:whole].reshape(-1, moved.n_chains),
+                self.tempered_posterior[:whole].reshape(-1, moved.n_chains, d),
+            )
             self._autocorrelation.append((self.iteration, self.beta, tau, slowest))
         else:
             loglik_start, parents = self.likelihood_logp.copy(), self.resampling_indexes
@@ -489,25 +491,10 @@ class KASS(BatchedSMCKernel):
         self._n_chains = M
         return chains, loglik_start, chain
 
-    def _slowest_autocorrelation(self, whole: int, n_chains: int) -> tuple[float, str]:
-        """The largest autocorrelation time of the stage's chains, over their log-likelihoods and each
-        coordinate, and what it was of. The log-likelihood alone missed a hierarchical regression's
-        group scale: chains of 100 whose log-likelihood's time was 20 lagged in that scale (log Z 0.6
-        low over 10 seeds, ±2 SE covering 4 of 10) without a warning."""
-        d = self.tempered_posterior.shape[1]
-        tau = chain_autocorrelation_time(self.likelihood_logp[:whole].reshape(-1, n_chains))
-        states = self.tempered_posterior[:whole].reshape(-1, n_chains, d)
-        coordinates = coordinate_autocorrelation_times(states)
-        if np.any(np.isfinite(coordinates)):
-            j = int(np.nanargmax(coordinates))
-            if not coordinates[j] <= tau:  # also where the log-likelihood's is NaN
-                return float(coordinates[j]), f"coordinate {j} of the particles"
-        return tau, "the log-likelihood"
-
     def _warn_short_chains(self):
         """Waste-free: warn when a stage's chains were shorter than :data:`MIN_CHAIN_TIMES_TAU` times the
-        autocorrelation time of their log-likelihoods (log Z then came out low, with too small an error
-        bar; decision 0042)."""
+        largest autocorrelation time of their log-likelihoods and coordinates (log Z then came out low,
+        with too small an error bar; decisions 0042 and 0052)."""
         known = [row for row in self._autocorrelation if np.isfinite(row[2])]
         if not known:
             return

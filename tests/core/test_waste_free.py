@@ -9,6 +9,7 @@ from pymc_kameleon.core.smc.evidence import (
     chain_autocorrelation_time,
     chain_mean_variance,
     coordinate_autocorrelation_times,
+    slowest_chain_autocorrelation,
     waste_free_relative_variance,
 )
 from pymc_kameleon.core.smc.population import population_mh_move, tempered_log_density
@@ -97,6 +98,16 @@ def test_coordinate_autocorrelation_times_are_each_columns_and_free_of_units():
     assert coordinate_autocorrelation_times(both) == pytest.approx([3.0, 1.0], rel=0.08)
     with pytest.raises(ValueError, match=r"shape \(P, M, d\)"):
         coordinate_autocorrelation_times(X[:, :, 0])
+
+
+def test_slowest_chain_autocorrelation_names_what_mixes_slowest():
+    """A slow coordinate beside a fast log-likelihood is the one named; a slow log-likelihood beside
+    fast coordinates is; constant coordinates are skipped."""
+    fast, slow = ar1_chains(40, 200, 0.0, seed=1), ar1_chains(40, 200, 0.9, seed=2)
+    tau, what = slowest_chain_autocorrelation(fast, np.stack([fast, slow], axis=-1))
+    assert what == "coordinate 1 of the particles" and tau == pytest.approx(chain_autocorrelation_time(slow))
+    tau, what = slowest_chain_autocorrelation(slow, np.stack([fast, np.ones_like(fast)], axis=-1))
+    assert what == "the log-likelihood" and tau == pytest.approx(chain_autocorrelation_time(slow))
 
 
 def test_waste_free_relative_variance_of_independent_draws_is_the_importance_sampling_one():
