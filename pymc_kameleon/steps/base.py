@@ -220,6 +220,10 @@ def _check_keywords(cls, kwargs) -> None:
             raise unexpected_keyword_error(cls.__name__, name, [n for n in params if n != "self"])
 
 
+# Where PyMC's BlockedStep.__new__ keeps the constructor's arguments (name-mangled).
+_NEWARGS = "_BlockedStep__newargs"
+
+
 class AdaptiveStep(PerChainReset, ArrayStepShared):
     """Base of our steps: a continuous block sampled with an exact (kept) pseudo-marginal estimate.
 
@@ -265,6 +269,22 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         # tuning="pooled" makes the step's population variant (steps/population.py).
         new_cls = pooled_class_for(cls, args, kwargs, cls._default_tuning)
         return super(AdaptiveStep, new_cls).__new__(new_cls, *args, **kwargs)
+
+    def __getnewargs_ex__(self):
+        # PyMC's BlockedStep keeps the constructor's arguments for unpickling, where they only choose the
+        # class. An executor instance among them (Dask's client.get_executor()) cannot be pickled, while
+        # the step's state carries it as a factory (ExecutorOption); with it there, PyMC's population
+        # sampler (cores>1) could not send the step to its workers and ran the chains one by one.
+        args, kwargs = super().__getnewargs_ex__()
+        if kwargs.get("executor") is not None:
+            kwargs = {**kwargs, "executor": None}
+        return args, kwargs
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        if _NEWARGS in state:  # the same arguments, kept in the state too
+            state[_NEWARGS] = self.__getnewargs_ex__()
+        return state
 
     def _add_running_stats(self, stats: dict, evals: int) -> None:
         """Put this step's log-density evaluations, the chain's running count and its recent acceptance rate

@@ -110,7 +110,7 @@ class PooledTuning:
 
     def __getstate__(self):
         # A pickled step (cores>1 sends one to each worker) carries no other chain's step.
-        state = dict(self.__dict__)
+        state = super().__getstate__()
         state["_population_steps"] = {}
         state.pop("_population_member", None)
         return state
