@@ -209,17 +209,29 @@ def run_speculative(model, executor, cores=1):
         )
 
 
-def test_speculative_delayed_acceptance_on_dask_equals_serial(client, tmp_path):
+def test_speculative_delayed_acceptance_on_dask_equals_serial(client, tmp_path, caplog):
     """GP-DA-MH's draws-phase speculation on the cluster: the serial draws, with cores=1 and with PyMC's
     worker processes (cores=2); and when workers die mid-run, the lost guesses are evaluated again in
-    the chain's own process, so the draws are still the serial ones."""
+    the chain's own process, so the draws are still the serial ones.
+
+    With cores=2 the executor is given as the guide says, client.get_executor(). PyMC's population
+    sampler pickles each chain's step for its worker process, and the constructor's arguments PyMC keeps
+    for that held the Dask executor, which does not pickle: PyMC then ran the chains one after another
+    in this process, saying so only in an info log (a new user's run took 17 s against 11 s without the
+    executor). The step now travels with its executor as the scheduler's address."""
     serial = run_speculative(black_box_model(), None)
     on_dask = run_speculative(black_box_model(), client.get_executor())
     assert np.array_equal(serial.posterior["mu"].values, on_dask.posterior["mu"].values)
     stats = on_dask.sample_stats
     assert stats["prefetched"].values.sum() > 0.3 * stats["exact_eval"].values.sum()
+    with black_box_model():
+        step = GPDelayedAcceptanceMH(executor=client.get_executor())
+    copy = cloudpickle.loads(cloudpickle.dumps(step))
+    assert type(copy) is type(step) and isinstance(copy.executor, ExecutorOption)
     serial_2 = run_speculative(black_box_model(), None, cores=2)
-    on_dask_2 = run_speculative(black_box_model(), DaskExecutor(client), cores=2)
+    caplog.set_level(logging.INFO, logger="pymc")
+    on_dask_2 = run_speculative(black_box_model(), client.get_executor(), cores=2)
+    assert "Attempting to parallelize" in caplog.text and "parallelization failed" not in caplog.text
     assert np.array_equal(serial_2.posterior["mu"].values, on_dask_2.posterior["mu"].values)
     assert on_dask_2.sample_stats["prefetched"].values.sum() > 0
 
@@ -228,24 +240,6 @@ def test_speculative_delayed_acceptance_on_dask_equals_serial(client, tmp_path):
     assert len(open(marker).read().split()) >= 1, "no worker was killed: the test did not test anything"
     assert np.array_equal(serial.posterior["mu"].values, killing.posterior["mu"].values)
     client.wait_for_workers(2, timeout=60)
-
-
-def test_a_pooled_step_with_client_get_executor_runs_its_population_in_worker_processes(client, caplog):
-    """The guide's way, executor=client.get_executor() with cores=2: PyMC's population sampler pickles each
-    chain's step for its worker process. The constructor's arguments PyMC keeps for that held the Dask
-    executor, which does not pickle, so PyMC ran the chains one after another in this process, saying so
-    only in an info log (a new user's run took 17 s against 11 s without the executor); now the step
-    travels with its executor as the scheduler's address, and the draws are the serial ones."""
-    with black_box_model():
-        step = GPDelayedAcceptanceMH(executor=client.get_executor())
-    copy = cloudpickle.loads(cloudpickle.dumps(step))
-    assert type(copy) is type(step) and isinstance(copy.executor, ExecutorOption)
-    caplog.set_level(logging.INFO, logger="pymc")
-    on_dask = run_speculative(black_box_model(), client.get_executor(), cores=2)
-    assert "Attempting to parallelize" in caplog.text and "parallelization failed" not in caplog.text
-    serial = run_speculative(black_box_model(), None, cores=2)
-    assert np.array_equal(serial.posterior["mu"].values, on_dask.posterior["mu"].values)
-    assert on_dask.sample_stats["prefetched"].values.sum() > 0
 
 
 def noisy_estimator():
