@@ -84,16 +84,19 @@ def test_chain_autocorrelation_time():
 
 def test_coordinate_autocorrelation_times_are_each_columns_and_free_of_units():
     """Each coordinate's tau equals chain_autocorrelation_time of its column (FFT against the direct
-    sums), whatever its units (1e-4, or 1e4 about 5e6); NaN for a constant coordinate; AR(1) with rho =
+    sums), whatever its units (1e-4, 1e-8, or 1e4 about 5e6); NaN for a constant coordinate; AR(1) with rho =
     0.5 gives 3 and independent draws 1."""
-    X = np.stack([ar1_chains(40, 15, rho, seed=s) for s, rho in enumerate((0.7, 0.2, 0.9))], axis=-1)
+    X = np.stack([ar1_chains(40, 15, rho, seed=s) for s, rho in enumerate((0.7, 0.2, 0.9, 0.5))], axis=-1)
     X[..., 1] *= 1e-4
     X[..., 2] = 1e4 * X[..., 2] + 5e6
-    expected = [chain_autocorrelation_time(X[:, :, j]) for j in range(3)]
+    expected = [chain_autocorrelation_time(X[:, :, j]) for j in range(4)]
+    # A rate constant's scale: it varies, so it has its time (chain_autocorrelation_time's absolute
+    # tolerance of 1e-10 on the autocovariances would read every lag of it as admissible).
+    X[..., 3] *= 1e-8
     assert coordinate_autocorrelation_times(X) == pytest.approx(expected, rel=1e-6)
-    constant = np.concatenate([X[..., :1], np.full(X.shape[:2] + (1,), 2.5)], axis=-1)
-    taus = coordinate_autocorrelation_times(constant)
-    assert np.isnan(taus[1]) and taus[0] == pytest.approx(expected[0], rel=1e-6)
+    constants = np.stack([np.full(X.shape[:2], 2.5), np.full(X.shape[:2], 5e6 + 0.1)], axis=-1)
+    taus = coordinate_autocorrelation_times(np.concatenate([X[..., :1], constants], axis=-1))
+    assert np.isnan(taus[1:]).all() and taus[0] == pytest.approx(expected[0], rel=1e-6)
     both = np.stack([ar1_chains(50, 2000, 0.5, seed=7), ar1_chains(50, 2000, 0.0, seed=8)], axis=-1)
     assert coordinate_autocorrelation_times(both) == pytest.approx([3.0, 1.0], rel=0.08)
     with pytest.raises(ValueError, match=r"shape \(P, M, d\)"):

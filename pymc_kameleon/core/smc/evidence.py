@@ -147,13 +147,16 @@ def coordinate_autocorrelation_times(states) -> np.ndarray:
     if X.ndim != 3 or X.size == 0:
         raise ValueError(f"states must have shape (P, M, d) with P, M, d >= 1, got {X.shape}.")
     P, M, d = X.shape
+    # A coordinate varies if its variance is above the rounding of its values (float64's 2.2e-16, with
+    # room): a constant's centred values are that rounding, and a tiny scale (sd 1e-8) is not constant.
+    rounding = (1e-12 * np.abs(X).max(axis=(0, 1))) ** 2
     X = X - X.mean(axis=(0, 1))
     n = 1 << (2 * P - 1).bit_length()  # zero padding: no wrap-around below lag P
     spectrum = np.fft.rfft(X, n=n, axis=0)
     c = np.fft.irfft(spectrum * spectrum.conj(), n=n, axis=0)[:P].sum(axis=1) / (P * M)
     taus = np.full(d, np.nan)
     for j in range(d):
-        if c[0, j] > 1e-12 * max(1.0, float(np.abs(X[..., j]).max()) ** 2):
+        if c[0, j] > rounding[j]:
             rho = c[:, j] / c[0, j]
             end = _sequence_end(rho, 1e-10)
             taus[j] = -1.0 + 2.0 * rho[:end].sum()
