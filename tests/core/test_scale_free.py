@@ -134,6 +134,26 @@ def test_whitened_family_matches_its_definition():
     assert np.allclose(log_q, fam.log_density_batch(draws, Y), rtol=1e-10)
 
 
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_whitening_of_one_row_is_that_of_the_point(order):
+    """One row (a GP's prediction at a proposal) takes the point's fast LAPACK call; the result is the
+    point's and SciPy's solve_triangular on that row, bit for bit (the draws of a fixed seed)."""
+    from scipy.linalg import solve_triangular
+
+    rng = np.random.default_rng(3)
+    A = rng.normal(size=(7, 7))
+    whitening = Whitening.from_moments(rng.normal(size=7), A @ A.T + 0.1 * np.eye(7))
+    whitening = Whitening(whitening.mean, np.asarray(whitening.chol, order=order), whitening.log_det)
+    rows = rng.normal(size=(5, 7)) * 30.0
+    many = whitening.whiten(rows)
+    for i, row in enumerate(rows):
+        one = whitening.whiten(row[None])
+        scipy_row = solve_triangular(whitening.chol, (row[None] - whitening.mean).T, lower=True).T
+        assert one.shape == (1, 7)
+        assert np.array_equal(one, scipy_row) and np.array_equal(one[0], whitening.whiten(row))
+        assert np.allclose(one[0], many[i], rtol=1e-12, atol=1e-12)
+
+
 def test_shrunk_covariance():
     rng = np.random.default_rng(0)
     pts = rng.normal(size=(200, 3)) @ np.array([[1.0, 0.0, 0.0], [0.5, 2.0, 0.0], [0.0, 0.0, 1e-3]])

@@ -56,6 +56,8 @@ class Whitening:
         x = np.asarray(x, dtype=float)
         if x.ndim == 1:
             return solve_lower_as_scipy(self.chol, x - self.mean)  # the hot path: once per step
+        if x.shape[0] == 1:  # one row (a GP's prediction at a proposal): the same LAPACK call, bit for bit
+            return solve_lower_as_scipy(self.chol, x[0] - self.mean)[None]
         return solve_triangular(self.chol, (x - self.mean).T, lower=True, check_finite=False).T
 
     def to_model(self, w) -> np.ndarray:
