@@ -82,6 +82,16 @@ def test_chain_autocorrelation_time():
     assert chain_autocorrelation_time(X) == pytest.approx(chain_mean_variance(X) / X.var(), rel=1e-12)
 
 
+@pytest.mark.parametrize("scale", [1e-8, 1e-4, 1e6])
+def test_chain_mean_variance_and_time_are_free_of_units(scale):
+    """Values in other units: the variance scales with their square and the time does not (with an
+    absolute tolerance of 1e-10 on the autocovariances, values with sd 1e-8 had every lag admitted and
+    a variance of about 0)."""
+    X = ar1_chains(40, 15, 0.7, seed=3)
+    assert chain_mean_variance(scale * X) == pytest.approx(scale**2 * chain_mean_variance(X), rel=1e-9)
+    assert chain_autocorrelation_time(scale * X) == pytest.approx(chain_autocorrelation_time(X), rel=1e-9)
+
+
 def test_coordinate_autocorrelation_times_are_each_columns_and_free_of_units():
     """Each coordinate's tau equals chain_autocorrelation_time of its column (FFT against the direct
     sums), whatever its units (1e-4, 1e-8, or 1e4 about 5e6); NaN for a constant coordinate; AR(1) with rho =
@@ -90,8 +100,7 @@ def test_coordinate_autocorrelation_times_are_each_columns_and_free_of_units():
     X[..., 1] *= 1e-4
     X[..., 2] = 1e4 * X[..., 2] + 5e6
     expected = [chain_autocorrelation_time(X[:, :, j]) for j in range(4)]
-    # A rate constant's scale: it varies, so it has its time (chain_autocorrelation_time's absolute
-    # tolerance of 1e-10 on the autocovariances would read every lag of it as admissible).
+    # A rate constant's scale: it varies, so it has its time.
     X[..., 3] *= 1e-8
     assert coordinate_autocorrelation_times(X) == pytest.approx(expected, rel=1e-6)
     constants = np.stack([np.full(X.shape[:2], 2.5), np.full(X.shape[:2], 5e6 + 0.1)], axis=-1)

@@ -118,7 +118,9 @@ def _initial_sequence(values):
     P = X.shape[0]
     X = X - X.mean()
     c = np.array([np.mean(X[: P - k] * X[k:]) * (P - k) / P for k in range(P)])
-    return c, _sequence_end(c, 1e-10)
+    # Rounding room relative to c_0, so that the values' units do not matter (an absolute 1e-10 read every
+    # lag of values with sd 1e-6 as admissible, and their variance as about 0).
+    return c, _sequence_end(c, 1e-10 * c[0] if c[0] > 0 else 0.0)
 
 
 def _sequence_end(c, tolerance: float) -> int:
