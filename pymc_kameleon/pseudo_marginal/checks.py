@@ -45,8 +45,9 @@ def _check_auxiliary(auxiliary_shape, correlation):
     check_number("correlation", correlation, minimum=0, strict=False)
     if not correlation < 1:
         raise ValueError(
-            f"correlation must be in [0, 1), got {correlation!r}: at 1 the auxiliary variables never "
-            "move and the chain targets the likelihood of one fixed u, not the posterior."
+            f"correlation must be in [0, 1), got {correlation!r}: it is the rho of the Crank-Nicolson move "
+            "u' = rho u + sqrt(1 - rho^2) e, and at 1 the auxiliary variables never move (the chain targets "
+            "the likelihood of one fixed u, not the posterior)."
         )
     return shape, float(correlation)
 
