@@ -58,6 +58,10 @@ _STUCK_ACCEPT = 0.01
 # tune=1000, seeds 1-6: drift 1.2-4.3, late drift 0.38-0.59, draws right; seed 5 was told it was
 # still moving). A steady walk keeps about half its drift over the last half.
 _DRIFT_LIMIT = 3.0
+# A drift above this many learned sds is no walk: the learned sds are a sliver of the chain's own moves,
+# so its step collapsed (a chain walking in from 50 sd away drifts by 9-10; a new user's correlated
+# particle-filter chains whose steps collapsed at rho 0.8 and 0.9: 3.6e5 to 7.2e11).
+_COLLAPSED_DRIFT = 1e3
 _LATE_DRIFT_LIMIT = 1.0
 # A climb (TuningReport.climb) above this many sqrt(d/2) means the log density was still rising,
 # unless over the last half of those states (late_climb) it rose by at most _LATE_CLIMB_LIMIT and
@@ -157,7 +161,22 @@ def tuning_problems(
     arrived_early = _arrived_early(report.late_drift, report.drift, _LATE_DRIFT_LIMIT)
     frozen = math.isfinite(report.relative_spread) and report.relative_spread < _FROZEN_LIMIT
     # A frozen chain's learned sds are its collapsed steps: its drift in them says nothing.
-    if math.isfinite(report.drift) and report.drift > _DRIFT_LIMIT and not arrived_early and not frozen:
+    collapsed = math.isfinite(report.drift) and report.drift > _COLLAPSED_DRIFT and not frozen
+    if collapsed:
+        problems.append(
+            f"the chain's step collapsed in tuning: the mean of its last tuning states shifted by "
+            f"{report.drift:.3g} learned posterior sds between their two halves, where a chain walking in "
+            "shifts by 10 at most, so what it learned as the posterior's spread is a sliver of it and its "
+            "draws barely move (a chain held at one point, as by a likelihood estimate far above the "
+            "likelihood, learns such a sliver). With a PseudoMarginalPotential: check the estimator with "
+            "log_estimate_spread (for a correlated one its log_ratio_sd), use more samples per estimate or "
+            "a correlation closer to 1, and start closer to the posterior (initvals); otherwise increase "
+            "`tune`"
+        )
+    if (
+        math.isfinite(report.drift) and report.drift > _DRIFT_LIMIT and not arrived_early and not frozen
+        and not collapsed
+    ):
         problems.append(
             f"the chain was still moving at the end of tuning: the mean of its last tuning states shifted "
             f"by {report.drift:.1f} learned posterior sds (root mean square over coordinates) between their "

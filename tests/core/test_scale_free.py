@@ -636,6 +636,27 @@ def test_report_names_a_coordinate_frozen_by_a_collapsed_step(case):
         assert report.relative_spread > 0.1 and "frozen" not in problems
 
 
+@pytest.mark.parametrize("drift", [9.0, 3.6e5, 7.2e11])
+def test_report_calls_an_absurd_drift_a_collapsed_step_not_a_walk(drift):
+    """A new user's correlated particle-filter chains (rho 0.9) ended tuning with drifts of 5.3e6-7.2e11
+    learned sds and were told they were still moving; they had collapsed (relative spreads 1e-9 to
+    1.6e-4, above the frozen limit). A drift of 9 (a chain walking in) is still a walk (the control)."""
+    from pymc_kameleon.core.adaptation.diagnostics import TuningReport
+    from pymc_kameleon.steps.reporting import tuning_problems
+
+    report = TuningReport(
+        tune_steps=1500, phase="adaptive_metropolis", accept_rate=0.3, wants_kameleon=False,
+        uncovered=math.nan, drift=drift, late_drift=drift / 2, relative_spread=1.6e-4,
+        relative_spread_coordinate=0,
+    )
+    problems = " ".join(tuning_problems(report, 0.234, 0, 3, coordinate_names=["phi", "sig", "tau"]))
+    if drift < 100:
+        assert "still moving" in problems and "collapsed" not in problems
+    else:
+        assert "step collapsed in tuning" in problems and "still moving" not in problems
+        assert "log_ratio_sd" in problems
+
+
 def test_variance_floor_is_one_over_the_mean_squared_gradient():
     """Hand-computed: gradients (2, 1) and (-4, 1) give mean squares (10, 1), so the floor is (0.1, 1);
     a window with a step that had no gradient gives none."""
