@@ -38,7 +38,7 @@ from pymc_kameleon.steps.multilevel_levels import (
     fine_outputs,
 )
 from pymc_kameleon.steps.reporting import warn_after_tuning
-from pymc_kameleon.steps.target_density import Evaluation, TargetDensity
+from pymc_kameleon.steps.target_density import Evaluation, TargetDensity, describe_point
 
 __all__ = ["LOW_FINE_ACCEPTANCE", "MLDA"]
 
@@ -46,6 +46,9 @@ __all__ = ["LOW_FINE_ACCEPTANCE", "MLDA"]
 #: in tuning, MLDA warns (benchmarks/mlda_bias.py: at 0.16, a coarse posterior 2 sds off, MLDA made a
 #: fourteenth of KameleonMetropolis's ESS per fine evaluation; at 0.47, 1 sd off, half).
 LOW_FINE_ACCEPTANCE = 0.2
+# Fine evaluations a chain spends where a coarse density was NaN or -inf, to tell a coarse model that fails
+# where the fine posterior has mass (a wrong answer, silently) from one that is zero where the fine is too.
+_FAILURE_CHECKS = 3
 FINE_DECISIONS_KEPT = 100
 
 
@@ -293,6 +296,7 @@ class MLDA(AdaptiveStep):
         outside = self._follow_outside_variables(evals_before)
         if current is None or outside or not same_array(current.x, y):
             current = chain.move.point(np.array(y, dtype=float, copy=True), logp_y)
+            self._check_coarse_start(current, q0.point_map_info)
         found = self._search_start(current.x, current.at(0))  # on the coarsest level (_search_density)
         if found is not None:
             current = chain.move.point(found[0], found[1].logp)
@@ -304,6 +308,7 @@ class MLDA(AdaptiveStep):
         accepted = new is not current
         if on_evaluation is not None and self._learn_gp_levels():
             chain.current = self._with_gp_levels_updated(chain.current)
+        self._check_coarse_failure()
         finest = self.n_levels - 1
         output_evals = 0
         if self.tune:
@@ -475,6 +480,55 @@ class MLDA(AdaptiveStep):
                 stacklevel=3,
             )
 
+    def _check_coarse_start(self, point: LevelPoint, point_map_info) -> None:
+        """A coarse density NaN at the chain's start leaves it frozen there: say so, as for the fine one."""
+        for k, level in enumerate(self._model_levels):
+            position = self._coarse_levels.index(level)
+            if math.isnan(point.at(position)):
+                raise ValueError(
+                    f"MLDA: coarse_models[{k}]'s log density at the current point is nan "
+                    f"({describe_point(point.x, point_map_info)}), where the fine model's is "
+                    f"{point.at(self.n_levels - 1):.6g}. The chain cannot move from a point where a coarse "
+                    "density is NaN: pass `initvals` to pm.sample where every model is finite, and make the "
+                    "coarse model finite wherever the fine posterior has mass (check it with "
+                    "coarse_model.point_logps())."
+                )
+            level.failed_at = None
+
+    def _check_coarse_failure(self) -> None:
+        """Where a coarse density was NaN or -inf, look at the fine one (up to _FAILURE_CHECKS times a
+        chain, one fine evaluation each, counted in ``logp_evals``): if it is finite there, the draws miss
+        that part of the posterior, silently, so warn once."""
+        chain = self._chain
+        for k, level in enumerate(self._model_levels):
+            x, level.failed_at = level.failed_at, None
+            if x is None or chain.failure_checks >= _FAILURE_CHECKS:
+                continue
+            chain.failure_checks += 1
+            fine = self._target.evaluate(x).logp
+            if not math.isfinite(fine):
+                continue
+            chain.failure_checks = _FAILURE_CHECKS  # once a chain
+            coarse = float(level.log_density(x))
+            level.failed_at = None
+            self._warnings.warn(
+                f"MLDA: coarse_models[{k}]'s log density is {coarse} at {self._describe(x)}, where the fine "
+                f"model's is {fine:.6g}. Every proposal there is rejected before the fine model sees it, so "
+                "the draws miss that part of the posterior (they are exact only where each coarse density is "
+                "finite wherever the fine one is: a coarse model may be as wrong as you like, but not NaN or "
+                "zero where the fine posterior has mass). Make the coarse model finite there (a solver that "
+                "fails where the fine one does not: loosen its tolerance or catch the failure and return a "
+                "rough value).",
+                UserWarning,
+                stacklevel=3,
+            )
+
+    def _describe(self, x) -> str:
+        names = self._coordinate_names
+        if len(names) != len(x):
+            return f"x = {np.array2string(np.asarray(x), precision=4, max_line_width=200)}"
+        return ", ".join(f"{name}={value:.4g}" for name, value in zip(names, x))
+
     def _reevaluated(self, point: LevelPoint) -> LevelPoint:
         """``point`` with its coarse log densities recomputed (after the error model changed them)."""
         return self._chain.move.point(point.x, point.at(self.n_levels - 1))
@@ -559,6 +613,7 @@ class MultilevelChain(ChainState):
     gp_levels: dict = field(default_factory=dict)
     whitening_changed: bool = False
     middle_decisions: dict = field(default_factory=dict)
+    failure_checks: int = 0  # fine evaluations where a coarse density failed (MLDA._check_coarse_failure)
 
 
 def _are_models(value) -> bool:

@@ -69,6 +69,7 @@ class CoarseLevel:
         self.covariance = covariance
         self.shared = dict(shared or {})
         self.n_evals = 0
+        self.failed_at = None  # where the log density was last NaN or -inf, until MLDA has looked
 
     def follow(self, values: dict) -> None:
         """Set the variables outside the block to ``values`` (value-variable name -> value): the
@@ -78,7 +79,10 @@ class CoarseLevel:
 
     def log_density(self, x) -> float:
         self.n_evals += 1
-        return float(self._fn(np.asarray(x, dtype=float)))
+        value = float(self._fn(np.asarray(x, dtype=float)))
+        if not value > -np.inf:  # NaN or -inf: MLDA checks the fine model there (MLDA._check_coarse_failure)
+            self.failed_at = np.array(x, dtype=float, copy=True)
+        return value
 
     def evaluate(self, x) -> Evaluation:
         """The log density at ``x`` as an evaluation (what the start search reads)."""
