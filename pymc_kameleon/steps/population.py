@@ -32,6 +32,7 @@ from __future__ import annotations
 import inspect
 import warnings
 
+import cloudpickle
 import numpy as np
 import pymc as pm
 
@@ -80,6 +81,8 @@ class PooledTuning:
         with it, so that after ``pm.sample(cores=1)`` the user's step shows the last chain's state
         (its GP, its learned covariance, its proposal), as it does with per-chain tuning.
         """
+        if chain_index == 0 and len(population) > 1 and (_sample_argument("cores") or 1) > 1:
+            self._warn_if_population_cannot_travel()
         if chain_index == 0 and _sample_callback() is not None:
             warnings.warn(
                 f"{type(self).__name__}: pm.sample's callback is never called: PyMC's population sampler, "
@@ -95,6 +98,26 @@ class PooledTuning:
         registry = self.__dict__.get("_population_steps")
         if registry is not None:
             registry[chain_index] = self
+
+    def _warn_if_population_cannot_travel(self) -> None:
+        """With ``cores>1`` PyMC's population sampler cloudpickles each chain's step into its own process,
+        and when that fails it steps the chains one after another in this process, saying why only in a
+        debug log (a new user's ``as_op`` made inside a function: the 4 chains ran on one core). Try it
+        first (once), and say what failed and what to do."""
+        try:
+            cloudpickle.dumps(self, protocol=4)
+        except Exception as err:  # whatever PyMC's attempt will meet
+            said = str(err).strip().splitlines()[0][:300] if str(err).strip() else "no message"
+            warnings.warn(
+                f"{type(self).__name__}: with cores>1 pooled tuning runs the chains as PyMC's population, "
+                f"one process each, which needs the step and the model picklable; here it is not "
+                f"({type(err).__name__}: {said}), so PyMC will step the chains one after another in this "
+                "process, on one core. Define the model's Ops (as_op, custom Ops, the functions they call) "
+                "at the top level of an importable module, not inside a function, or make the step with "
+                "tuning='per_chain' (each chain tunes alone, in its own process).",
+                UserWarning,
+                stacklevel=3,
+            )
 
     def _last_run(self):
         if self.__dict__.get("_population_member"):
@@ -198,11 +221,16 @@ def pooled_class_for(cls, args, kwargs, default: str):
 def _sample_callback():
     """The ``callback`` of the ``pm.sample`` call that is linking the population, or None (PyMC's
     population sampler takes it and never calls it; no hook tells a step, so its frame is read)."""
+    return _sample_argument("callback")
+
+
+def _sample_argument(name: str):
+    """The local ``name`` (an argument) of the ``pm.sample`` call running now, or None outside one."""
     frame = inspect.currentframe()
     try:
         while frame is not None:
             if frame.f_code.co_name == "sample" and frame.f_globals.get("__name__") == "pymc.sampling.mcmc":
-                return frame.f_locals.get("callback")
+                return frame.f_locals.get(name)
             frame = frame.f_back
         return None
     finally:

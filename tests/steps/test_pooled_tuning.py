@@ -338,3 +338,29 @@ def test_chains_whose_tuning_agreed_but_whose_draws_disagree_are_warned_about():
     gives other draws: whether the tuning states agreed differs, the draws' warning does not."""
     said = _disagreement_warnings("banana-8d", 2025, CROSS_CHAIN_DRAWS + 10)
     assert len(said) == 1 and f"disagree over their first {CROSS_CHAIN_DRAWS} draws" in said[0], said
+
+
+@pytest.mark.parametrize("picklable", [False, True], ids=["unpicklable-op", "control"])
+def test_a_population_that_cannot_go_to_its_processes_is_named(picklable):
+    """With cores>1 PyMC cloudpickles each chain's step into its own process and, failing, steps the chains
+    one after another here, saying why only in a debug log (a new user's as_op made inside a function: 4
+    chains on one core). The step tries first and says what failed and what to do; a picklable model
+    (the control) hears nothing."""
+    import pytensor.tensor as pt
+    from pytensor.compile.ops import as_op
+
+    @as_op(itypes=[pt.dvector], otypes=[pt.dscalar])  # made inside a function, as the user's was
+    def log_density(x):
+        return np.asarray(-0.5 * float(x @ x))
+
+    with pm.Model() as model:
+        x = pm.Flat("x", shape=2)
+        pm.Potential("lp", -0.5 * (x**2).sum() if picklable else log_density(x))
+    with model, warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        pm.sample(step=KameleonMetropolis(), tune=60, draws=20, chains=2, cores=2, random_seed=1, **SAMPLE_KW)
+    said = [str(w.message) for w in record if "one after another" in str(w.message)]
+    if picklable:
+        assert said == []
+    else:
+        assert len(said) == 1 and "Can't pickle" in said[0] and "tuning='per_chain'" in said[0], said
