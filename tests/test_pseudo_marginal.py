@@ -181,9 +181,11 @@ def test_stock_steps_that_would_re_estimate_are_refused(step_cls):
 def test_on_misuse_warn_lets_stock_metropolis_run():
     model = simple_model(noisy_gaussian_estimator(), on_misuse="warn")
     with model:
-        with pytest.warns(UserWarning, match="Monte-Carlo-within-Metropolis"):
+        with pytest.warns(UserWarning, match="Monte-Carlo-within-Metropolis") as record:
             idata = pm.sample(step=pm.Metropolis(), draws=20, tune=10, chains=1, **SAMPLE_KW)
     assert idata.posterior["theta"].shape == (1, 20)
+    # It does not advise the option the user already passed (a new user was told to).
+    assert not any("Pass on_misuse='warn'" in str(w.message) for w in record)
 
 
 # ------------------------------------------------------------------ estimator failures

@@ -151,7 +151,8 @@ class PseudoMarginalOp(Op):
             "PyMC's own step methods re-estimate a random likelihood at the current state on every "
             "step (Monte-Carlo-within-Metropolis), which samples the wrong distribution. "
             + _right_step_advice(self.potential_name)
-            + " Pass on_misuse='warn' to PseudoMarginalPotential to run it anyway."
+            + ("" if self.on_misuse == "warn" else
+               " Pass on_misuse='warn' to PseudoMarginalPotential to run it anyway.")
         )
         if self.on_misuse == "raise":
             raise PseudoMarginalMisuseError(message)

@@ -439,7 +439,8 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         draws too (:class:`~pymc_kameleon.steps.reporting.DrawsAgreement`)."""
         warned = self._warnings.n_warned > 0
         message = self._chain.stuck.message(
-            type(self).__name__, accepted, self.tune, warned, pseudo_marginal=self._target.has_estimates
+            type(self).__name__, accepted, self.tune, warned, pseudo_marginal=self._target.has_estimates,
+            remedy=self._stuck_remedy(),
         )
         if message:
             self._warnings.warn(message, UserWarning, stacklevel=3)
@@ -450,6 +451,10 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
                 self._chain.draws_agreement = None
             if message:
                 self._warnings.warn(message, UserWarning, stacklevel=3)
+
+    def _stuck_remedy(self) -> str | None:
+        """The advice of the after-tuning warning of a stuck chain (None: more tuning, a closer start)."""
+        return None
 
     @staticmethod
     def competence(var, has_grad):

@@ -480,6 +480,16 @@ class MLDA(AdaptiveStep):
                 stacklevel=3,
             )
 
+    def _stuck_remedy(self) -> str:
+        """MLDA's likeliest cause of a stuck chain is a coarse posterior far from the fine one."""
+        error_model = "adaptive_error_model=True (for observed pm.Normal likelihoods), "
+        error_model = "" if self.adaptive_error_model else error_model
+        return (
+            "With MLDA the likeliest cause is a coarse posterior far from the fine one (the end-of-tuning "
+            f"warning gives the finest level's acceptance): try {error_model}a coarse model closer to the "
+            "fine one, or smaller subsampling_rates; otherwise increase `tune`."
+        )
+
     def _check_coarse_start(self, point: LevelPoint, point_map_info) -> None:
         """A coarse density NaN at the chain's start leaves it frozen there: say so, as for the fine one."""
         for k, level in enumerate(self._model_levels):

@@ -311,13 +311,14 @@ class StuckAfterTuning:
 
     def message(
         self, step_name: str, accepted: bool, tune: bool, warned_before: bool = False,
-        pseudo_marginal: bool = False,
+        pseudo_marginal: bool = False, remedy: str | None = None,
     ) -> str | None:
         """The warning's text at the :data:`STUCK_DRAWS`-th rejection in a row after tuning, else None.
 
         ``warned_before``: whether the step already warned in this chain (its text then points there;
         otherwise it says that tuning looked fine, which narrows the causes). ``pseudo_marginal``: the
-        model has an estimated likelihood, whose kept estimate is the likeliest cause.
+        model has an estimated likelihood, whose kept estimate is the likeliest cause. ``remedy``: the
+        step's own advice, in place of more tuning or a closer start.
         """
         if tune or self.said:
             return None
@@ -345,9 +346,8 @@ class StuckAfterTuning:
         )
         return (
             f"{step_name}: after tuning the chain rejected {STUCK_DRAWS} proposals in a row, so it is stuck "
-            f"and its draws repeat one point, not the posterior; {why}. Increase `tune`, or start closer "
-            "to the posterior (for a pseudo-marginal likelihood, an estimate far above the true value "
-            "sticks the chain: use more samples per estimate)."
+            f"and its draws repeat one point, not the posterior; {why}. "
+            + (remedy or "Increase `tune`, or start closer to the posterior.")
         )
 
 

@@ -262,6 +262,10 @@ def test_stuck_after_tuning_counts_rejections_in_a_row_and_says_so_once():
     said = [watch.message("S", False, tune=False) for _ in range(3 * STUCK_DRAWS)]
     assert said[STUCK_DRAWS - 1].startswith(f"S: after tuning the chain rejected {STUCK_DRAWS} proposals")
     assert sum(m is not None for m in said) == 1
+    assert "pseudo-marginal" not in said[STUCK_DRAWS - 1]  # that case has its own text
+    fresh = StuckAfterTuning()
+    own = [fresh.message("S", False, False, remedy="Try R.") for _ in range(STUCK_DRAWS)][-1]
+    assert own.endswith("Try R.") and "Increase `tune`" not in own  # a step's own advice (MLDA's)
 
 
 @pytest.mark.parametrize("warned_before", [True, False])

@@ -405,3 +405,15 @@ def test_a_coarse_density_nan_at_the_start_is_a_clear_error():
     with conjugate_model(), pytest.raises(ValueError, match=match):
         pm.sample(draws=10, tune=10, chains=1, step=MLDA(coarse_models=[coarse]), random_seed=3,
                   initvals={"mu": np.array([threshold + 1.0, 0.0])}, **SAMPLE_KW)
+
+
+def test_a_stuck_chain_is_told_mldas_own_remedies():
+    """A new user's chain stuck behind a biased coarse model was told to tune longer or start closer (and
+    about pseudo-marginal estimates); MLDA names the coarse model, the error model and the rates."""
+    fine, coarse = conjugate_model(), conjugate_model(3.0)
+    with fine:
+        plain = MLDA(coarse_models=[coarse])
+        corrected = MLDA(coarse_models=[coarse], adaptive_error_model=True)
+    said = plain._stuck_remedy()
+    assert "adaptive_error_model=True" in said and "subsampling_rates" in said
+    assert "adaptive_error_model" not in corrected._stuck_remedy()
