@@ -166,18 +166,24 @@ def _observed_shape(value) -> tuple:
 
 def corrected_names(fine, coarse_models) -> list[str]:
     """The observed variables the error model corrects: ``pm.Normal`` in every level, same name and shape."""
-    names = []
+    names, seen = [], []
     for name, rv in _normal_observed(fine).items():
         shape = _observed_shape(fine.rvs_to_values[rv])
         theirs = [_normal_observed(coarse).get(name) for coarse in coarse_models]
-        if all(t is not None and _observed_shape(c.rvs_to_values[t]) == shape
-               for t, c in zip(theirs, coarse_models)):
+        shapes = [
+            None if t is None else _observed_shape(c.rvs_to_values[t]) for t, c in zip(theirs, coarse_models)
+        ]
+        if all(s == shape for s in shapes):
             names.append(name)
+        seen.append(f"{name!r} {shape} in the model, " + ", ".join(
+            f"{'none' if s is None else s} in coarse_models[{k}]" for k, s in enumerate(shapes)))
     if not names:
+        found = "; ".join(seen) if seen else "the model in context has no observed pm.Normal"
         raise ValueError(
             "MLDA(adaptive_error_model=True) corrects observed pm.Normal variables that the model in context "
-            "and every coarse model have under the same name and shape; there is none. Write the "
-            "likelihood as pm.Normal(name, mu=forward_model(...), sigma=..., observed=data) at every level."
+            f"and every coarse model have under the same name and shape; there is none ({found}). Write the "
+            "likelihood as pm.Normal(name, mu=forward_model(...), sigma=..., observed=data) at every level, "
+            "observing the same data."
         )
     return names
 

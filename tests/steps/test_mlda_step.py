@@ -163,8 +163,14 @@ def test_the_error_model_needs_a_normal_likelihood_at_every_level():
     with pm.Model() as coarse:
         mu = pm.Normal("mu", 0, 10, shape=2)
         pm.StudentT("y", nu=5, mu=mu, sigma=1, observed=DATA)
-    with offset_model(), pytest.raises(ValueError, match="observed pm.Normal variables"):
+    missing = r"'y' \(20, 2\) in the model, none in coarse_models\[0\]"
+    with offset_model(), pytest.raises(ValueError, match=missing):
         MLDA(coarse_models=[coarse], adaptive_error_model=True)
+    with pm.Model() as fewer:  # a new user's coarse model observed half the data: the shapes are named
+        mu = pm.Normal("mu", 0, 10, shape=2)
+        pm.Normal("y", mu, 1, observed=DATA[:10])
+    with offset_model(), pytest.raises(ValueError, match=r"'y' \(20, 2\) in the model, \(10, 2\) in coarse"):
+        MLDA(coarse_models=[fewer], adaptive_error_model=True)
 
 
 # ------------------------------------------------------------------------------------ bad input
