@@ -192,6 +192,7 @@ class ChainState:
 
     warnings: StepWarnings = field(default_factory=StepWarnings)
     stuck: StuckAfterTuning = field(default_factory=StuckAfterTuning)
+    nan_said: bool = False  # the after-tuning warning of a NaN log density at a proposal was given
     searched: bool = False
     cumulative_logp_evals: int = 0
     recent: RecentRates = field(default_factory=RecentRates)
@@ -437,6 +438,7 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         """After tuning: warn once if the chain rejects :data:`~pymc_kameleon.steps.reporting.STUCK_DRAWS`
         proposals in a row, and if chains that disagreed at the end of tuning disagree over their first
         draws too (:class:`~pymc_kameleon.steps.reporting.DrawsAgreement`)."""
+        self._check_nan_density()
         warned = self._warnings.n_warned > 0
         message = self._chain.stuck.message(
             type(self).__name__, accepted, self.tune, warned, pseudo_marginal=self._target.has_estimates,
@@ -451,6 +453,33 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
                 self._chain.draws_agreement = None
             if message:
                 self._warnings.warn(message, UserWarning, stacklevel=3)
+
+    def _check_nan_density(self) -> None:
+        """After tuning, say once a chain where the model's log density was NaN at a proposal: it is
+        rejected as a zero density, so a model that fails inside the posterior (an ODE solver) cuts
+        that region out of the draws with nothing else to show for it. (During tuning a chain walking in
+        from far away often meets such points, and they are forgotten.)"""
+        target = self._target
+        x, target.nan_at = target.nan_at, None
+        if x is None or self.tune or self._chain.nan_said:
+            return
+        self._chain.nan_said = True
+        self._warnings.warn(
+            f"{type(self).__name__}: after tuning, the model's log density was NaN at a proposal "
+            f"({self._describe_point(x)}); it is rejected, as a point of zero density. If the model "
+            "fails there for numerical reasons (an ODE solver, an overflow) rather than having zero "
+            "density, the draws miss that part of the posterior: make the model finite there, or -inf "
+            "where the density really is zero. Said once per chain.",
+            UserWarning,
+            stacklevel=4,
+        )
+
+    def _describe_point(self, x) -> str:
+        """``x`` by the user's coordinate names (``log(sigma)=-1.92, x0=1.65``)."""
+        names = getattr(self, "_coordinate_names", None) or []
+        if len(names) != len(x):
+            return f"x = {np.array2string(np.asarray(x), precision=4, max_line_width=200)}"
+        return ", ".join(f"{name}={value:.4g}" for name, value in zip(names, x))
 
     def _stuck_remedy(self) -> str | None:
         """The advice of the after-tuning warning of a stuck chain (None: more tuning, a closer start)."""

@@ -522,22 +522,16 @@ class MLDA(AdaptiveStep):
             coarse = float(level.log_density(x))
             level.failed_at = None
             self._warnings.warn(
-                f"MLDA: coarse_models[{k}]'s log density is {coarse} at {self._describe(x)}, where the fine "
-                f"model's is {fine:.6g}. Every proposal there is rejected before the fine model sees it, so "
-                "the draws miss that part of the posterior (they are exact only where each coarse density is "
-                "finite wherever the fine one is: a coarse model may be as wrong as you like, but not NaN or "
-                "zero where the fine posterior has mass). Make the coarse model finite there (a solver that "
-                "fails where the fine one does not: loosen its tolerance or catch the failure and return a "
-                "rough value).",
+                f"MLDA: coarse_models[{k}]'s log density is {coarse} at {self._describe_point(x)}, "
+                f"where the fine model's is {fine:.6g}. Every proposal there is rejected before the fine "
+                "model sees it, so the draws miss that part of the posterior (they are exact only where "
+                "each coarse density is finite wherever the fine one is: a coarse model may be as wrong as "
+                "you like, but not NaN or zero where the fine posterior has mass). Make the coarse model "
+                "finite there (a solver that fails where the fine one does not: loosen its tolerance or "
+                "catch the failure and return a rough value).",
                 UserWarning,
                 stacklevel=3,
             )
-
-    def _describe(self, x) -> str:
-        names = self._coordinate_names
-        if len(names) != len(x):
-            return f"x = {np.array2string(np.asarray(x), precision=4, max_line_width=200)}"
-        return ", ".join(f"{name}={value:.4g}" for name, value in zip(names, x))
 
     def _reevaluated(self, point: LevelPoint) -> LevelPoint:
         """``point`` with its coarse log densities recomputed (after the error model changed them)."""

@@ -179,6 +179,7 @@ class TargetDensity:
         self._cur_q = None
         self._cur = None
         self._cur_shared = ()
+        self.nan_at = None  # a proposal whose log density was NaN, until the step has looked (_check_draws)
         # Seeded from the step's generator at the chain's first step (see `current`): PyMC sets
         # each chain's generator after the per-chain reset (or without one, in worker processes).
         self.estimator_rng = None
@@ -227,8 +228,10 @@ class TargetDensity:
         finite; see :meth:`_proposal_estimates`)."""
         exact, inputs = self._exact_and_inputs(x)
         if not self.terms:
+            self._note_nan(x, exact)
             return Evaluation(exact, exact)
         if not math.isfinite(exact):
+            self._note_nan(x, exact)
             return Evaluation(exact if exact != math.inf else math.nan, exact, (), inputs)
         estimates, auxiliaries = self._proposal_estimates(inputs)
         return Evaluation(exact + sum(estimates), exact, estimates, inputs, auxiliaries=auxiliaries)
@@ -236,6 +239,11 @@ class TargetDensity:
     def __call__(self, x) -> float:
         """Log density at ``x`` with fresh estimates (see :meth:`evaluate`)."""
         return self.evaluate(x).logp
+
+    def _note_nan(self, x, value: float) -> None:
+        """Keep ``x`` if the log density there is NaN (or +inf, which is rejected as NaN is)."""
+        if self.nan_at is None and (math.isnan(value) or value == math.inf):
+            self.nan_at = np.array(x, dtype=float, copy=True)
 
     # ---------------------------------------------------------- current state
     def accept(self, x, evaluation: Evaluation):
@@ -510,10 +518,12 @@ class SplitTargetDensity(TargetDensity):
         """
         lp, glp = self.prior(x) if prior is None else prior
         if not math.isfinite(lp):
+            self._note_nan(x, lp)
             bad = -math.inf if lp == -math.inf else math.nan
             return Evaluation(bad, bad, log_prior=lp, grad_log_prior=glp)
         ll, gll, inputs = self._loglik_and_inputs(x)
         if not math.isfinite(ll):
+            self._note_nan(x, ll)
             bad = -math.inf if ll == -math.inf else math.nan
             return Evaluation(bad, bad, (), inputs, lp, ll, glp, gll)
         estimates, auxiliaries = self._proposal_estimates(inputs)

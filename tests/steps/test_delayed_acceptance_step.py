@@ -461,12 +461,17 @@ def test_nonfinite_likelihood_at_proposals_is_rejected(cls, bad):
         x = pm.Normal("x", 0, 1)
         pm.Potential("wall", pm.math.switch(x > 1.0, bad, -0.5 * (x - 0.5) ** 2))
         step = cls(initial_scale=1.5, rng=16)
-    rows = drive(model, step, 1500, stop_tuning_at=500)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        rows = drive(model, step, 1500, stop_tuning_at=500)
     draws = np.array([float(new["x"]) for _, new, _ in rows])
     assert np.all(np.isfinite(draws)) and draws.max() <= 1.0 and draws.min() < -1.0
     assert np.all(np.isfinite(step.gp.values)) and step.gp.X.max() <= 1.0
     hit_wall = [s for _, _, s in rows if s["exact_eval"] and s["stage2_accept"] == 0.0]
     assert hit_wall  # proposals beyond the wall were evaluated and rejected
+    # A NaN after tuning is said once (the region is missing from the draws); -inf, zero density, is not.
+    said = [w for w in record if "log density was NaN at a proposal" in str(w.message)]
+    assert len(said) == (1 if np.isnan(bad) else 0), [str(w.message) for w in said]
 
 
 def test_prior_outside_support_is_rejected_without_a_likelihood_evaluation():
