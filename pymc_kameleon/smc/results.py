@@ -30,6 +30,11 @@ def stage_stats(idata, name: str) -> list[np.ndarray]:
     statistic (not from ``pm.sample_smc``, or a name it does not record) raises a ValueError that lists
     the statistics it has.
     """
+    if not hasattr(idata, "groups"):  # a MultiTrace (return_inferencedata=False), a dict, ...
+        raise TypeError(
+            f"Expected the InferenceData that pm.sample_smc returns, got a {type(idata).__name__}: sample "
+            "with return_inferencedata=True (PyMC's default) and pass its result."
+        )
     stats = getattr(idata, "sample_stats", None)
     if stats is None or name not in stats:
         have = sorted(stats.data_vars) if stats is not None else []

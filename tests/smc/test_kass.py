@@ -434,6 +434,9 @@ def test_log_evidence_of_a_non_smc_inferencedata_says_so():
     mcmc = inference_data(posterior={"x": np.zeros((2, 5))}, sample_stats={"accept": np.ones((2, 5))})
     with pytest.raises(ValueError, match="not from pm.sample_smc.*hold: accept"):
         log_evidence(mcmc)
+    # A new user's MultiTrace (return_inferencedata=False) was called an InferenceData holding nothing.
+    with pytest.raises(TypeError, match="got a dict: sample with return_inferencedata=True"):
+        log_evidence({"log_marginal_likelihood": np.zeros(3)})
     smc = inference_data(posterior={"x": np.zeros((2, 5))},
                          sample_stats={"log_marginal_likelihood": np.zeros((2, 3)), "beta": np.ones((2, 3))})
     with pytest.raises(ValueError, match="statistic 'bogus'; its sample_stats hold: beta, log_marg"):
