@@ -354,8 +354,10 @@ def batch_matches(fn, X, prior_logp, likelihood_logp, strict: bool, warnings) ->
     same = same_values(prior, prior_logp[:k]) and same_values(loglik, likelihood_logp[:k])
     if not same:
         message = (
-            "KASS: the vectorised model log density disagrees with PyMC's per-particle one "
-            "(a random term?); evaluating particles one by one."
+            "KASS: the vectorised model log density disagrees with PyMC's per-particle one (a random "
+            "term, or a parameter check such as sigma > 0 that the vectorised graph applies to all "
+            "particles at once, so one particle outside it sets every one to -inf); evaluating particles "
+            "one by one (correct, slower)."
         )
         if strict:
             raise ValueError(message)

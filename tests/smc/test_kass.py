@@ -663,6 +663,21 @@ def test_vectorised_log_density_is_used_on_fixture_model_types(name, recwarn):
     np.testing.assert_allclose(prior, kernel.prior_logp[:5], rtol=1e-10)
 
 
+def test_a_parameter_check_that_the_vectorised_graph_pools_falls_back_and_says_why():
+    """sigma = sqrt(mu + 1) is NaN for mu < -1: PyMC's check (sigma > 0) over a vectorised batch sets every
+    particle to -inf when one is outside, so the kernel evaluates particle by particle; a new user was told
+    'a random term?', which the model did not have."""
+    import pytensor.tensor as pt
+
+    y = np.random.default_rng(0).normal(1.0, 1.0, 20)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 3)
+        pm.Normal("y", mu, pt.sqrt(mu + 1.0), observed=y)
+    with pytest.warns(RuntimeWarning, match="parameter check such as sigma > 0"):
+        _, log_z, _ = run_smc(model, KASS, chains=1, draws=200, var="mu")
+    assert np.isfinite(log_z[0])
+
+
 def test_stalled_moves_warn_once_per_chain_naming_the_stage():
     """A proposal scale frozen 1000x too wide accepts nothing: one warning per chain, naming the
     worst stage's acceptance and the sweep cap. Control: the default adapts and stays silent.
