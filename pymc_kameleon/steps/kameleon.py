@@ -120,7 +120,9 @@ class KameleonMetropolis(AdaptiveStep):
         Starting :math:`\nu^2`. By default it is set when the first :math:`Z` is drawn, so
         that the average proposal variance matches the tuned random-walk variance.
     target_accept : float, default 0.234
-        Target acceptance rate for the Robbins-Monro adaptation of :math:`\nu^2`.
+        Target acceptance rate of the walk's moves for the Robbins-Monro adaptation of their scale
+        (the Adaptive Metropolis scale :math:`\lambda`, and :math:`\nu^2` once the Kameleon component
+        has joined); the independence component's draws are not tuned to it.
     am_weight : float, default 0.1
         Weight :math:`\rho` of the Adaptive Metropolis walk in the mixture once the Kameleon component
         has joined; 1 never uses the Kameleon component.
