@@ -14,8 +14,7 @@ import math
 import numpy as np
 from scipy.special import logsumexp, ndtr
 
-from pymc_kameleon.core.validation import check_number
-from pymc_kameleon.pseudo_marginal.checks import _auxiliary_shape, _check_positive_int
+from pymc_kameleon.pseudo_marginal.checks import _auxiliary_shape, _check_auxiliary, _check_positive_int
 
 
 def log_mean_exp(log_values, axis=None):
@@ -287,19 +286,16 @@ def log_estimate_spread(
         values = np.array([log_estimator(*params, rng) for _ in range(int(n_repeats))], dtype=float)
         ratios = None
     else:
-        shape = _auxiliary_shape(auxiliary_shape)
-        if correlation is not None:
-            check_number("correlation", correlation, minimum=0, strict=False)
-            if not correlation < 1:
-                raise ValueError(f"correlation must be in [0, 1), got {correlation!r}.")
-        values, ratios = np.empty(int(n_repeats)), np.empty(int(n_repeats))
+        # PseudoMarginalPotential's own checks of the shape and of rho (0 stands for "no ratios" here).
+        shape, rho = _check_auxiliary(auxiliary_shape, 0.0 if correlation is None else correlation)
+        values = np.empty(int(n_repeats))
+        ratios = None if correlation is None else np.empty(int(n_repeats))
         for i in range(int(n_repeats)):
             u = rng.standard_normal(shape)
             values[i] = log_estimator(*params, u)
-            if correlation is not None:
-                moved = correlation * u + math.sqrt(1.0 - correlation**2) * rng.standard_normal(shape)
+            if ratios is not None:
+                moved = rho * u + math.sqrt(1.0 - rho**2) * rng.standard_normal(shape)
                 ratios[i] = float(log_estimator(*params, moved)) - values[i]
-        ratios = ratios if correlation is not None else None
     finite = values[np.isfinite(values)]
     out = {
         "mean": float(np.mean(finite)) if finite.size else -math.inf,

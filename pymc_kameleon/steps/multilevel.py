@@ -511,16 +511,15 @@ class MLDA(AdaptiveStep):
         that part of the posterior, silently, so warn once."""
         chain = self._chain
         for k, level in enumerate(self._model_levels):
-            x, level.failed_at = level.failed_at, None
-            if x is None or chain.failure_checks >= _FAILURE_CHECKS:
+            failed, level.failed_at = level.failed_at, None
+            if failed is None or chain.failure_checks >= _FAILURE_CHECKS:
                 continue
+            x, coarse = failed
             chain.failure_checks += 1
             fine = self._target.evaluate(x).logp
             if not math.isfinite(fine):
                 continue
             chain.failure_checks = _FAILURE_CHECKS  # once a chain
-            coarse = float(level.log_density(x))
-            level.failed_at = None
             self._warnings.warn(
                 f"MLDA: coarse_models[{k}]'s log density is {coarse} at {self._describe_point(x)}, "
                 f"where the fine model's is {fine:.6g}. Every proposal there is rejected before the fine "

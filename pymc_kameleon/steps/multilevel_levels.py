@@ -69,7 +69,7 @@ class CoarseLevel:
         self.covariance = covariance
         self.shared = dict(shared or {})
         self.n_evals = 0
-        self.failed_at = None  # where the log density was last NaN or -inf, until MLDA has looked
+        self.failed_at = None  # (x, value) where the log density was last NaN or -inf, until MLDA has looked
 
     def follow(self, values: dict) -> None:
         """Set the variables outside the block to ``values`` (value-variable name -> value): the
@@ -81,7 +81,7 @@ class CoarseLevel:
         self.n_evals += 1
         value = float(self._fn(np.asarray(x, dtype=float)))
         if not value > -np.inf:  # NaN or -inf: MLDA checks the fine model there (MLDA._check_coarse_failure)
-            self.failed_at = np.array(x, dtype=float, copy=True)
+            self.failed_at = (np.array(x, dtype=float, copy=True), value)
         return value
 
     def evaluate(self, x) -> Evaluation:

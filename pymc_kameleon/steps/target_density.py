@@ -227,12 +227,12 @@ class TargetDensity:
         """Log density at a proposal ``x``, with fresh estimates (skipped where the exact part is not
         finite; see :meth:`_proposal_estimates`)."""
         exact, inputs = self._exact_and_inputs(x)
-        if not self.terms:
-            self._note_nan(x, exact)
-            return Evaluation(exact, exact)
         if not math.isfinite(exact):
             self._note_nan(x, exact)
-            return Evaluation(exact if exact != math.inf else math.nan, exact, (), inputs)
+            if self.terms:
+                return Evaluation(exact if exact != math.inf else math.nan, exact, (), inputs)
+        if not self.terms:
+            return Evaluation(exact, exact)
         estimates, auxiliaries = self._proposal_estimates(inputs)
         return Evaluation(exact + sum(estimates), exact, estimates, inputs, auxiliaries=auxiliaries)
 
