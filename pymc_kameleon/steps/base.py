@@ -439,12 +439,11 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         proposals in a row, and if chains that disagreed at the end of tuning disagree over their first
         draws too (:class:`~pymc_kameleon.steps.reporting.DrawsAgreement`)."""
         self._check_nan_density()
-        warned = self._warnings.n_warned > 0
-        message = self._chain.stuck.message(
-            type(self).__name__, accepted, self.tune, warned, pseudo_marginal=self._target.has_estimates,
-            remedy=self._stuck_remedy(),
-        )
-        if message:
+        if self._chain.stuck.count(accepted, self.tune):
+            message = self._chain.stuck.text(
+                type(self).__name__, self._warnings.n_warned > 0, pseudo_marginal=self._target.has_estimates,
+                remedy=self._stuck_remedy(),
+            )
             self._warnings.warn(message, UserWarning, stacklevel=3)
         agreement = self._chain.draws_agreement
         if agreement is not None and not self.tune:

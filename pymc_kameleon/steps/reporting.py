@@ -320,12 +320,26 @@ class StuckAfterTuning:
         model has an estimated likelihood, whose kept estimate is the likeliest cause. ``remedy``: the
         step's own advice, in place of more tuning or a closer start.
         """
-        if tune or self.said:
+        if not self.count(accepted, tune):
             return None
+        return self.text(step_name, warned_before, pseudo_marginal, remedy)
+
+    def count(self, accepted: bool, tune: bool) -> bool:
+        """Count one step; True once, at the :data:`STUCK_DRAWS`-th rejection in a row after tuning
+        (the step then builds the warning with :meth:`text`, not at every step)."""
+        if tune or self.said:
+            return False
         self.rejected_in_a_row = 0 if accepted else self.rejected_in_a_row + 1
         if self.rejected_in_a_row < STUCK_DRAWS:
-            return None
+            return False
         self.said = True
+        return True
+
+    def text(
+        self, step_name: str, warned_before: bool = False, pseudo_marginal: bool = False,
+        remedy: str | None = None,
+    ) -> str:
+        """The warning of a stuck chain (the arguments as :meth:`message`'s)."""
         if pseudo_marginal:
             # A new user's GP-DA chains sat inside the posterior on estimates 2 nats too high for 500-1200
             # draws, then moved on: the funnel advice below misled there.

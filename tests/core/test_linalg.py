@@ -214,6 +214,8 @@ def test_same_array():
     assert not same_array(a, np.array([1.0, 2.0, 3.0]))
     assert not same_array(a, np.array([1.0, 2.5]))
     assert not same_array(np.array([np.nan]), np.array([np.nan]))  # NaN never equals itself
+    assert same_array(np.array([0.0, 1.0]), np.array([-0.0, 1.0]))  # as ==, whatever the bytes
+    assert not same_array(np.array([0.0, 1.0]), np.array([0.0, 1.0 + 1e-16 * 2]))
 
 
 def test_gaussian_logpdf_far_out_is_minus_inf_without_a_warning():

@@ -989,6 +989,27 @@ def test_fitted_independence_density_by_monte_carlo_and_negative_control():
     assert abs(_density_identity_z(prop, y, learned.log_density)) > 6
 
 
+def test_the_kept_terms_at_an_unchanged_state_follow_the_shape_and_the_whitening():
+    """The whitened state and its independence term are kept while the state stays (a rejected
+    proposal); a new shape, the fit switched off, or a new whitening is used at the next move."""
+    prop = in_am_phase_with_fitted_independence()
+    y, rng = np.array([0.5, -1.5]), np.random.default_rng(3)
+    first = prop.propose(y, rng)
+    assert first.log_q_reverse == pytest.approx(prop.log_density(y, first.x), rel=1e-12)
+    changes = (
+        lambda state: setattr(state, "independence_fit", IndependenceProposal(-FIT_B, FIT_A, INDEPENDENCE_DF)),
+        lambda state: setattr(state, "independence_uses_fit", False),
+        lambda state: setattr(state, "whitening", Whitening.from_moments(M + 1.0, 2.0 * C)),
+    )
+    for change in changes:
+        before = prop.propose(y, rng)
+        change(prop.state)
+        move = prop.propose(y, rng)
+        assert move.log_q_reverse == pytest.approx(prop.log_density(y, move.x), rel=1e-12)
+        # the negative control: the reverse term before the change is not the one after it
+        assert before.log_q_reverse != pytest.approx(prop.log_density(y, before.x), rel=1e-6)
+
+
 def test_without_the_independence_weight_no_uniform_is_drawn():
     """independence_weight=0 leaves the random stream as it was before the component existed: the AM
     move is y + lam L eps with the first normals of the stream."""

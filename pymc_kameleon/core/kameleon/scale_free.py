@@ -91,8 +91,12 @@ class ScaleFreeProposal(Proposal):
         self.on_jitter = on_jitter
         self._scan = CoordinateProposal(state.scan)
         self._moves = None  # KameleonMoves on state.family
-        # (whitening, model point, its whitened coordinates) of the last accepted Kameleon-phase move
+        # (whitening, model point, its whitened coordinates): the last accepted Kameleon-phase move's, or
+        # the current state's as last whitened (a rejected proposal leaves the state where it was)
         self._current_white = None
+        # (whitened current state, shape, whitening, log density there): the independence component's
+        # density at the state, the reverse move's, the same while the state stays
+        self._current_independence = None
 
     @property
     def symmetric(self) -> bool:
@@ -118,9 +122,12 @@ class ScaleFreeProposal(Proposal):
 
     def _whitened_current(self, y) -> np.ndarray:
         cur = self._current_white
-        if cur is not None and cur[0] is self.state.whitening and same_array(cur[1], y):
+        whitening = self.state.whitening
+        if cur is not None and cur[0] is whitening and same_array(cur[1], y):
             return cur[2]
-        return self.state.whiten(y)
+        w_y = whitening.whiten(y)
+        self._current_white = (whitening, np.array(y, copy=True), w_y)
+        return w_y
 
     def propose(self, y, rng) -> Move:
         state = self.state
@@ -141,8 +148,8 @@ class ScaleFreeProposal(Proposal):
             if iota <= 0.0:
                 return Move(x, component=component)
             log_walk = self._am_log_density(w_x, w_y) - state.whitening.log_det  # symmetric: both ways
-            return Move(x, self._with_independence(log_walk, w_x), self._with_independence(log_walk, w_y),
-                        component=component)
+            log_q_forward = self._with_independence(log_walk, w_x)
+            return Move(x, log_q_forward, self._with_independence(log_walk, w_y, True), component=component)
         at_y = moves.at_current(w_y)
         if independent:
             component, w_x = "independence", self._independent_draw(rng)
@@ -157,7 +164,7 @@ class ScaleFreeProposal(Proposal):
         log_q_forward = self._with_independence(self._mixture(at_y.log_density(w_x), w_x, w_y), w_x)
         if at_x is None:
             return Move(x, log_q_forward, math.nan, None, at_y.jitter, component)
-        log_q_reverse = self._with_independence(self._mixture(at_x.log_density(w_y), w_y, w_x), w_y)
+        log_q_reverse = self._with_independence(self._mixture(at_x.log_density(w_y), w_y, w_x), w_y, True)
         cache = moves.cache_entry(w_x, at_x, rkhs_x)
         return Move(x, log_q_forward, log_q_reverse, cache, at_y.jitter, component)
 
@@ -175,19 +182,35 @@ class ScaleFreeProposal(Proposal):
             return state.independence_fit.draw(rng)
         return standard_t_draw(state.dim, INDEPENDENCE_DF, rng)
 
-    def _with_independence(self, log_walk: float, w_to) -> float:
+    def _with_independence(self, log_walk: float, w_to, at_current: bool = False) -> float:
         r""":math:`\log(\iota |L|^{-1} t_\nu(w_{to}) + (1 - \iota) q_{walk})` from :math:`\log q_{walk}`
-        (model coordinates)."""
+        (model coordinates). ``at_current``: ``w_to`` is the whitened current state (its
+        :meth:`_whitened_current`), whose :math:`t_\nu` term is kept while the state stays."""
         iota = self.state.independence_weight
         if iota <= 0.0:
             return log_walk
-        log_t = independence_log_density(self.state, w_to) - self.state.whitening.log_det
+        log_t = self._independence_at_current(w_to) if at_current else self._independence_at(w_to)
         # mixture_log_density's arithmetic on Python floats: NumPy's scalar overhead is most of a step's.
         a, b = math.log1p(-iota) + log_walk, math.log(iota) + log_t
         top = max(a, b)
         if top == -math.inf:
             return -math.inf
         return top + math.log(math.exp(a - top) + math.exp(b - top))
+
+    def _independence_at(self, w) -> float:
+        state = self.state
+        return independence_log_density(state, w) - state.whitening.log_det
+
+    def _independence_at_current(self, w_y) -> float:
+        state = self.state
+        shape = state.independence_fit if state.independence_uses_fit else None
+        cur = self._current_independence
+        # The same array object: the cached whitened state (_whitened_current), so the same state.
+        if cur is not None and cur[0] is w_y and cur[1] is shape and cur[2] is state.whitening:
+            return cur[3]
+        value = self._independence_at(w_y)
+        self._current_independence = (w_y, shape, state.whitening, value)
+        return value
 
     def _mixture(self, log_kameleon, w_to, w_from) -> float:
         """Log mixture density in model coordinates (the Jacobian :math:`-\\log|L|` included)."""
