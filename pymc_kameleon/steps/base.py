@@ -434,6 +434,16 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         chain.tuning_rejections = 0
         return self._target.refresh_estimates()
 
+    def stop_tuning(self):
+        super().stop_tuning()
+        # A flat estimate is the model's, not a chain's: said by the first chain of a process that has it.
+        if getattr(self, "_said_flat_estimate", False):
+            return
+        message = self._target.flat_estimate_message(type(self).__name__)
+        if message:
+            self._said_flat_estimate = True
+            self._warnings.warn(message, UserWarning, stacklevel=3)
+
     def _check_draws(self, accepted: bool) -> None:
         """After tuning: warn once if the chain rejects :data:`~pymc_kameleon.steps.reporting.STUCK_DRAWS`
         proposals in a row, and if chains that disagreed at the end of tuning disagree over their first
@@ -473,12 +483,15 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
             stacklevel=4,
         )
 
-    def _describe_point(self, x) -> str:
-        """``x`` by the user's coordinate names (``log(sigma)=-1.92, x0=1.65``)."""
+    def _describe_point(self, x, max_coordinates: int = 12) -> str:
+        """``x`` by the user's coordinate names (``log(sigma)=-1.92, x0=1.65``), its first
+        ``max_coordinates`` only (a 50-d point filled a warning)."""
         names = getattr(self, "_coordinate_names", None) or []
         if len(names) != len(x):
-            return f"x = {np.array2string(np.asarray(x), precision=4, max_line_width=200)}"
-        return ", ".join(f"{name}={value:.4g}" for name, value in zip(names, x))
+            values = np.array2string(np.asarray(x), precision=4, threshold=max_coordinates, edgeitems=3)
+            return f"x = {values}"
+        shown = ", ".join(f"{name}={value:.4g}" for name, value in zip(names[:max_coordinates], x))
+        return shown if len(x) <= max_coordinates else f"{shown}, ... ({len(x)} coordinates)"
 
     def _stuck_remedy(self) -> str | None:
         """The advice of the after-tuning warning of a stuck chain (None: more tuning, a closer start)."""

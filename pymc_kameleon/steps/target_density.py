@@ -32,6 +32,13 @@ __all__ = [
 ]
 
 
+#: A pseudo-marginal term whose log-estimates, over at least FLAT_ESTIMATE_CALLS of a chain's tuning,
+#: span less than FLAT_ESTIMATE_NATS (or lie in [0, 1]) is reported at the end of tuning: a likelihood
+#: that informs the parameters varies by at least about d/2 nats over its posterior.
+FLAT_ESTIMATE_CALLS = 100
+FLAT_ESTIMATE_NATS = 0.01
+
+
 @dataclass(frozen=True)
 class Evaluation:
     """The target's log density at one point, split into its exact and estimated parts.
@@ -180,6 +187,8 @@ class TargetDensity:
         self._cur = None
         self._cur_shared = ()
         self.nan_at = None  # a proposal whose log density was NaN, until the step has looked (_check_draws)
+        # per term: lowest and highest finite log-estimate, and their count (flat_estimate_message)
+        self._estimates_seen = {}
         # Seeded from the step's generator at the chain's first step (see `current`): PyMC sets
         # each chain's generator after the per-chain reset (or without one, in worker processes).
         self.estimator_rng = None
@@ -200,7 +209,34 @@ class TargetDensity:
 
     def _estimate(self, term, inputs, auxiliary) -> float:
         self.n_estimates += 1
-        return term.op.estimate(inputs, self.estimator_rng, auxiliary)
+        value = term.op.estimate(inputs, self.estimator_rng, auxiliary)
+        seen = self._estimates_seen.setdefault(term.name, [math.inf, -math.inf, 0])
+        if math.isfinite(value):
+            seen[0], seen[1], seen[2] = min(seen[0], value), max(seen[1], value), seen[2] + 1
+        return value
+
+    def flat_estimate_message(self, step_name: str) -> str | None:
+        """A warning if a pseudo-marginal term's log-estimates, over the :data:`FLAT_ESTIMATE_CALLS` or more
+        finite ones of the chain so far, spanned less than :data:`FLAT_ESTIMATE_NATS` or all lay in [0, 1]:
+        what an estimator that returns the likelihood estimate instead of its log gives (a new user's
+        did, and the chain sampled the prior without a word). None otherwise."""
+        for name, (low, high, count) in self._estimates_seen.items():
+            if count < FLAT_ESTIMATE_CALLS:
+                continue
+            flat = high - low < FLAT_ESTIMATE_NATS
+            if flat or (low >= 0.0 and high <= 1.0):
+                spread = (
+                    f"varied by only {high - low:.2g} nats" if flat else "lay between 0 and 1"
+                )
+                return (
+                    f"{step_name}: over tuning, the {count} log-likelihood estimates of the pseudo-marginal "
+                    f"term {name!r} {spread} (from {low:.4g} to {high:.4g}), so the term barely changes the "
+                    "posterior and the draws follow the rest of the model (the prior, if it is the only "
+                    "likelihood). If log_estimator returns the likelihood estimate itself, return its log "
+                    "(np.log of a mean of likelihoods, or scipy.special.logsumexp of log weights minus "
+                    "log N)."
+                )
+        return None
 
     def _proposal_estimates(self, inputs) -> tuple[tuple, tuple]:
         """Log-estimates and auxiliary normals at a proposal whose estimators get ``inputs``.

@@ -997,7 +997,7 @@ def test_the_kept_terms_at_an_unchanged_state_follow_the_shape_and_the_whitening
     first = prop.propose(y, rng)
     assert first.log_q_reverse == pytest.approx(prop.log_density(y, first.x), rel=1e-12)
     changes = (
-        lambda state: setattr(state, "independence_fit", IndependenceProposal(-FIT_B, FIT_A, INDEPENDENCE_DF)),
+        lambda state: setattr(state, "independence_fit", IndependenceProposal(-FIT_B, FIT_A, 10.0)),
         lambda state: setattr(state, "independence_uses_fit", False),
         lambda state: setattr(state, "whitening", Whitening.from_moments(M + 1.0, 2.0 * C)),
     )

@@ -190,6 +190,20 @@ def test_nonfinite_log_density_at_proposal_is_rejected(bad):
         assert said == []
 
 
+def test_a_point_in_a_warning_shows_its_first_coordinates_by_name():
+    """A 50-d point filled a warning: the first 12 coordinates are named, then how many there are."""
+    with pm.Model():
+        pm.Normal("x", 0, 1, shape=50)
+        pm.Normal("s", 0, 1)
+        step = KameleonMetropolis()
+    names = step._coordinate_names
+    text = step._describe_point(np.arange(51.0))
+    assert text.startswith(f"{names[0]}=0, {names[1]}=1") and f"{names[11]}=11," in text
+    assert f"{names[12]}=" not in text and text.endswith("... (51 coordinates)")
+    short = step._describe_point(np.arange(3.0))  # names do not fit: the values, summarised
+    assert short.startswith("x = [0. 1. 2.]")
+
+
 def test_singular_covariance_gets_jitter_and_never_crashes():
     """gamma = 0 and a bandwidth 100x below the whitened spread: the kernel gradients at most points
     underflow, so the covariance is (numerically) zero: jitter, warn, carry on. (Seed 4: every draw

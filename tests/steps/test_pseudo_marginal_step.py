@@ -274,3 +274,35 @@ def test_a_sticking_estimate_does_not_freeze_a_chain_in_tuning(refresh, monkeypa
     else:
         assert np.sum(draws_sd < 1e-8) == 1, draws_sd
         assert "the chain was frozen in" in said, said
+
+
+# -------------------------------------------------------------- an estimator that returns the likelihood
+@pytest.mark.parametrize("step_class", ["KameleonMetropolis", "GPDelayedAcceptanceMH"])
+def test_an_estimator_that_returns_the_likelihood_instead_of_its_log_is_named(step_class):
+    """A new user's estimator returned the importance-sampling mean of likelihoods, not its log: the
+    'log-likelihood' was about 1e-8 everywhere, so the chain sampled the prior, silently. The end of
+    tuning now says so; the same model with the log (the negative control) is silent."""
+    import pymc_kameleon
+
+    y_obs = np.array([0.3, 1.1, -0.4, 0.8, 0.2, 1.5, 0.9, -0.1, 0.6, 0.4])
+
+    def likelihood_mean(theta, rng):  # the mistake: E[L_hat] = L, returned as if it were log L_hat
+        f = theta + rng.normal(0.0, 0.5, size=(64, 1))
+        return float(np.mean(np.exp(norm.logpdf(y_obs, f, 1.0).sum(axis=1))))
+
+    def log_likelihood_mean(theta, rng):
+        return float(np.log(likelihood_mean(theta, rng)))
+
+    said = {}
+    for name, estimator in (("likelihood", likelihood_mean), ("log", log_likelihood_mean)):
+        with pm.Model():
+            theta = pm.Normal("theta", 0, 2)
+            PseudoMarginalPotential("lik", estimator, inputs=[theta])
+            step = getattr(pymc_kameleon, step_class)()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                pm.sample(draws=50, tune=300, chains=1, step=step, random_seed=1, **SAMPLE_KW)
+        said[name] = [str(w.message) for w in caught if "the likelihood estimate itself" in str(w.message)]
+    assert len(said["likelihood"]) == 1
+    assert "'lik'" in said["likelihood"][0] and "varied by only" in said["likelihood"][0]
+    assert said["log"] == []
