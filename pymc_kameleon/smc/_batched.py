@@ -58,6 +58,7 @@ class BatchedSMCKernel(SMC_KERNEL):
         super().__init__(*args, **kwargs)
         self.batch_logp = batch_logp
         self._evaluations = 0  # running count of likelihood evaluations at proposals
+        self._nan_likelihoods, self._first_nan = 0, None  # (setup_kernel: per chain)
         self._use_batch = False
         self._warnings = StepWarnings()
         self._pseudo_marginal_ops = pseudo_marginal_ops(self.likelihood_logp_func)
@@ -98,6 +99,8 @@ class BatchedSMCKernel(SMC_KERNEL):
         if self.start is None:
             check_prior_draws(self.tempered_posterior, self.variables, self.var_info, self._draw_causes)
         self._warnings = StepWarnings()
+        self._nan_likelihoods = 0  # proposals inside the prior's support whose log-likelihood was NaN
+        self._first_nan = None  # the first of them
         # A model without observed terms has a float32 ``datalogp`` (PyMC's constant 0); float32
         # weights then sum to less than 1 and PyMC's systematic resampling indexes past the end.
         self.prior_logp = np.asarray(self.prior_logp, dtype=np.float64).reshape(self.draws)
@@ -172,11 +175,37 @@ class BatchedSMCKernel(SMC_KERNEL):
                 self.executor.raise_failure(blocks, proposals, describe=self._describe_particle)
                 prior, loglik = (np.concatenate(parts) for parts in zip(*blocks, strict=True))
             self._evaluations += proposals.shape[0]
-            return prior, loglik
-        likelihoods = self._likelihoods_here if self.executor is None else self._likelihoods_on_executor
-        prior, loglik, n_evals = evaluate_each(self.prior_logp_func, likelihoods, proposals)
-        self._evaluations += n_evals
+        else:
+            likelihoods = self._likelihoods_here if self.executor is None else self._likelihoods_on_executor
+            prior, loglik, n_evals = evaluate_each(self.prior_logp_func, likelihoods, proposals)
+            self._evaluations += n_evals
+        self._note_nan_likelihoods(proposals, prior, loglik)
         return prior, loglik
+
+    def _note_nan_likelihoods(self, proposals, prior, loglik) -> None:
+        nan = np.isnan(loglik) & np.isfinite(prior)
+        if nan.any():
+            if self._first_nan is None:
+                self._first_nan = np.array(proposals[np.flatnonzero(nan)[0]], copy=True)
+            self._nan_likelihoods += int(nan.sum())
+
+    def _warn_nan_likelihoods(self) -> None:
+        """At the chain's end: say once if the log-likelihood was NaN at proposals inside the prior's
+        support. They were rejected, as points of zero density; a model that fails there numerically (an
+        ODE solver) cuts that region out of the particles, which nothing else would show."""
+        if not self._nan_likelihoods:
+            return
+        self._warnings.warn(
+            f"{type(self).__name__}: the model's log-likelihood was NaN at {self._nan_likelihoods} of the "
+            f"{self._evaluations} proposals (the first: {self._describe_particle(self._first_nan)}, in the "
+            "sampler's unconstrained coordinates); they were rejected, as points of zero density. If the "
+            "model fails there for numerical reasons (an ODE solver, an overflow) rather than having zero "
+            "density, the particles and the evidence miss that part of the posterior: make the model finite "
+            "there, or -inf where the density really is zero.",
+            UserWarning,
+            stacklevel=1,
+        )
+        self._nan_likelihoods, self._first_nan = 0, None
 
 
 def _not_evaluated(x):

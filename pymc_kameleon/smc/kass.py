@@ -439,6 +439,7 @@ class KASS(BatchedSMCKernel):
         if self.beta >= 1:
             self._warn_evidence_lag()
             self._warn_short_chains()
+            self._warn_nan_likelihoods()
         ancestors = self._evidence["distinct_ancestors"]
         # The genealogy's error bar needs lineages; the waste-free one does not.
         has_error_bar = self.resampling == "multinomial" and not self.waste_free

@@ -573,6 +573,28 @@ def test_non_vectorisable_model_falls_back_and_runs():
     assert np.all(np.abs(particles[0].mean(0) - POST_MEAN) < 5 * np.sqrt(np.diag(POST_COV)))
 
 
+@pytest.mark.parametrize("bad", [np.nan, -np.inf])
+def test_a_nan_likelihood_at_proposals_is_said_once_and_minus_inf_is_not(bad):
+    """A model whose likelihood is NaN in a small box inside the posterior (a failing ODE solver): the
+    proposals there are rejected, which cuts the box out of the particles; KASS says so once, naming a
+    point. -inf there (a zero density) is not reported."""
+    import pytensor.tensor as pt
+
+    with pm.Model() as model:
+        w = pm.Normal("w", 0, PRIOR_SD, shape=DIM)
+        pm.Normal("y", X_DESIGN @ w, NOISE_SD, observed=Y_OBS)
+        box = (pt.abs(w[0] - POST_MEAN[0]) < 0.05) & (pt.abs(w[1] - POST_MEAN[1]) < 0.05)
+        pm.Potential("solver", pt.switch(box, bad, 0.0))
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        run_smc(model, KASS, chains=1, draws=300, n_steps=4)
+    said = [str(w.message) for w in record if "log-likelihood was NaN at" in str(w.message)]
+    if np.isnan(bad):
+        assert len(said) == 1 and "(the first: w=[" in said[0], said
+    else:
+        assert said == []
+
+
 # ----------------------------------------------------------------- errors
 # (invalid options, discrete variables, reproducibility and cores=2: tests/test_contract_smc.py)
 def test_improper_prior_gives_a_clear_error():
