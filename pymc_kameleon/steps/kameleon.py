@@ -202,6 +202,10 @@ class KameleonMetropolis(AdaptiveStep):
     rng : RandomGenerator, optional
         Set by ``pm.sample`` from ``random_seed``.
     blocked : bool, default True
+        PyMC's option: with False and several variables PyMC makes one step per variable, each
+        learning its own scale from that variable's moves (Metropolis-within-Gibbs); such steps tune
+        per chain. One block (the default) learns the variables' joint covariance, which is what makes
+        the step work on correlated posteriors.
 
     Notes
     -----

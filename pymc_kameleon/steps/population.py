@@ -35,6 +35,7 @@ import warnings
 import cloudpickle
 import numpy as np
 import pymc as pm
+from pymc.blocking import DictToArrayBijection
 
 from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
 
@@ -81,7 +82,12 @@ class PooledTuning:
         with it, so that after ``pm.sample(cores=1)`` the user's step shows the last chain's state
         (its GP, its learned covariance, its proposal), as it does with per-chain tuning.
         """
-        if chain_index == 0 and len(population) > 1 and (_sample_argument("cores") or 1) > 1:
+        parallel = len(population) > 1 and (_sample_argument("cores") or 1) > 1
+        if parallel:
+            # In PyMC's chain processes this error would reach the user as a bare EOFError.
+            start = DictToArrayBijection.map({v.name: population[chain_index][v.name] for v in self.vars})
+            self._target.check_start(start.data, start.point_map_info)
+        if chain_index == 0 and parallel:
             self._warn_if_population_cannot_travel()
         if chain_index == 0 and _sample_callback() is not None:
             warnings.warn(
@@ -190,7 +196,10 @@ def pooled_class_for(cls, args, kwargs, default: str):
       ``pymc/sampling/population.py``), so the chains share their tuning state: a ``pm.Metropolis``
       on a change point counted every chain's acceptances, its scaling went to 1e9, and the change
       point froze (pymc-devs/pymc#3731 reported the same sharing for DEMetropolis's own scaling). An
-      explicit ``tuning="pooled"`` there warns that the step tunes per chain.
+      explicit ``tuning="pooled"`` there warns that the step tunes per chain;
+    - ``blocked=False`` with several variables, which PyMC splits into one step per variable, each with
+      the others outside its block (pooled, each chain's end-of-tuning exam read the other chains'
+      values of the other variables, and ``cores=1`` and ``cores=2`` gave different draws).
     """
     tuning = kwargs.get("tuning", default)
     pooled = getattr(cls, "_pooled_class", None)
@@ -201,7 +210,13 @@ def pooled_class_for(cls, args, kwargs, default: str):
     try:
         if pseudo_marginal_terms(model):
             return cls
-        outside = variables_outside_block(model, args[0] if args else kwargs.get("vars"), cls.__name__)
+        block = args[0] if args else kwargs.get("vars")
+        outside = variables_outside_block(model, block, cls.__name__)
+        if kwargs.get("blocked") is False and not outside:  # PyMC splits the block: one step per variable
+            from pymc_kameleon.steps.base import continuous_value_vars
+
+            names = [model.values_to_rvs[v].name for v in continuous_value_vars(block, model, cls.__name__)]
+            outside = names if len(names) > 1 else []
     except (TypeError, ValueError, KeyError):  # misused input: the step's __init__ says what is wrong
         return cls
     if outside:

@@ -348,15 +348,30 @@ class TargetDensity:
             exact + sum(estimates), exact, tuple(estimates), inputs, **parts, auxiliaries=tuple(auxiliaries)
         )
         if not math.isfinite(evaluation.logp):
-            raise ValueError(
-                f"{self.step_name}: the model log density at the current point is {evaluation.logp} "
-                f"({describe_point(y, point_map_info)}"
-                + (f"; exact part {exact}, log-estimates {list(estimates)}" if self.terms else "")
-                + "). The chain cannot start from a point of zero density: pass finite `initvals` to "
-                "pm.sample, or check the model with model.point_logps()."
-            )
+            detail = f"; exact part {exact}, log-estimates {list(estimates)}" if self.terms else ""
+            raise ValueError(self._zero_density_start(evaluation.logp, y, point_map_info, detail))
         self.accept(y, evaluation)
         return evaluation
+
+    def _zero_density_start(self, logp, y, point_map_info, detail: str = "") -> str:
+        return (
+            f"{self.step_name}: the model log density at the current point is {logp} "
+            f"({describe_point(y, point_map_info)}{detail}). The chain cannot start from a point of zero "
+            "density: pass finite `initvals` to pm.sample, or check the model with model.point_logps()."
+        )
+
+    def check_start(self, y, point_map_info) -> None:
+        """The ValueError :meth:`current` raises at a start of zero density, without counting an evaluation
+        or keeping a state (pooled tuning checks each chain's start in the main process with
+        ``cores>1``, where PyMC turns an error in a chain's process into a bare EOFError). Models with
+        pseudo-marginal terms tune per chain and are not checked here."""
+        logp = self._exact_quietly(np.asarray(y, dtype=self.dtype))
+        if not math.isfinite(logp):
+            raise ValueError(self._zero_density_start(logp, y, point_map_info))
+
+    def _exact_quietly(self, x) -> float:
+        out = self._fn(x)
+        return float(out[0] if self.terms else out)
 
     def _current_parts(self, y):
         """Exact part, estimator inputs and extra :class:`Evaluation` fields at the current state."""
@@ -511,6 +526,11 @@ class SplitTargetDensity(TargetDensity):
         self._fn.trust_input = True
         self._n_lik_outputs = len(loglik_outputs)
         self.dtype = inarray.type.dtype
+
+    def _exact_quietly(self, x) -> float:
+        prior, out = self._prior_fn(x), self._fn(x)
+        prior = prior[0] if self.prior_gradient else prior
+        return float(prior) + float(out if self._single_output else out[0])
 
     @property
     def current_gradient(self) -> np.ndarray | None:

@@ -856,3 +856,23 @@ def test_independence_weight_is_checked(bad):
         pm.Normal("y", x, 1, observed=[0.0])
         with pytest.raises(ValueError, match="independence_weight"):
             GPDelayedAcceptanceMH(independence_weight=bad)
+
+
+def test_a_stuck_chain_beside_other_steps_is_told_the_gp_went_stale():
+    """A new user's GP-DA block in a change-point model stalled after tuning and was told to tune longer
+    (R-hat 1.16 at tune=6000): with likelihood variables that other steps move, the stuck warning's
+    remedy names the stale GP instead. A block that is the whole model keeps the generic advice."""
+    rng = np.random.default_rng(0)
+    data = np.r_[rng.normal(0.0, 1.0, 30), rng.normal(1.5, 1.0, 30)]
+    with pm.Model():
+        tau = pm.DiscreteUniform("tau", 0, 59)
+        mu1, mu2 = pm.Normal("mu1", 0.0, 5.0), pm.Normal("mu2", 0.0, 5.0)
+        pm.Normal("y", pm.math.switch(np.arange(60) < tau, mu1, mu2), 1.0, observed=data)
+        with pytest.warns(UserWarning, match="also depends on"):
+            step = GPDelayedAcceptanceMH([mu1, mu2])
+    remedy = step._stuck_remedy()
+    assert "GP gone stale" in remedy and "['tau']" in remedy
+    with pm.Model():
+        mu = pm.Normal("mu", 0.0, 5.0)
+        pm.Normal("y", mu, 1.0, observed=data)
+        assert GPDelayedAcceptanceMH()._stuck_remedy() is None

@@ -78,6 +78,36 @@ def test_models_with_a_pseudo_marginal_term_tune_per_chain():
         assert not isinstance(KameleonMetropolis(tuning="pooled"), PooledTuning)
 
 
+def test_blocked_false_tunes_per_chain():
+    """blocked=False makes PyMC split the block into one step per variable, each with the others outside
+    its block: those tune per chain (pooled, each chain's end-of-tuning exam read the other chains' values
+    of the other variables, and cores=1 and cores=2 gave different draws for one seed). An explicit
+    tuning="pooled" says so; one variable with blocked=False stays pooled."""
+    with pm.Model():
+        pm.Normal("a", 0, 1)
+        pm.Normal("b", 0, 1)
+        split = KameleonMetropolis(blocked=False)
+        assert [isinstance(m, PooledTuning) for m in split.methods] == [False, False]
+        with pytest.warns(UserWarning, match="tunes per chain"):
+            KameleonMetropolis(blocked=False, tuning="pooled")
+        assert isinstance(KameleonMetropolis(), PooledTuning)
+    with pm.Model():
+        pm.Normal("a", 0, 1)
+        assert isinstance(KameleonMetropolis(blocked=False), PooledTuning)
+
+
+@pytest.mark.parametrize("cls", [KameleonMetropolis, GPDelayedAcceptanceMH])
+def test_a_start_of_zero_density_with_cores_2_is_the_clear_error(cls):
+    """With cores>1 PyMC runs the population's chains in processes, and the step's error at a start of
+    zero density reached the user as a bare EOFError; the start is checked in the main process."""
+    with pm.Model():
+        x = pm.Normal("x", 0, 1)
+        pm.Potential("solver", pm.math.switch(x > 0.5, np.nan, 0.0))
+        with pytest.raises(ValueError, match=r"log density at the current point is nan \(x=1"):
+            pm.sample(step=cls(), chains=2, cores=2, tune=50, draws=10, initvals={"x": 1.0}, random_seed=1,
+                      **SAMPLE_KW)
+
+
 def _change_point_model():
     rng = np.random.default_rng(0)
     data = np.r_[rng.normal(0.0, 1.0, 30), rng.normal(1.5, 1.0, 30)]

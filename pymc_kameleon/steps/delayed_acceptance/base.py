@@ -326,6 +326,20 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
             )
         kernel.freeze(self.rng)
 
+    def _stuck_remedy(self) -> str | None:
+        """With variables outside the block in the likelihood, a stuck chain's likeliest cause is the GP
+        gone stale, which more tuning does not cure (a new user's change-point model: R-hat 1.16 at
+        tune=6000); else the generic advice."""
+        outside = self._target.likelihood_outside_vars
+        if not outside:
+            return None
+        return (
+            f"Here the likeliest cause is the GP gone stale: the likelihood depends on {outside}, which "
+            "other steps move, so the GP's values no longer describe it (the warning at construction). "
+            "Sample them with this step if they are continuous, or use KameleonMetropolis for this "
+            "block; more tuning does not help."
+        )
+
     # ------------------------------------------------------------ properties
     @property
     def gp(self) -> GPSurrogate:
