@@ -149,6 +149,11 @@ class TargetDensity:
         return math.nan if self._cur is None else self._cur.logp
 
     @property
+    def current_model_logp(self) -> float:
+        """The model's log density at the current state (the ``model_logp`` statistic, PyMC's ``lp``)."""
+        return self.current_logp
+
+    @property
     def current_exact_logp(self) -> float:
         """The log density kept at the current state without the pseudo-marginal log-estimates
         (``current_logp`` for models without them; NaN before the first step)."""
@@ -481,16 +486,29 @@ class SplitTargetDensity(TargetDensity):
                 "PseudoMarginalPotential). Add the data with observed=..., or, if the whole density is "
                 "cheap prior terms, sample it with pm.sample() or KameleonMetropolis instead."
             )
+        lik_terms, other_terms = _terms_of_block(model, lik_terms, vars, bool(self.terms))
         prior = model.logp(vars=model.free_RVs)
         loglik = model.logp(vars=lik_terms) if lik_terms else pt.constant(0.0, dtype="float64")
+        other = model.logp(vars=other_terms) if other_terms else pt.constant(0.0, dtype="float64")
         estimator_inputs = model.replace_rvs_by_values([x for t in self.terms for x in t.inputs])
         outputs, inarray = join_nonshared_inputs(
             point=initial_point,
-            outputs=[prior, loglik, *estimator_inputs],
+            outputs=[prior, loglik, other, *estimator_inputs],
             inputs=vars,
             shared_inputs=self.shared,
         )
-        prior_out, loglik_out, *inputs_out = outputs
+        prior_out, loglik_out, other_out, *inputs_out = outputs
+        # The terms that only other steps' variables enter: constant in this block's moves, so out of the
+        # likelihood its surrogate learns (they made it stale); kept for the model_logp statistic.
+        self.other_likelihood_terms = [t.name for t in other_terms]
+        self._other_fn = None
+        if other_terms:
+            # Other steps' variables only: the block's input is unused, by construction.
+            self._other_fn = compile_pytensor(
+                [inarray], other_out, **{"on_unused_input": "ignore", **dict(compile_kwargs or {})}
+            )
+            self._other_fn.trust_input = True
+        self._cur_other = 0.0
         self.likelihood_outside_vars = _outside_inputs(model, self.shared, [loglik_out, *inputs_out])
         prior_outputs, loglik_outputs = [prior_out], [loglik_out]
         if self.loglik_gradient and self.terms:
@@ -589,7 +607,30 @@ class SplitTargetDensity(TargetDensity):
     def _current_parts(self, y):
         lp, glp = self.prior(y)
         ll, gll, inputs = self._loglik_and_inputs(y)
+        if self._other_fn is not None:
+            self._cur_other = float(self._other_fn(np.asarray(y, dtype=self.dtype)))
         return lp + ll, inputs, dict(log_prior=lp, exact_loglik=ll, grad_log_prior=glp, grad_exact_loglik=gll)
+
+    @property
+    def current_model_logp(self) -> float:
+        """The model's log density at the current state: :attr:`current_logp` plus the likelihood terms
+        that only other steps' variables enter (``other_likelihood_terms``)."""
+        return self.current_logp + self._cur_other
+
+
+def _terms_of_block(model, terms, vars, has_estimates: bool) -> tuple[list, list]:
+    """``terms`` split into those the block's value variables ``vars`` enter (or no free variable at all)
+    and those only other free variables enter. All of them stay with the block if none is the block's
+    (and no pseudo-marginal term is): a likelihood of the block alone would then be a constant."""
+    block = set(vars)
+    others = {v for v in model.value_vars if v not in block}
+    mine, theirs = [], []
+    for term in terms:
+        graph = set(ancestors([model.logp(vars=[term])]))
+        (theirs if not (graph & block) and graph & others else mine).append(term)
+    if not mine and not has_estimates:
+        return terms, []
+    return mine, theirs
 
 
 def _same_arrays(a: tuple, b: tuple) -> bool:

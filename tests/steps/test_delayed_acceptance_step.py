@@ -876,3 +876,37 @@ def test_a_stuck_chain_beside_other_steps_is_told_the_gp_went_stale():
         mu = pm.Normal("mu", 0.0, 5.0)
         pm.Normal("y", mu, 1.0, observed=data)
         assert GPDelayedAcceptanceMH()._stuck_remedy() is None
+
+
+def test_likelihood_terms_of_other_blocks_only_stay_out_of_the_gp():
+    """A likelihood term that only another step's variables enter is constant in this block's moves: it
+    stays out of the likelihood the GP learns (it made the GP stale: a new user's ESS fell from about
+    1300 to 500) and out of the outside-variables warning, and still counts in model_logp (PyMC's lp).
+    A term the block enters with another step's variable (the change point's) stays in."""
+    rng = np.random.default_rng(0)
+    data, other = rng.normal(1.0, 1.0, 30), rng.normal(1.5, 1.0, 50)
+    with pm.Model() as model:
+        a = pm.Normal("a", 0.0, 5.0)
+        mu = pm.Normal("mu", 0.0, 5.0)
+        pm.Normal("y", a, 1.0, observed=data)
+        pm.Normal("g", mu, 1.0, observed=other)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no outside-variables warning
+            step = GPDelayedAcceptanceMH([a])
+        idata = pm.sample(
+            step=[pm.NUTS([mu]), step], chains=1, tune=300, draws=100, random_seed=3, **SAMPLE_KW
+        )
+    target = step._target
+    assert target.other_likelihood_terms == ["g"] and target.likelihood_outside_vars == []
+    logp = model.compile_logp()
+    post = idata.posterior
+    expected = [logp({"a": post["a"].values[0, i], "mu": post["mu"].values[0, i]}) for i in range(100)]
+    np.testing.assert_allclose(idata.sample_stats["lp"].values[0][:, -1], expected, rtol=1e-12)
+    # the negative control: the change point's term has the block in it, so it stays (and warns)
+    with pm.Model():
+        tau = pm.DiscreteUniform("tau", 0, 29)
+        m1 = pm.Normal("m1", 0.0, 5.0)
+        pm.Normal("y", pm.math.switch(np.arange(30) < tau, m1, 0.0), 1.0, observed=data)
+        with pytest.warns(UserWarning, match="also depends on"):
+            kept = GPDelayedAcceptanceMH([m1])
+    assert kept._target.other_likelihood_terms == []

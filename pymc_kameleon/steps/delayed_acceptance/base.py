@@ -421,7 +421,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
             "gp_refit": bool(result.refit or refit),
             "tune": self.tune,
             "scaling": kernel.adaptation.state.am_scale.value,
-            "model_logp": target.current_logp,
+            "model_logp": target.current_model_logp,
         }
         self._add_running_stats(stats, target.n_evals - evals_before)
         stats["recent_exact_share"] = self._chain.recent.exact
