@@ -127,10 +127,16 @@ def tuning_problems(
                 f"in {dim} dimensions (a coordinate scan, then adaptation windows); pass tune >= "
                 f"{required_steps}"
             )
-    if report.phase == "scan" or (report.phase != "kameleon" and report.wants_kameleon):
+    if report.phase == "scan":
         problems.append(
-            f"tuning ended in the {report.phase.replace('_', ' ')} phase, before the first Kameleon proposal "
-            "was built; the chain continues with that proposal. Increase `tune`"
+            "tuning ended inside the coordinate scan, before any covariance was learned: the draws use a "
+            "random walk with the scan's step sizes per coordinate, which mixes slowly on correlated "
+            "posteriors. Increase `tune`"
+        )
+    elif report.phase != "kameleon" and report.wants_kameleon:
+        problems.append(
+            "tuning ended before the first Kameleon proposal was built (kameleon_after); the draws use the "
+            "Adaptive Metropolis walk. Increase `tune`"
         )
     rate = report.accept_rate
     if math.isfinite(rate) and not (

@@ -108,6 +108,27 @@ def test_a_start_of_zero_density_with_cores_2_is_the_clear_error(cls):
                       **SAMPLE_KW)
 
 
+@pytest.mark.parametrize("cls", [KameleonMetropolis, GPDelayedAcceptanceMH])
+def test_tuning_cut_short_in_the_scan_leaves_chains_that_move(cls):
+    """tune=100 in 9 dimensions ends inside the coordinate scan (275 steps). The draws' walk took its
+    scales from the pooled scan states, the chains' spread on their way in (1e4 times the posterior's
+    variance in a coordinate): every chain of a new user's LKJ model froze after tuning (acceptance 0
+    before this fix). With the scan's own step sizes they move (and the step warns)."""
+    rng = np.random.default_rng(3)
+    sd = np.array([1e-2, 1.0, 1e2])
+    corr = np.array([[1, 0.8, -0.3], [0.8, 1, 0.1], [-0.3, 0.1, 1]])
+    data = rng.multivariate_normal([0.5, -1.0, 30.0], corr * np.outer(sd, sd), size=60)
+    with pm.Model():
+        sd_dist = pm.HalfNormal.dist(sigma=[0.1, 5.0, 500.0], shape=3)
+        chol, _, _ = pm.LKJCholeskyCov("chol", n=3, eta=2.0, compute_corr=True, sd_dist=sd_dist)
+        mu = pm.Normal("mu", 0.0, [1.0, 10.0, 100.0], shape=3)
+        pm.MvNormal("obs", mu=mu, chol=chol, observed=data)
+        with pytest.warns(UserWarning, match="tuning ended inside the coordinate scan"):
+            idata = pm.sample(step=cls(), tune=100, draws=300, chains=4, random_seed=1, **SAMPLE_KW)
+    accept = np.asarray(idata.sample_stats["accepted"].values, float).mean(axis=1)
+    assert np.median(accept) > 0.05, accept
+
+
 def _change_point_model():
     rng = np.random.default_rng(0)
     data = np.r_[rng.normal(0.0, 1.0, 30), rng.normal(1.5, 1.0, 30)]

@@ -205,7 +205,7 @@ def test_a_carried_warning_is_raised_when_unpickled_and_leaves_a_plain_number():
     [
         (KameleonMetropolis, {}, "tuning took 100 steps"),
         (GPDelayedAcceptanceMH, {}, "tuning took 100 steps"),
-        (GPDelayedAcceptanceMALA, {"initial_points": 150}, "still in the exact warm-up"),
+        (GPDelayedAcceptanceMALA, {"initial_points": 150}, "ended after 100 steps, inside the coordinate"),
     ],
 )
 def test_tuning_warnings_reach_the_session_from_worker_processes(cls, kwargs, message):

@@ -230,8 +230,10 @@ class ScaleFreeAdaptation:
 
         - **Inside the coordinate scan:** a frozen scan would move one coordinate for ever (the
           scan advances its coordinate as it adapts). Instead the chain continues with Adaptive
-          Metropolis moves in the scan's diagonal whitening (the identity if no tuning step was
-          taken), so every coordinate moves.
+          Metropolis moves in the scan's diagonal whitening, its step sizes alone (the identity if no
+          tuning step was taken), so every coordinate moves. The spread of a cut-short scan's states
+          is not used: with pooled tuning it is the chains' spread on their way in (1e4 times the
+          posterior's variance, every chain frozen after tuning, in a new user's 9-d model).
         - **Inside a window** that holds at least half as many draws as the previous window, and
           if ``end_window``: the window ends now (:meth:`_end_partial_window`), so that its draws
           are not wasted.
@@ -242,7 +244,7 @@ class ScaleFreeAdaptation:
             self.independence.freeze(state)
             return changed
         state.scan_steps = state.tune_steps
-        return state.tune_steps > 0 and self._end_window(rng)
+        return state.tune_steps > 0 and self._end_window(rng, scan_cut_short=True)
 
     def examine_independence(self, log_density, rng) -> int:
         """After :meth:`end_tuning`, the independence component's exam: the shapes the draws would use,
@@ -350,7 +352,7 @@ class ScaleFreeAdaptation:
         """Whether the window's draws say the learned covariance is off (never in the scan)."""
         return self.state.phase != "scan" and self._windows.whitening_is_off(self.state.whitening)
 
-    def _end_window(self, rng) -> bool:
+    def _end_window(self, rng, scan_cut_short: bool = False) -> bool:
         """Re-estimate :math:`m, C` and :math:`Z` from this window's draws, then start a longer window.
 
         Each window starts afresh (Stan's windowed warm-up): a transient from a far start is
@@ -369,7 +371,7 @@ class ScaleFreeAdaptation:
         if after_scan:
             # The scan's step sizes are about 2.4 conditional sds: a floor for coordinates it barely moved.
             floor = (state.scan.scales / 2.4) ** 2
-            var = floor if estimate is None else np.maximum(np.diag(estimate[1]), floor)
+            var = floor if estimate is None or scan_cut_short else np.maximum(np.diag(estimate[1]), floor)
             # Diagonal: one-coordinate moves say little about correlations.
             estimate = (points.mean(axis=0), np.diag(var))
         floor = windows.variance_floor

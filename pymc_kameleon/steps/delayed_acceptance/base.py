@@ -288,8 +288,21 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
                 stacklevel=2,
             )
         if tuned:
+            # Ending tuning ends the scan too: what it was is read before.
+            in_scan, planned = adaptation.phase == "scan", adaptation.state.scan_steps
             schedule.end_tuning(self.rng)
-            if schedule.warm:
+            if schedule.warm and in_scan:
+                self._warnings.warn(
+                    f"{type(self).__name__}: tuning ended after {adaptation.tune_steps} steps, inside the "
+                    f"coordinate scan ({planned} steps were planned), where the GP does "
+                    f"not screen: the draws screen with a GP of {self.gp.n_points} points whose "
+                    "hyperparameters were never fitted (the warm-up's heuristic ones), around a random "
+                    "walk with the scan's step sizes. Increase `tune` (the end-of-tuning warning gives "
+                    "the steps this model needs).",
+                    UserWarning,
+                    stacklevel=2,
+                )
+            elif schedule.warm:
                 self._warnings.warn(
                     f"{type(self).__name__}: tuning ended after {adaptation.tune_steps} steps, still in "
                     f"the exact warm-up ({self.gp.n_points} of initial_points={self.initial_points} GP "
