@@ -406,13 +406,28 @@ def cross_chain_rhat(population_states) -> tuple[float, int]:
     if states.ndim != 3 or states.shape[0] < 100 or states.shape[1] < 2:
         return math.nan, -1
     by_chain = states.transpose(1, 0, 2)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a coordinate no chain moved in: NaN
-        rhat = np.array([float(az.rhat(by_chain[:, :, j])) for j in range(by_chain.shape[2])])
-    if not np.any(np.isfinite(rhat)):
+    rhat = np.array([_split_rhat(by_chain[:, :, j]) for j in range(by_chain.shape[2])])
+    if np.all(np.isnan(rhat)):
         return math.nan, -1
     j = int(np.nanargmax(rhat))
     return float(rhat[j]), j
+
+
+def _split_rhat(chains) -> float:
+    """ArviZ's rank-normalised split R-hat of (chains, steps); where every chain kept one value, inf if
+    the values differ and NaN if not. (ArviZ gives NaN there, or on ArviZ 1 a figure like 5.6e15; chains
+    frozen at points of their own disagree completely.)"""
+    if np.all(chains.max(axis=1) == chains.min(axis=1)):
+        return math.inf if np.ptp(chains[:, 0]) > 0 else math.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(az.rhat(chains))
+
+
+def _rhat_text(rhat: float) -> str:
+    if math.isinf(rhat):
+        return "infinite: each chain stayed at a point of its own"
+    return f"{rhat:.3g}" if rhat >= 1000 else f"{rhat:.3f}"
 
 
 def cross_chain_disagreement(population_states, window_steps: int = 0) -> tuple[float, int, int] | None:
@@ -427,7 +442,7 @@ def cross_chain_disagreement(population_states, window_steps: int = 0) -> tuple[
     disagrees over both.
     """
     rhat, j = cross_chain_rhat(population_states)
-    if not (math.isfinite(rhat) and rhat > CROSS_CHAIN_RHAT):
+    if not rhat > CROSS_CHAIN_RHAT:  # NaN: nothing to compare
         return None
     states = list(population_states)
     if 0 < window_steps < len(states):
@@ -479,17 +494,17 @@ class DrawsAgreement:
         self.done = True
         rhat, j = cross_chain_rhat(self.rows)
         self.rows = []
-        if not (math.isfinite(rhat) and rhat > CROSS_CHAIN_RHAT):
+        if not rhat > CROSS_CHAIN_RHAT:  # NaN: nothing to compare
             return None
-        draws = f"{rhat:.3f} in {self._name(j)}, above {CROSS_CHAIN_RHAT}"
+        draws = f"{_rhat_text(rhat)} in {self._name(j)}, above {CROSS_CHAIN_RHAT}"
         if self.tuning is None:
             said = f"the chains disagree over their first {CROSS_CHAIN_DRAWS} draws (split R-hat {draws})"
         else:
             tuning_rhat, tuning_j, tuning_states = self.tuning
             said = (
                 f"the chains disagreed at the end of tuning (the split R-hat of their last {tuning_states} "
-                f"tuning states is {tuning_rhat:.3f} in {self._name(tuning_j)}) and still disagree over "
-                f"their first {CROSS_CHAIN_DRAWS} draws ({draws})"
+                f"tuning states is {_rhat_text(tuning_rhat)} in {self._name(tuning_j)}) and still disagree "
+                f"over their first {CROSS_CHAIN_DRAWS} draws ({draws})"
             )
         return (
             f"{self.step_name}: {said}, so they mix too slowly for the tuning they had, or some chain is "

@@ -364,6 +364,20 @@ def test_chains_that_disagree_over_their_draws_are_warned_about_once():
     ), said
 
 
+def test_chains_frozen_at_points_of_their_own_disagree_completely():
+    """Chains that each kept one point: ArviZ's R-hat is NaN there (read as agreement on ArviZ 0.x) or, on
+    ArviZ 1, a figure like 5.6e15. Frozen at different points they disagree completely (inf, said in
+    words); frozen at one point there is nothing to compare (NaN, silent)."""
+    from pymc_kameleon.steps.reporting import cross_chain_rhat
+
+    apart = [np.array([[0.0, 1.0], [0.0, 2.0], [0.0, 3.0]])] * CROSS_CHAIN_DRAWS
+    rhat, j = cross_chain_rhat(apart)
+    assert rhat == np.inf and j == 1
+    assert np.isnan(cross_chain_rhat([np.zeros((3, 2))] * CROSS_CHAIN_DRAWS)[0])
+    check, said = _agreement(apart, tuning=None)
+    assert len(said) == 1 and "infinite: each chain stayed at a point of its own" in said[0], said
+
+
 def _disagreement_warnings(name, seed, draws):
     from pymc_kameleon.problems.real_posteriors import POSTERIORS
 
