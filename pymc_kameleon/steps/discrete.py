@@ -160,7 +160,7 @@ class DiscreteMetropolis(AdaptiveStep):
             "accepted": n_accepted / self.dim,
             "tune": self.tune,
             "scaling": float(np.mean([s.value for s in self._chain.scales])),
-            "model_logp": self._target.current_logp,
+            "model_logp": self._target.current_model_logp,
         }
         self._add_running_stats(stats, self._target.n_evals - evals_before)
         stats.update(self._target.estimate_stats(estimates_before))

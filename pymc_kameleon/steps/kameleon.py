@@ -466,7 +466,7 @@ class KameleonMetropolis(AdaptiveStep):
             "subsample_size": 0 if state.family is None else state.family.Z.shape[0],
             "jitter": result.move.jitter,
             "kernel_variance": state.kernel_variance,
-            "model_logp": target.current_logp,
+            "model_logp": target.current_model_logp,
         }
         self._add_running_stats(stats, target.n_evals - evals_before)
         stats.update(target.estimate_stats(estimates_before))

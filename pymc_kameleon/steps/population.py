@@ -210,13 +210,10 @@ def pooled_class_for(cls, args, kwargs, default: str):
     try:
         if pseudo_marginal_terms(model):
             return cls
-        block = args[0] if args else kwargs.get("vars")
-        outside = variables_outside_block(model, block, cls.__name__)
-        if kwargs.get("blocked") is False and not outside:  # PyMC splits the block: one step per variable
-            from pymc_kameleon.steps.base import continuous_value_vars
-
-            names = [model.values_to_rvs[v].name for v in continuous_value_vars(block, model, cls.__name__)]
-            outside = names if len(names) > 1 else []
+        outside = variables_outside_block(model, args[0] if args else kwargs.get("vars"), cls.__name__)
+        if kwargs.get("blocked") is False and not outside and len(model.value_vars) > 1:
+            # PyMC splits the block (here every variable) into one step per variable.
+            outside = [model.values_to_rvs[v].name for v in model.value_vars]
     except (TypeError, ValueError, KeyError):  # misused input: the step's __init__ says what is wrong
         return cls
     if outside:

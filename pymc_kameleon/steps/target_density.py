@@ -624,6 +624,8 @@ def _terms_of_block(model, terms, vars, has_estimates: bool) -> tuple[list, list
     (and no pseudo-marginal term is): a likelihood of the block alone would then be a constant."""
     block = set(vars)
     others = {v for v in model.value_vars if v not in block}
+    if not others:  # the block is the whole model (the common case): no term graph to build
+        return terms, []
     mine, theirs = [], []
     for term in terms:
         graph = set(ancestors([model.logp(vars=[term])]))
