@@ -3,7 +3,8 @@ about 1.6 ms per solve, seven parameters), ``pm.sample_smc`` with 1000 particles
 gallery's ``initval=`` are removed, so that the particles are drawn from the priors.
 
 Samplers: PyMC's default kernel (IMH, its correlation sweep rule), KASS with its defaults (the
-"moved" sweep rule), and waste-free KASS (chains of ``chain_length`` states, every state kept). One
+"moved" sweep rule), and waste-free KASS (chains of ``chain_length`` states, every state kept; at
+the last stage ``final_thinning`` moves between kept states). One
 chain per seed, ``cores=1``. Per run: ODE solves (the initial particles plus every proposal), wall
 seconds, the largest error of a posterior mean in reference sd (the NUTS reference of
 ``benchmarks/data/real_posteriors_reference.json``, a differentiable twin of the model), and log Z with
@@ -50,10 +51,18 @@ SAMPLERS = {
     "KASS, correlation sweep rule, threshold 0.05": (
         KASS, {"n_steps": "correlation", "correlation_threshold": 0.05}
     ),
+    # Waste-free with its default final_thinning (5 moves between kept states at the last stage).
     "KASS waste-free, P=10": (KASS, {"waste_free": True, "chain_length": 10}),
     "KASS waste-free, P=20": (KASS, {"waste_free": True, "chain_length": 20}),
     "KASS waste-free, P=50": (KASS, {"waste_free": True, "chain_length": 50}),
     "KASS waste-free, P=100": (KASS, {"waste_free": True, "chain_length": 100}),
+    # Every state of the last stage kept (the default before decision 0053), and twice the default.
+    "KASS waste-free, P=50, final_thinning=1": (
+        KASS, {"waste_free": True, "chain_length": 50, "final_thinning": 1}
+    ),
+    "KASS waste-free, P=50, final_thinning=10": (
+        KASS, {"waste_free": True, "chain_length": 50, "final_thinning": 10}
+    ),
 }
 
 

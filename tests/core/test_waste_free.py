@@ -14,10 +14,12 @@ from pymc_kameleon.core.smc.evidence import (
 )
 from pymc_kameleon.core.smc.population import population_mh_move, tempered_log_density
 from pymc_kameleon.core.smc.rejuvenation import (
+    WASTE_FREE_FINAL_THINNING,
     check_waste_free_options,
     fit_stage_proposal,
     run_chains,
     waste_free_chain_length,
+    waste_free_final_thinning,
 )
 
 COV = np.array([[4.0, 1.8], [1.8, 1.0]])
@@ -180,6 +182,35 @@ def test_run_chains_is_population_moves_stored_step_by_step(cache_factors):
     assert 0 < out.mean_accept < 1 and 0 <= out.unmoved <= 1
 
 
+def test_thinned_chains_keep_every_kth_state():
+    """thin = 2: the same N = 10 states from M = 3 chains, each kept state two population moves after
+    the previous one (12 proposals in 6 calls, 6 moves of the longest chain); the moves in between are
+    made and not kept."""
+    family = stage()
+    X0, lp0, ll0, lt0 = starts(3)
+    calls = []
+
+    def counted(P):
+        calls.append(P.shape[0])
+        return evaluate(P)
+
+    out = run_chains(X0, lp0, ll0, lt0, 10, family, counted, 0.7, np.random.default_rng(9), thin=2)
+    assert calls == [3, 3, 3, 3, 1, 1] and out.steps == 6
+    rng = np.random.default_rng(9)
+    X, lt, rows = X0.copy(), lt0.copy(), [X0.copy()]
+    for k in (3, 3, 1):
+        for _ in range(2):
+            move = population_mh_move(X[:k], lt[:k], family, evaluate, 0.7, rng)
+            acc = np.flatnonzero(move.accepted)
+            X[acc], lt[acc] = move.proposals[acc], move.log_target[acc]
+        rows.append(X[:k].copy())
+    np.testing.assert_array_equal(out.X, np.concatenate(rows))
+    np.testing.assert_array_equal(out.log_target, tempered_log_density(out.log_prior, out.loglik, 0.7))
+    for thin in (0, 1.5):
+        with pytest.raises(ValueError, match="thin must be an integer >= 1"):
+            run_chains(X0, lp0, ll0, lt0, 10, family, evaluate, 0.7, np.random.default_rng(9), thin=thin)
+
+
 def test_waste_free_options_are_named():
     check_waste_free_options(True, 20, None, 2000)
     with pytest.raises(ValueError, match="chain_length"):
@@ -198,6 +229,14 @@ def test_waste_free_options_are_named():
         check_waste_free_options(True, "auto", 5, 2000)
     with pytest.raises(ValueError, match='"auto" or an integer'):
         check_waste_free_options(True, "long", None, 2000)
+    check_waste_free_options(True, "auto", None, 2000, final_thinning=1)
+    for wrong in (0, 2.5, "auto"):
+        with pytest.raises((ValueError, TypeError), match="final_thinning"):
+            check_waste_free_options(True, "auto", None, 2000, final_thinning=wrong)
+    with pytest.raises(ValueError, match="final_thinning=5 applies only to waste-free runs"):
+        check_waste_free_options(False, "auto", None, 2000, final_thinning=5)
+    assert waste_free_final_thinning(None) == WASTE_FREE_FINAL_THINNING == 5
+    assert waste_free_final_thinning(2) == 2
 
 
 def test_automatic_chain_length_makes_about_twenty_chains():
@@ -209,11 +248,12 @@ def test_automatic_chain_length_makes_about_twenty_chains():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("wrong", [False, True])
-def test_waste_free_chains_keep_the_target(wrong, monkeypatch):
+@pytest.mark.parametrize("wrong, thin", [(False, 1), (True, 1), (False, 3)])
+def test_waste_free_chains_keep_the_target(wrong, thin, monkeypatch):
     """Exact draws of the target as starts: all N = 4000 states of 200 chains of 20 have the target's
     mean and variance, within 4 standard errors that account for the chains' autocorrelation
-    (chain_mean_variance). Negative control: the mixture's Hastings terms replaced by the Kameleon
+    (chain_mean_variance); so do thinned chains (3 moves between kept states, the last stage's
+    final_thinning). Negative control: the mixture's Hastings terms replaced by the Kameleon
     density alone (the family is fitted to a squeezed draw, so the components differ), which is caught."""
     from pymc_kameleon.core.smc import mixtures
 
@@ -227,7 +267,7 @@ def test_waste_free_chains_keep_the_target(wrong, monkeypatch):
     if wrong:
         monkeypatch.setattr(mixtures, "mixture_log_density", lambda main, _other, _w: main)
     out = run_chains(X0, log_prior, loglik, tempered_log_density(log_prior, loglik, 1.0), 4000, family,
-                     evaluate, 1.0, rng)
+                     evaluate, 1.0, rng, thin=thin)
     z = []
     for j in range(2):
         for values, truth in ((out.X[:, j], 0.0), (out.X[:, j] ** 2, cov[j, j])):

@@ -359,12 +359,35 @@ def test_waste_free_evidence_error_bar_is_calibrated():
 
 def test_waste_free_stages():
     """105 particles in chains of 10: 11 chains (6 of 10 states, 5 of 9), so every stage after the
-    initial draws costs 105 - 11 = 94 evaluations and 9 steps; the error bar is there."""
+    initial draws costs 105 - 11 = 94 evaluations and 9 steps, but the last, whose chains make 5 moves
+    (final_thinning's default) between kept states: 470 evaluations, 45 moves; the error bar is there."""
     _, _, idata = run_smc(linear_model(), KASS, chains=1, draws=105, waste_free=True, chain_length=10)
-    evals = stage_stats(idata, "likelihood_evals")[0]
-    assert np.all(evals == 94) and np.all(stage_stats(idata, "n_steps")[0] == 9)
+    evals, steps = stage_stats(idata, "likelihood_evals")[0], stage_stats(idata, "n_steps")[0]
+    assert np.all(evals[:-1] == 94) and np.all(steps[:-1] == 9)
+    assert evals[-1] == 5 * 94 and steps[-1] == 5 * 9
     assert np.isfinite(log_evidence(idata).std_error).all()
-    assert idata.sample_stats.attrs["waste_free"] == 1 and idata.sample_stats.attrs["chain_length"] == 10
+    attrs = idata.sample_stats.attrs
+    assert attrs["waste_free"] == 1 and attrs["chain_length"] == 10 and attrs["final_thinning"] == 5
+
+
+def test_final_thinning_moves_only_the_posterior_draws():
+    """final_thinning changes the last stage alone: the same seed gives the same stages before it and
+    the same log Z and error bar (read before the last moves), while the posterior draws differ and the
+    last stage costs final_thinning times (N - M) evaluations. Without waste_free it is refused."""
+    runs = {
+        k: run_smc(linear_model(), KASS, chains=1, draws=105, waste_free=True, chain_length=10,
+                   final_thinning=k)[2]
+        for k in (1, 3)
+    }
+    one, three = (stage_stats(runs[k], "likelihood_evals")[0] for k in (1, 3))
+    np.testing.assert_array_equal(one[:-1], three[:-1])
+    assert one[-1] == 94 and three[-1] == 3 * 94
+    z1, z3 = log_evidence(runs[1]), log_evidence(runs[3])
+    assert z1.log_z == z3.log_z and z1.std_error == z3.std_error
+    assert not np.array_equal(runs[1].posterior["w"].values, runs[3].posterior["w"].values)
+    assert runs[1].sample_stats.attrs["final_thinning"] == 1
+    with pytest.raises(ValueError, match="final_thinning=3 applies only to waste-free runs"):
+        run_smc(linear_model(), KASS, chains=1, draws=105, final_thinning=3)
 
 
 def test_waste_free_warns_when_the_chains_are_shorter_than_their_mixing():
