@@ -8,9 +8,9 @@ of every array in the posterior, the sample statistics and (for MCMC) the warm-u
 cases cover every sampler of the package: ``KameleonMetropolis`` with each kernel and both
 adaptations, from a good and a far start; both GP delayed-acceptance steps with their proposals
 and gradient options, exact and pseudo-marginal; ``MLDA`` with two and three levels; correlated
-pseudo-marginal; ``DiscreteMetropolis`` beside a Kameleon step; ``KASS`` and ``ASMC``. Tuning is
-long enough for every phase (coordinate scan, Adaptive Metropolis window, Kameleon windows, windows
-that end early) to run.
+pseudo-marginal; ``DiscreteMetropolis`` beside a Kameleon step; ``KASS`` (sweeps and waste-free) and
+``ASMC``. Tuning is long enough for every phase (coordinate scan, Adaptive Metropolis window, Kameleon
+windows, windows that end early) to run.
 
 Hashes depend on the installed PyMC, PyTensor, NumPy and BLAS, so record and check with the same
 environment (one file per stack). Record with PyTensor's compilation cache warm (run ``check``
@@ -264,6 +264,7 @@ CASES = {
     "kass-banana": _smc(banana_model, pk.KASS, draws=400),
     "asmc": _smc(gaussian_data_model, pk.ASMC, draws=300),
     "kass-pseudo-marginal": _smc(latent_model, pk.KASS, draws=200),
+    "kass-waste-free": _smc(banana_model, pk.KASS, draws=400, waste_free=True, chain_length=20),
 }
 
 
