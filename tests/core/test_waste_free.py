@@ -155,9 +155,11 @@ def starts(M, seed=0):
 
 
 @pytest.mark.parametrize("cache_factors", [False, True])
-def test_run_chains_is_population_moves_stored_step_by_step(cache_factors):
+@pytest.mark.parametrize("thin", [1, 2])
+def test_run_chains_is_population_moves_stored_step_by_step(cache_factors, thin):
     """N = 10 states from M = 3 chains: lengths 4, 3, 3 (7 proposals); the same random stream and states
-    as population moves of the first k chains applied by hand."""
+    as population moves of the first k chains applied by hand. With thin = 2 each kept state is two
+    moves after the one before (the moves between are made, not kept): 14 proposals in 6 calls."""
     family = stage()
     X0, lp0, ll0, lt0 = starts(3)
     calls = []
@@ -167,14 +169,16 @@ def test_run_chains_is_population_moves_stored_step_by_step(cache_factors):
         return evaluate(P)
 
     out = run_chains(X0, lp0, ll0, lt0, 10, family, counted, 0.7, np.random.default_rng(9),
-                     cache_factors=cache_factors)
-    assert calls == [3, 3, 1] and out.n_chains == 3 and out.steps == 3
+                     cache_factors=cache_factors, thin=thin)
+    assert calls == [k for k in (3, 3, 1) for _ in range(thin)]
+    assert out.n_chains == 3 and out.steps == 3 * thin
     rng = np.random.default_rng(9)
     X, lt, rows = X0.copy(), lt0.copy(), [X0.copy()]
     for k in (3, 3, 1):
-        move = population_mh_move(X[:k], lt[:k], family, evaluate, 0.7, rng)
-        acc = np.flatnonzero(move.accepted)
-        X[acc], lt[acc] = move.proposals[acc], move.log_target[acc]
+        for _ in range(thin):
+            move = population_mh_move(X[:k], lt[:k], family, evaluate, 0.7, rng)
+            acc = np.flatnonzero(move.accepted)
+            X[acc], lt[acc] = move.proposals[acc], move.log_target[acc]
         rows.append(X[:k].copy())
     np.testing.assert_array_equal(out.X, np.concatenate(rows))
     np.testing.assert_array_equal(out.log_target, tempered_log_density(out.log_prior, out.loglik, 0.7))
@@ -182,33 +186,11 @@ def test_run_chains_is_population_moves_stored_step_by_step(cache_factors):
     assert 0 < out.mean_accept < 1 and 0 <= out.unmoved <= 1
 
 
-def test_thinned_chains_keep_every_kth_state():
-    """thin = 2: the same N = 10 states from M = 3 chains, each kept state two population moves after
-    the previous one (12 proposals in 6 calls, 6 moves of the longest chain); the moves in between are
-    made and not kept."""
-    family = stage()
+def test_run_chains_thin_must_be_a_positive_integer():
     X0, lp0, ll0, lt0 = starts(3)
-    calls = []
-
-    def counted(P):
-        calls.append(P.shape[0])
-        return evaluate(P)
-
-    out = run_chains(X0, lp0, ll0, lt0, 10, family, counted, 0.7, np.random.default_rng(9), thin=2)
-    assert calls == [3, 3, 3, 3, 1, 1] and out.steps == 6
-    rng = np.random.default_rng(9)
-    X, lt, rows = X0.copy(), lt0.copy(), [X0.copy()]
-    for k in (3, 3, 1):
-        for _ in range(2):
-            move = population_mh_move(X[:k], lt[:k], family, evaluate, 0.7, rng)
-            acc = np.flatnonzero(move.accepted)
-            X[acc], lt[acc] = move.proposals[acc], move.log_target[acc]
-        rows.append(X[:k].copy())
-    np.testing.assert_array_equal(out.X, np.concatenate(rows))
-    np.testing.assert_array_equal(out.log_target, tempered_log_density(out.log_prior, out.loglik, 0.7))
     for thin in (0, 1.5):
         with pytest.raises(ValueError, match="thin must be an integer >= 1"):
-            run_chains(X0, lp0, ll0, lt0, 10, family, evaluate, 0.7, np.random.default_rng(9), thin=thin)
+            run_chains(X0, lp0, ll0, lt0, 10, stage(), evaluate, 0.7, np.random.default_rng(9), thin=thin)
 
 
 def test_waste_free_options_are_named():
