@@ -233,6 +233,18 @@ def variable_slices(variables, var_info):
         offset += size
 
 
+def coordinate_labels(variables, var_info) -> list[str]:
+    """The name of each coordinate of PyMC's flat particle vector: ``mu``, ``tau_log__``, ``theta[2]``
+    (value variables, in the sampler's unconstrained coordinates)."""
+    labels = []
+    for name, _, shape in variable_slices(variables, var_info):
+        if tuple(shape) == ():
+            labels.append(name)
+            continue
+        labels.extend(f"{name}[{', '.join(map(str, index))}]" for index in np.ndindex(*shape))
+    return labels
+
+
 def check_prior_draws(X, variables, var_info, causes=None) -> None:
     """A clear error if the initial particles do not vary. SMC starts from prior draws, but PyMC's SMC
     puts every particle at a variable's initial value when the variable has an ``initval=``, and an

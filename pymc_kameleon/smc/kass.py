@@ -45,7 +45,7 @@ from pymc_kameleon.core.smc.rejuvenation import (
     waste_free_chain_length,
     waste_free_final_thinning,
 )
-from pymc_kameleon.smc._batched import BatchedSMCKernel, check_continuous
+from pymc_kameleon.smc._batched import BatchedSMCKernel, check_continuous, coordinate_labels
 from pymc_kameleon.smc.results import (
     LINEAGES_CHECKED,
     MIN_DISTINCT_ANCESTORS,
@@ -184,7 +184,10 @@ class KASS(BatchedSMCKernel):
         longer than the moves' mixing time: with short chains log Z came out low with too small an
         error bar (``benchmarks/results/history.md``, "Waste-free KASS"), so it is off by default.
     chain_length : int or "auto", default "auto"
-        :math:`P`, the states per waste-free chain (its start included); ``"auto"`` makes about 20
+        :math:`P`, the states per waste-free chain (its start included): :math:`M = \lceil N/P \rceil`
+        chains share the :math:`N` states, so the longest holds :math:`\lceil N/M \rceil`, which is
+        :math:`P` when it divides :math:`N` and what the run records (``chain_length=600`` with
+        :math:`N = 1000` runs 2 chains of 500). ``"auto"`` makes about 20
         chains of at least 10 states, :math:`P = \max(10, \lfloor N/20 \rfloor)` (at most :math:`N`;
         chains of 10 states biased log Z on the gallery ODE at N = 1000, chains of 50 or 100 did not;
         ``docs/decisions/0042-kass-waste-free-option.md``). Only with ``waste_free=True``; not with
@@ -430,6 +433,7 @@ class KASS(BatchedSMCKernel):
             tau, slowest = slowest_chain_autocorrelation(
                 self.likelihood_logp[:whole].reshape(-1, moved.n_chains),
                 self.tempered_posterior[:whole].reshape(-1, moved.n_chains, d),
+                coordinate_labels(self.variables, self.var_info),
             )
             self._autocorrelation.append((self.iteration, self.beta, tau, slowest))
         else:
@@ -563,7 +567,7 @@ class KASS(BatchedSMCKernel):
             "threshold": self.threshold,
             "_n_tune": self.n_steps,
             "proposal_kernel": self.proposal_kernel,
-            "n_steps_rule": str(self.n_steps_rule),
+            "n_steps_rule": "waste-free" if self.waste_free else str(self.n_steps_rule),
             "correlation_threshold": self.correlation_threshold,
             "learning_rate": self.learning_rate,
             "target_accept": self.target_accept,

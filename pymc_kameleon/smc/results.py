@@ -197,10 +197,11 @@ def evidence_lags(idata) -> EvidenceLag:
 CHAIN_DISAGREEMENT_P = 0.01
 
 
-def _warn_disagreeing_chains(log_z: np.ndarray, std_error: np.ndarray) -> None:
+def _warn_disagreeing_chains(log_z: np.ndarray, std_error: np.ndarray, waste_free: bool = False) -> None:
     r"""Warn when the chains' :math:`\log \hat Z_c` are not consistent with their standard errors
     :math:`s_c`: :math:`\chi^2 = \sum_c (\log \hat Z_c - m)^2 / s_c^2` with the precision-weighted
-    mean :math:`m` has :math:`C - 1` degrees of freedom when the error bars are right."""
+    mean :math:`m` has :math:`C - 1` degrees of freedom when the error bars are right. The remedy
+    named is that of the run's stages (waste-free chains have no ``n_steps``)."""
     ok = np.isfinite(log_z) & np.isfinite(std_error) & (std_error > 0)
     if ok.sum() < 2:
         return
@@ -209,12 +210,17 @@ def _warn_disagreeing_chains(log_z: np.ndarray, std_error: np.ndarray) -> None:
     chi2 = float(np.sum(w * (z - np.sum(w * z) / np.sum(w)) ** 2))
     p = float(stats.chi2.sf(chi2, ok.sum() - 1))
     if p < CHAIN_DISAGREEMENT_P:
+        remedy = (
+            "Use longer waste-free chains (chain_length=), more particles (draws=), or the default "
+            "sweeps (waste_free=False), whose evidence is the reliable one."
+            if waste_free
+            else "Use more particles (draws=), or more sweeps per stage (n_steps=)."
+        )
         listing = ", ".join(f"{a:.3f} +- {b:.3f}" for a, b in zip(z, se, strict=True))
         warnings.warn(
             f"The chains' log Z estimates ({listing}) disagree by more than their standard errors allow "
             f"(chi-squared {chi2:.1f} on {ok.sum() - 1} degrees of freedom, p = {p:.2g}), so the error "
-            "bars are too small and log Z is not reliable. Use more particles (draws=), or more sweeps "
-            "per stage (n_steps=).",
+            f"bars are too small and log Z is not reliable. {remedy}",
             UserWarning,
             stacklevel=3,
         )
@@ -289,5 +295,5 @@ def log_evidence(idata) -> LogEvidence:
             stacklevel=2,
         )
     std_error = log_z_std_error(rel_var)
-    _warn_disagreeing_chains(log_z, std_error)
+    _warn_disagreeing_chains(log_z, std_error, bool(idata.sample_stats.attrs.get("waste_free", 0)))
     return LogEvidence(log_z, std_error)

@@ -120,6 +120,9 @@ def test_slowest_chain_autocorrelation_names_what_mixes_slowest():
     fast, slow = ar1_chains(40, 200, 0.0, seed=1), ar1_chains(40, 200, 0.9, seed=2)
     tau, what = slowest_chain_autocorrelation(fast, np.stack([fast, slow], axis=-1))
     assert what == "coordinate 1 of the particles" and tau == pytest.approx(chain_autocorrelation_time(slow))
+    assert slowest_chain_autocorrelation(fast, np.stack([fast, slow], axis=-1), ["mu", "tau_log__"])[1] == (
+        "tau_log__"
+    )
     tau, what = slowest_chain_autocorrelation(slow, np.stack([fast, np.ones_like(fast)], axis=-1))
     assert what == "the log-likelihood" and tau == pytest.approx(chain_autocorrelation_time(slow))
 
@@ -227,6 +230,12 @@ def test_automatic_chain_length_makes_about_twenty_chains():
     assert waste_free_chain_length("auto", 30) == 10  # few particles: fewer chains, never shorter than 10
     assert waste_free_chain_length("auto", 6) == 6
     assert waste_free_chain_length(7, 1000) == 7
+    # M = ceil(N / P) chains share the N states: 2 chains of 500 for P = 600 or 501, and the same M back.
+    for asked in (600, 501, 7, 333, 1000):
+        length = waste_free_chain_length(asked, 1000)
+        assert -(-1000 // length) == -(-1000 // asked)
+    assert waste_free_chain_length(600, 1000) == waste_free_chain_length(501, 1000) == 500
+    assert waste_free_chain_length(10, 105) == 10  # 11 chains: 6 of 10 states, 5 of 9
 
 
 @pytest.mark.slow

@@ -368,6 +368,17 @@ def test_waste_free_stages():
     assert np.isfinite(log_evidence(idata).std_error).all()
     attrs = idata.sample_stats.attrs
     assert attrs["waste_free"] == 1 and attrs["chain_length"] == 10 and attrs["final_thinning"] == 5
+    assert attrs["n_steps_rule"] == "waste-free"
+
+
+def test_waste_free_records_the_chains_it_ran():
+    """chain_length=70 with 105 particles: M = 2 chains of 53 and 52 states, recorded as 53 (a new user
+    read 600 for chains of 500), each stage but the last 103 evaluations and 52 moves."""
+    _, _, idata = run_smc(linear_model(), KASS, chains=1, draws=105, waste_free=True, chain_length=70,
+                          final_thinning=1)
+    assert idata.sample_stats.attrs["chain_length"] == 53
+    assert np.all(stage_stats(idata, "likelihood_evals")[0] == 103)
+    assert np.all(stage_stats(idata, "n_steps")[0] == 52)
 
 
 def test_final_thinning_moves_only_the_posterior_draws():
@@ -421,10 +432,10 @@ def test_waste_free_short_chains_are_judged_on_every_coordinate_too():
     """Waste-free chains of 100 (N = 2000) on the hierarchical regression: their log-likelihood's
     autocorrelation time (20 at most) passed the check, yet log Z came out 1.1 below the exact value
     (4.2 of its standard errors) at this seed; a coordinate's time (44) does not pass, and the warning
-    names it. Before the coordinates counted, 8 of 10 such runs (seeds 1-10) were silent, with log Z
-    0.5 low on average."""
+    names it by its variable (it said "coordinate 1 of the particles"). Before the coordinates counted,
+    8 of 10 such runs (seeds 1-10) were silent, with log Z 0.5 low on average."""
     with pytest.warns(UserWarning, match=r"chains of 100 states were too short.*autocorrelation time of "
-                      r"coordinate \d+ of the particles"):
+                      r"(mu_a|sa_log__|za\[\d\]|b|s_log__) was"):
         _, log_z, _ = run_smc(hierarchical_regression(), KASS, chains=1, draws=2000, seed=1, var="mu_a",
                               waste_free=True)
     assert log_z[0] < -99.543 - 1.0
@@ -850,8 +861,12 @@ def test_log_evidence_warns_when_chains_disagree_beyond_their_error_bars():
     one KASS run agree."""
     from pymc_kameleon.smc.results import _warn_disagreeing_chains
 
-    with pytest.warns(UserWarning, match=r"chi-squared 66.7 on 2 degrees of freedom, p = 3.3e-15"):
+    with pytest.warns(UserWarning, match=r"chi-squared 66.7 on 2 degrees of freedom, p = 3.3e-15.*n_steps="):
         _warn_disagreeing_chains(np.array([0.0, 0.0, 1.0]), np.full(3, 0.1))
+    # Waste-free runs have no n_steps (a new user followed that advice into an error).
+    with pytest.warns(UserWarning, match=r"chain_length=.*waste_free=False") as record:
+        _warn_disagreeing_chains(np.array([0.0, 0.0, 1.0]), np.full(3, 0.1), waste_free=True)
+    assert "n_steps" not in str(record[0].message)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _warn_disagreeing_chains(np.array([0.0, 0.1, -0.1]), np.full(3, 0.1))

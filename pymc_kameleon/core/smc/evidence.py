@@ -165,7 +165,7 @@ def coordinate_autocorrelation_times(states) -> np.ndarray:
     return taus
 
 
-def slowest_chain_autocorrelation(loglik, states) -> tuple[float, str]:
+def slowest_chain_autocorrelation(loglik, states, coordinate_names=None) -> tuple[float, str]:
     """The largest :func:`chain_autocorrelation_time` of :math:`M` chains of length :math:`P`, over their
     log-likelihoods and each coordinate of their states, and what it was of.
 
@@ -177,20 +177,23 @@ def slowest_chain_autocorrelation(loglik, states) -> tuple[float, str]:
     ----------
     loglik : array of shape (P, M)
     states : array of shape (P, M, d)
+    coordinate_names : sequence of str, optional
+        The coordinates' names, for ``what``.
 
     Returns
     -------
     tau : float
         NaN if nothing varies.
     what : str
-        ``"the log-likelihood"`` or ``"coordinate j of the particles"``.
+        ``"the log-likelihood"``, the coordinate's name, or ``"coordinate j of the particles"``.
     """
     tau = chain_autocorrelation_time(loglik)
     coordinates = coordinate_autocorrelation_times(states)
     if np.any(np.isfinite(coordinates)):
         j = int(np.nanargmax(coordinates))
         if not coordinates[j] <= tau:  # also where the log-likelihood's is NaN
-            return float(coordinates[j]), f"coordinate {j} of the particles"
+            what = coordinate_names[j] if coordinate_names is not None else f"coordinate {j} of the particles"
+            return float(coordinates[j]), what
     return tau, "the log-likelihood"
 
 

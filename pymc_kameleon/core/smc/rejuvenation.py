@@ -151,12 +151,16 @@ def check_waste_free_options(waste_free, chain_length, n_steps, draws: int, fina
 
 
 def waste_free_chain_length(chain_length, draws: int) -> int:
-    """:math:`P` for ``chain_length``: the number itself, or for ``"auto"`` :math:`\\lfloor N /`
-    :data:`WASTE_FREE_CHAINS` :math:`\\rfloor` (about that many chains share the :math:`N` states), at least
-    :data:`WASTE_FREE_MIN_LENGTH` and at most :math:`N`."""
-    if chain_length != "auto":
-        return int(chain_length)
-    return min(max(WASTE_FREE_MIN_LENGTH, draws // WASTE_FREE_CHAINS), draws)
+    """The states of the longest waste-free chain for ``chain_length`` :math:`P`: the number asked for,
+    or for ``"auto"`` :math:`\\lfloor N /` :data:`WASTE_FREE_CHAINS` :math:`\\rfloor` (about that many
+    chains share the :math:`N` states), at least :data:`WASTE_FREE_MIN_LENGTH` and at most :math:`N`;
+    then, as :math:`M = \\lceil N/P \\rceil` chains share the :math:`N` states,
+    :math:`\\lceil N/M \\rceil` (:math:`P` itself when it divides :math:`N`; 500 for :math:`P` = 600 and
+    :math:`N` = 1000). The number of chains it gives is :math:`M` again."""
+    if chain_length == "auto":
+        chain_length = min(max(WASTE_FREE_MIN_LENGTH, draws // WASTE_FREE_CHAINS), draws)
+    n_chains = -(-draws // int(chain_length))
+    return -(-draws // n_chains)
 
 
 def waste_free_final_thinning(final_thinning) -> int:
