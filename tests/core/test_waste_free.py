@@ -225,8 +225,13 @@ def test_waste_free_options_are_named():
 
 
 def test_automatic_chain_length_makes_about_twenty_chains():
+    """About 20 chains; below 500 particles chains of 25 while 4 chains remain (decision 0054), never
+    shorter than 10, at most N."""
     assert waste_free_chain_length("auto", 1000) == 50
     assert waste_free_chain_length("auto", 16000) == 800
+    assert waste_free_chain_length("auto", 500) == waste_free_chain_length("auto", 200) == 25
+    assert waste_free_chain_length("auto", 100) == 25  # 4 chains
+    assert waste_free_chain_length("auto", 60) == 15  # 4 chains
     assert waste_free_chain_length("auto", 30) == 10  # few particles: fewer chains, never shorter than 10
     assert waste_free_chain_length("auto", 6) == 6
     assert waste_free_chain_length(7, 1000) == 7
