@@ -24,6 +24,7 @@ from pytensor.tensor.random.type import RandomGeneratorType
 
 from pymc_kameleon.executors import as_executor_option
 from pymc_kameleon.pseudo_marginal import PseudoMarginalOp
+from pymc_kameleon.steps.base import indexed_names
 from pymc_kameleon.steps.reporting import StepWarnings
 from pymc_kameleon.steps.starts import has_improper_prior
 
@@ -236,13 +237,8 @@ def variable_slices(variables, var_info):
 def coordinate_labels(variables, var_info) -> list[str]:
     """The name of each coordinate of PyMC's flat particle vector: ``mu``, ``tau_log__``, ``theta[2]``
     (value variables, in the sampler's unconstrained coordinates)."""
-    labels = []
-    for name, _, shape in variable_slices(variables, var_info):
-        if tuple(shape) == ():
-            labels.append(name)
-            continue
-        labels.extend(f"{name}[{', '.join(map(str, index))}]" for index in np.ndindex(*shape))
-    return labels
+    slices = variable_slices(variables, var_info)
+    return [label for name, _, shape in slices for label in indexed_names(name, shape)]
 
 
 def check_prior_draws(X, variables, var_info, causes=None) -> None:

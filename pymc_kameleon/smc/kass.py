@@ -305,6 +305,7 @@ class KASS(BatchedSMCKernel):
 
         super().__init__(*args, batch_logp=batch_logp, **kwargs)
         check_subsample_size(n_subsample, sum(size for _, size in self.var_info.values()))
+        self._coordinate_names = coordinate_labels(self.variables, self.var_info)  # for the warnings
 
         self.bandwidth_spec = bandwidth
         self.gamma_spec = gamma
@@ -435,7 +436,7 @@ class KASS(BatchedSMCKernel):
             tau, slowest = slowest_chain_autocorrelation(
                 self.likelihood_logp[:whole].reshape(-1, moved.n_chains),
                 self.tempered_posterior[:whole].reshape(-1, moved.n_chains, d),
-                coordinate_labels(self.variables, self.var_info),
+                self._coordinate_names,
             )
             self._autocorrelation.append((self.iteration, self.beta, tau, slowest))
         else:

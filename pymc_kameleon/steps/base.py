@@ -121,13 +121,15 @@ def coordinate_names(vars, initial_point, model=None) -> list[str]:
         if rv is not None:
             transform = model.rvs_to_transforms.get(rv)
             label = rv.name if transform is None else f"{transform.name}({rv.name})"
-        shape = np.shape(initial_point[v.name])
-        if shape == ():
-            names.append(label)
-            continue
-        for index in np.ndindex(*shape):
-            names.append(f"{label}[{', '.join(map(str, index))}]")
+        names.extend(indexed_names(label, np.shape(initial_point[v.name])))
     return names
+
+
+def indexed_names(label: str, shape) -> list[str]:
+    """``[label]`` for a scalar, else ``label[i, j]`` for each index of ``shape`` in C order (ravel's)."""
+    if tuple(shape) == ():
+        return [label]
+    return [f"{label}[{', '.join(map(str, index))}]" for index in np.ndindex(*shape)]
 
 
 def continuous_value_vars(vars, model, step_name: str, required: str = ""):
