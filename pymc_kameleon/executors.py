@@ -6,8 +6,9 @@ zero-argument callable that returns one. :class:`ExecutorOption` holds either an
 
 - **Chunks, not rows.** :meth:`ExecutorOption.map_rows` splits the rows (the argument tuples of
   independent calls ``function(*row)``) into one chunk per worker and submits one task per chunk. On
-  Dask chunk ``i`` is placed on the ``i``-th worker thread (any other if that worker is gone): the
-  scheduler alone sometimes gave one worker two chunks of a round while the other idled.
+  Dask chunk ``i`` is submitted for the ``i``-th worker thread, loosely (Dask may still move it, to
+  another worker if that one is gone or busy): the scheduler alone sometimes gave one worker two
+  chunks of a round while the other idled.
 - **What travels.** The function is pickled once (``cloudpickle``) into a payload with a token;
   each worker process unpickles it once and caches it by token, so a compiled PyTensor function
   is not rebuilt per task. On Dask the payload is scattered to every worker once
@@ -401,9 +402,10 @@ class ExecutorOption:
         return results
 
     def _placement(self, executor, chunk: int) -> dict:
-        """On Dask, chunk ``i`` goes to the ``i``-th worker thread (any worker if that one is gone):
-        left to itself the scheduler put both chunks of a round on one of two workers in 2-5 of 26
-        rounds, which then took twice as long. Not where the user restricted the workers."""
+        """On Dask, chunk ``i`` is submitted for the ``i``-th worker thread, as a loose restriction (Dask
+        may move it to another worker, one that is free while that one is busy or gone): left to itself
+        the scheduler put both chunks of a round on one of two workers in 2-5 of 26 rounds, which then
+        took twice as long. Not where the user restricted the workers."""
         if not (_is_dask_executor(executor) and self._worker_slots) or "workers" in executor._kwargs:
             return {}
         return {"workers": [self._worker_slots[chunk % len(self._worker_slots)]], "allow_other_workers": True}
