@@ -182,19 +182,35 @@ def _frozen_kernel(cls, gp):
     if tilt:
         gp = kernel.gp
         predict, predict_joint = gp.predict, gp.predict_joint
+        # After tuning the kernels screen with bounds first (decision records 0045 and 0055): those
+        # predictions are tilted too, or the surrogate would not be one function of theta.
+        with_variance_bound, joint_with_bound = gp.predict_with_variance_bound, gp.predict_joint_with_bound
 
         def tilted(theta):
             mu, var = predict(theta)
             return mu + tilt * np.atleast_1d(theta)[0], var
 
-        def tilted_joint(theta):
-            mean, cov = predict_joint(theta)
+        def tilted_with_variance_bound(theta):
+            mu, var_bound, row = with_variance_bound(theta)
+            return mu + tilt * np.atleast_1d(theta)[0], var_bound, row
+
+        def tilt_joint(theta, mean):
             mean = mean.copy()
             mean[0] += tilt * theta[0]
             mean[1] += tilt
-            return mean, cov
+            return mean
+
+        def tilted_joint(theta):
+            mean, cov = predict_joint(theta)
+            return tilt_joint(theta, mean), cov
+
+        def tilted_joint_with_bound(theta):
+            mean, cov_bound, parts = joint_with_bound(theta)
+            return tilt_joint(theta, mean), cov_bound, parts
 
         gp.predict, gp.predict_joint = tilted, tilted_joint
+        gp.predict_with_variance_bound = tilted_with_variance_bound
+        gp.predict_joint_with_bound = tilted_joint_with_bound
         kernel.schedule.version += 1  # no prediction cached from before
     return kernel
 

@@ -14,20 +14,29 @@ import math
 from typing import NamedTuple
 
 import numpy as np
-from scipy.linalg import solve_triangular
 
 from pymc_kameleon.core.delayed_acceptance.kernel import DelayedAcceptanceKernel, DelayedAcceptanceResult
 from pymc_kameleon.core.delayed_acceptance.ratios import DALogRatios, _check_current_value, stage2_log_ratio
-from pymc_kameleon.core.linalg import gaussian_logpdf_chol, jittered_cholesky, same_array
+from pymc_kameleon.core.linalg import (
+    gaussian_logpdf_chol,
+    jittered_cholesky,
+    same_array,
+    solve_lower_as_scipy,
+)
 from pymc_kameleon.core.mh import accept_probability, metropolis_accept, mh_log_ratio
 from pymc_kameleon.core.proposals import LangevinProposal, langevin_log_density
+
+# Margin of log_expected_langevin_bound over rounding, relative to its terms' size.
+_BOUND_MARGIN = 1e-6
 
 __all__ = [
     "DelayedAcceptanceMALA",
     "MALAPoint",
+    "log_expected_langevin_bound",
     "log_expected_langevin_term",
     "mala_delayed_acceptance_log_ratios",
     "mala_log_alpha1",
+    "mala_log_alpha1_bound",
     "mala_point",
 ]
 
@@ -93,6 +102,37 @@ def log_expected_langevin_term(
     -------
     float
     """
+    base, half_log_det, bm, half_mqm, quad = _langevin_expectation_terms(
+        theta_star, theta_prime, joint_mean, joint_cov, grad_log_prior_star, proposal_chol
+    )
+    return base - half_log_det + bm - half_mqm + 0.5 * quad
+
+
+def log_expected_langevin_bound(
+    theta_star, theta_prime, joint_mean, joint_cov_bound, grad_log_prior_star, proposal_chol
+) -> float:
+    r"""An upper bound of :func:`log_expected_langevin_term` for every joint covariance :math:`K` below
+    ``joint_cov_bound`` :math:`K_S` in the Loewner order (the GP's covariance given a subset of its
+    observations, :meth:`GPSurrogate.predict_joint_with_bound`); the mean is the same.
+
+    Of the closed form's terms, :math:`-\tfrac12\log|I + W^\top K W| \le 0` is dropped, and
+    :math:`r^\top (K^{-1} + Q)^{-1} r` only grows with :math:`K` (:math:`K \preceq K_S` gives
+    :math:`K^{-1} + Q \succeq K_S^{-1} + Q`), so it is taken at :math:`K_S`. A margin of
+    :math:`10^{-6}(1 + |\cdot|)` of the terms covers rounding. Same parameters as
+    :func:`log_expected_langevin_term`.
+    """
+    base, _, bm, half_mqm, quad = _langevin_expectation_terms(
+        theta_star, theta_prime, joint_mean, joint_cov_bound, grad_log_prior_star, proposal_chol
+    )
+    margin = _BOUND_MARGIN * (1.0 + abs(base) + abs(bm) + half_mqm + abs(quad))
+    return base + bm - half_mqm + 0.5 * quad + margin
+
+
+def _langevin_expectation_terms(theta_star, theta_prime, joint_mean, joint_cov, grad_log_prior_star,
+                                proposal_chol):
+    r"""The terms of :func:`log_expected_langevin_term`: the Langevin density without the GP's
+    gradient, :math:`\tfrac12 \log|I + W^\top K W|`, :math:`b^\top m`, :math:`\tfrac12 m^\top Q m` and
+    :math:`r^\top (K^{-1} + Q)^{-1} r`."""
     L = np.asarray(proposal_chol, dtype=float)
     d = L.shape[0]
     theta_star = np.asarray(theta_star, dtype=float)
@@ -115,9 +155,10 @@ def log_expected_langevin_term(
     Wm = W.T @ m
     r = b - W @ Wm
     # (K^-1 + Q)^-1 r by Woodbury, without inverting K.
-    u = solve_triangular(Lm, KW.T @ r, lower=True, check_finite=False)
+    u = solve_lower_as_scipy(Lm, KW.T @ r)
     quad = float(r @ (K @ r)) - float(u @ u)
-    return base - float(np.log(np.diagonal(Lm)).sum()) + float(b @ m) - 0.5 * float(Wm @ Wm) + 0.5 * quad
+    return base, float(np.log(np.diagonal(Lm)).sum()), float(b @ m), 0.5 * float(Wm @ Wm), quad
+
 
 class MALAPoint(NamedTuple):
     """What is known at one point within one step of GP delayed-acceptance MALA.
@@ -175,26 +216,45 @@ def mala_log_alpha1(frm: MALAPoint, to: MALAPoint, proposal_chol, current_value:
     ``"exact"``, :math:`e^{\ell(\text{frm})} p(\text{frm})\, Q(\text{to} \mid \text{frm})` with the
     actual drift; with ``"surrogate"``, the same GP expectation taken at ``frm``.
     """
-    _check_current_value(current_value)
     back = _mala_flux(to, frm, proposal_chol)
+    return min(0.0, mh_log_ratio(back, _mala_there(frm, to, proposal_chol, current_value)))
+
+
+def _mala_there(frm: MALAPoint, to: MALAPoint, proposal_chol, current_value: str) -> float:
+    """Stage 1's denominator: the exact or the surrogate log flux from ``frm`` to ``to``."""
+    _check_current_value(current_value)
     if current_value == "exact":
         if math.isnan(frm.ll):
             raise ValueError('current_value="exact" needs MALAPoint.ll of the point the move starts from.')
-        there = frm.ll + frm.log_prior + langevin_log_density(to.theta, frm.theta, frm.drift(), proposal_chol)
-    else:
-        there = _mala_flux(frm, to, proposal_chol)
-    return min(0.0, mh_log_ratio(back, there))
+        return frm.ll + frm.log_prior + langevin_log_density(to.theta, frm.theta, frm.drift(), proposal_chol)
+    return _mala_flux(frm, to, proposal_chol)
+
+
+def mala_log_alpha1_bound(frm: MALAPoint, to_bound: MALAPoint, proposal_chol,
+                          current_value: str = "exact") -> float:
+    r"""An upper bound of :func:`mala_log_alpha1` ``(frm, to)``, where ``to_bound`` is ``to`` with an
+    upper bound of its joint covariance (:meth:`GPSurrogate.predict_joint_with_bound`): the numerator
+    from :func:`log_expected_langevin_bound`, the denominator as there."""
+    back = to_bound.log_prior + log_expected_langevin_bound(
+        to_bound.theta, frm.theta, to_bound.joint_mean, to_bound.joint_cov, to_bound.grad_log_prior,
+        proposal_chol,
+    )
+    return min(0.0, mh_log_ratio(back, _mala_there(frm, to_bound, proposal_chol, current_value)))
 
 
 def mala_delayed_acceptance_log_ratios(
-    current: MALAPoint, proposal: MALAPoint, proposal_chol, current_value: str = "exact"
+    current: MALAPoint, proposal: MALAPoint, proposal_chol, current_value: str = "exact",
+    log_alpha1_forward: float | None = None,
 ) -> DALogRatios:
     r"""GP-MALA stage-2 log ratio, with both :math:`\alpha_1` from :func:`mala_log_alpha1`.
 
     The proposal densities in stage 2 are those of the kernel actually used, with the drift
-    :meth:`MALAPoint.drift` at each end.
+    :meth:`MALAPoint.drift` at each end. ``log_alpha1_forward``: stage 1's
+    :func:`mala_log_alpha1` ``(current, proposal)`` if it is known already (the same number).
     """
-    fwd = mala_log_alpha1(current, proposal, proposal_chol, current_value)
+    fwd = log_alpha1_forward
+    if fwd is None:
+        fwd = mala_log_alpha1(current, proposal, proposal_chol, current_value)
     rev = mala_log_alpha1(proposal, current, proposal_chol, current_value)
     lq_fwd = langevin_log_density(proposal.theta, current.theta, current.drift(), proposal_chol)
     lq_rev = langevin_log_density(current.theta, proposal.theta, proposal.drift(), proposal_chol)
@@ -230,12 +290,18 @@ class _ExactDrift:
 class _SurrogateDrift:
     """The GP's drift gradient (mean gradient plus the exact prior gradient), keeping the joint
     predictions it made: at the current state (``current_point``, cached by the schedule) and at
-    the proposal (``proposed_point``; None where the prior or its gradient is not finite)."""
+    the proposal (``proposed_point``; None where the prior or its gradient is not finite).
 
-    def __init__(self, gp, density, current, current_point):
+    With ``bounded``, the proposal's joint covariance is first only an upper bound
+    (:meth:`GPSurrogate.predict_joint_with_bound`; the drift needs the mean alone) and
+    :meth:`exact_proposed_point` solves for the covariance itself."""
+
+    def __init__(self, gp, density, current, current_point, bounded: bool = False):
         self.gp, self.density, self.current, self.current_point = gp, density, current, current_point
+        self.bounded = bounded
         self.proposed_point = None
         self.prior = None
+        self._parts = None  # what joint_cov_given needs, while proposed_point holds a bound
 
     def __call__(self, theta):
         if same_array(theta, self.current):
@@ -243,10 +309,29 @@ class _SurrogateDrift:
         self.prior = lp, glp = self.density.prior(theta)
         if not (math.isfinite(lp) and np.all(np.isfinite(glp))):
             return np.full(np.shape(theta), math.nan)
-        self.proposed_point = mala_point(self.gp, theta, lp, glp)
-        if not _finite_prediction(self.proposed_point):
+        theta = np.asarray(theta, dtype=float)
+        if self.bounded:
+            mean, cov_bound, self._parts = self.gp.predict_joint_with_bound(theta)
+            self.proposed_point = MALAPoint(theta, float(lp), np.asarray(glp, dtype=float), mean, cov_bound)
+        else:
+            self.proposed_point = mala_point(self.gp, theta, lp, glp)
+        if not np.all(np.isfinite(self.proposed_point.joint_mean)):
+            return np.full(np.shape(theta), math.nan)
+        if self._parts is None and not _finite_prediction(self.proposed_point):
             return np.full(np.shape(theta), math.nan)
         return self.proposed_point.drift()
+
+    @property
+    def holds_bound(self) -> bool:
+        """Whether ``proposed_point``'s joint covariance is the bound (not yet solved for)."""
+        return self._parts is not None
+
+    def exact_proposed_point(self) -> MALAPoint:
+        """``proposed_point`` with its joint covariance solved for (the bound replaced)."""
+        if self._parts is not None:
+            cov = self.gp.joint_cov_given(self._parts)
+            self.proposed_point, self._parts = self.proposed_point._replace(joint_cov=cov), None
+        return self.proposed_point
 
 
 class DelayedAcceptanceMALA(DelayedAcceptanceKernel):
@@ -258,6 +343,13 @@ class DelayedAcceptanceMALA(DelayedAcceptanceKernel):
     :func:`mala_delayed_acceptance_log_ratios`; a GP prediction that overflowed (far from every
     training point) cannot screen: :math:`\alpha_1 = 0` if either end's is not finite, a rule
     symmetric in :math:`(x, y)`, so the chain stays exact.
+
+    After tuning, as :class:`~pymc_kameleon.core.delayed_acceptance.kernel.DelayedAcceptanceMH` does
+    with the variance, stage 1 draws its uniform :math:`u` first and compares it with
+    :math:`\bar\alpha_1 \ge \alpha_1` (:func:`mala_log_alpha1_bound`, from the GP's joint covariance
+    given its first 64 rows, an :math:`O(64^2 d)` solve): :math:`u \ge \bar\alpha_1` rejects without
+    the :math:`O(t^2 d)` solve for the covariance, made only otherwise. The decisions, and so the
+    draws, are those of the plain computation (decision record 0055).
 
     Parameters
     ----------
@@ -304,22 +396,37 @@ class DelayedAcceptanceMALA(DelayedAcceptanceKernel):
             current, current_eval,
             lambda: mala_point(self.gp, current, lp_current, current_eval.grad_log_prior, ll_current),
         )
-        drift = _SurrogateDrift(self.gp, density, current, current_point)
+        drift = _SurrogateDrift(self.gp, density, current, current_point, bounded=self.bounded_stage1)
         move = LangevinProposal(L, drift).propose(current, rng)
-        proposed, component, proposed_point = move.x, move.component, drift.proposed_point
-        gp_sd, la1 = math.nan, -math.inf
+        proposed, component = move.x, move.component
+        gp_sd, la1, u = math.nan, -math.inf, None
+        bounded = drift.holds_bound and _finite_prediction(current_point)
+        if bounded and _finite_prediction(drift.proposed_point):
+            # After tuning: stage 1's uniform, drawn where metropolis_accept would draw it, against an
+            # upper bound of alpha_1 first; the covariance's O(t^2 d) solve only if it cannot reject.
+            a1_bound = accept_probability(
+                mala_log_alpha1_bound(current_point, drift.proposed_point, L, self.current_value)
+            )
+            u = rng.random()
+            if not u < a1_bound:
+                return DelayedAcceptanceResult(
+                    current, False, 0.0, component, proposed, stage1=a1_bound, screened=True, adapt_prob=0.0
+                )
+        proposed_point = drift.exact_proposed_point()
         if proposed_point is not None:
             gp_sd = math.sqrt(max(float(proposed_point.joint_cov[0, 0]), 0.0))
             if _finite_prediction(current_point) and _finite_prediction(proposed_point):
                 la1 = mala_log_alpha1(current_point, proposed_point, L, self.current_value)
         proposed_eval, a1, rejected = self._stage1_then_exact(
-            current, proposed, la1, drift.prior, density, rng, component, gp_sd
+            current, proposed, la1, drift.prior, density, rng, component, gp_sd, u=u
         )
         if proposed_eval is None:
             return rejected
         ll_proposed = proposed_eval.loglik
         proposed_point = proposed_point._replace(ll=ll_proposed)
-        ratios = mala_delayed_acceptance_log_ratios(current_point, proposed_point, L, self.current_value)
+        ratios = mala_delayed_acceptance_log_ratios(
+            current_point, proposed_point, L, self.current_value, log_alpha1_forward=la1
+        )
         accepted, a2 = metropolis_accept(ratios.log_ratio_stage2, rng)
         if accepted:
             self.schedule.remember(proposed, proposed_eval, proposed_point)  # the next step's current state

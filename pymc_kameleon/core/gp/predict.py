@@ -16,6 +16,8 @@ __all__ = ["GPPredictionMixin"]
 # stored points (the first ones) whose variance bounds it besides each point alone.
 _VARIANCE_BOUND_MARGIN = 1e-6
 _VARIANCE_BOUND_POINTS = 64
+# Rows (values or gradient components) of the joint covariance's bound: the first ones stored.
+_JOINT_BOUND_ROWS = 64
 
 
 class GPPredictionMixin:
@@ -202,6 +204,45 @@ class GPPredictionMixin:
         cov : array of shape (d + 1, d + 1)
             Symmetrised, with the diagonal clipped at 0.
         """
+        prior, C, mean = self._joint_parts(theta)
+        return self._joint_out(mean, prior if C is None else self._joint_posterior_cov(prior, C))
+
+    @one_blas_thread
+    def predict_joint_with_bound(self, theta):
+        r""":meth:`predict_joint`'s mean, an upper bound of its covariance, and what :meth:`joint_cov_given`
+        turns into the covariance itself.
+
+        Observations never raise the covariance (in the Loewner order): the covariance given the first
+        :math:`m` = 64 stored rows, :math:`\Sigma_0 - V_S^\top V_S` with :math:`V_S = L_{SS}^{-1} C_S^\top`
+        (the leading block of :math:`L`, :math:`O(m^2 d)`), is at least the covariance given all
+        :math:`t` of them (:math:`O(t^2 d)`). The mean, and the covariance from
+        :meth:`joint_cov_given`, are those of :meth:`predict_joint` to the last bit.
+
+        Returns
+        -------
+        mean : array of shape (d + 1,)
+        cov_bound : array of shape (d + 1, d + 1)
+        parts : tuple, or None (no stored rows: ``cov_bound`` is then the covariance)
+        """
+        prior, C, mean = self._joint_parts(theta)
+        if C is None:
+            mean, cov = self._joint_out(mean, prior)
+            return mean, cov, None
+        m = min(C.shape[1], _JOINT_BOUND_ROWS)
+        V = self._factor.solve(C[:, :m].T, size=m)
+        out_mean, bound = self._joint_out(mean.copy(), prior - V.T @ V)
+        return out_mean, bound, (prior, C, mean)
+
+    @one_blas_thread
+    def joint_cov_given(self, parts) -> np.ndarray:
+        """The joint predictive covariance at the point whose ``parts`` :meth:`predict_joint_with_bound`
+        returned (as :meth:`predict_joint` computes it)."""
+        prior, C, mean = parts
+        return self._joint_out(mean, self._joint_posterior_cov(prior, C))[1]
+
+    def _joint_parts(self, theta):
+        """The prior covariance of (f, grad f) at one point, its covariance rows ``C`` with the
+        observations (None if there are none) and the predictive mean, in kernel coordinates."""
         x, single = self._as_batch(theta)
         if not single:
             raise ValueError("GPSurrogate.predict_joint takes one point of shape (d,).")
@@ -209,16 +250,32 @@ class GPPredictionMixin:
         mean = np.zeros(self.dim + 1)
         mean[0] = self.mean_value
         if self.n_points == 0:
-            cov = prior
-        else:
-            C = se_ard_covariance(x, self._X, self._ell, self._s2, True, self.gradients)
-            mean += C @ self._get_alpha()
-            V = self._factor.solve(C.T)
-            cov = prior - V.T @ V
+            return prior, None, mean
+        C = se_ard_covariance(x, self._X, self._ell, self._s2, True, self.gradients)
+        mean += C @ self._get_alpha()
+        return prior, C, mean
+
+    def _joint_jacobian(self) -> np.ndarray:
+        r""":math:`J = \operatorname{diag}(1, L^{-\top})`, :math:`(f, \nabla_\theta f) = J (f, \nabla_w f)`,
+        for the whitening in use: made once per whitening, not at every prediction."""
+        whitening = self._whitening
+        cached = self._jacobian_cache
+        if cached is not None and cached[0] is whitening and cached[1] is whitening.chol:
+            return cached[2]
+        J = np.eye(self.dim + 1)
+        J[1:, 1:] = self._gradient_out(np.eye(self.dim)).T  # L^{-T}
+        self._jacobian_cache = (whitening, whitening.chol, J)
+        return J
+
+    def _joint_posterior_cov(self, prior, C):
+        V = self._factor.solve(C.T)
+        return prior - V.T @ V
+
+    def _joint_out(self, mean, cov):
+        """Mean and covariance in the caller's coordinates, the covariance symmetrised and its
+        diagonal clipped at 0."""
         if self._whitening is not None:
-            # (f, grad_theta f) = J (f, grad_w f) with J = diag(1, L^{-T}).
-            J = np.eye(self.dim + 1)
-            J[1:, 1:] = self._gradient_out(np.eye(self.dim)).T  # L^{-T}
+            J = self._joint_jacobian()
             mean, cov = J @ mean, J @ cov @ J.T
         cov = 0.5 * (cov + cov.T)
         idx = np.diag_indices_from(cov)

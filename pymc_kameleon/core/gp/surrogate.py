@@ -166,6 +166,7 @@ class GPSurrogate(GPPredictionMixin, GPFactor):
         self.max_points = int(max_points)
         self._factor.max_rows = self.max_points * self._p  # the factor's buffer never grows beyond
         self._whitening = None  # input map w = L^{-1}(theta - m); None is the identity
+        self._jacobian_cache = None  # (whitening, its chol, J) of predict_joint's J
         self._X_model = np.empty((0, d))  # the stored points as given
         self._G_model = np.empty((0, d))  # their gradients as given (gradients=True only)
 

@@ -89,7 +89,8 @@ class GPDelayedAcceptanceMALA(GPDelayedAcceptanceStep):
     Notes
     -----
     The statistics are those of :class:`GPDelayedAcceptanceMH` (``gp_sd`` is the predictive sd of
-    :math:`\ell` at the proposal; ``scaling`` is :math:`\lambda`) but for those of the components
+    :math:`\ell` at the proposal, NaN after tuning where stage 1 rejected on a bound of the GP's joint
+    covariance without computing it; ``scaling`` is :math:`\lambda`) but for those of the components
     and speculation this step does not have (``independence``, ``independence_fitted``, ``nu2``,
     ``speculative_evals``, ``prefetched``).
     """
