@@ -46,10 +46,18 @@ __all__ = ["LOW_FINE_ACCEPTANCE", "MLDA"]
 #: in tuning, MLDA warns (benchmarks/mlda_bias.py: at 0.16, a coarse posterior 2 sds off, MLDA made a
 #: fourteenth of KameleonMetropolis's ESS per fine evaluation; at 0.47, 1 sd off, half).
 LOW_FINE_ACCEPTANCE = 0.2
-# Fine evaluations a chain spends where a coarse density was NaN or -inf, to tell a coarse model that fails
-# where the fine posterior has mass (a wrong answer, silently) from one that is zero where the fine is too.
-_FAILURE_CHECKS = 3
+# Fine evaluations a chain spends after tuning where a coarse density was NaN or -inf, to tell a coarse model
+# that fails where the fine posterior has mass (a wrong answer, silently) from one that fails only in the
+# tails or where the fine density is zero too.
+_FAILURE_CHECKS = 10
 FINE_DECISIONS_KEPT = 100
+
+
+def bulk_log_density_range(dim: int) -> float:
+    r"""How far below a posterior draw's log density the posterior's bulk reaches, in ``dim`` dimensions:
+    :math:`d/2 + 4\sqrt{d/2} + 5` nats (a Gaussian's log density is its maximum minus
+    :math:`\chi^2_d / 2`, mean :math:`d/2`, sd :math:`\sqrt{d/2}`)."""
+    return 0.5 * dim + 4.0 * math.sqrt(0.5 * dim) + 5.0
 
 
 class MLDA(AdaptiveStep):
@@ -162,6 +170,10 @@ class MLDA(AdaptiveStep):
         checked_gp_positions(specs)
         coarse_models = [spec for spec in specs if isinstance(spec, pm.Model)]
         self.subsampling_rates = checked_rates(subsampling_rates, len(specs))
+        switches = {"randomize_lengths": randomize_lengths, "adaptive_error_model": adaptive_error_model}
+        for name, value in switches.items():
+            if not isinstance(value, bool | np.bool_):
+                raise ValueError(f"MLDA: {name} must be True or False, got {value!r}.")
         self.randomize_lengths = bool(randomize_lengths)
         self.adaptive_error_model = bool(adaptive_error_model)
         if not isinstance(error_covariance, bool):
@@ -293,13 +305,16 @@ class MLDA(AdaptiveStep):
         coarse_before = [level.n_evals for level in self._levels_below()]
         logp_y = target.current(y, q0.point_map_info, self.rng).logp
         current = chain.current
+        first = current is None
         outside = self._follow_outside_variables(evals_before)
-        if current is None or outside or not same_array(current.x, y):
+        if first or outside or not same_array(current.x, y):
             current = chain.move.point(np.array(y, dtype=float, copy=True), logp_y)
             self._check_coarse_start(current, q0.point_map_info)
         found = self._search_start(current.x, current.at(0))  # on the coarsest level (_search_density)
         if found is not None:
             current = chain.move.point(found[0], found[1].logp)
+        if first:  # where the chain starts, after the search: a coarse density of zero holds it there too
+            self._check_coarse_start(current, q0.point_map_info, zero_too=True)
         self._warn_if_untuned()
         on_base_step = self._adapt if self.tune else None
         on_evaluation = self._record_for_gp if self.tune and chain.gp_levels else None
@@ -490,44 +505,53 @@ class MLDA(AdaptiveStep):
             "fine one, or smaller subsampling_rates; otherwise increase `tune`."
         )
 
-    def _check_coarse_start(self, point: LevelPoint, point_map_info) -> None:
-        """A coarse density NaN at the chain's start leaves it frozen there: say so, as for the fine one."""
+    def _check_coarse_start(self, point: LevelPoint, point_map_info, zero_too: bool = False) -> None:
+        """A coarse density NaN at the chain's start (with ``zero_too``, -inf as well: where the chain
+        starts after the start search) leaves it frozen there: say so, as for the fine one."""
         for k, level in enumerate(self._model_levels):
             position = self._coarse_levels.index(level)
-            if math.isnan(point.at(position)):
+            value = point.at(position)
+            if math.isnan(value) or (zero_too and value == -math.inf):
                 raise ValueError(
-                    f"MLDA: coarse_models[{k}]'s log density at the current point is nan "
+                    f"MLDA: coarse_models[{k}]'s log density at the current point is {value} "
                     f"({describe_point(point.x, point_map_info)}), where the fine model's is "
                     f"{point.at(self.n_levels - 1):.6g}. The chain cannot move from a point where a coarse "
-                    "density is NaN: pass `initvals` to pm.sample where every model is finite, and make the "
-                    "coarse model finite wherever the fine posterior has mass (check it with "
-                    "coarse_model.point_logps())."
+                    "density is NaN or zero (-inf): pass `initvals` to pm.sample where every model is "
+                    "finite, and make the coarse model finite wherever the fine posterior has mass (check it "
+                    "with coarse_model.point_logps())."
                 )
             level.failed_at = None
 
     def _check_coarse_failure(self) -> None:
-        """Where a coarse density was NaN or -inf, look at the fine one (up to _FAILURE_CHECKS times a
-        chain, one fine evaluation each, counted in ``logp_evals``): if it is finite there, the draws miss
-        that part of the posterior, silently, so warn once."""
+        """After tuning, where a coarse density was NaN or -inf, look at the fine one (up to
+        _FAILURE_CHECKS times a chain, one fine evaluation each, counted in ``logp_evals``): if it is
+        within the posterior bulk's range of the chain's own (:func:`bulk_log_density_range` below it, or
+        above), the draws miss part of the posterior, silently, so warn once a chain.
+
+        Not during tuning: a new user's start search and walk-in met coarse failures in the prior's tails
+        (fine log densities -507 to -17 600 against the posterior's +102), and with one warning a chain
+        those used it up while a coarse model NaN in 27% of the posterior went unreported."""
         chain = self._chain
         for k, level in enumerate(self._model_levels):
             failed, level.failed_at = level.failed_at, None
-            if failed is None or chain.failure_checks >= _FAILURE_CHECKS:
+            if failed is None or self.tune or chain.failure_checks >= _FAILURE_CHECKS:
                 continue
             x, coarse = failed
             chain.failure_checks += 1
             fine = self._target.evaluate(x).logp
-            if not math.isfinite(fine):
+            own = chain.current.at(self.n_levels - 1)
+            if not fine >= own - bulk_log_density_range(self.dim):  # NaN, -inf or far in the tails
                 continue
             chain.failure_checks = _FAILURE_CHECKS  # once a chain
             self._warnings.warn(
                 f"MLDA: coarse_models[{k}]'s log density is {coarse} at {self._describe_point(x)}, "
-                f"where the fine model's is {fine:.6g}. Every proposal there is rejected before the fine "
-                "model sees it, so the draws miss that part of the posterior (they are exact only where "
-                "each coarse density is finite wherever the fine one is: a coarse model may be as wrong as "
-                "you like, but not NaN or zero where the fine posterior has mass). Make the coarse model "
-                "finite there (a solver that fails where the fine one does not: loosen its tolerance or "
-                "catch the failure and return a rough value).",
+                f"where the fine model's is {fine:.6g}, within the posterior's range of the chain's own "
+                f"({own:.6g}). Every proposal there is rejected before the fine model sees it, so the draws "
+                "miss that part of the posterior (they are exact only where each coarse density is finite "
+                "wherever the fine one is: a coarse model may be as wrong as you like, but not NaN or zero "
+                "where the fine posterior has mass). Make the coarse model finite there (a solver that fails "
+                "where the fine one does not: loosen its tolerance or catch the failure and return a rough "
+                "value).",
                 UserWarning,
                 stacklevel=3,
             )

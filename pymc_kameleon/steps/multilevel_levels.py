@@ -52,7 +52,8 @@ ERROR_MODEL_UPDATE = 50
 
 
 class CoarseLevel:
-    r"""A coarse model's log density on the fine step's raveled block, counting its evaluations.
+    r"""A coarse model's log density on the fine step's raveled block, counting its evaluations (``n_evals``:
+    log densities and outputs, each a run of the model's forward computation).
 
     With an error model, the corrected observed terms use ``bias`` (a shared variable, zeros until the
     error model sets it), with ``error_covariance`` also ``covariance`` (the same, a matrix), and
@@ -90,6 +91,8 @@ class CoarseLevel:
         return Evaluation(logp, logp)
 
     def outputs(self, x) -> np.ndarray:
+        r"""The model outputs :math:`F_\ell(x)` (for the error model: a forward run, in ``n_evals``)."""
+        self.n_evals += 1
         return np.asarray(self._outputs_fn(np.asarray(x, dtype=float)), dtype=float)
 
 

@@ -366,7 +366,8 @@ class StuckAfterTuning:
         )
         return (
             f"{step_name}: after tuning the chain rejected {STUCK_DRAWS} proposals in a row, so it is stuck "
-            f"and its draws repeat one point, not the posterior; {why}. "
+            f"and its draws repeat one point (the chain stays exact, but these draws do not describe the "
+            f"posterior until it moves on); {why}. "
             + (remedy or "Increase `tune`, or start closer to the posterior.")
         )
 

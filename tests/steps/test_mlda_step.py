@@ -369,6 +369,10 @@ def test_error_covariance_needs_the_error_model():
         MLDA(coarse_models=[coarse], error_covariance=True)
     with fine, pytest.raises(ValueError, match="error_covariance must be True or False"):
         MLDA(coarse_models=[coarse], adaptive_error_model=True, error_covariance="yes")
+    with fine, pytest.raises(ValueError, match="randomize_lengths must be True or False"):
+        MLDA(coarse_models=[coarse], randomize_lengths="yes")
+    with fine, pytest.raises(ValueError, match="adaptive_error_model must be True or False"):
+        MLDA(coarse_models=[coarse], adaptive_error_model="no")
 
 
 def _failing_model(threshold: float, value: float, shift: float = 0.0):
@@ -400,6 +404,47 @@ def test_a_coarse_model_that_fails_where_the_fine_posterior_has_mass_is_named(fi
         assert said == []
     else:
         assert len(said) == 1 and "where the fine model's is" in said[0] and "mu[0]=" in said[0], said
+
+
+def test_coarse_failures_in_the_tails_alone_are_not_reported(monkeypatch):
+    """A coarse density NaN only far out (mu[0] more than 3 above the posterior mean, 14 posterior sds):
+    the start search's prior draws meet it (a new user's warning came in every run, naming points whose
+    fine log densities were -500 to -17 600, and used up the one warning a chain, so a coarse model NaN
+    in a quarter of the posterior went unreported), the draws after tuning do not; nothing is said."""
+    from pymc_kameleon.steps.multilevel_levels import CoarseLevel
+
+    failures = []
+    log_density = CoarseLevel.log_density
+
+    def counted(self, x):
+        value = log_density(self, x)
+        failures.append(not value > -np.inf)
+        return value
+
+    monkeypatch.setattr(CoarseLevel, "log_density", counted)
+    coarse = _failing_model(POST_MEAN[0] + 3.0, np.nan, shift=0.5)
+    with conjugate_model(), warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        pm.sample(draws=300, tune=300, chains=1, step=MLDA(coarse_models=[coarse]), random_seed=3,
+                  **SAMPLE_KW)
+    assert sum(failures) > 0  # the coarse model did fail, in the tails
+    assert not [w for w in record if "log density is nan" in str(w.message)]
+
+
+def test_a_coarse_density_of_zero_where_the_chain_starts_is_a_clear_error():
+    """A coarse density of -inf holds the chain where it starts as NaN does (the fine decision's ratio has
+    pi_coarse(x) = 0 above): refused where the chain starts after the start search; with the search the
+    chain moves to a start where the coarse model is finite."""
+    threshold = POST_MEAN[0] + 0.5 * POST_SD
+    coarse = _failing_model(threshold, -np.inf, shift=0.5)
+    start = {"mu": np.array([threshold + 1.0, 0.0])}
+    with conjugate_model(), pytest.raises(ValueError, match=r"log density at the current point is -inf"):
+        pm.sample(draws=10, tune=10, chains=1, step=MLDA(coarse_models=[coarse], start="initial_point"),
+                  random_seed=3, initvals=start, **SAMPLE_KW)
+    with conjugate_model():
+        idata = pm.sample(draws=50, tune=50, chains=1, step=MLDA(coarse_models=[coarse]), random_seed=3,
+                          initvals=start, **SAMPLE_KW)
+    assert (idata.posterior["mu"].values[..., 0] < threshold).all()
 
 
 def test_a_coarse_density_nan_at_the_start_is_a_clear_error():
