@@ -385,6 +385,7 @@ class KameleonMetropolis(AdaptiveStep):
             self._chain.draws_agreement = warn_after_tuning(
                 type(self).__name__, adaptation, self.target_accept, self._warnings, self._coordinate_names,
                 across_chains=self._speaks_for_population,
+                differentiable=lambda: self._target.differentiable,
             )
         adaptation.end_tuning(self.rng)
         self._examine_independence(adaptation)

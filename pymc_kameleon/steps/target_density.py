@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+import pytensor
 import pytensor.tensor as pt
 from pymc.pytensorf import compile as compile_pytensor
 from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
@@ -138,10 +139,22 @@ class TargetDensity:
         )
         self._fn.trust_input = True
         self.dtype = inarray.type.dtype
+        # Estimates have no gradient; otherwise whether every Op of the log density has one.
+        self._gradient_question = None if self.terms else (outputs[0], inarray)
 
     @property
     def has_estimates(self) -> bool:
         return bool(self.terms)
+
+    @property
+    def differentiable(self) -> bool:
+        """Whether the log density has a gradient (:func:`has_gradient`; estimates have none), worked out
+        at the first call, not at every step's construction (30-120 ms on the benchmark posteriors)."""
+        question = self.__dict__.get("_gradient_question")
+        if question is not None:
+            self._differentiable = has_gradient(*question)
+            self._gradient_question = None
+        return self.__dict__.get("_differentiable", False)
 
     @property
     def current_logp(self) -> float:
@@ -498,6 +511,7 @@ class SplitTargetDensity(TargetDensity):
             shared_inputs=self.shared,
         )
         prior_out, loglik_out, other_out, *inputs_out = outputs
+        self._gradient_question = None if self.terms else (prior_out + loglik_out, inarray)
         # The terms that only other steps' variables enter: constant in this block's moves, so out of the
         # likelihood its surrogate learns (they made it stale); kept for the model_logp statistic.
         self.other_likelihood_terms = [t.name for t in other_terms]
@@ -633,6 +647,17 @@ def _terms_of_block(model, terms, vars, has_estimates: bool) -> tuple[list, list
     if not mine and not has_estimates:
         return terms, []
     return mine, theirs
+
+
+def has_gradient(graph, wrt) -> bool:
+    """Whether PyTensor can differentiate ``graph`` with respect to ``wrt``, as NUTS needs: False for a
+    black-box Op such as ``as_op``'s. The check ``pm.sample`` makes to assign NUTS (the gradient's graph
+    is built, not compiled)."""
+    try:
+        pytensor.gradient.grad(graph, wrt, disconnected_inputs="ignore")
+    except Exception:  # NotImplementedError, NullTypeGradError, ...: a hint is never worth a failure
+        return False
+    return True
 
 
 def _same_arrays(a: tuple, b: tuple) -> bool:

@@ -431,3 +431,31 @@ def test_a_population_that_cannot_go_to_its_processes_is_named(picklable):
         assert said == []
     else:
         assert len(said) == 1 and "Can't pickle" in said[0] and "tuning='per_chain'" in said[0], said
+
+
+def test_the_disagreement_warning_names_nuts_only_for_a_model_with_gradients():
+    """A differentiable model (the latent GP regression: NUTS converged where no gradient-free step did)
+    is told of NUTS; a black-box one (an as_op Op, which NUTS cannot use) is not."""
+    import pytensor.tensor as pt
+    from pytensor.compile.ops import as_op
+
+    off = (0.0, 0.0, 0.0, 3.0)
+    draws = _population(0, CROSS_CHAIN_DRAWS + 50, last_offsets=off)
+    told = {}
+    for differentiable in (True, False):
+        check = DrawsAgreement("KameleonMetropolis", None, ["a", "b"], lambda answer=differentiable: answer)
+        (told[differentiable],) = [m for m in (check.record(rows) for rows in draws) if m]
+    assert "NUTS" in told[True] and "NUTS" not in told[False]
+
+    @as_op(itypes=[pt.dvector], otypes=[pt.dscalar])
+    def black_box(v):
+        return np.sum(v)
+
+    flags = {}
+    for name, mean in (("plain", lambda x: x.sum()), ("black box", black_box)):
+        with pm.Model():
+            x = pm.Normal("x", 0, 1, shape=2)
+            pm.Normal("y", mean(x), 1, observed=1.0)
+            flags[name] = (KameleonMetropolis()._target.differentiable,
+                           GPDelayedAcceptanceMH()._target.differentiable)
+    assert flags == {"plain": (True, True), "black box": (False, False)}

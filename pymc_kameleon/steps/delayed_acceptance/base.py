@@ -336,6 +336,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
             self._chain.draws_agreement = warn_after_tuning(
                 type(self).__name__, adaptation, self.target_accept, self._warnings, names,
                 across_chains=self._speaks_for_population,
+                differentiable=lambda: self._target.differentiable,
             )
         kernel.freeze(self.rng)
 
