@@ -468,3 +468,25 @@ def test_a_stuck_chain_is_told_mldas_own_remedies():
     said = plain._stuck_remedy()
     assert "adaptive_error_model=True" in said and "subsampling_rates" in said
     assert "adaptive_error_model" not in corrected._stuck_remedy()
+
+
+def test_a_middle_level_that_rejects_with_the_error_model_names_the_coarsest_model():
+    """A new user's [RK4 with 4 steps, RK4 with 16] and the error model: the middle level accepted 0% of
+    the coarsest subchains' ends in one chain (the error model learns only where the fine model is
+    evaluated, and corrects by a constant shift), while either coarse model alone mixed well. The
+    end-of-tuning warning now names running without the coarsest model; without the error model it names
+    the error model instead, as before."""
+    fine, middle, coarsest = conjugate_model(), conjugate_model(0.5), conjugate_model(8.0)
+    said = {}
+    for error_model in (True, False):
+        with fine:
+            step = MLDA(coarse_models=[coarsest, middle], subsampling_rates=[2, 2],
+                        adaptive_error_model=error_model)
+        step._chain.middle_decisions = {1: [(0, 200)]}
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            step._warn_low_middle_acceptance()
+        (said[error_model],) = [str(w.message) for w in record]
+    assert "the middle level (level 1) accepted 0.0%" in said[True]
+    assert "without coarse_models[0]" in said[True] and "adaptive_error_model=True" not in said[True]
+    assert "without coarse_models[0]" not in said[False] and "adaptive_error_model=True" in said[False]
