@@ -347,9 +347,9 @@ class DelayedAcceptanceMALA(DelayedAcceptanceKernel):
     After tuning, as :class:`~pymc_kameleon.core.delayed_acceptance.kernel.DelayedAcceptanceMH` does
     with the variance, stage 1 draws its uniform :math:`u` first and compares it with
     :math:`\bar\alpha_1 \ge \alpha_1` (:func:`mala_log_alpha1_bound`, from the GP's joint covariance
-    given its first 64 rows, an :math:`O(64^2 d)` solve): :math:`u \ge \bar\alpha_1` rejects without
-    the :math:`O(t^2 d)` solve for the covariance, made only otherwise. The decisions, and so the
-    draws, are those of the plain computation (decision record 0055).
+    given its first 64 rows or 16 points, an :math:`O(m^2 d)` solve): :math:`u \ge \bar\alpha_1`
+    rejects without the :math:`O(t^2 d)` solve for the covariance, made only otherwise. The decisions,
+    and so the draws, are those of the plain computation (decision record 0055).
 
     Parameters
     ----------
