@@ -86,6 +86,28 @@ def test_importance_sampling_estimator_checks_its_inputs():
         bad(0.0, np.random.default_rng(0))
 
 
+def test_log_estimate_spread_refuses_nan_and_inf_and_reports_zero_estimates():
+    """A new user's estimator that returned +inf in 30% of the repeats got an sd of 1.33 from the others,
+    and one that was 0 (log -inf) 35 times out of 100 was not told: NaN and +inf now raise, as sampling
+    does, and the share of zero estimates is reported."""
+
+    def sometimes(value, every):
+        calls = [0]
+
+        def estimator(theta, rng):
+            calls[0] += 1
+            return value if calls[0] % every == 0 else float(rng.normal(-3.0, 1.0))
+
+        return estimator
+
+    for value, kind in ((math.nan, "NaN"), (math.inf, r"\+inf")):
+        with pytest.raises(ValueError, match=f"returned {kind} in 33 of 100 repeats"):
+            log_estimate_spread(sometimes(value, 3), 0.0, n_repeats=100, rng=1)
+    spread = log_estimate_spread(sometimes(-math.inf, 4), 0.0, n_repeats=100, rng=1)
+    assert spread["zero_fraction"] == 0.25 and math.isfinite(spread["sd"])
+    assert log_estimate_spread(sometimes(-math.inf, 1000), 0.0, n_repeats=100, rng=1)["zero_fraction"] == 0.0
+
+
 def test_log_estimate_spread_reports_sd_and_shrinks_with_more_samples():
     small = log_estimate_spread(_one_point_is_estimator(n=2), 0.0, n_repeats=400, rng=1)
     large = log_estimate_spread(_one_point_is_estimator(n=200), 0.0, n_repeats=400, rng=1)
@@ -349,3 +371,21 @@ def test_inputs_must_depend_on_a_free_variable():
             PseudoMarginalPotential("lik2", lambda c, rng: 0.0, inputs=[pt.as_tensor_variable(np.ones(3))])
         # an expression of a variable, next to a constant, is fine
         PseudoMarginalPotential("lik3", lambda a, c, rng: 0.0, inputs=[2 * theta, 1.0])
+
+
+def test_a_zero_estimate_at_the_start_is_named_as_an_estimate_not_a_zero_density():
+    """A new user's estimator returned 0 at its first call and was told the chain cannot start from a point
+    of zero density: the exact part is finite there, so the error says an estimate of 0 made it -inf."""
+    from pymc_kameleon import KameleonMetropolis, PseudoMarginalPotential
+
+    calls = [0]
+
+    def first_zero(theta, rng):
+        calls[0] += 1
+        return -math.inf if calls[0] == 1 else float(-0.5 * theta**2)
+
+    with pm.Model():
+        theta = pm.Normal("theta", 0, 1)
+        PseudoMarginalPotential("lik", first_zero, inputs=[theta])
+        with pytest.raises(ValueError, match="an estimate of 0 made it -inf"):
+            pm.sample(step=KameleonMetropolis(), tune=10, draws=10, chains=1, random_seed=1, **SAMPLE_KW)

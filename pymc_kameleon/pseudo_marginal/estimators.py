@@ -232,6 +232,21 @@ def correlated_particle_filter(
     return log_estimator
 
 
+def _check_spread_values(values) -> None:
+    """Refuse NaN or +inf log-estimates in :func:`log_estimate_spread` (a new user's estimator returned
+    +inf in 30% of the repeats and got a healthy-looking sd of 1.33 from the others)."""
+    bad = np.isnan(values) | (values == math.inf)
+    if bad.any():
+        counts = (("NaN", np.isnan(values).sum()), ("+inf", (values == math.inf).sum()))
+        kinds = " and ".join(kind for kind, n in counts if n)
+        raise ValueError(
+            f"log_estimate_spread: the log-estimator returned {kinds} in {int(bad.sum())} of {values.size} "
+            "repeats at these parameters; sampling refuses such values (PseudoMarginalEstimatorError). "
+            "A log-estimate must be finite, or -inf for an estimate of exactly 0: fix the estimator (an "
+            "overflow, log of a negative number, or the likelihood returned instead of its log)."
+        )
+
+
 def log_estimate_spread(
     log_estimator, *params, n_repeats: int = 100, rng=None, auxiliary_shape=None, correlation=None
 ) -> dict:
@@ -269,8 +284,17 @@ def log_estimate_spread(
     Returns
     -------
     dict
-        ``{"mean": ..., "sd": ..., "n_repeats": ..., "log_values": array}``, and with ``correlation``
-        ``"log_ratio_sd"`` and ``"log_ratios"`` (NaN where either estimate is not finite).
+        ``{"mean": ..., "sd": ..., "n_repeats": ..., "zero_fraction": ..., "log_values": array}``: the
+        mean and sd of the finite log-estimates, and the share of estimates that were 0 (log -inf; a
+        chain rejects a proposal whose estimate is 0, so a large share mixes poorly whatever the sd);
+        with ``correlation`` also ``"log_ratio_sd"`` and ``"log_ratios"`` (NaN where either estimate is
+        0).
+
+    Raises
+    ------
+    ValueError
+        If a log-estimate is NaN or +inf, which sampling refuses too (``PseudoMarginalEstimatorError``):
+        a spread of the other values would hide it.
     """
     if isinstance(n_repeats, bool) or not isinstance(n_repeats, int | np.integer) or n_repeats < 2:
         raise ValueError(f"n_repeats must be an integer >= 2, got {n_repeats!r}.")
@@ -296,11 +320,13 @@ def log_estimate_spread(
             if ratios is not None:
                 moved = rho * u + math.sqrt(1.0 - rho**2) * rng.standard_normal(shape)
                 ratios[i] = float(log_estimator(*params, moved)) - values[i]
+    _check_spread_values(values)
     finite = values[np.isfinite(values)]
     out = {
         "mean": float(np.mean(finite)) if finite.size else -math.inf,
         "sd": float(np.std(finite, ddof=1)) if finite.size > 1 else math.nan,
         "n_repeats": int(n_repeats),
+        "zero_fraction": float(np.mean(values == -math.inf)),
         "log_values": values,
     }
     if ratios is not None:

@@ -39,7 +39,9 @@ def _right_step_advice(name: str) -> str:
         "pm.sample(step=pymc_kameleon.KameleonMetropolis()) (KameleonMetropolis(kernel='linear') "
         "is the adaptive random-walk baseline) or GPDelayedAcceptanceMH(), and give discrete "
         "variables pymc_kameleon.DiscreteMetropolis() (assigned automatically inside `with model:`); "
-        "they keep the estimate at the current state and so target the exact posterior."
+        "they keep the estimate at the current state and so target the exact posterior. A step given "
+        "some variables (KameleonMetropolis([mu])) leaves the others to PyMC, which tries NUTS: give "
+        "every continuous free variable to one of these steps, or let one step take them all."
     )
 
 

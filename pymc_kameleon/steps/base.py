@@ -446,12 +446,12 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
             self._said_flat_estimate = True
             self._warnings.warn(message, UserWarning, stacklevel=3)
 
-    def _check_draws(self, accepted: bool) -> None:
+    def _check_draws(self, accepted: bool, estimated: bool = True) -> None:
         """After tuning: warn once if the chain rejects :data:`~pymc_kameleon.steps.reporting.STUCK_DRAWS`
         proposals in a row, and if chains that disagreed at the end of tuning disagree over their first
         draws too (:class:`~pymc_kameleon.steps.reporting.DrawsAgreement`)."""
         self._check_nan_density()
-        if self._chain.stuck.count(accepted, self.tune):
+        if self._chain.stuck.count(accepted, self.tune, estimated):
             message = self._chain.stuck.text(
                 type(self).__name__, self._warnings.n_warned > 0, pseudo_marginal=self._target.has_estimates,
                 remedy=self._stuck_remedy(),

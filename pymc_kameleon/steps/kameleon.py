@@ -20,7 +20,7 @@ from pymc_kameleon.core.adaptation.state import TuningDraw
 from pymc_kameleon.core.kameleon.kernels import make_kernel
 from pymc_kameleon.core.kameleon.scale_free import ScaleFreeProposal
 from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
-from pymc_kameleon.core.linalg import SingularCovarianceError
+from pymc_kameleon.core.linalg import SingularCovarianceError, same_array
 from pymc_kameleon.core.mh import metropolis_hastings_step
 from pymc_kameleon.core.validation import (
     check_independence_weight,
@@ -452,9 +452,12 @@ class KameleonMetropolis(AdaptiveStep):
                 new_state, rescued = jump[0], True
 
         state = chain.adaptation.state
+        # A proposal equal to the state (a scale collapsed to zero) is accepted with ratio 1 but moves
+        # nothing: a new user's frozen chain reported accepted = 1 at every draw, and no stuck warning.
+        moved = result.accepted and not same_array(result.move.x, y)
         stats = {
             "accept": result.accept_prob,
-            "accepted": float(result.accepted),
+            "accepted": float(moved),
             "scaling": state.am_scale.value,
             "nu2": math.nan if state.nu2 is None else state.nu2.value,
             "bandwidth": state.bandwidth,
@@ -473,7 +476,7 @@ class KameleonMetropolis(AdaptiveStep):
         stats.update(target.estimate_stats(estimates_before))
         if self.pooled:
             stats["rescued"] = rescued
-        self._check_draws(result.accepted)
+        self._check_draws(moved, target.n_estimates > estimates_before)
         self._warnings.attach(stats, "accept")  # with cores>1 they travel to the session this way
         return RaveledVars(new_state, q0.point_map_info), [stats]
 

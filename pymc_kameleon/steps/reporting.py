@@ -313,6 +313,7 @@ class StuckAfterTuning:
 
     def __init__(self):
         self.rejected_in_a_row = 0
+        self.estimated_in_a_row = 0  # of those rejections, the ones whose proposal drew an estimate
         self.said = False
 
     def message(
@@ -330,12 +331,14 @@ class StuckAfterTuning:
             return None
         return self.text(step_name, warned_before, pseudo_marginal, remedy)
 
-    def count(self, accepted: bool, tune: bool) -> bool:
-        """Count one step; True once, at the :data:`STUCK_DRAWS`-th rejection in a row after tuning
-        (the step then builds the warning with :meth:`text`, not at every step)."""
+    def count(self, accepted: bool, tune: bool, estimated: bool = True) -> bool:
+        """Count one step (``estimated``: whether its proposal drew a likelihood estimate); True once, at
+        the :data:`STUCK_DRAWS`-th rejection in a row after tuning (the step then builds the warning with
+        :meth:`text`, not at every step)."""
         if tune or self.said:
             return False
         self.rejected_in_a_row = 0 if accepted else self.rejected_in_a_row + 1
+        self.estimated_in_a_row = 0 if accepted else self.estimated_in_a_row + bool(estimated)
         if self.rejected_in_a_row < STUCK_DRAWS:
             return False
         self.said = True
@@ -346,6 +349,18 @@ class StuckAfterTuning:
         remedy: str | None = None,
     ) -> str:
         """The warning of a stuck chain (the arguments as :meth:`message`'s)."""
+        if pseudo_marginal and self.estimated_in_a_row < STUCK_DRAWS // 10:
+            # A new user's GP-DA chain rejected 1349 proposals in a row of which 7 drew an estimate, and a
+            # KameleonMetropolis chain whose scale had collapsed drew none: the estimate was not the cause.
+            return (
+                f"{step_name}: after tuning the chain rejected {STUCK_DRAWS} proposals in a row, and only "
+                f"{self.estimated_in_a_row} of them drew a likelihood estimate, so the estimate it keeps is "
+                "not what holds it: the rest were rejected before the estimator ran (by a GP's stage 1, by "
+                "the model's exact terms, or as proposals equal to the state, which a proposal scale that "
+                "collapsed in tuning makes; see this step's other warnings). Its draws repeat one point "
+                "meanwhile (the chain stays exact, but mixes slowly). "
+                + (remedy or "Increase `tune`, or start closer to the posterior.")
+            )
         if pseudo_marginal:
             # A new user's GP-DA chains sat inside the posterior on estimates 2 nats too high for 500-1200
             # draws, then moved on: the funnel advice below misled there.

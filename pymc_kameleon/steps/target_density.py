@@ -243,16 +243,21 @@ class TargetDensity:
                 continue
             flat = high - low < FLAT_ESTIMATE_NATS
             if flat or (low >= 0.0 and high <= 1.0):
-                spread = (
-                    f"varied by only {high - low:.2g} nats" if flat else "lay between 0 and 1"
+                # Values in [0, 1] can be a real log-likelihood (a new user's 0.5 + 0.3 tanh(mu) moved the
+                # posterior mean by 0.63): there the text says what they suggest, not what they do.
+                consequence = (
+                    f"varied by only {high - low:.2g} nats (from {low:.4g} to {high:.4g}), so the term "
+                    "barely changes the posterior and the draws follow the rest of the model (the prior, if "
+                    "it is the only likelihood)"
+                    if flat
+                    else f"lay between 0 and 1 (from {low:.4g} to {high:.4g}), as likelihoods returned in "
+                    "place of their logs do (then the term barely changes the posterior)"
                 )
                 return (
                     f"{step_name}: over tuning, the {count} log-likelihood estimates of the pseudo-marginal "
-                    f"term {name!r} {spread} (from {low:.4g} to {high:.4g}), so the term barely changes the "
-                    "posterior and the draws follow the rest of the model (the prior, if it is the only "
-                    "likelihood). If log_estimator returns the likelihood estimate itself, return its log "
-                    "(np.log of a mean of likelihoods, or scipy.special.logsumexp of log weights minus "
-                    "log N)."
+                    f"term {name!r} {consequence}. If log_estimator returns the likelihood estimate itself, "
+                    "return its log (np.log of a mean of likelihoods, or scipy.special.logsumexp of log "
+                    "weights minus log N)."
                 )
         return None
 
@@ -367,6 +372,13 @@ class TargetDensity:
         )
         if not math.isfinite(evaluation.logp):
             detail = f"; exact part {exact}, log-estimates {list(estimates)}" if self.terms else ""
+            if self.terms and math.isfinite(exact):
+                # A new user's estimator returned 0 at its first call: one random estimate, not the density.
+                detail += (
+                    "; the exact part is finite, so an estimate of 0 made it -inf: a zero estimate at the "
+                    "start is chance, or a sign of too few samples per estimate (log_estimate_spread reports "
+                    "their zero_fraction)"
+                )
             raise ValueError(self._zero_density_start(evaluation.logp, y, point_map_info, detail))
         self.accept(y, evaluation)
         return evaluation

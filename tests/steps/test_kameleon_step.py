@@ -316,6 +316,54 @@ def test_the_stuck_warning_of_a_pseudo_marginal_chain_names_the_estimate(pseudo_
     assert ("funnel" in said) != pseudo_marginal, said
 
 
+def test_a_stuck_pseudo_marginal_chain_whose_proposals_drew_no_estimate_is_not_told_to_blame_it():
+    """A new user's GP-DA chain rejected 1349 proposals in a row, 7 of which drew an estimate (its GP's
+    stage 1 rejected the rest), and was told its kept estimate was too high and to use more samples per
+    estimate. Under a tenth of the rejections with an estimate: the text names what else rejects."""
+    from pymc_kameleon.steps.reporting import STUCK_DRAWS, StuckAfterTuning
+
+    said = {}
+    for estimated_every in (1, 100):
+        watch = StuckAfterTuning()
+        for i in range(STUCK_DRAWS):
+            if watch.count(False, False, estimated=i % estimated_every == 0):
+                said[estimated_every] = watch.text("S", False, True)
+    assert "likelihood estimate it keeps is probably far above" in said[1], said[1]
+    assert "only 5 of them drew a likelihood estimate" in said[100], said[100]
+    assert "probably far above" not in said[100] and "stage 1" in said[100]
+
+
+def test_a_proposal_equal_to_the_state_counts_as_not_moved(monkeypatch):
+    """A chain whose proposal scale collapsed proposes its own state: the MH ratio is 1, but nothing moves.
+    A new user's frozen chain reported accepted = 1 at every draw and no stuck warning; now accepted is 0
+    there (accept, the probability, stays 1) and the stuck warning comes. Here every proposal is the
+    state, from the first draw (tune=0)."""
+    import pymc_kameleon.steps.kameleon as kameleon_module
+    from pymc_kameleon.core.proposals import Move
+
+    original = kameleon_module.metropolis_hastings_step
+
+    class Frozen:
+        def propose(self, y, rng):
+            return Move(np.array(y, dtype=float, copy=True), component="adaptive_metropolis")
+
+        def accept(self, move):
+            pass
+
+    def frozen_step(proposal, y, logp_y, log_density, rng):
+        return original(Frozen(), y, logp_y, log_density, rng)
+
+    monkeypatch.setattr(kameleon_module, "metropolis_hastings_step", frozen_step)
+    with pm.Model(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        x = pm.Normal("x", 0, 1, shape=2)
+        pm.Normal("y", x, 1.0, observed=np.zeros(2))
+        idata = pm.sample(step=KameleonMetropolis(), tune=0, draws=600, chains=1, random_seed=3, **SAMPLE_KW)
+    stats = idata.sample_stats
+    assert (stats["accept"].values == 1.0).all() and (stats["accepted"].values == 0.0).all()
+    assert [w for w in caught if "proposals in a row" in str(w.message)]
+
+
 @pytest.mark.parametrize("broken", [True, False], ids=["scales-blown-up", "control"])
 @pytest.mark.parametrize("step_name", ["KameleonMetropolis", "GPDelayedAcceptanceMH"])
 def test_a_chain_stuck_after_tuning_warns(step_name, broken, monkeypatch):

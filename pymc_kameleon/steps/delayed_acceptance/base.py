@@ -54,6 +54,7 @@ from pymc_kameleon.core.gp.training import (
     GPTrainingOptions,
     GPTrainingSchedule,
 )
+from pymc_kameleon.core.linalg import same_array
 from pymc_kameleon.core.validation import check_number, check_probability
 from pymc_kameleon.steps.base import (
     AdaptiveStep,
@@ -423,9 +424,10 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
             new_state, evaluation = jump
             kernel.schedule.add(new_state, evaluation.loglik, evaluation.grad_exact_loglik, tune=True)
             rescued = True
+        moved = result.accepted and not same_array(result.proposed, current)  # as KameleonMetropolis's
         stats = {
             "accept": result.accept_prob,
-            "accepted": float(result.accepted),
+            "accepted": float(moved),
             "stage1_accept": result.stage1,
             "stage2_accept": result.stage2,
             "exact_eval": target.n_evals > evals_before,
@@ -443,7 +445,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         stats.update(self._extra_stats(result))
         if self.pooled:
             stats["rescued"] = rescued
-        self._check_draws(result.accepted)
+        self._check_draws(moved, target.n_estimates > estimates_before)
         self._warnings.attach(stats, "accept")  # with cores>1 they travel to the session this way
         return RaveledVars(new_state, q0.point_map_info), [stats]
 
