@@ -232,15 +232,14 @@ class GPPredictionMixin:
             return mean, cov, None
         m = min(C.shape[1], max(_JOINT_BOUND_ROWS, _JOINT_BOUND_POINTS * self._p))
         V = self._factor.solve(C[:, :m].T, size=m)
-        out_mean, bound = self._joint_out(mean.copy(), prior - V.T @ V)
-        return out_mean, bound, (prior, C, mean)
+        return self._joint_mean_out(mean), self._joint_cov_out(prior - V.T @ V), (prior, C)
 
     @one_blas_thread
     def joint_cov_given(self, parts) -> np.ndarray:
         """The joint predictive covariance at the point whose ``parts`` :meth:`predict_joint_with_bound`
         returned (as :meth:`predict_joint` computes it)."""
-        prior, C, mean = parts
-        return self._joint_out(mean, self._joint_posterior_cov(prior, C))[1]
+        prior, C = parts
+        return self._joint_cov_out(self._joint_posterior_cov(prior, C))
 
     def _joint_parts(self, theta):
         """The prior covariance of (f, grad f) at one point, its covariance rows ``C`` with the
@@ -274,12 +273,19 @@ class GPPredictionMixin:
         return prior - V.T @ V
 
     def _joint_out(self, mean, cov):
-        """Mean and covariance in the caller's coordinates, the covariance symmetrised and its
-        diagonal clipped at 0."""
+        """Mean and covariance in the caller's coordinates (:meth:`_joint_mean_out`,
+        :meth:`_joint_cov_out`)."""
+        return self._joint_mean_out(mean), self._joint_cov_out(cov)
+
+    def _joint_mean_out(self, mean):
+        return mean if self._whitening is None else self._joint_jacobian() @ mean
+
+    def _joint_cov_out(self, cov):
+        """The covariance in the caller's coordinates, symmetrised, its diagonal clipped at 0."""
         if self._whitening is not None:
             J = self._joint_jacobian()
-            mean, cov = J @ mean, J @ cov @ J.T
+            cov = J @ cov @ J.T
         cov = 0.5 * (cov + cov.T)
         idx = np.diag_indices_from(cov)
         cov[idx] = np.maximum(cov[idx], 0.0)
-        return mean, cov
+        return cov
