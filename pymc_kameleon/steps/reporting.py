@@ -536,8 +536,9 @@ class DrawsAgreement:
             "all the draws."
             + (
                 " This model's log density has gradients (no black-box Op): NUTS, pm.sample's default step, "
-                "converges on curved posteriors where gradient-free steps mix too slowly (a latent GP "
-                "regression here: NUTS R-hat 1.003, KameleonMetropolis 1.15 at 4 x (3000 + 6000))."
+                "converges on curved posteriors where gradient-free steps mix too slowly (on this package's "
+                "benchmark latent GP regression, NUTS R-hat 1.003, KameleonMetropolis 1.15, at 4 x (3000 + "
+                "6000))."
                 if self.differentiable is not None and self.differentiable()
                 else ""
             )

@@ -139,22 +139,24 @@ class TargetDensity:
         )
         self._fn.trust_input = True
         self.dtype = inarray.type.dtype
-        # Estimates have no gradient; otherwise whether every Op of the log density has one.
-        self._gradient_question = None if self.terms else (outputs[0], inarray)
+        self._ask_gradient(None if self.terms else (outputs[0], inarray))
 
     @property
     def has_estimates(self) -> bool:
         return bool(self.terms)
 
+    def _ask_gradient(self, question) -> None:
+        """Keep ``(log density graph, input)`` for :attr:`differentiable` (None: estimates, no gradient)."""
+        self._gradient_question, self._differentiable = question, question is not None
+
     @property
     def differentiable(self) -> bool:
         """Whether the log density has a gradient (:func:`has_gradient`; estimates have none), worked out
         at the first call, not at every step's construction (30-120 ms on the benchmark posteriors)."""
-        question = self.__dict__.get("_gradient_question")
-        if question is not None:
-            self._differentiable = has_gradient(*question)
+        if self._gradient_question is not None:
+            self._differentiable = has_gradient(*self._gradient_question)
             self._gradient_question = None
-        return self.__dict__.get("_differentiable", False)
+        return self._differentiable
 
     @property
     def current_logp(self) -> float:
@@ -523,7 +525,7 @@ class SplitTargetDensity(TargetDensity):
             shared_inputs=self.shared,
         )
         prior_out, loglik_out, other_out, *inputs_out = outputs
-        self._gradient_question = None if self.terms else (prior_out + loglik_out, inarray)
+        self._ask_gradient(None if self.terms else (prior_out + loglik_out, inarray))
         # The terms that only other steps' variables enter: constant in this block's moves, so out of the
         # likelihood its surrogate learns (they made it stale); kept for the model_logp statistic.
         self.other_likelihood_terms = [t.name for t in other_terms]
