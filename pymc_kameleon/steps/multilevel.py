@@ -19,6 +19,7 @@ import numpy as np
 import pymc as pm
 from pymc.blocking import RaveledVars
 
+from pymc_kameleon.core.adaptation.gaussian_fit import bulk_log_density_range
 from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
 from pymc_kameleon.core.adaptation.state import TuningDraw
 from pymc_kameleon.core.gp.options import GPTrainingOptions
@@ -51,13 +52,6 @@ LOW_FINE_ACCEPTANCE = 0.2
 # tails or where the fine density is zero too.
 _FAILURE_CHECKS = 10
 FINE_DECISIONS_KEPT = 100
-
-
-def bulk_log_density_range(dim: int) -> float:
-    r"""How far below a posterior draw's log density the posterior's bulk reaches, in ``dim`` dimensions:
-    :math:`d/2 + 4\sqrt{d/2} + 5` nats (a Gaussian's log density is its maximum minus
-    :math:`\chi^2_d / 2`, mean :math:`d/2`, sd :math:`\sqrt{d/2}`)."""
-    return 0.5 * dim + 4.0 * math.sqrt(0.5 * dim) + 5.0
 
 
 class MLDA(AdaptiveStep):

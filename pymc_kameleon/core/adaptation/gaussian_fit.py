@@ -35,6 +35,7 @@ from pymc_kameleon.core.proposals import IndependenceProposal
 __all__ = [
     "FIT_MAX_DIM",
     "EvaluatedPoints",
+    "bulk_log_density_range",
     "fit_gaussian",
     "quadratic_terms",
 ]
@@ -50,6 +51,14 @@ _MIN_ROWS, _MAX_ROWS, _MIN_CAPACITY = 1.2, 4, 1000
 # Whitened curvature below which a direction keeps the learned whitening's (variance 1e4 or more, or
 # negative: the fit says nothing there).
 _MIN_CURVATURE = 1e-4
+
+
+def bulk_log_density_range(dim: int) -> float:
+    r"""How far below a posterior draw's log density the posterior's bulk reaches, in ``dim`` dimensions:
+    :math:`d/2 + 4\sqrt{d/2} + 5` nats (a Gaussian's log density is its maximum minus
+    :math:`\chi^2_d / 2`, mean :math:`d/2`, sd :math:`\sqrt{d/2}`). The fit keeps the points within it
+    of the highest; MLDA judges a coarse model's failure by it."""
+    return 0.5 * dim + 4.0 * math.sqrt(0.5 * dim) + 5.0
 
 
 def quadratic_terms(dim: int) -> int:
@@ -136,7 +145,7 @@ def fit_gaussian(z, log_density, df: float) -> IndependenceProposal | None:
     d = z.shape[1]
     # Only the points within a Gaussian bulk's range of the highest: a far proposal's value says more
     # about the tails' shape than about the curvature where the mass is.
-    near = values >= values.max() - (0.5 * d + 4.0 * math.sqrt(0.5 * d) + 5.0)
+    near = values >= values.max() - bulk_log_density_range(d)
     if np.count_nonzero(near) < _MIN_ROWS * quadratic_terms(d):
         return None
     z, values = z[near], values[near]
