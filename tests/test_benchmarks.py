@@ -375,7 +375,8 @@ def test_speculative_da_quick_mode(capsys):
 
 
 def test_mlda_benchmarks_quick_mode(capsys):
-    """benchmarks/mlda_bias.py and mlda_ode.py run end to end and print their tables."""
+    """benchmarks/mlda_bias.py, mlda_ode.py and mlda_three_levels.py run end to end and print their
+    tables."""
     _load("mlda_bias").main(["--quick"])
     out = capsys.readouterr().out
     assert "| MLDA(adaptive_error_model=True) | 3 sd |" in out
@@ -383,6 +384,9 @@ def test_mlda_benchmarks_quick_mode(capsys):
     _load("mlda_ode").main(["--quick"])
     out = capsys.readouterr().out
     assert "| MLDA-AEM |" in out and "| KAMH |" in out
+    (row,) = _load("mlda_three_levels").main(["--quick"])
+    assert len(row["fine"]) == 2 and len(row["middle"]) == 2 and np.all(row["fine"] > 0)
+    assert "| MLDA-AEM-3 | 1 |" in capsys.readouterr().out
 
 
 @pytest.mark.slow

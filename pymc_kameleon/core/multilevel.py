@@ -174,6 +174,7 @@ class MultilevelDelayedAcceptance:
         self.randomize_lengths = bool(randomize_lengths)
         self.n_levels = len(self.log_densities)
         self._on_evaluation = None
+        self._on_state = None
 
     @property
     def finest(self) -> int:
@@ -196,18 +197,21 @@ class MultilevelDelayedAcceptance:
         return float(density(point.x))
 
     def step(self, current: LevelPoint, rng, on_base_step=None,
-             on_evaluation=None) -> tuple[LevelPoint, MultilevelCounts]:
+             on_evaluation=None, on_state=None) -> tuple[LevelPoint, MultilevelCounts]:
         """One step of the finest level from ``current`` (every level's log density known there).
 
         ``on_base_step(mh_step, start)`` is called after every level-0 step with its
         :class:`~pymc_kameleon.core.mh.MHStep` and the :class:`LevelPoint` it started from, for the base
         proposal's adaptation during tuning. ``on_evaluation(level, point)`` is called after every
         evaluation of a level above 0 at a subchain's end (``point`` holds that level's value and those
-        below), for what learns from them (a GP level).
+        below), for what learns from them (a GP level). ``on_state(level, point)`` is called after every
+        step of a level between the coarsest and the finest with the state its chain is in after it (for
+        what learns from that level's chain: the adaptive error model).
         Returns the new point and the counts of this step.
         """
         counts = MultilevelCounts.zeros(self.n_levels)
         self._on_evaluation = on_evaluation
+        self._on_state = on_state
         return self._step(self.finest, current, rng, counts, on_base_step), counts
 
     def _subchain_length(self, level: int, rng) -> int:
@@ -225,6 +229,8 @@ class MultilevelDelayedAcceptance:
         proposed = current
         for _ in range(length):
             proposed = self._step(level - 1, proposed, rng, counts, on_base_step)
+            if self._on_state is not None and level - 1 > 0:
+                self._on_state(level - 1, proposed)
         if proposed.x is current.x:  # the subchain never moved: the proposal is the current state
             metropolis_accept(0.0, rng)  # the uniform the decision draws, so the stream is the same
             counts.accept_prob[level] = 1.0

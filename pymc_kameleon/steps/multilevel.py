@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import pymc as pm
@@ -30,6 +31,7 @@ from pymc_kameleon.core.validation import check_independence_weight, check_numbe
 from pymc_kameleon.steps.base import AdaptiveStep, ChainState, continuous_value_vars, coordinate_names
 from pymc_kameleon.steps.multilevel_gp import GPLevel, SurrogateLevel
 from pymc_kameleon.steps.multilevel_levels import (
+    CoarseLevel,
     ErrorModel,
     checked_coarse_models,
     checked_gp_positions,
@@ -90,10 +92,12 @@ class MLDA(AdaptiveStep):
     adaptive_error_model : bool, default False
         Correct each coarse level's bias (:mod:`pymc_kameleon.steps.multilevel_levels`): every observed
         ``pm.Normal`` that all levels have under one name and shape gets, at each coarse level, its mean
-        :math:`F_\ell(\theta)` moved by :math:`\mu_{B,\ell}`, the mean of :math:`F_L - F_\ell` over the
-        last points where the fine model was evaluated during tuning (one more fine forward solve per
-        fine evaluation in tuning, counted in ``logp_evals``); frozen after tuning, so the chain is
-        exact.
+        :math:`F_\ell(\theta)` moved by :math:`\mu_{B,\ell}`, an estimate of :math:`F_L - F_\ell`
+        learned during tuning: the sum over the levels from :math:`\ell` up of the mean difference
+        between adjacent models, :math:`F_{k+1} - F_k`, over the last points where the fine model was
+        evaluated (:math:`k + 1 = L`) or at the middle level's chain's states (one forward run of each
+        of the two models per record, one record per level and iteration, counted in ``logp_evals``
+        and ``level{k}_logp_evals``); frozen after tuning, so the chain is exact.
     error_covariance : bool, default False
         With ``adaptive_error_model``: also add the differences' covariance :math:`\Sigma_{B,\ell}` to
         the corrected observations' noise covariance at each coarse level, as the paper does (all
@@ -210,6 +214,9 @@ class MLDA(AdaptiveStep):
         self._fine_outputs = (
             fine_outputs(model, vars, corrected, compile_kwargs, target.shared) if corrected else None
         )
+        # Level position of each model level above the coarsest -> the index of the model level below it.
+        positions = [k for k, level in enumerate(self._coarse_levels) if isinstance(level, CoarseLevel)]
+        self._model_level_above = {above: j for j, above in enumerate(positions[1:])}
         self.n_levels = len(specs) + 1
         n_coarse = len(specs)
         # Scalar statistics per coarse level (PyMC's default trace keeps scalar statistics only).
@@ -311,8 +318,12 @@ class MLDA(AdaptiveStep):
             self._check_coarse_start(current, q0.point_map_info, zero_too=True)
         self._warn_if_untuned()
         on_base_step = self._adapt if self.tune else None
+        middle_points = {}  # model level -> the last state in this step of the model level above it
         on_evaluation = self._record_for_gp if self.tune and chain.gp_levels else None
-        new, counts = chain.move.step(current, self.rng, on_base_step, on_evaluation)
+        on_state = None
+        if self.tune and chain.error_model is not None and self._model_level_above:
+            on_state = partial(self._record_middle_state, middle_points)
+        new, counts = chain.move.step(current, self.rng, on_base_step, on_evaluation, on_state)
         chain.current = new
         accepted = new is not current
         if on_evaluation is not None and self._learn_gp_levels():
@@ -326,12 +337,18 @@ class MLDA(AdaptiveStep):
                     chain.middle_decisions[k].append((counts.accepted[k], counts.steps[k]))
         if self.tune and counts.finest_proposal is not None:
             chain.fine_decisions.append(accepted)
-            if chain.error_model is not None:
-                # F_L where the fine model was evaluated costs one more fine forward solve (tuning only).
-                if chain.error_model.record(counts.finest_proposal):
-                    self._relearn_gp_levels()
-                    chain.current = self._reevaluated(chain.current)
+        if self.tune and chain.error_model is not None:
+            # The differences of adjacent model levels at the upper one's state (the fine one's: where it was
+            # evaluated), one more forward run of both (tuning only; counted in logp_evals and per level).
+            updated = False
+            for below, x in sorted(middle_points.items()):
+                updated |= chain.error_model.record(x, below)
+            if counts.finest_proposal is not None:
+                updated |= chain.error_model.record(counts.finest_proposal)
                 output_evals = 1
+            if updated:
+                self._relearn_gp_levels()
+                chain.current = self._reevaluated(chain.current)
         if accepted:
             # With a pseudo-marginal term the accepted estimate (and its auxiliaries) is kept from now on.
             evaluation = self._fine_level.evaluation_at(new.x) if target.has_estimates else None
@@ -416,6 +433,13 @@ class MLDA(AdaptiveStep):
         if gp_level is not None:
             gp_level.record(point)
 
+    def _record_middle_state(self, middle_points: dict, level: int, state: LevelPoint) -> None:
+        """A middle level stepped (tuning): if it is a model level above another, the error model will
+        record their difference at its chain's state (``middle_points``: the step's last one per level)."""
+        below = self._model_level_above.get(level)
+        if below is not None:
+            middle_points[below] = state.x
+
     def _learn_gp_levels(self) -> bool:
         """After a step in tuning: the GP levels learn what they recorded (and the whitening, if an
         adaptation window ended with a new one in the step); whether a correction changed."""
@@ -482,13 +506,11 @@ class MLDA(AdaptiveStep):
                 "adaptive_error_model=True (for observed pm.Normal likelihoods), "
             )
             dropped = (
-                # A new user's [RK4 with 4 steps, with 16] and the error model: the middle level accepted
-                # 0% in one chain (141 fine evaluations against 1879 in the other); either model alone
-                # mixed well. The error model learns only where the fine model is evaluated, which such a
-                # chain rarely reaches, and its correction is a constant shift.
+                # The error model's correction is a constant shift (decision 0056: learned between adjacent
+                # levels, which cured a new user's [RK4 with 4 steps, with 16], stalled before at 0-8%).
                 f", or without coarse_models[{k - 1}] (the error model corrects a coarse model by a constant "
-                "shift, learned only where the fine model is evaluated: a coarsest model that is wrong by "
-                "more than a shift keeps the level above it rejecting)"
+                "shift: a coarsest model that is wrong by more than a shift keeps the level above it "
+                "rejecting)"
                 if self.adaptive_error_model and not gp and k == 1 else ""
             )
             self._warnings.warn(

@@ -5,14 +5,17 @@ the fine step's raveled block, and the adaptive error model that corrects their 
 For an observed variable :math:`y \sim \mathcal N(F_\ell(\theta), \sigma)` that every level has (a
 ``pm.Normal`` of the same name and shape), level :math:`\ell < L` models the fine-minus-coarse output
 :math:`B_\ell(\theta) = F_L(\theta) - F_\ell(\theta)` as a constant :math:`\mu_{B,\ell}` estimated during
-tuning from the chain's fine-level states, and its likelihood becomes
-:math:`y \sim \mathcal N(F_\ell(\theta) + \mu_{B,\ell}, \sigma)`. The correction only changes the coarse
+tuning, and its likelihood becomes :math:`y \sim \mathcal N(F_\ell(\theta) + \mu_{B,\ell}, \sigma)`. The
+estimate telescopes over adjacent levels, as in the MLDA paper: :math:`\mu_{B,\ell} = \sum_{k \ge \ell}
+\bar D_k`, where :math:`\bar D_k` is the mean of :math:`F_{k+1} - F_k` over recent states of level
+:math:`k + 1`'s chain (for the finest coarse level, over the points where the fine model was evaluated),
+so a middle level teaches the one below it in every iteration. The correction only changes the coarse
 densities, so the finest chain stays exact; it is frozen after tuning, so the coarse densities are fixed
 functions and every level's kernel keeps its reversibility. With ``error_covariance=True`` the coarse
 likelihood also takes the error's covariance, as the paper does:
 :math:`y \sim \mathcal N(F_\ell(\theta) + \mu_{B,\ell}, \operatorname{diag}(\sigma^2) + \Sigma_{B,\ell})`
-over all corrected observations together, :math:`\Sigma_{B,\ell}` the differences' sample covariance
-(one Cholesky factorisation of the observations' covariance per coarse evaluation).
+over all corrected observations together, :math:`\Sigma_{B,\ell}` the sum of the adjacent differences'
+sample covariances (one Cholesky factorisation of the observations' covariance per coarse evaluation).
 """
 
 from __future__ import annotations
@@ -41,8 +44,8 @@ __all__ = [
     "fine_outputs",
 ]
 
-#: The error model's estimate is the mean of the last ERROR_MODEL_MEMORY fine-minus-coarse differences;
-#: the coarse densities take it after the first ERROR_MODEL_FIRST_UPDATE differences, then every
+#: The error model's estimate for each pair of adjacent levels is the mean of its last ERROR_MODEL_MEMORY
+#: differences; the coarse densities take it after the first ERROR_MODEL_FIRST_UPDATE differences, then every
 #: ERROR_MODEL_UPDATE new ones, during tuning: early enough that the base proposal tunes on the
 #: corrected coarse model (a chain whose coarse model was 5 posterior sds off otherwise accepted too
 #: few moves to correct anything before the end of tuning).
@@ -97,12 +100,20 @@ class CoarseLevel:
 
 
 class ErrorModel:
-    r"""The adaptive error model's state for one chain: recent :math:`F_L - F_\ell` per coarse level.
+    r"""The adaptive error model's state for one chain: recent differences between adjacent model levels.
+
+    Model level :math:`j` (coarsest first; the fine model is the last) keeps :math:`D_j = F_{j+1} - F_j`
+    at the states of model level :math:`j + 1`'s chain (the points where the fine model was evaluated,
+    for the finest coarse model), and is corrected by the telescoping sum
+    :math:`\mu_{B,j} = \sum_{i \ge j} \bar D_i`, an estimate of :math:`F_L - F_j` (the MLDA paper's
+    construction, as tinyDA's): a middle level steps in every iteration, so the level below it learns in
+    every iteration, also while the middle level rejects most proposals and the fine model is rarely
+    evaluated. With two levels this is the fine-minus-coarse mean.
 
     Parameters
     ----------
     levels : list of CoarseLevel
-        The coarse levels, each with ``outputs`` and ``bias``.
+        The coarse models' levels (coarsest first), each with ``outputs`` and ``bias``.
     fine_outputs : callable
         :math:`x \mapsto F_L(x)` (the fine model's outputs, raveled as the levels' are).
     """
@@ -111,6 +122,7 @@ class ErrorModel:
         self.levels = levels
         self.fine_outputs = fine_outputs
         self.differences = [deque(maxlen=ERROR_MODEL_MEMORY) for _ in levels]
+        self.n_recorded = [0] * len(levels)  # differences recorded per level in the chain (the last kept)
         self.since_update = 0
         self.n_updates = 0
 
@@ -121,16 +133,24 @@ class ErrorModel:
             level.bias.set_value(np.zeros_like(level.bias.get_value()))
             if level.covariance is not None:
                 level.covariance.set_value(np.zeros_like(level.covariance.get_value()))
+        self.n_recorded = [0] * len(self.levels)
         self.since_update = 0
         self.n_updates = 0
 
-    def record(self, x) -> bool:
-        """Record the differences at ``x``, a point where the fine model was evaluated (one more fine
-        output evaluation); returns whether the coarse densities were updated (then every cached coarse
-        value is stale)."""
-        fine = self.fine_outputs(x)
-        for level, kept in zip(self.levels, self.differences):
-            kept.append(fine - level.outputs(x))
+    def record(self, x, below: int | None = None) -> bool:
+        """Record the difference between model level ``below + 1`` and ``below`` at ``x``, a state of
+        level ``below + 1``'s chain (``below`` None: the finest model level, ``x`` where the fine model
+        was evaluated; one more forward run of each of the two); returns whether the coarse densities were
+        updated (then every cached coarse value is stale). A difference that is not finite (a forward run
+        that failed) is not kept."""
+        finest = len(self.levels) - 1
+        below = finest if below is None else int(below)
+        above = self.fine_outputs(x) if below == finest else self.levels[below + 1].outputs(x)
+        difference = above - self.levels[below].outputs(x)
+        if not np.all(np.isfinite(difference)):
+            return False
+        self.differences[below].append(difference)
+        self.n_recorded[below] += 1
         self.since_update += 1
         due = ERROR_MODEL_FIRST_UPDATE if self.n_updates == 0 else ERROR_MODEL_UPDATE
         if self.since_update < due:
@@ -139,19 +159,29 @@ class ErrorModel:
         return True
 
     def update(self) -> bool:
-        """Set each level's correction to the mean (and, with ``error_covariance``, the covariance) of its
-        recorded differences; whether any was set."""
+        """Set each level's correction to the sum of the mean differences of it and every level above it
+        (and, with ``error_covariance``, of their covariances, as if independent); whether any was set."""
         self.since_update = 0
         self.n_updates += 1
         changed = False
-        for level, kept in zip(self.levels, self.differences):
+        mean = covariance = None
+        for level, kept in reversed(list(zip(self.levels, self.differences))):
             if kept:
                 differences = np.array(kept)
-                level.bias.set_value(np.mean(differences, axis=0))
+                mean = _summed(mean, np.mean(differences, axis=0))
                 if level.covariance is not None and len(kept) >= 2:
-                    level.covariance.set_value(np.atleast_2d(np.cov(differences, rowvar=False)))
+                    covariance = _summed(covariance, np.atleast_2d(np.cov(differences, rowvar=False)))
+            if mean is not None:
+                level.bias.set_value(mean)
                 changed = True
+            if level.covariance is not None and covariance is not None:
+                level.covariance.set_value(covariance)
         return changed
+
+
+def _summed(total, term):
+    """``total + term``, or ``term`` itself where there is no total yet (no rounding for a single term)."""
+    return term if total is None else total + term
 
 
 # ---------------------------------------------------------------------------- building the levels

@@ -150,6 +150,79 @@ def test_invariant_with_the_error_model():
     assert_exact_moments(idata)
 
 
+class _Level:
+    """A stand-in for a coarse level: fixed outputs per point, a shared bias and covariance."""
+
+    def __init__(self, outputs, covariance=False):
+        import pytensor
+
+        self._outputs = outputs
+        self.bias = pytensor.shared(np.zeros(2))
+        self.covariance = pytensor.shared(np.zeros((2, 2))) if covariance else None
+
+    def outputs(self, x):
+        return np.asarray(self._outputs(x), dtype=float)
+
+
+def test_the_error_model_telescopes_adjacent_differences():
+    """Hand-computed: F_0 = x, F_1 = 2x, F_2 (fine) = 2x + (1, -1). D_0 = F_1 - F_0 = x is recorded where
+    level 1 was evaluated (x = (1, 0), (3, 2): mean (2, 1)), D_1 = F_2 - F_1 = (1, -1) where the fine one was.
+    Level 1 is corrected by mean D_1, level 0 by mean D_0 + mean D_1; the covariances add likewise."""
+    from pymc_kameleon.steps.multilevel_levels import ErrorModel
+
+    levels = [_Level(lambda x: x, True), _Level(lambda x: 2 * x, True)]
+    model = ErrorModel(levels, lambda x: 2 * x + np.array([1.0, -1.0]))
+    for x in ([1.0, 0.0], [3.0, 2.0]):
+        assert not model.record(np.array(x), 0)
+    for x in ([5.0, 5.0], [7.0, -1.0]):
+        assert not model.record(np.array(x))
+    assert model.update()
+    np.testing.assert_array_equal(levels[1].bias.get_value(), [1.0, -1.0])
+    np.testing.assert_array_equal(levels[0].bias.get_value(), [3.0, 0.0])
+    np.testing.assert_array_equal(levels[1].covariance.get_value(), np.zeros((2, 2)))
+    np.testing.assert_array_equal(levels[0].covariance.get_value(), [[2.0, 2.0], [2.0, 2.0]])
+    # A forward run that failed (NaN) is not kept, where the level above is the fine one or a coarse one.
+    for level in levels:
+        level._outputs = lambda x: np.full(2, np.nan)
+    assert not model.record(np.array([1.0, 1.0]), 0) and not model.record(np.array([1.0, 1.0]))
+    assert [len(kept) for kept in model.differences] == model.n_recorded == [2, 2]
+
+
+def three_level_error_model(*, tune, draws, chains, seed=1, offsets=(8.0, 1.0)):
+    """The fine model with coarse models whose forward models are ``offsets`` posterior sds off (coarsest
+    first), sampled with the error model."""
+    fine, coarse = offset_model(), [offset_model(offset) for offset in offsets]
+    with fine:
+        step = MLDA(coarse_models=coarse, subsampling_rates=[2, 3], adaptive_error_model=True)
+        idata = pm.sample(draws=draws, tune=tune, chains=chains, step=step, random_seed=seed, **SAMPLE_KW)
+    return step, idata
+
+
+def test_with_three_levels_the_middle_level_teaches_the_coarsest():
+    """The coarsest model 8 sds off, the middle one 1: the middle level rejects the coarsest subchains'
+    ends until corrected, so the fine model is rarely evaluated; the coarsest level learns from the middle
+    level's chain, at its state in each iteration (F_1 - F_0 = -7 sds in mu[0]), and, with the middle
+    one's own correction (-1 sd), ends corrected by -8 sds exactly, and the middle level accepts most ends
+    in the draws. (Learned at the fine evaluations alone, the correction left a new user's middle level
+    rejecting 92-99% in 6 of 8 chains: benchmarks/results/mlda_three_levels.md.)"""
+    step, idata = three_level_error_model(tune=600, draws=300, chains=1)
+    error_model = step._chain.error_model
+    # One record of F_1 - F_0 per tuning iteration (the middle level's state), of F_2 - F_1 per fine
+    # evaluation in tuning (not every iteration evaluates the fine model).
+    assert error_model.n_recorded[0] == 600 > error_model.n_recorded[1]
+    for level, offset in zip(error_model.levels, (8.0, 1.0)):
+        bias = level.bias.get_value().reshape(N_OBS, 2)
+        np.testing.assert_allclose(bias, np.tile([-offset * POST_SD, 0.0], (N_OBS, 1)), atol=1e-12)
+    assert idata.sample_stats["level1_accept_rate"].values.mean() > 0.7
+    assert idata.sample_stats["accepted"].values.mean() > 0.7
+
+
+@pytest.mark.slow
+def test_invariant_with_the_error_model_on_three_levels():
+    _, idata = three_level_error_model(tune=1000, draws=4000, chains=4, offsets=(3.0, 1.0))
+    assert_exact_moments(idata)
+
+
 def test_the_error_model_corrects_during_tuning_so_the_proposal_tunes_on_the_corrected_model():
     """5 posterior sds off: without a correction before the end of tuning the fine level accepted 47
     moves in tuning and the base proposal tuned on the uncorrected coarse model (a new user's report).
@@ -354,6 +427,20 @@ def test_the_error_covariance_is_learned_and_widens_the_coarse_likelihood():
     assert idata.sample_stats["accepted"].values.mean() > 0.3
 
 
+def test_with_three_levels_a_state_dependent_error_is_learned_where_the_middle_chain_is():
+    """The coarsest model's error is quadratic in mu[0] (curve 0.3), the start far out. The coarsest
+    level's correction is learned at the middle level's chain states, which follow the middle posterior;
+    learned at the middle level's evaluations (the coarsest subchains' ends, which follow the coarsest
+    posterior) it left chain 0 of this seed with its middle level rejecting every end."""
+    fine, coarse = curved_model(), [curved_model(2.0, 0.3), curved_model(0.5, 0.0)]
+    with fine:
+        step = MLDA(coarse_models=coarse, subsampling_rates=[3, 5], adaptive_error_model=True)
+        idata = pm.sample(draws=300, tune=300, chains=2, step=step, random_seed=4,
+                          initvals={"mu": np.array([15.0, 15.0])}, **SAMPLE_KW)
+    middle = np.nanmean(idata.sample_stats["level1_accept_rate"].values, axis=1)
+    assert np.all(middle > 0.5), middle
+
+
 @pytest.mark.slow
 def test_invariant_with_the_error_covariance():
     fine, coarse = curved_model(), curved_model(3.0, 1.0)
@@ -471,11 +558,9 @@ def test_a_stuck_chain_is_told_mldas_own_remedies():
 
 
 def test_a_middle_level_that_rejects_with_the_error_model_names_the_coarsest_model():
-    """A new user's [RK4 with 4 steps, RK4 with 16] and the error model: the middle level accepted 0% of
-    the coarsest subchains' ends in one chain (the error model learns only where the fine model is
-    evaluated, and corrects by a constant shift), while either coarse model alone mixed well. The
-    end-of-tuning warning now names running without the coarsest model; without the error model it names
-    the error model instead, as before."""
+    """With the error model, a middle level that rejects most of the coarsest subchains' ends is told it
+    may do better without the coarsest model (the error model corrects by a constant shift); without the
+    error model the warning names the error model instead, as before."""
     fine, middle, coarsest = conjugate_model(), conjugate_model(0.5), conjugate_model(8.0)
     said = {}
     for error_model in (True, False):
