@@ -40,7 +40,7 @@ from pymc_kameleon.steps.multilevel_levels import (
     corrected_names,
     fine_outputs,
 )
-from pymc_kameleon.steps.reporting import warn_after_tuning
+from pymc_kameleon.steps.reporting import STUCK_DRAWS, warn_after_tuning
 from pymc_kameleon.steps.target_density import Evaluation, TargetDensity, describe_point
 
 __all__ = ["LOW_FINE_ACCEPTANCE", "MLDA"]
@@ -126,7 +126,8 @@ class MLDA(AdaptiveStep):
     when the subchain never moved (its end is the current state); ``accepted`` says whether the state
     moved. The statistics ``logp_evals`` and ``cumulative_logp_evals`` count the
     finest level's evaluations (the expensive ones); per coarse level ``k`` (0 the coarsest),
-    ``level{k}_logp_evals`` counts its evaluations in the step, ``level{k}_accept_rate`` is the share of
+    ``level{k}_logp_evals`` counts its evaluations in the step (those made when tuning ends, in the first
+    draw's), ``level{k}_accept_rate`` is the share of
     its steps that moved, and ``level{k}_subchain_length`` the length of its last subchain.
     """
 
@@ -303,7 +304,7 @@ class MLDA(AdaptiveStep):
         chain, target = self._chain, self._target
         y = q0.data
         evals_before, estimates_before = target.n_evals, target.n_estimates
-        coarse_before = [level.n_evals for level in self._levels_below()]
+        coarse_before = chain.coarse_counted or [level.n_evals for level in self._levels_below()]
         logp_y = target.current(y, q0.point_map_info, self.rng).logp
         current = chain.current
         first = current is None
@@ -333,9 +334,11 @@ class MLDA(AdaptiveStep):
         output_evals = 0
         if self.tune:
             for k in range(1, finest):
-                if counts.steps[k]:
-                    chain.middle_decisions[k].append((counts.accepted[k], counts.steps[k]))
-        if self.tune and counts.finest_proposal is not None:
+                if counts.evaluations[k]:  # decisions on moved subchain ends, as the finest level's
+                    chain.middle_decisions[k].append((counts.accepted[k], counts.evaluations[k]))
+        judged = counts.finest_proposal is not None
+        chain.judged_since_move = 0 if accepted or self.tune else chain.judged_since_move + judged
+        if self.tune and judged:
             chain.fine_decisions.append(accepted)
         if self.tune and chain.error_model is not None:
             # The differences of adjacent model levels at the upper one's state (the fine one's: where it was
@@ -364,9 +367,10 @@ class MLDA(AdaptiveStep):
             "scaling": state.am_scale.value,
             "model_logp": chain.current.at(finest),
         }
-        for k, (coarse, before) in enumerate(zip(self._levels_below(), coarse_before)):
+        chain.coarse_counted = [level.n_evals for level in self._levels_below()]
+        for k, (now, before) in enumerate(zip(chain.coarse_counted, coarse_before)):
             steps = counts.steps[k]
-            stats[f"level{k}_logp_evals"] = coarse.n_evals - before
+            stats[f"level{k}_logp_evals"] = now - before
             stats[f"level{k}_accept_rate"] = counts.accepted[k] / steps if steps else math.nan
             stats[f"level{k}_subchain_length"] = counts.subchain_lengths[k]
         self._add_running_stats(stats, target.n_evals - evals_before + output_evals)
@@ -407,12 +411,12 @@ class MLDA(AdaptiveStep):
         rate = sum(decisions) / len(decisions)
         if rate >= LOW_FINE_ACCEPTANCE:
             return
-        remedy = (
-            "a coarse model closer to the fine one, or smaller subsampling_rates"
-            if self.adaptive_error_model
-            else "adaptive_error_model=True (for observed pm.Normal likelihoods), a coarse model closer to "
-            "the fine one, or smaller subsampling_rates"
+        last = self.n_levels - 2
+        rates = f", or a smaller subsampling_rates[{last}]" if self.subsampling_rates[last] > 1 else ""
+        remedy = "" if self.adaptive_error_model else (
+            "adaptive_error_model=True (for observed pm.Normal likelihoods), "
         )
+        remedy = f"{remedy}a coarse model closer to the fine one{rates}"
         self._warnings.warn(
             f"MLDA: at the end of tuning the finest level accepted {rate:.0%} of the last {len(decisions)} "
             "coarse subchain ends it judged: the coarse posterior is far from the fine one (in posterior "
@@ -513,23 +517,39 @@ class MLDA(AdaptiveStep):
                 "rejecting)"
                 if self.adaptive_error_model and not gp and k == 1 else ""
             )
+            below = self.subsampling_rates[k - 1]
+            smaller = f", or a smaller subsampling_rates[{k - 1}]" if below > 1 else ""
             self._warnings.warn(
                 f"MLDA: at the end of tuning {what} (level {k}) accepted {rate:.1%} of the last {decisions} "
                 f"subchain ends it judged{why}, so the chain will mix slowly (its draws stay exact). Try "
-                f"{remedy}a coarse model closer to the fine one, or a smaller subsampling_rates[{k - 1}]"
-                f"{dropped}.",
+                f"{remedy}a coarse model closer to the fine one{smaller}{dropped}.",
                 UserWarning,
                 stacklevel=3,
             )
 
     def _stuck_remedy(self) -> str:
-        """MLDA's likeliest cause of a stuck chain is a coarse posterior far from the fine one."""
+        """MLDA's likeliest cause of a stuck chain is a coarse posterior far from the fine one, or (when few
+        of the stuck iterations reached the fine level) a coarse or middle level that does not move."""
         error_model = "adaptive_error_model=True (for observed pm.Normal likelihoods), "
         error_model = "" if self.adaptive_error_model else error_model
+        rates = "" if max(self.subsampling_rates) == 1 else ", or smaller subsampling_rates"
+        judged = self._chain.judged_since_move
+        if judged < STUCK_DRAWS // 2:
+            # A new user's three levels without the error model: 36 fine evaluations in a whole run, the
+            # middle level rejecting; "the finest level's acceptance" pointed at the wrong level.
+            below = "the coarse subchains did not move" if self.n_levels == 2 else (
+                "the coarse subchains did not move, or a middle level rejected their ends (its "
+                "level{k}_accept_rate statistic)"
+            )
+            return (
+                f"Only {judged} of these iterations reached the fine level: {below}, so a coarse posterior "
+                f"is far from the one above it. Try {error_model}coarse models closer to the fine one"
+                f"{rates}; otherwise increase `tune`."
+            )
         return (
-            "With MLDA the likeliest cause is a coarse posterior far from the fine one (the end-of-tuning "
-            f"warning gives the finest level's acceptance): try {error_model}a coarse model closer to the "
-            "fine one, or smaller subsampling_rates; otherwise increase `tune`."
+            f"With MLDA the likeliest cause is a coarse posterior far from the fine one ({judged} of these "
+            f"proposals reached the fine level and it rejected them): try {error_model}a coarse model "
+            f"closer to the fine one{rates}; otherwise increase `tune`."
         )
 
     def _check_coarse_start(self, point: LevelPoint, point_map_info, zero_too: bool = False) -> None:
@@ -650,7 +670,12 @@ class MultilevelChain(ChainState):
         tuning (for the end-of-tuning check).
     middle_decisions : dict of int to deque
         Per level between the coarsest and the finest, ``(accepted, decisions)`` of its recent tuning
-        iterations (for the end-of-tuning check).
+        iterations, counting decisions on moved subchain ends only (for the end-of-tuning check).
+    judged_since_move : int
+        The finest level's decisions since the chain last moved (for the stuck warning's text).
+    coarse_counted : list of int or None
+        Each coarse level's evaluations as counted in the statistics so far (evaluations made between
+        steps, when tuning ends, go into the next step's).
     gp_levels : dict of int to SurrogateLevel
         The chain's GP levels by level index (``GPLevel`` in ``coarse_models``).
     whitening_changed : bool
@@ -668,6 +693,8 @@ class MultilevelChain(ChainState):
     whitening_changed: bool = False
     middle_decisions: dict = field(default_factory=dict)
     failure_checks: int = 0  # fine evaluations where a coarse density failed (MLDA._check_coarse_failure)
+    judged_since_move: int = 0
+    coarse_counted: list | None = None
 
 
 def _are_models(value) -> bool:

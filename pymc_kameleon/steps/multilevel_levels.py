@@ -190,6 +190,14 @@ def _normal_observed(model) -> dict:
     return {rv.name: rv for rv in model.observed_RVs if type(rv.owner.op).__name__ == "NormalRV"}
 
 
+def _found(model, name: str) -> str:
+    """What ``model`` has under ``name`` where it has no observed ``pm.Normal`` of that name."""
+    rv = next((rv for rv in model.observed_RVs if rv.name == name), None)
+    if rv is None:
+        return "none"
+    return f"a {type(rv.owner.op).__name__.removesuffix('RV')}, not a pm.Normal,"
+
+
 def _observed_shape(value) -> tuple:
     """The shape of an observed variable's data (a constant, or a ``pm.Data`` shared variable)."""
     if hasattr(value, "data"):
@@ -209,7 +217,8 @@ def corrected_names(fine, coarse_models) -> list[str]:
         if all(s == shape for s in shapes):
             names.append(name)
         seen.append(f"{name!r} {shape} in the model, " + ", ".join(
-            f"{'none' if s is None else s} in coarse_models[{k}]" for k, s in enumerate(shapes)))
+            f"{_found(c, name) if s is None else s} in coarse_models[{k}]"
+            for k, (s, c) in enumerate(zip(shapes, coarse_models))))
     if not names:
         found = "; ".join(seen) if seen else "the model in context has no observed pm.Normal"
         raise ValueError(

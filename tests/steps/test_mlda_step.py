@@ -236,9 +236,14 @@ def test_the_error_model_needs_a_normal_likelihood_at_every_level():
     with pm.Model() as coarse:
         mu = pm.Normal("mu", 0, 10, shape=2)
         pm.StudentT("y", nu=5, mu=mu, sigma=1, observed=DATA)
-    missing = r"'y' \(20, 2\) in the model, none in coarse_models\[0\]"
-    with offset_model(), pytest.raises(ValueError, match=missing):
+    student = r"'y' \(20, 2\) in the model, a StudentT, not a pm.Normal, in coarse_models\[0\]"
+    with offset_model(), pytest.raises(ValueError, match=student):
         MLDA(coarse_models=[coarse], adaptive_error_model=True)
+    with pm.Model() as renamed:
+        mu = pm.Normal("mu", 0, 10, shape=2)
+        pm.Normal("z", mu, 1, observed=DATA)
+    with offset_model(), pytest.raises(ValueError, match=r"'y' \(20, 2\) in the model, none in coarse"):
+        MLDA(coarse_models=[renamed], adaptive_error_model=True)
     with pm.Model() as fewer:  # a new user's coarse model observed half the data: the shapes are named
         mu = pm.Normal("mu", 0, 10, shape=2)
         pm.Normal("y", mu, 1, observed=DATA[:10])
@@ -555,6 +560,48 @@ def test_a_stuck_chain_is_told_mldas_own_remedies():
     said = plain._stuck_remedy()
     assert "adaptive_error_model=True" in said and "subsampling_rates" in said
     assert "adaptive_error_model" not in corrected._stuck_remedy()
+    # Stuck where few iterations reached the fine level (a new user's three levels: 36 fine evaluations in
+    # a run): the text says so and names the middle level, not the finest level's acceptance.
+    coarsest = conjugate_model(6.0)
+    with fine:
+        three = MLDA(coarse_models=[coarsest, coarse], subsampling_rates=1)
+    three._chain.judged_since_move = 3
+    said = three._stuck_remedy()
+    assert "Only 3 of these iterations reached the fine level" in said and "a middle level" in said
+    assert "subsampling_rates" not in said  # they are 1 already
+    three._chain.judged_since_move = 400
+    assert "400 of these proposals reached the fine level" in three._stuck_remedy()
+
+
+def test_every_coarse_evaluation_is_counted_also_when_tuning_ends():
+    """The error model's last update at the end of tuning re-evaluates the coarse density at the current
+    state, between two steps; a new user counted one coarse call per chain more than the statistics."""
+    fine, coarse = offset_model(), offset_model(1.0)
+    with fine:
+        step = MLDA(coarse_models=[coarse], adaptive_error_model=True)
+        idata = pm.sample(draws=50, tune=120, chains=2, step=step, random_seed=3, discard_tuned_samples=False,
+                          **SAMPLE_KW)
+    counted = sum(int(group["level0_logp_evals"].values.sum())
+                  for group in (idata.warmup_sample_stats, idata.sample_stats))
+    assert counted == step._model_levels[0].n_evals
+
+
+def test_a_middle_level_judges_only_the_subchain_ends_that_moved():
+    """At subsampling rate 1 most coarsest steps are rejected, so most middle-level steps have no end to
+    judge: a new user's middle level was reported as accepting 14% where it accepted 61% of the ends that
+    moved. Its end-of-tuning record counts the decisions it made (its evaluations), as the finest level's."""
+    fine, coarse = conjugate_model(), [conjugate_model(0.5), conjugate_model(0.2)]
+    with fine:
+        step = MLDA(coarse_models=coarse, subsampling_rates=1)
+        idata = pm.sample(draws=10, tune=300, chains=1, step=step, random_seed=2, discard_tuned_samples=False,
+                          **SAMPLE_KW)
+    kept = step._chain.middle_decisions[1]
+    evaluations = idata.warmup_sample_stats["level1_logp_evals"].values.ravel()
+    evaluations = evaluations[evaluations > 0][-len(kept):]
+    assert [decisions for _, decisions in kept] == list(evaluations)
+    assert sum(accepted for accepted, _ in kept) / sum(evaluations) > 0.5
+    moved = idata.warmup_sample_stats["level0_accept_rate"].values.ravel()[-len(kept):]
+    assert moved.mean() < 0.6  # most middle steps had nothing to judge
 
 
 def test_a_middle_level_that_rejects_with_the_error_model_names_the_coarsest_model():
@@ -572,6 +619,6 @@ def test_a_middle_level_that_rejects_with_the_error_model_names_the_coarsest_mod
             warnings.simplefilter("always")
             step._warn_low_middle_acceptance()
         (said[error_model],) = [str(w.message) for w in record]
-    assert "the middle level (level 1) accepted 0.0%" in said[True]
+    assert "the middle level (level 1) accepted 0.0%" in said[True] and "subsampling_rates[0]" in said[True]
     assert "without coarse_models[0]" in said[True] and "adaptive_error_model=True" not in said[True]
     assert "without coarse_models[0]" not in said[False] and "adaptive_error_model=True" in said[False]
