@@ -44,7 +44,7 @@ demo: $(VENV)/.installed
 
 ## test: ruff check, `make dist` and `make docs`, then the suite on PyMC 5 / Python 3.11 and on PyMC 6 / ArviZ 1 /
 ##       Python 3.12, the two stacks side by side (each prints when done). Every test runs; the slow
-##       statistical tests are shared between the stacks, each on one (SLOW_ON_PYMC5 in tests/conftest.py),
+##       statistical tests and the notebooks are shared between the stacks, each on one (tests/conftest.py),
 ##       the others run on both
 test: lint dist docs
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-pymc5 test-pymc6 SLOW_SHARED=1

@@ -21,7 +21,13 @@ SLOW_ON_PYMC5 = (
     "tests/steps/test_robustness.py",  # the models people bring
     "tests/test_benchmarks.py",  # the benchmark scripts' quick modes
     "tests/test_kass_benchmark.py",
+    "tests/smc/test_kass.py",  # 95 s: moved when the PyMC 6 share took CI past 25 minutes (1682 s)
 )
+# The notebooks' smoke runs (not marked slow, 2 minutes a stack) are shared too: these on PyMC 5, the
+# others on PyMC 6, except NOTEBOOKS_ON_BOTH, whose ArviZ plots differ between ArviZ 0.x and 1.
+NOTEBOOKS = "tests/test_notebooks.py"
+NOTEBOOKS_ON_PYMC5 = ("02_pseudo_marginal_gp_classification.ipynb", "06_scaling_out.ipynb")
+NOTEBOOKS_ON_BOTH = ("01_kameleon_nonlinear_targets.ipynb",)
 
 
 def pytest_addoption(parser):
@@ -35,6 +41,21 @@ def pytest_addoption(parser):
 
 def _share_of(nodeid):
     return "pymc5" if nodeid.split("::")[0] in SLOW_ON_PYMC5 else "pymc6"
+
+
+def _notebook_share(nodeid):
+    """The stack a notebook's smoke run is on under ``--slow-share`` ("both", "pymc5" or "pymc6")."""
+    name = nodeid.rsplit("[", 1)[-1].rstrip("]")
+    if "[" not in nodeid or name in NOTEBOOKS_ON_BOTH:
+        return "both"
+    return "pymc5" if name in NOTEBOOKS_ON_PYMC5 else "pymc6"
+
+
+def _elsewhere(item, share) -> bool:
+    """Whether ``item`` runs on the other stack only under ``--slow-share={share}``."""
+    if item.nodeid.split("::")[0] == NOTEBOOKS:
+        return _notebook_share(item.nodeid) not in (share, "both")
+    return item.get_closest_marker("slow") is not None and _share_of(item.nodeid) != share
 
 
 def pytest_configure(config):
@@ -51,7 +72,7 @@ def pytest_collection_modifyitems(config, items):
     share = config.getoption("--slow-share")
     if share == "all":
         return
-    theirs = [it.get_closest_marker("slow") is not None and _share_of(it.nodeid) != share for it in items]
+    theirs = [_elsewhere(it, share) for it in items]
     if any(theirs):
         config.hook.pytest_deselected(items=[it for it, t in zip(items, theirs) if t])
         items[:] = [it for it, t in zip(items, theirs) if not t]
@@ -60,7 +81,10 @@ def pytest_collection_modifyitems(config, items):
 def pytest_report_header(config):
     share = config.getoption("--slow-share")
     if share != "all":
-        return f"slow tests: this stack's share only (--slow-share={share}); the other stack runs the rest"
+        return (
+            f"slow tests and notebooks: this stack's share only (--slow-share={share}); the other stack runs "
+            "the rest"
+        )
 
 
 @pytest.fixture
