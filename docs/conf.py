@@ -366,6 +366,17 @@ def _constant_docstring(app, what, name, obj, options, lines) -> None:
         lines[:] = []
 
 
+def _class_signature(app, what, name, obj, options, signature, return_annotation):
+    """A step's signature as Python reports it: autodoc reads PyMC's ``BlockedStep.__new__(cls, *args,
+    **kwargs)`` first, which hid every parameter and default of the steps (a newcomer's report)."""
+    if what != "class" or not name.startswith("pymc_kameleon") or signature != "(*args, **kwargs)":
+        return None
+    try:
+        return str(inspect.signature(obj)), return_annotation
+    except (TypeError, ValueError):
+        return None
+
+
 def _copy_mathjax(app, exception) -> None:
     """Serve MathJax from the site (the copy in the ``sphinx-mathjax-offline`` package), so formulas
     render without a network, from ``file://`` too."""
@@ -394,3 +405,4 @@ def setup(app):
     app.connect("missing-reference", _resolve_by_object)
     app.connect("build-finished", _copy_mathjax)
     app.connect("autodoc-process-docstring", _constant_docstring)
+    app.connect("autodoc-process-signature", _class_signature)
