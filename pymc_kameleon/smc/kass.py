@@ -139,7 +139,11 @@ class KASS(BatchedSMCKernel):
         ``correlation_threshold``; it stops early when acceptance is low, because then the
         correlations hardly move. Both are capped by ``max_steps``.
     correlation_threshold : float, default 0.01
+        The drop in a coordinate's correlation below which ``n_steps="correlation"`` counts it as
+        settled.
     move_probability : float, default 0.99
+        The probability that each particle has moved at least once, at which ``n_steps="moved"``
+        stops sweeping.
     max_steps : int, default 100
         Cap on the sweeps per stage.
     chunk_size : int, optional

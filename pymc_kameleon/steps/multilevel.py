@@ -78,8 +78,8 @@ class MLDA(AdaptiveStep):
         variables, or ones given to another step) are left to the other steps of PyMC's
         ``CompoundStep``; every level reads their current values.
     coarse_models : list of pm.Model or GPLevel
-        Cheaper models with the same free variables as the model in context (all of them: names, shapes
-        and transforms), coarsest first.
+        Required. Cheaper models with the same free variables as the model in context (all of them:
+        names, shapes and transforms), coarsest (cheapest) first.
         A :class:`~pymc_kameleon.GPLevel` above a coarse model (``[coarse, GPLevel()]``) adds a level
         whose density is the coarse one corrected by a GP of the next finer level's excess over it,
         learned during tuning and frozen after (:mod:`pymc_kameleon.steps.multilevel_gp`).
@@ -106,10 +106,17 @@ class MLDA(AdaptiveStep):
     target_accept : float, default 0.234
         Acceptance rate the coarsest level's Adaptive Metropolis scale is tuned to.
     independence_weight : float, default 0.5
-        The base proposal's independence component (decision records 0038/0039), on the coarsest level.
-    adapt_interval, learning_rate, history_size
-        The base proposal's adaptation (as :class:`~pymc_kameleon.KameleonMetropolis`), counted in
-        coarsest-level steps.
+        Weight of independent draws from a Student-t fitted to the coarsest level's tuning in the base
+        proposal, used only where tuning measured that they pay (as
+        :class:`~pymc_kameleon.KameleonMetropolis`'s); 0 turns them off.
+    adapt_interval : int, default 100
+        Length of the base proposal's first adaptation window after its coordinate scan, in
+        coarsest-level steps; each later window is twice the previous one.
+    learning_rate : float, default 1.0
+        Robbins-Monro gain :math:`\rho_0` of the base proposal's scale (:math:`\rho_0 (t+1)^{-0.6}` at
+        coarsest-level tuning step :math:`t`).
+    history_size : int, default 10000
+        Most coarsest-level tuning states the base proposal's adaptation keeps.
     start : {"search", "initial_point"}, default "search"
         Search for a start before tuning, on the coarsest level's density (cheap).
     model, initial_point, compile_kwargs, rng, blocked

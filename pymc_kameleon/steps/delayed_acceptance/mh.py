@@ -120,6 +120,8 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
         likelihood, the chain is still exact, but the likelihood moves with them and the GP's
         values go stale, so the chain can stall; the step warns at construction and names them.
     proposal : {"random_walk", "kameleon"}, default "random_walk"
+        The base proposal (see "Base proposal" above): the scale-free Adaptive Metropolis random
+        walk, or the Kameleon proposal of :class:`~pymc_kameleon.KameleonMetropolis`.
     independence_weight : float, default 0.5
         Weight :math:`\iota` of independent draws from the Student-t :math:`t_{10}(m, C)` fitted to the
         chain, added to the base proposal where tuning measured that they pay, as in
