@@ -116,7 +116,7 @@ class MLDA(AdaptiveStep):
         Robbins-Monro gain :math:`\rho_0` of the base proposal's scale (:math:`\rho_0 (t+1)^{-0.6}` at
         coarsest-level tuning step :math:`t`).
     history_size : int, default 10000
-        Most coarsest-level tuning states the base proposal's adaptation keeps.
+        Most coarsest-level tuning states an adaptation window keeps (evenly thinned beyond that).
     start : {"search", "initial_point"}, default "search"
         Search for a start before tuning, on the coarsest level's density (cheap).
     model, initial_point, compile_kwargs, rng, blocked
