@@ -524,8 +524,9 @@ class MLDA(AdaptiveStep):
                 "rejecting)"
                 if self.adaptive_error_model and not gp and k == 1 else ""
             )
-            below = self.subsampling_rates[k - 1]
-            smaller = f", or a smaller subsampling_rates[{k - 1}]" if below > 1 else ""
+            smaller = ""
+            if self.subsampling_rates[k - 1] > 1:
+                smaller = f", or a smaller subsampling_rates[{k - 1}]"
             self._warnings.warn(
                 f"MLDA: at the end of tuning {what} (level {k}) accepted {rate:.1%} of the last {decisions} "
                 f"subchain ends it judged{why}, so the chain will mix slowly (its draws stay exact). Try "
@@ -544,12 +545,12 @@ class MLDA(AdaptiveStep):
         if judged < STUCK_DRAWS // 2:
             # A new user's three levels without the error model: 36 fine evaluations in a whole run, the
             # middle level rejecting; "the finest level's acceptance" pointed at the wrong level.
-            below = "the coarse subchains did not move" if self.n_levels == 2 else (
+            stopped = "the coarse subchains did not move" if self.n_levels == 2 else (
                 "the coarse subchains did not move, or a middle level rejected their ends (its "
                 "level{k}_accept_rate statistic)"
             )
             return (
-                f"Only {judged} of these iterations reached the fine level: {below}, so a coarse posterior "
+                f"Only {judged} of these iterations reached the fine level: {stopped}, so a coarse posterior "
                 f"is far from the one above it. Try {error_model}coarse models closer to the fine one"
                 f"{rates}; otherwise increase `tune`."
             )
