@@ -20,7 +20,6 @@ import numpy as np
 import pymc as pm
 from pymc.blocking import RaveledVars
 
-from pymc_kameleon.core.adaptation.gaussian_fit import bulk_log_density_range
 from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
 from pymc_kameleon.core.adaptation.state import TuningDraw
 from pymc_kameleon.core.gp.options import GPTrainingOptions
@@ -29,10 +28,12 @@ from pymc_kameleon.core.linalg import same_array
 from pymc_kameleon.core.multilevel import LevelPoint, MultilevelDelayedAcceptance
 from pymc_kameleon.core.validation import check_independence_weight, check_number, check_probability
 from pymc_kameleon.steps.base import AdaptiveStep, ChainState, continuous_value_vars, coordinate_names
-from pymc_kameleon.steps.multilevel_gp import GPLevel, SurrogateLevel
+from pymc_kameleon.steps.multilevel_checks import FINE_DECISIONS_KEPT, LOW_FINE_ACCEPTANCE, MultilevelChecks
+from pymc_kameleon.steps.multilevel_gp import GPLevel, MultilevelGPLevels, SurrogateLevel
 from pymc_kameleon.steps.multilevel_levels import (
     CoarseLevel,
     ErrorModel,
+    FineLevel,
     checked_coarse_models,
     checked_gp_positions,
     checked_rates,
@@ -40,23 +41,14 @@ from pymc_kameleon.steps.multilevel_levels import (
     corrected_names,
     fine_outputs,
 )
-from pymc_kameleon.steps.reporting import STUCK_DRAWS, warn_after_tuning
-from pymc_kameleon.steps.target_density import Evaluation, TargetDensity, describe_point
+from pymc_kameleon.steps.reporting import warn_after_tuning
+from pymc_kameleon.steps.target_density import Evaluation, TargetDensity
 
 __all__ = ["LOW_FINE_ACCEPTANCE", "MLDA"]
 
-#: Below this share of accepted subchain ends among the finest level's last FINE_DECISIONS_KEPT decisions
-#: in tuning, MLDA warns (benchmarks/mlda_bias.py: at 0.16, a coarse posterior 2 sds off, MLDA made a
-#: fourteenth of KameleonMetropolis's ESS per fine evaluation; at 0.47, 1 sd off, half).
-LOW_FINE_ACCEPTANCE = 0.2
-# Fine evaluations a chain spends after tuning where a coarse density was NaN or -inf, to tell a coarse model
-# that fails where the fine posterior has mass (a wrong answer, silently) from one that fails only in the
-# tails or where the fine density is zero too.
-_FAILURE_CHECKS = 10
-FINE_DECISIONS_KEPT = 100
 
 
-class MLDA(AdaptiveStep):
+class MLDA(MultilevelChecks, MultilevelGPLevels, AdaptiveStep):
     r"""Multilevel delayed acceptance (Lykkegaard et al. 2023) with the user's coarse models.
 
     Each iteration runs a subchain of ``subsampling_rates[-1]`` steps on the next coarser level (each
@@ -398,51 +390,11 @@ class MLDA(AdaptiveStep):
             level.follow(values)
         return True
 
-    def _untuned_message(self) -> str:
-        error_model = (
-            " The adaptive error model learns during tuning only, so it corrects nothing."
-            if self.adaptive_error_model else ""
-        )
-        return (
-            "MLDA: sampling without tuning (tune=0). The coarsest level's proposal keeps its untuned "
-            f"unit-scale random walk, whatever the posterior's scale.{error_model} Pass tune >= "
-            f"{self.default_tune_steps} to pm.sample (the draws stay exact, but mix slowly)."
-        )
-
-    def _warn_low_fine_acceptance(self) -> None:
-        """At the end of tuning: warn if the finest level accepted under LOW_FINE_ACCEPTANCE of the last
-        coarse subchains' ends it judged (the coarse posterior is too far from the fine one)."""
-        decisions = self._chain.fine_decisions
-        if len(decisions) < FINE_DECISIONS_KEPT:
-            return
-        rate = sum(decisions) / len(decisions)
-        if rate >= LOW_FINE_ACCEPTANCE:
-            return
-        last = self.n_levels - 2
-        rates = f", or a smaller subsampling_rates[{last}]" if self.subsampling_rates[last] > 1 else ""
-        remedy = "" if self.adaptive_error_model else (
-            "adaptive_error_model=True (for observed pm.Normal likelihoods), "
-        )
-        remedy = f"{remedy}a coarse model closer to the fine one{rates}"
-        self._warnings.warn(
-            f"MLDA: at the end of tuning the finest level accepted {rate:.0%} of the last {len(decisions)} "
-            "coarse subchain ends it judged: the coarse posterior is far from the fine one (in posterior "
-            f"sds), so the chain will mix slowly (its draws stay exact). Try {remedy}.",
-            UserWarning,
-            stacklevel=3,
-        )
-
-    # ------------------------------------------------------------ GP levels
+    # ------------------------------------------------------------ the levels
     def _levels_below(self) -> list:
         """The levels below the finest, by position: CoarseLevel or this chain's SurrogateLevel."""
         gp_levels = self._chain.gp_levels
         return [gp_levels.get(k, level) for k, level in enumerate(self._coarse_levels)]
-
-    def _record_for_gp(self, level: int, point: LevelPoint) -> None:
-        """A level was evaluated at a subchain's end (tuning): the GP level below it records its excess."""
-        gp_level = self._chain.gp_levels.get(level - 1)
-        if gp_level is not None:
-            gp_level.record(point)
 
     def _record_middle_state(self, middle_points: dict, level: int, state: LevelPoint) -> None:
         """A middle level stepped (tuning): if it is a model level above another, the error model will
@@ -450,166 +402,6 @@ class MLDA(AdaptiveStep):
         below = self._model_level_above.get(level)
         if below is not None:
             middle_points[below] = state.x
-
-    def _learn_gp_levels(self) -> bool:
-        """After a step in tuning: the GP levels learn what they recorded (and the whitening, if an
-        adaptation window ended with a new one in the step); whether a correction changed."""
-        chain = self._chain
-        changed = False
-        for gp_level in chain.gp_levels.values():
-            changed |= gp_level.learn(chain.adaptation, self.rng, chain.whitening_changed)
-        chain.whitening_changed = False
-        return changed
-
-    def _warn_from_gp(self, message, category, stacklevel) -> None:
-        """A GP level's training warning, through the chain's warnings (read when it warns)."""
-        self._warnings.warn(f"MLDA: the GP level: {message}", category, stacklevel=stacklevel)
-
-    def _relearn_gp_levels(self) -> None:
-        """The error model changed the coarse densities: each GP level relearns its differences."""
-        for k, gp_level in self._chain.gp_levels.items():
-            gp_level.relearn(self._coarse_levels[k - 1].log_density)
-
-    def _freeze_gp_levels(self) -> None:
-        """End of tuning: each GP level's last fit in the final whitening; warn if one never warmed up."""
-        chain = self._chain
-        for k, gp_level in chain.gp_levels.items():
-            gp_level.end_tuning(chain.adaptation, self.rng)
-            if not gp_level.ready:
-                needed = gp_level.schedule.options.initial_points
-                self._warnings.warn(
-                    f"MLDA: the GP level (level {k}) saw {gp_level.gp.n_points} of the {needed} values of "
-                    "the level above it that it needs before it corrects anything, so it passes the coarse "
-                    f"level's proposals on unchanged (the draws stay exact). Pass more tune to pm.sample, "
-                    "or GPLevel(initial_points=...) smaller.",
-                    UserWarning,
-                    stacklevel=3,
-                )
-        if chain.current is not None:
-            chain.current = self._with_gp_levels_updated(chain.current)
-
-    def _with_gp_levels_updated(self, point: LevelPoint) -> LevelPoint:
-        """``point`` with its GP levels' log densities recomputed (after their GPs changed)."""
-        move = self._chain.move
-        for k in sorted(self._chain.gp_levels):
-            point = point.with_level(k, move.log_density(k, point))
-        return point
-
-    def _warn_low_middle_acceptance(self) -> None:
-        """At the end of tuning: warn if a level between the coarsest and the finest (a GP level, a middle
-        model) accepted under LOW_FINE_ACCEPTANCE of its last decisions: the finest level then sees few
-        proposals, too few for its own check, and the chain mixes slowly."""
-        for k, kept in self._chain.middle_decisions.items():
-            decisions = sum(steps for _, steps in kept)
-            if decisions < FINE_DECISIONS_KEPT:
-                continue
-            rate = sum(accepted for accepted, _ in kept) / decisions
-            if rate >= LOW_FINE_ACCEPTANCE:
-                continue
-            gp = k in self._chain.gp_levels
-            what = "the GP level" if gp else "the middle level"
-            why = (
-                ": it filters the coarse subchains' ends, but they still walk towards the coarse model's "
-                "posterior, far from the fine one"
-                if gp else ": the coarse posterior below it is far from its own"
-            )
-            remedy = "" if self.adaptive_error_model else (
-                "adaptive_error_model=True (for observed pm.Normal likelihoods), "
-            )
-            dropped = (
-                # The error model's correction is a constant shift (decision 0056: learned between adjacent
-                # levels, which cured a new user's [RK4 with 4 steps, with 16], stalled before at 0-8%).
-                f", or without coarse_models[{k - 1}] (the error model corrects a coarse model by a constant "
-                "shift: a coarsest model that is wrong by more than a shift keeps the level above it "
-                "rejecting)"
-                if self.adaptive_error_model and not gp and k == 1 else ""
-            )
-            smaller = ""
-            if self.subsampling_rates[k - 1] > 1:
-                smaller = f", or a smaller subsampling_rates[{k - 1}]"
-            self._warnings.warn(
-                f"MLDA: at the end of tuning {what} (level {k}) accepted {rate:.1%} of the last {decisions} "
-                f"subchain ends it judged{why}, so the chain will mix slowly (its draws stay exact). Try "
-                f"{remedy}a coarse model closer to the fine one{smaller}{dropped}.",
-                UserWarning,
-                stacklevel=3,
-            )
-
-    def _stuck_remedy(self) -> str:
-        """MLDA's likeliest cause of a stuck chain is a coarse posterior far from the fine one, or (when few
-        of the stuck iterations reached the fine level) a coarse or middle level that does not move."""
-        error_model = "adaptive_error_model=True (for observed pm.Normal likelihoods), "
-        error_model = "" if self.adaptive_error_model else error_model
-        rates = "" if max(self.subsampling_rates) == 1 else ", or smaller subsampling_rates"
-        judged = self._chain.judged_since_move
-        if judged < STUCK_DRAWS // 2:
-            # A new user's three levels without the error model: 36 fine evaluations in a whole run, the
-            # middle level rejecting; "the finest level's acceptance" pointed at the wrong level.
-            stopped = "the coarse subchains did not move" if self.n_levels == 2 else (
-                "the coarse subchains did not move, or a middle level rejected their ends (its "
-                "level{k}_accept_rate statistic)"
-            )
-            return (
-                f"Only {judged} of these iterations reached the fine level: {stopped}, so a coarse posterior "
-                f"is far from the one above it. Try {error_model}coarse models closer to the fine one"
-                f"{rates}; otherwise increase `tune`."
-            )
-        return (
-            f"With MLDA the likeliest cause is a coarse posterior far from the fine one ({judged} of these "
-            f"proposals reached the fine level and it rejected them): try {error_model}a coarse model "
-            f"closer to the fine one{rates}; otherwise increase `tune`."
-        )
-
-    def _check_coarse_start(self, point: LevelPoint, point_map_info, zero_too: bool = False) -> None:
-        """A coarse density NaN at the chain's start (with ``zero_too``, -inf as well: where the chain
-        starts after the start search) leaves it frozen there: say so, as for the fine one."""
-        for k, level in enumerate(self._model_levels):
-            position = self._coarse_levels.index(level)
-            value = point.at(position)
-            if math.isnan(value) or (zero_too and value == -math.inf):
-                raise ValueError(
-                    f"MLDA: coarse_models[{k}]'s log density at the current point is {value} "
-                    f"({describe_point(point.x, point_map_info)}), where the fine model's is "
-                    f"{point.at(self.n_levels - 1):.6g}. The chain cannot move from a point where a coarse "
-                    "density is NaN or zero (-inf): pass `initvals` to pm.sample where every model is "
-                    "finite, and make the coarse model finite wherever the fine posterior has mass (check it "
-                    "with coarse_model.point_logps())."
-                )
-            level.failed_at = None
-
-    def _check_coarse_failure(self) -> None:
-        """After tuning, where a coarse density was NaN or -inf, look at the fine one (up to
-        _FAILURE_CHECKS times a chain, one fine evaluation each, counted in ``logp_evals``): if it is
-        within the posterior bulk's range of the chain's own (:func:`bulk_log_density_range` below it, or
-        above), the draws miss part of the posterior, silently, so warn once a chain.
-
-        Not during tuning: a new user's start search and walk-in met coarse failures in the prior's tails
-        (fine log densities -507 to -17 600 against the posterior's +102), and with one warning a chain
-        those used it up while a coarse model NaN in 27% of the posterior went unreported."""
-        chain = self._chain
-        for k, level in enumerate(self._model_levels):
-            failed, level.failed_at = level.failed_at, None
-            if failed is None or self.tune or chain.failure_checks >= _FAILURE_CHECKS:
-                continue
-            x, coarse = failed
-            chain.failure_checks += 1
-            fine = self._target.evaluate(x).logp
-            own = chain.current.at(self.n_levels - 1)
-            if not fine >= own - bulk_log_density_range(self.dim):  # NaN, -inf or far in the tails
-                continue
-            chain.failure_checks = _FAILURE_CHECKS  # once a chain
-            self._warnings.warn(
-                f"MLDA: coarse_models[{k}]'s log density is {coarse} at {self._describe_point(x)}, "
-                f"where the fine model's is {fine:.6g}, within the posterior's range of the chain's own "
-                f"({own:.6g}). Every proposal there is rejected before the fine model sees it, so the draws "
-                "miss that part of the posterior (they are exact only where each coarse density is finite "
-                "wherever the fine one is: a coarse model may be as wrong as you like, but not NaN or zero "
-                "where the fine posterior has mass). Make the coarse model finite there (a solver that fails "
-                "where the fine one does not: loosen its tolerance or catch the failure and return a rough "
-                "value).",
-                UserWarning,
-                stacklevel=3,
-            )
 
     def _reevaluated(self, point: LevelPoint) -> LevelPoint:
         """``point`` with its coarse log densities recomputed (after the error model changed them)."""
@@ -637,26 +429,6 @@ class MLDA(AdaptiveStep):
     def _search_density(self):
         """The start search runs on the coarsest level, where it is cheap."""
         return self._coarse_levels[0]
-
-
-class FineLevel:
-    """The finest level's log density (the model in context), keeping its last evaluation: with a
-    pseudo-marginal term, the estimate of an accepted proposal is the one the chain keeps."""
-
-    def __init__(self, target: TargetDensity):
-        self.target = target
-        self._last = None  # (x, Evaluation)
-
-    def __call__(self, x) -> float:
-        evaluation = self.target.evaluate(x)
-        self._last = (x, evaluation)
-        return evaluation.logp
-
-    def evaluation_at(self, x) -> Evaluation | None:
-        """The last evaluation, if it was at ``x`` (None otherwise)."""
-        if self._last is None or not same_array(self._last[0], x):
-            return None
-        return self._last[1]
 
 
 @dataclass(eq=False, kw_only=True)

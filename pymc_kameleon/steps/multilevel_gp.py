@@ -39,7 +39,7 @@ from pymc_kameleon.core.gp.options import GPTrainingOptions
 from pymc_kameleon.core.gp.training import GPTrainingSchedule
 from pymc_kameleon.core.multilevel import LevelPoint, RelativeLevel
 
-__all__ = ["GPLevel", "SurrogateLevel"]
+__all__ = ["GPLevel", "MultilevelGPLevels", "SurrogateLevel"]
 
 
 class GPLevel:
@@ -203,3 +203,58 @@ class SurrogateLevel(RelativeLevel):
         if self.ready:
             self.schedule.set_whitening(adaptation.state.whitening)
             self.schedule.end_tuning(rng)
+
+
+class MultilevelGPLevels:
+    """How :class:`~pymc_kameleon.MLDA` feeds, updates and freezes its chain's GP levels (a mixin: it
+    reads the step's chain state, coarse levels and random stream)."""
+
+    def _record_for_gp(self, level: int, point: LevelPoint) -> None:
+        """A level was evaluated at a subchain's end (tuning): the GP level below it records its excess."""
+        gp_level = self._chain.gp_levels.get(level - 1)
+        if gp_level is not None:
+            gp_level.record(point)
+
+    def _learn_gp_levels(self) -> bool:
+        """After a step in tuning: the GP levels learn what they recorded (and the whitening, if an
+        adaptation window ended with a new one in the step); whether a correction changed."""
+        chain = self._chain
+        changed = False
+        for gp_level in chain.gp_levels.values():
+            changed |= gp_level.learn(chain.adaptation, self.rng, chain.whitening_changed)
+        chain.whitening_changed = False
+        return changed
+
+    def _warn_from_gp(self, message, category, stacklevel) -> None:
+        """A GP level's training warning, through the chain's warnings (read when it warns)."""
+        self._warnings.warn(f"MLDA: the GP level: {message}", category, stacklevel=stacklevel)
+
+    def _relearn_gp_levels(self) -> None:
+        """The error model changed the coarse densities: each GP level relearns its differences."""
+        for k, gp_level in self._chain.gp_levels.items():
+            gp_level.relearn(self._coarse_levels[k - 1].log_density)
+
+    def _freeze_gp_levels(self) -> None:
+        """End of tuning: each GP level's last fit in the final whitening; warn if one never warmed up."""
+        chain = self._chain
+        for k, gp_level in chain.gp_levels.items():
+            gp_level.end_tuning(chain.adaptation, self.rng)
+            if not gp_level.ready:
+                needed = gp_level.schedule.options.initial_points
+                self._warnings.warn(
+                    f"MLDA: the GP level (level {k}) saw {gp_level.gp.n_points} of the {needed} values of "
+                    "the level above it that it needs before it corrects anything, so it passes the coarse "
+                    f"level's proposals on unchanged (the draws stay exact). Pass more tune to pm.sample, "
+                    "or GPLevel(initial_points=...) smaller.",
+                    UserWarning,
+                    stacklevel=3,
+                )
+        if chain.current is not None:
+            chain.current = self._with_gp_levels_updated(chain.current)
+
+    def _with_gp_levels_updated(self, point: LevelPoint) -> LevelPoint:
+        """``point`` with its GP levels' log densities recomputed (after their GPs changed)."""
+        move = self._chain.move
+        for k in sorted(self._chain.gp_levels):
+            point = point.with_level(k, move.log_density(k, point))
+        return point

@@ -1,5 +1,5 @@
 r"""The levels of :class:`~pymc_kameleon.MLDA`: the coarse models checked against the fine one, compiled on
-the fine step's raveled block, and the adaptive error model that corrects their bias.
+the fine step's raveled block, the fine level, and the adaptive error model that corrects their bias.
 
 **Adaptive error model** (state-independent; Cui, Fox and O'Sullivan 2011, as the MLDA paper uses it).
 For an observed variable :math:`y \sim \mathcal N(F_\ell(\theta), \sigma)` that every level has (a
@@ -29,13 +29,15 @@ import pytensor.tensor as pt
 from pymc.pytensorf import compile as compile_pytensor
 from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
 
+from pymc_kameleon.core.linalg import same_array
 from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
 from pymc_kameleon.steps.multilevel_gp import GPLevel
-from pymc_kameleon.steps.target_density import Evaluation
+from pymc_kameleon.steps.target_density import Evaluation, TargetDensity
 
 __all__ = [
     "CoarseLevel",
     "ErrorModel",
+    "FineLevel",
     "checked_coarse_models",
     "checked_gp_positions",
     "checked_rates",
@@ -97,6 +99,26 @@ class CoarseLevel:
         r"""The model outputs :math:`F_\ell(x)` (for the error model: a forward run, in ``n_evals``)."""
         self.n_evals += 1
         return np.asarray(self._outputs_fn(np.asarray(x, dtype=float)), dtype=float)
+
+
+class FineLevel:
+    """The finest level's log density (the model in context), keeping its last evaluation: with a
+    pseudo-marginal term, the estimate of an accepted proposal is the one the chain keeps."""
+
+    def __init__(self, target: TargetDensity):
+        self.target = target
+        self._last = None  # (x, Evaluation)
+
+    def __call__(self, x) -> float:
+        evaluation = self.target.evaluate(x)
+        self._last = (x, evaluation)
+        return evaluation.logp
+
+    def evaluation_at(self, x) -> Evaluation | None:
+        """The last evaluation, if it was at ``x`` (None otherwise)."""
+        if self._last is None or not same_array(self._last[0], x):
+            return None
+        return self._last[1]
 
 
 class ErrorModel:
