@@ -27,6 +27,16 @@ class MultilevelChecks:
     """The checks and warnings of :class:`~pymc_kameleon.MLDA` (a mixin: it reads the step's levels, chain
     state and options)."""
 
+    def _error_model_remedy(self) -> str:
+        """The error model as a remedy, where it is off (the warnings' first suggestion)."""
+        if self.adaptive_error_model:
+            return ""
+        return "adaptive_error_model=True (for observed pm.Normal likelihoods), "
+
+    def _smaller_rate_remedy(self, k: int) -> str:
+        """A smaller ``subsampling_rates[k]`` as a remedy, where it is above 1."""
+        return f", or a smaller subsampling_rates[{k}]" if self.subsampling_rates[k] > 1 else ""
+
     def _untuned_message(self) -> str:
         error_model = (
             " The adaptive error model learns during tuning only, so it corrects nothing."
@@ -47,12 +57,10 @@ class MultilevelChecks:
         rate = sum(decisions) / len(decisions)
         if rate >= LOW_FINE_ACCEPTANCE:
             return
-        last = self.n_levels - 2
-        rates = f", or a smaller subsampling_rates[{last}]" if self.subsampling_rates[last] > 1 else ""
-        remedy = "" if self.adaptive_error_model else (
-            "adaptive_error_model=True (for observed pm.Normal likelihoods), "
+        remedy = (
+            f"{self._error_model_remedy()}a coarse model closer to the fine one"
+            f"{self._smaller_rate_remedy(self.n_levels - 2)}"
         )
-        remedy = f"{remedy}a coarse model closer to the fine one{rates}"
         self._warnings.warn(
             f"MLDA: at the end of tuning the finest level accepted {rate:.0%} of the last {len(decisions)} "
             "coarse subchain ends it judged: the coarse posterior is far from the fine one (in posterior "
@@ -79,9 +87,6 @@ class MultilevelChecks:
                 "posterior, far from the fine one"
                 if gp else ": the coarse posterior below it is far from its own"
             )
-            remedy = "" if self.adaptive_error_model else (
-                "adaptive_error_model=True (for observed pm.Normal likelihoods), "
-            )
             dropped = (
                 # The error model's correction is a constant shift (decision 0056: learned between adjacent
                 # levels, which cured a new user's [RK4 with 4 steps, with 16], stalled before at 0-8%).
@@ -90,13 +95,11 @@ class MultilevelChecks:
                 "rejecting)"
                 if self.adaptive_error_model and not gp and k == 1 else ""
             )
-            smaller = ""
-            if self.subsampling_rates[k - 1] > 1:
-                smaller = f", or a smaller subsampling_rates[{k - 1}]"
             self._warnings.warn(
                 f"MLDA: at the end of tuning {what} (level {k}) accepted {rate:.1%} of the last {decisions} "
                 f"subchain ends it judged{why}, so the chain will mix slowly (its draws stay exact). Try "
-                f"{remedy}a coarse model closer to the fine one{smaller}{dropped}.",
+                f"{self._error_model_remedy()}a coarse model closer to the fine one"
+                f"{self._smaller_rate_remedy(k - 1)}{dropped}.",
                 UserWarning,
                 stacklevel=3,
             )
@@ -104,8 +107,7 @@ class MultilevelChecks:
     def _stuck_remedy(self) -> str:
         """MLDA's likeliest cause of a stuck chain is a coarse posterior far from the fine one, or (when few
         of the stuck iterations reached the fine level) a coarse or middle level that does not move."""
-        error_model = "adaptive_error_model=True (for observed pm.Normal likelihoods), "
-        error_model = "" if self.adaptive_error_model else error_model
+        error_model = self._error_model_remedy()
         rates = "" if max(self.subsampling_rates) == 1 else ", or smaller subsampling_rates"
         judged = self._chain.judged_since_move
         if judged < STUCK_DRAWS // 2:
