@@ -12,7 +12,10 @@ from scipy.special import logsumexp
 
 from pymc_kameleon.core.smc.evidence import evidence_lag
 
-__all__ = ["EvidenceLag", "LogEvidence", "evidence_lags", "log_evidence", "stage_stats"]
+__all__ = [
+    "EvidenceLag", "LogEvidence", "evidence_lags", "log_evidence", "stage_dataset", "stage_stats",
+    "with_stage_dataset",
+]
 
 
 def stage_stats(idata, name: str) -> list[np.ndarray]:
@@ -47,6 +50,10 @@ def stage_stats(idata, name: str) -> list[np.ndarray]:
             f"{', '.join(have) if have else 'nothing'}."
         )
     n_chains = int(idata.posterior.sizes["chain"])
+    if STAGE_DIM in stats[name].dims:  # stage_dataset's layout: NaN after a chain's last stage
+        table = np.asarray(stats[name].values, dtype=float).reshape(n_chains, -1)
+        stages = np.isfinite(np.asarray(stats["beta"].values, dtype=float)).reshape(n_chains, -1).sum(axis=1)
+        return [row[:n] for row, n in zip(table, stages, strict=True)]
     values = np.asarray(idata.sample_stats[name].values)
     if values.dtype == object:
         cells = [np.asarray(cell, dtype=float).reshape(-1) for cell in values.reshape(-1)]
@@ -59,6 +66,70 @@ def stage_stats(idata, name: str) -> list[np.ndarray]:
             f"sample_stats[{name!r}] has {values.size} values, which do not split over {n_chains} chains."
         )
     return list(values.reshape(n_chains, -1))
+
+
+#: The dimension of the per-stage statistics in :func:`stage_dataset`.
+STAGE_DIM = "stage"
+
+
+def stage_dataset(idata):
+    """Every per-stage statistic of a ``pm.sample_smc`` result as numbers on dimensions (chain, stage).
+
+    ``pm.sample_smc`` keeps per-stage statistics in arrays whose layout depends on the PyMC version and
+    on whether the chains ran the same number of stages (:func:`stage_stats`); where they did not, the
+    arrays hold Python lists, which netCDF cannot store (pymc-devs/pymc#5263). Here every statistic is a
+    float array of shape (chain, stage), NaN after a chain's last stage; the attributes are kept.
+    :func:`stage_stats` and :func:`log_evidence` read this layout too.
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData or xarray.DataTree
+        What ``pm.sample_smc`` returned (or :func:`with_stage_dataset` made of it).
+
+    Returns
+    -------
+    xarray.Dataset
+    """
+    import xarray as xr
+
+    stage_stats(idata, "beta")  # the checks and their messages
+    stats = idata.sample_stats
+    chains = idata.posterior["chain"].values
+    columns = {name: stage_stats(idata, name) for name in stats.data_vars}
+    n_stages = max(len(row) for rows in columns.values() for row in rows)
+    data = {}
+    for name, rows in columns.items():
+        table = np.full((len(chains), n_stages), np.nan)
+        for c, row in enumerate(rows):
+            table[c, : len(row)] = row
+        data[name] = (("chain", STAGE_DIM), table)
+    return xr.Dataset(data, coords={"chain": chains, STAGE_DIM: np.arange(n_stages)}, attrs=dict(stats.attrs))
+
+
+def with_stage_dataset(idata):
+    """A copy of a ``pm.sample_smc`` result whose ``sample_stats`` is :func:`stage_dataset`'s, so that
+    ``to_netcdf`` can save it (PyMC's own layout cannot be saved when the chains ran different numbers
+    of stages).
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData (ArviZ 0.x) or xarray.DataTree (ArviZ 1)
+
+    Returns
+    -------
+    The same type as ``idata``; the other groups are shared with it, not copied.
+    """
+    dataset = stage_dataset(idata)
+    if hasattr(idata, "children"):  # ArviZ 1: a DataTree whose children are the groups
+        import xarray as xr
+
+        tidy = idata.copy()
+        tidy["sample_stats"] = xr.DataTree(dataset=dataset)
+        return tidy
+    import arviz as az
+
+    groups = {group: getattr(idata, group) for group in idata.groups() if group != "sample_stats"}
+    return az.InferenceData(sample_stats=dataset, **groups)
 
 
 class LogEvidence(NamedTuple):

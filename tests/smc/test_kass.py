@@ -9,6 +9,7 @@ and compared with its exact value in units of its standard error sd/sqrt(R).
 import math
 import warnings
 
+import arviz as az
 import numpy as np
 import pymc as pm
 import pytest
@@ -20,7 +21,14 @@ from pymc_kameleon.core.kameleon.family import KameleonProposal
 from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
 from pymc_kameleon.core.smc.evidence import evidence_relative_variance
 from pymc_kameleon.core.smc.mixtures import GlobalWalkMixture, IndependenceMixture
-from pymc_kameleon.smc import LogEvidence, evidence_lags, log_evidence, stage_stats
+from pymc_kameleon.smc import (
+    LogEvidence,
+    evidence_lags,
+    log_evidence,
+    stage_dataset,
+    stage_stats,
+    with_stage_dataset,
+)
 from pymc_kameleon.smc.results import LINEAGES_CHECKED, MIN_DISTINCT_ANCESTORS
 
 SMC_KW = dict(progressbar=False, compute_convergence_checks=False)
@@ -270,7 +278,7 @@ def _narrow_mean_model():
         (2, 2, 2, [5, 6]),
     ],
 )
-def test_results_helpers_for_any_chains_stages_and_cores(chains, cores, seed, stages):
+def test_results_helpers_for_any_chains_stages_and_cores(chains, cores, seed, stages, tmp_path):
     """stage_stats and log_evidence undo every layout pm.sample_smc uses, on PyMC 5 and 6: the
     per-chain arrays have each chain's own number of stages, beta ends at 1, and the evidence is
     the last stage's log_marginal_likelihood."""
@@ -288,6 +296,45 @@ def test_results_helpers_for_any_chains_stages_and_cores(chains, cores, seed, st
     assert log_z.shape == std_error.shape == (chains,) and np.all(np.isfinite(log_z))
     assert np.all((std_error >= 0) & np.isfinite(std_error))
     np.testing.assert_array_equal(log_z, [chain[-1] for chain in lml])
+    _check_stage_dataset(idata, stages, tmp_path)
+
+
+def _netcdf_backend() -> bool:
+    try:
+        import netCDF4  # noqa: F401
+    except ImportError:
+        try:
+            import h5netcdf  # noqa: F401
+        except ImportError:
+            return False
+    return True
+
+
+def _check_stage_dataset(idata, stages, tmp_path):
+    """stage_dataset holds every statistic as floats on (chain, stage), NaN after each chain's last
+    stage; stage_stats and log_evidence read it (and with_stage_dataset's copy) as they read PyMC's
+    layout; and, where a netCDF library is installed, the copy saves and loads back unchanged."""
+    dataset = stage_dataset(idata)
+    names = sorted(idata.sample_stats.data_vars)
+    assert sorted(dataset.data_vars) == names
+    assert dict(dataset.sizes) == {"chain": len(stages), "stage": max(stages)}
+    assert all(dataset[name].dtype == float and dataset[name].dims == ("chain", "stage") for name in names)
+    beta = dataset["beta"].values
+    assert [int(np.isfinite(row).sum()) for row in beta] == stages
+    assert all(np.isnan(row[n:]).all() for row, n in zip(beta, stages, strict=True))
+    tidy = with_stage_dataset(idata)
+    assert type(tidy) is type(idata)
+    loaded = [tidy]
+    if _netcdf_backend():
+        tidy.to_netcdf(str(tmp_path / "smc.nc"))
+        loaded.append(az.from_netcdf(str(tmp_path / "smc.nc")))
+    for copy in loaded:
+        np.testing.assert_array_equal(copy.posterior["mu"].values, idata.posterior["mu"].values)
+        for name in names:
+            for ours, theirs in zip(stage_stats(copy, name), stage_stats(idata, name), strict=True):
+                np.testing.assert_array_equal(ours, theirs)
+        for ours, theirs in zip(log_evidence(copy), log_evidence(idata), strict=True):
+            np.testing.assert_array_equal(ours, theirs)
 
 
 # ----------------------------------------------------------------- the evidence's error bar
