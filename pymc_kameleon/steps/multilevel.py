@@ -28,15 +28,19 @@ from pymc_kameleon.core.linalg import same_array
 from pymc_kameleon.core.multilevel import LevelPoint, MultilevelDelayedAcceptance
 from pymc_kameleon.core.validation import check_independence_weight, check_number, check_probability
 from pymc_kameleon.steps.base import AdaptiveStep, ChainState, continuous_value_vars, coordinate_names
-from pymc_kameleon.steps.multilevel_checks import FINE_DECISIONS_KEPT, LOW_FINE_ACCEPTANCE, MultilevelChecks
+from pymc_kameleon.steps.multilevel_checks import (
+    FINE_DECISIONS_KEPT,
+    LOW_FINE_ACCEPTANCE,
+    MultilevelChecks,
+    checked_coarse_models,
+    checked_gp_positions,
+    checked_rates,
+)
 from pymc_kameleon.steps.multilevel_gp import GPLevel, MultilevelGPLevels, SurrogateLevel
 from pymc_kameleon.steps.multilevel_levels import (
     CoarseLevel,
     ErrorModel,
     FineLevel,
-    checked_coarse_models,
-    checked_gp_positions,
-    checked_rates,
     coarse_level,
     corrected_names,
     fine_outputs,
@@ -273,6 +277,7 @@ class MLDA(MultilevelChecks, MultilevelGPLevels, AdaptiveStep):
                 chain.current = self._reevaluated(chain.current)  # the coarse densities are final now
         self._warn_low_fine_acceptance()
         self._warn_low_middle_acceptance()
+        self._warn_costly_coarse_levels()
         adaptation = self._chain.adaptation
         if adaptation.tune_steps > 0:
             warn_after_tuning(

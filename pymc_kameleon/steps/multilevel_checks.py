@@ -1,16 +1,26 @@
-"""What :class:`~pymc_kameleon.MLDA` checks and says: the coarse densities at the start and after tuning,
-each level's acceptance at the end of tuning, and what a stuck chain should try."""
+"""What :class:`~pymc_kameleon.MLDA` checks and says: its options and coarse models when it is built (the
+same free variables, shapes, transforms and supports as the fine model), the coarse densities at the start
+and after tuning, each level's acceptance and cost at the end of tuning, and what a stuck chain should
+try."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
+import pymc as pm
+
 from pymc_kameleon.core.adaptation.gaussian_fit import bulk_log_density_range
 from pymc_kameleon.core.multilevel import LevelPoint
+from pymc_kameleon.steps.multilevel_gp import GPLevel
 from pymc_kameleon.steps.reporting import STUCK_DRAWS
 from pymc_kameleon.steps.target_density import describe_point
 
-__all__ = ["FAILURE_CHECKS", "FINE_DECISIONS_KEPT", "LOW_FINE_ACCEPTANCE", "MultilevelChecks"]
+__all__ = [
+    "COSTLIER", "COSTLIER_BY", "FAILURE_CHECKS", "FINE_DECISIONS_KEPT", "LOW_FINE_ACCEPTANCE", "TIMED_EVALS",
+    "MultilevelChecks", "checked_coarse_models", "checked_gp_positions", "checked_rates",
+    "matching_value_vars",
+]
 
 #: Below this share of accepted subchain ends among the finest level's last FINE_DECISIONS_KEPT decisions
 #: in tuning, MLDA warns (benchmarks/mlda_bias.py: at 0.16, a coarse posterior 2 sds off, MLDA made a
@@ -21,6 +31,10 @@ LOW_FINE_ACCEPTANCE = 0.2
 # tails or where the fine density is zero too.
 FAILURE_CHECKS = 10
 FINE_DECISIONS_KEPT = 100
+#: When tuning ends MLDA warns if a coarse model's evaluations took, on average, more than COSTLIER times
+#: those of the model level above it and at least COSTLIER_BY seconds more (a timing: the margin keeps
+#: cheap models, whose cost is PyTensor's call overhead, out), each level timed at least TIMED_EVALS times.
+COSTLIER, COSTLIER_BY, TIMED_EVALS = 1.5, 1e-4, 20
 
 
 class MultilevelChecks:
@@ -104,6 +118,33 @@ class MultilevelChecks:
                 stacklevel=3,
             )
 
+    def _warn_costly_coarse_levels(self) -> None:
+        """At the end of tuning: warn if a coarse model cost more per evaluation than the model level above
+        it (the fine model above the finest): the levels are in the wrong order (``coarse_models`` go
+        coarsest first), or a coarse model saves nothing. GP levels are not compared."""
+        timed = [
+            (f"coarse_models[{k}]", level) for k, level in enumerate(self._model_levels)
+        ] + [("the fine model (the model in context)", self._fine_level)]
+        for (name, level), (above, level_above) in zip(timed, timed[1:]):
+            if min(level.timing.calls, level_above.timing.calls) < TIMED_EVALS:
+                continue
+            cost, cost_above = level.timing.mean, level_above.timing.mean
+            if cost <= COSTLIER * cost_above or cost - cost_above < COSTLIER_BY:
+                continue
+            remedy = (
+                "reverse coarse_models: they go coarsest (cheapest) first"
+                if level_above is not self._fine_level
+                else f"a coarse model cheaper than the fine one (or sample without {name})"
+            )
+            self._warnings.warn(
+                f"MLDA: in tuning an evaluation of {name} took {1e3 * cost:.3g} ms on average, "
+                f"{cost / cost_above:.1f} times one of {above} ({1e3 * cost_above:.3g} ms), the level above "
+                f"it. A coarse level pays only when it is cheaper than the level it screens for: {remedy}. "
+                "The draws stay exact.",
+                UserWarning,
+                stacklevel=3,
+            )
+
     def _stuck_remedy(self) -> str:
         """MLDA's likeliest cause of a stuck chain is a coarse posterior far from the fine one, or (when few
         of the stuck iterations reached the fine level) a coarse or middle level that does not move."""
@@ -178,3 +219,175 @@ class MultilevelChecks:
                 UserWarning,
                 stacklevel=3,
             )
+
+
+# ------------------------------------------------------------------ the options and the coarse models
+def checked_rates(rates, n_coarse: int) -> list[int]:
+    """One subchain length per coarse level, each an integer >= 1."""
+    if isinstance(rates, str) or rates is None:
+        raise ValueError(f"MLDA: subsampling_rates must be an integer >= 1 or a list of them, got {rates!r}.")
+    values = [rates] * n_coarse if np.ndim(rates) == 0 else list(rates)
+    if len(values) != n_coarse:
+        raise ValueError(
+            f"MLDA: subsampling_rates must be one number or one per coarse model ({n_coarse}), "
+            f"got {len(values)}: {rates!r}."
+        )
+    for value in values:
+        if not isinstance(value, int | float | np.integer | np.floating) or isinstance(value, bool):
+            raise ValueError(f"MLDA: subsampling_rates must be integers >= 1, got {rates!r}.")
+        if not float(value).is_integer() or value < 1:
+            raise ValueError(f"MLDA: subsampling_rates must be integers >= 1, got {rates!r}.")
+    return [int(v) for v in values]
+
+
+def checked_coarse_models(coarse_models, model) -> list:
+    """The coarse models as a list: ``pm.Model`` objects other than the fine one, each with a likelihood
+    (or GP levels, checked by :func:`checked_gp_positions`)."""
+    if isinstance(coarse_models, pm.Model | GPLevel):
+        coarse_models = [coarse_models]
+    coarse_models = list(coarse_models) if coarse_models is not None else []
+    if not coarse_models:
+        raise ValueError(
+            "MLDA needs at least one coarse model: MLDA(coarse_models=[coarse]), a cheaper pm.Model with "
+            "the same free variables as the model in context (coarsest first, if several)."
+        )
+    for k, coarse in enumerate(coarse_models):
+        if isinstance(coarse, GPLevel):
+            continue
+        if not isinstance(coarse, pm.Model):
+            raise TypeError(
+                f"MLDA: coarse_models[{k}] must be a pm.Model or a GPLevel, got {type(coarse).__name__}."
+            )
+        if getattr(coarse, "parent", None) is not None:
+            raise ValueError(
+                f"MLDA: coarse_models[{k}] was built inside another model's `with` block (it is a "
+                "sub-model of it, its variables prefixed): build each coarse model on its own, outside "
+                "the fine model's `with`."
+            )
+        if coarse is model:
+            raise ValueError(
+                f"MLDA: coarse_models[{k}] is the model in context itself; give a cheaper model."
+            )
+        if not coarse.observed_RVs and not coarse.potentials:
+            raise ValueError(
+                f"MLDA: coarse_models[{k}] has no likelihood (no observed variables, no potentials): "
+                "its density would be the prior alone, a useless approximation of the posterior."
+            )
+    return coarse_models
+
+
+def checked_gp_positions(specs) -> None:
+    """A GP level learns the next finer level's excess over the coarse model just below it: it needs one."""
+    for k, spec in enumerate(specs):
+        if not isinstance(spec, GPLevel):
+            continue
+        if k == 0:
+            raise ValueError(
+                "MLDA: a GPLevel corrects the coarse model below it, so it cannot be the coarsest level: "
+                "give coarse_models=[coarse, GPLevel()]. With no coarse model, GPDelayedAcceptanceMH is the "
+                "two-level sampler whose cheap level is a GP."
+            )
+        if isinstance(specs[k - 1], GPLevel):
+            raise ValueError(
+                f"MLDA: coarse_models[{k - 1}] and coarse_models[{k}] are both GPLevel; a GP level corrects "
+                "the coarse model below it, so put a pm.Model between them."
+            )
+
+
+def matching_value_vars(coarse, vars, model, k: int) -> list:
+    """The coarse model's value variables for the fine block's ``vars`` (same names, shapes and order),
+    after checking that it has every free variable of the fine model, each sampled alike."""
+    fine_point = model.initial_point()
+    coarse_point = coarse.initial_point()
+    coarse_values = {v.name: v for v in coarse.value_vars}
+    fine_rvs = {v.name: model.values_to_rvs[v].name for v in model.value_vars}
+    expected = sorted(fine_rvs.values())
+    actual = sorted(coarse.values_to_rvs[v].name for v in coarse.value_vars)
+    if expected != actual:
+        raise ValueError(
+            f"MLDA: coarse_models[{k}] must have the same free variables as the model in context: "
+            f"expected {expected}, got {actual}."
+        )
+    # Every variable, in the block or not: the coarse model reads the others' values from the fine chain.
+    for v in model.value_vars:
+        if v.name not in coarse_values:
+            rv = fine_rvs[v.name]
+            theirs = next(c.name for c in coarse.value_vars if coarse.values_to_rvs[c].name == rv)
+            raise ValueError(
+                f"MLDA: variable {rv!r} is transformed differently in coarse_models[{k}] (sampled as "
+                f"{theirs!r}) than in the model in context ({v.name!r}): give it the same prior "
+                "support and transform in both."
+            )
+        shape, theirs = np.shape(fine_point[v.name]), np.shape(coarse_point[v.name])
+        if shape != theirs:
+            raise ValueError(
+                f"MLDA: variable {fine_rvs[v.name]!r} has shape {theirs} in coarse_models[{k}] and "
+                f"{shape} in the model in context."
+            )
+    block = {v.name for v in vars}
+    others = [v for v in model.value_vars if v.name not in block]
+    discrete = [v for v in others if v.dtype in pm.discrete_types]
+    continuous = [v for v in others if v.dtype not in pm.discrete_types]
+    _check_same_support(coarse, model, [*vars, *continuous], k)
+    _check_same_discrete_support(coarse, model, discrete, k)
+    return [coarse_values[v.name] for v in vars]
+
+
+# Offsets from a discrete variable's initial value at which both levels' priors must agree on whether the
+# value is possible (a coarse DiscreteUniform(0, 12) against the fine (0, 30) left the chain stuck).
+_DISCRETE_OFFSETS = (-100, -30, -10, -3, -1, 0, 1, 3, 10, 30, 100)
+
+
+def _check_same_discrete_support(coarse, model, discrete, k: int) -> None:
+    """A discrete variable left to another step must have the same possible values at every level: where
+    the coarse prior rules out a value the fine one allows, the coarse subchain cannot move while the
+    other step keeps the variable there. Checked at the initial value and at offsets from it (the other
+    variables at their initial values)."""
+    fine_point, coarse_point = model.initial_point(), coarse.initial_point()
+    for value in discrete:
+        name = model.values_to_rvs[value].name
+        fine_fn = model.compile_logp(vars=[model[name]])
+        coarse_fn = coarse.compile_logp(vars=[coarse[name]])
+        start = np.asarray(fine_point[value.name])
+        for offset in _DISCRETE_OFFSETS:
+            candidate = (start + offset).astype(start.dtype)
+            with np.errstate(all="ignore"):
+                fine_ok = np.isfinite(fine_fn({**fine_point, value.name: candidate}))
+                coarse_ok = np.isfinite(coarse_fn({**coarse_point, value.name: candidate}))
+            if fine_ok != coarse_ok:
+                where, other = ("the model in context", f"coarse_models[{k}]")
+                if coarse_ok:
+                    where, other = other, where
+                raise ValueError(
+                    f"MLDA: the discrete variable {name!r} can take the value {np.ravel(candidate)[:3]} in "
+                    f"{where} but not in {other}: its prior's support differs. Give it the same possible "
+                    "values at every level (the coarse model may ignore it in its likelihood)."
+                )
+
+
+def _check_same_support(coarse, model, vars, k: int) -> None:
+    """The same value-space point must mean the same parameter values at both levels: a transform with
+    other parameters (``Uniform(0, 10)`` against ``Uniform(0, 20)``: one interval transform name, two
+    maps) would make the coarse density a distorted copy of the fine one."""
+    names = [model.values_to_rvs[v].name for v in vars]
+
+    def constrained(m, inputs):
+        """The free variables' values as functions of the value variables (the transforms' backward maps)."""
+        by_name = {var.name: var for var in m.unobserved_value_vars}
+        return m.compile_fn([by_name[n] for n in names], inputs=inputs, on_unused_input="ignore",
+                            point_fn=False)
+
+    fine_fn = constrained(model, vars)
+    coarse_fn = constrained(coarse, [coarse.rvs_to_values[coarse[n]] for n in names])
+    start = model.initial_point()
+    for shift in (0.0, 0.7, -1.3):
+        point = [np.asarray(start[v.name], dtype=float) + shift for v in vars]
+        with np.errstate(all="ignore"):
+            fine_values, coarse_values = fine_fn(*point), coarse_fn(*point)
+        for name, a, b in zip(names, fine_values, coarse_values, strict=True):
+            if not np.allclose(a, b, rtol=1e-9, atol=1e-12, equal_nan=True):
+                raise ValueError(
+                    f"MLDA: variable {name!r} maps the same sampled value to {np.ravel(b)[:3]} in "
+                    f"coarse_models[{k}] and to {np.ravel(a)[:3]} in the model in context: its prior's "
+                    "support (a bound) or transform differs. Give it the same support at every level."
+                )

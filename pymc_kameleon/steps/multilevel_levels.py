@@ -1,5 +1,6 @@
-r"""The levels of :class:`~pymc_kameleon.MLDA`: the coarse models checked against the fine one, compiled on
-the fine step's raveled block, the fine level, and the adaptive error model that corrects their bias.
+r"""The levels of :class:`~pymc_kameleon.MLDA`: the coarse models compiled on the fine step's raveled block
+(checked against the fine one by :mod:`.multilevel_checks`), the fine level, and the adaptive error model
+that corrects their bias.
 
 **Adaptive error model** (state-independent; Cui, Fox and O'Sullivan 2011, as the MLDA paper uses it).
 For an observed variable :math:`y \sim \mathcal N(F_\ell(\theta), \sigma)` that every level has (a
@@ -20,6 +21,8 @@ sample covariances (one Cholesky factorisation of the observations' covariance p
 
 from __future__ import annotations
 
+import math
+import time
 from collections import deque
 
 import numpy as np
@@ -31,16 +34,13 @@ from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
 
 from pymc_kameleon.core.linalg import same_array
 from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
-from pymc_kameleon.steps.multilevel_gp import GPLevel
+from pymc_kameleon.steps.multilevel_checks import matching_value_vars
 from pymc_kameleon.steps.target_density import Evaluation, TargetDensity
 
 __all__ = [
     "CoarseLevel",
     "ErrorModel",
     "FineLevel",
-    "checked_coarse_models",
-    "checked_gp_positions",
-    "checked_rates",
     "coarse_level",
     "corrected_names",
     "fine_outputs",
@@ -56,9 +56,30 @@ ERROR_MODEL_FIRST_UPDATE = 10
 ERROR_MODEL_UPDATE = 50
 
 
+class CallTiming:
+    """The mean wall time of a level's evaluations, leaving out each function's first call (on PyMC 6 it
+    compiles the function: 6.6 s for a conjugate normal's log density)."""
+
+    def __init__(self):
+        self.seconds, self.calls = 0.0, 0
+        self._called = set()
+
+    def add(self, fn, seconds: float) -> None:
+        if id(fn) in self._called:
+            self.seconds += seconds
+            self.calls += 1
+        else:
+            self._called.add(id(fn))
+
+    @property
+    def mean(self) -> float:
+        return self.seconds / self.calls if self.calls else math.nan
+
+
 class CoarseLevel:
     r"""A coarse model's log density on the fine step's raveled block, counting its evaluations (``n_evals``:
-    log densities and outputs, each a run of the model's forward computation).
+    log densities and outputs, each a run of the model's forward computation) and timing them
+    (``timing``: MLDA compares the levels' costs when tuning ends).
 
     With an error model, the corrected observed terms use ``bias`` (a shared variable, zeros until the
     error model sets it), with ``error_covariance`` also ``covariance`` (the same, a matrix), and
@@ -75,6 +96,7 @@ class CoarseLevel:
         self.covariance = covariance
         self.shared = dict(shared or {})
         self.n_evals = 0
+        self.timing = CallTiming()
         self.failed_at = None  # (x, value) where the log density was last NaN or -inf, until MLDA has looked
 
     def follow(self, values: dict) -> None:
@@ -85,7 +107,9 @@ class CoarseLevel:
 
     def log_density(self, x) -> float:
         self.n_evals += 1
+        start = time.perf_counter()
         value = float(self._fn(np.asarray(x, dtype=float)))
+        self.timing.add(self._fn, time.perf_counter() - start)
         if not value > -np.inf:  # NaN or -inf: MLDA checks the fine model there (MLDA._check_coarse_failure)
             self.failed_at = (np.array(x, dtype=float, copy=True), value)
         return value
@@ -98,19 +122,26 @@ class CoarseLevel:
     def outputs(self, x) -> np.ndarray:
         r"""The model outputs :math:`F_\ell(x)` (for the error model: a forward run, in ``n_evals``)."""
         self.n_evals += 1
-        return np.asarray(self._outputs_fn(np.asarray(x, dtype=float)), dtype=float)
+        start = time.perf_counter()
+        outputs = np.asarray(self._outputs_fn(np.asarray(x, dtype=float)), dtype=float)
+        self.timing.add(self._outputs_fn, time.perf_counter() - start)
+        return outputs
 
 
 class FineLevel:
     """The finest level's log density (the model in context), keeping its last evaluation: with a
-    pseudo-marginal term, the estimate of an accepted proposal is the one the chain keeps."""
+    pseudo-marginal term, the estimate of an accepted proposal is the one the chain keeps. Times its
+    evaluations (``timing``), as :class:`CoarseLevel` does."""
 
     def __init__(self, target: TargetDensity):
         self.target = target
         self._last = None  # (x, Evaluation)
+        self.timing = CallTiming()
 
     def __call__(self, x) -> float:
+        start = time.perf_counter()
         evaluation = self.target.evaluate(x)
+        self.timing.add(self.target, time.perf_counter() - start)
         self._last = (x, evaluation)
         return evaluation.logp
 
@@ -287,7 +318,7 @@ def coarse_level(coarse, vars, model, compile_kwargs, k: int, corrected=(), cova
     """The coarse model's density on the fine block (the same value variables, names, shapes and order),
     its named observed ``pm.Normal`` terms with a correction of their mean if ``corrected`` (and of their
     covariance, all of them jointly, if ``covariance``)."""
-    coarse_vars = _matching_value_vars(coarse, vars, model, k)
+    coarse_vars = matching_value_vars(coarse, vars, model, k)
     if pseudo_marginal_terms(coarse):
         raise ValueError(
             f"MLDA: coarse_models[{k}] has a PseudoMarginalPotential; every level's density must be exact "
@@ -329,172 +360,3 @@ def coarse_level(coarse, vars, model, compile_kwargs, k: int, corrected=(), cova
 
 
 # ---------------------------------------------------------------------------- checks of the input
-def checked_rates(rates, n_coarse: int) -> list[int]:
-    """One subchain length per coarse level, each an integer >= 1."""
-    if isinstance(rates, str) or rates is None:
-        raise ValueError(f"MLDA: subsampling_rates must be an integer >= 1 or a list of them, got {rates!r}.")
-    values = [rates] * n_coarse if np.ndim(rates) == 0 else list(rates)
-    if len(values) != n_coarse:
-        raise ValueError(
-            f"MLDA: subsampling_rates must be one number or one per coarse model ({n_coarse}), "
-            f"got {len(values)}: {rates!r}."
-        )
-    for value in values:
-        if not isinstance(value, int | float | np.integer | np.floating) or isinstance(value, bool):
-            raise ValueError(f"MLDA: subsampling_rates must be integers >= 1, got {rates!r}.")
-        if not float(value).is_integer() or value < 1:
-            raise ValueError(f"MLDA: subsampling_rates must be integers >= 1, got {rates!r}.")
-    return [int(v) for v in values]
-
-
-def checked_coarse_models(coarse_models, model) -> list:
-    """The coarse models as a list: ``pm.Model`` objects other than the fine one, each with a likelihood
-    (or GP levels, checked by :func:`checked_gp_positions`)."""
-    if isinstance(coarse_models, pm.Model | GPLevel):
-        coarse_models = [coarse_models]
-    coarse_models = list(coarse_models) if coarse_models is not None else []
-    if not coarse_models:
-        raise ValueError(
-            "MLDA needs at least one coarse model: MLDA(coarse_models=[coarse]), a cheaper pm.Model with "
-            "the same free variables as the model in context (coarsest first, if several)."
-        )
-    for k, coarse in enumerate(coarse_models):
-        if isinstance(coarse, GPLevel):
-            continue
-        if not isinstance(coarse, pm.Model):
-            raise TypeError(
-                f"MLDA: coarse_models[{k}] must be a pm.Model or a GPLevel, got {type(coarse).__name__}."
-            )
-        if getattr(coarse, "parent", None) is not None:
-            raise ValueError(
-                f"MLDA: coarse_models[{k}] was built inside another model's `with` block (it is a "
-                "sub-model of it, its variables prefixed): build each coarse model on its own, outside "
-                "the fine model's `with`."
-            )
-        if coarse is model:
-            raise ValueError(
-                f"MLDA: coarse_models[{k}] is the model in context itself; give a cheaper model."
-            )
-        if not coarse.observed_RVs and not coarse.potentials:
-            raise ValueError(
-                f"MLDA: coarse_models[{k}] has no likelihood (no observed variables, no potentials): "
-                "its density would be the prior alone, a useless approximation of the posterior."
-            )
-    return coarse_models
-
-
-def checked_gp_positions(specs) -> None:
-    """A GP level learns the next finer level's excess over the coarse model just below it: it needs one."""
-    for k, spec in enumerate(specs):
-        if not isinstance(spec, GPLevel):
-            continue
-        if k == 0:
-            raise ValueError(
-                "MLDA: a GPLevel corrects the coarse model below it, so it cannot be the coarsest level: "
-                "give coarse_models=[coarse, GPLevel()]. With no coarse model, GPDelayedAcceptanceMH is the "
-                "two-level sampler whose cheap level is a GP."
-            )
-        if isinstance(specs[k - 1], GPLevel):
-            raise ValueError(
-                f"MLDA: coarse_models[{k - 1}] and coarse_models[{k}] are both GPLevel; a GP level corrects "
-                "the coarse model below it, so put a pm.Model between them."
-            )
-
-
-def _matching_value_vars(coarse, vars, model, k: int) -> list:
-    """The coarse model's value variables for the fine block's ``vars`` (same names, shapes and order),
-    after checking that it has every free variable of the fine model, each sampled alike."""
-    fine_point = model.initial_point()
-    coarse_point = coarse.initial_point()
-    coarse_values = {v.name: v for v in coarse.value_vars}
-    fine_rvs = {v.name: model.values_to_rvs[v].name for v in model.value_vars}
-    expected = sorted(fine_rvs.values())
-    actual = sorted(coarse.values_to_rvs[v].name for v in coarse.value_vars)
-    if expected != actual:
-        raise ValueError(
-            f"MLDA: coarse_models[{k}] must have the same free variables as the model in context: "
-            f"expected {expected}, got {actual}."
-        )
-    # Every variable, in the block or not: the coarse model reads the others' values from the fine chain.
-    for v in model.value_vars:
-        if v.name not in coarse_values:
-            rv = fine_rvs[v.name]
-            theirs = next(c.name for c in coarse.value_vars if coarse.values_to_rvs[c].name == rv)
-            raise ValueError(
-                f"MLDA: variable {rv!r} is transformed differently in coarse_models[{k}] (sampled as "
-                f"{theirs!r}) than in the model in context ({v.name!r}): give it the same prior "
-                "support and transform in both."
-            )
-        shape, theirs = np.shape(fine_point[v.name]), np.shape(coarse_point[v.name])
-        if shape != theirs:
-            raise ValueError(
-                f"MLDA: variable {fine_rvs[v.name]!r} has shape {theirs} in coarse_models[{k}] and "
-                f"{shape} in the model in context."
-            )
-    block = {v.name for v in vars}
-    others = [v for v in model.value_vars if v.name not in block]
-    discrete = [v for v in others if v.dtype in pm.discrete_types]
-    continuous = [v for v in others if v.dtype not in pm.discrete_types]
-    _check_same_support(coarse, model, [*vars, *continuous], k)
-    _check_same_discrete_support(coarse, model, discrete, k)
-    return [coarse_values[v.name] for v in vars]
-
-
-# Offsets from a discrete variable's initial value at which both levels' priors must agree on whether the
-# value is possible (a coarse DiscreteUniform(0, 12) against the fine (0, 30) left the chain stuck).
-_DISCRETE_OFFSETS = (-100, -30, -10, -3, -1, 0, 1, 3, 10, 30, 100)
-
-
-def _check_same_discrete_support(coarse, model, discrete, k: int) -> None:
-    """A discrete variable left to another step must have the same possible values at every level: where
-    the coarse prior rules out a value the fine one allows, the coarse subchain cannot move while the
-    other step keeps the variable there. Checked at the initial value and at offsets from it (the other
-    variables at their initial values)."""
-    fine_point, coarse_point = model.initial_point(), coarse.initial_point()
-    for value in discrete:
-        name = model.values_to_rvs[value].name
-        fine_fn = model.compile_logp(vars=[model[name]])
-        coarse_fn = coarse.compile_logp(vars=[coarse[name]])
-        start = np.asarray(fine_point[value.name])
-        for offset in _DISCRETE_OFFSETS:
-            candidate = (start + offset).astype(start.dtype)
-            with np.errstate(all="ignore"):
-                fine_ok = np.isfinite(fine_fn({**fine_point, value.name: candidate}))
-                coarse_ok = np.isfinite(coarse_fn({**coarse_point, value.name: candidate}))
-            if fine_ok != coarse_ok:
-                where, other = ("the model in context", f"coarse_models[{k}]")
-                if coarse_ok:
-                    where, other = other, where
-                raise ValueError(
-                    f"MLDA: the discrete variable {name!r} can take the value {np.ravel(candidate)[:3]} in "
-                    f"{where} but not in {other}: its prior's support differs. Give it the same possible "
-                    "values at every level (the coarse model may ignore it in its likelihood)."
-                )
-
-
-def _check_same_support(coarse, model, vars, k: int) -> None:
-    """The same value-space point must mean the same parameter values at both levels: a transform with
-    other parameters (``Uniform(0, 10)`` against ``Uniform(0, 20)``: one interval transform name, two
-    maps) would make the coarse density a distorted copy of the fine one."""
-    names = [model.values_to_rvs[v].name for v in vars]
-
-    def constrained(m, inputs):
-        """The free variables' values as functions of the value variables (the transforms' backward maps)."""
-        by_name = {var.name: var for var in m.unobserved_value_vars}
-        return m.compile_fn([by_name[n] for n in names], inputs=inputs, on_unused_input="ignore",
-                            point_fn=False)
-
-    fine_fn = constrained(model, vars)
-    coarse_fn = constrained(coarse, [coarse.rvs_to_values[coarse[n]] for n in names])
-    start = model.initial_point()
-    for shift in (0.0, 0.7, -1.3):
-        point = [np.asarray(start[v.name], dtype=float) + shift for v in vars]
-        with np.errstate(all="ignore"):
-            fine_values, coarse_values = fine_fn(*point), coarse_fn(*point)
-        for name, a, b in zip(names, fine_values, coarse_values, strict=True):
-            if not np.allclose(a, b, rtol=1e-9, atol=1e-12, equal_nan=True):
-                raise ValueError(
-                    f"MLDA: variable {name!r} maps the same sampled value to {np.ravel(b)[:3]} in "
-                    f"coarse_models[{k}] and to {np.ravel(a)[:3]} in the model in context: its prior's "
-                    "support (a bound) or transform differs. Give it the same support at every level."
-                )

@@ -7,11 +7,16 @@ MCSE-sized test; through the step the tuned walk (tuned to the coarse posterior)
 draws of 20 000 at 3 sds, 100-200 at 2 sds. A biased coarse model costs that much: see the guide.)"""
 
 import math
+import re
+import time
 import warnings
 
 import numpy as np
 import pymc as pm
+import pytensor.tensor as pt
 import pytest
+from pytensor.graph.basic import Apply
+from pytensor.graph.op import Op
 
 from pymc_kameleon import MLDA, PseudoMarginalPotential
 from pymc_kameleon.testing import SAMPLE_KW, assert_same_records, mcse_of_mean, recorded
@@ -338,6 +343,60 @@ def test_a_coarse_posterior_far_off_is_named_at_the_end_of_tuning():
     message = r"MLDA: at the end of tuning the finest level accepted .*adaptive_error_model"
     with fine, pytest.warns(UserWarning, match=message):
         pm.sample(draws=50, tune=500, chains=1, step=MLDA(coarse_models=[coarse]), random_seed=1, **SAMPLE_KW)
+
+
+class BusyZero(Op):
+    """A log-density term of 0 that busy-waits ``ms`` milliseconds: a model made costlier."""
+
+    __props__ = ("ms",)
+
+    def __init__(self, ms: float):
+        self.ms = float(ms)
+
+    def make_node(self, x):
+        return Apply(self, [pt.as_tensor_variable(x)], [pt.dscalar()])
+
+    def perform(self, node, inputs, output_storage):
+        end = time.perf_counter() + self.ms / 1000.0
+        while time.perf_counter() < end:
+            pass
+        output_storage[0][0] = np.asarray(0.0)
+
+
+def costly_model(ms: float, shift: float = 0.0):
+    """:func:`conjugate_model` whose evaluations take ``ms`` milliseconds more."""
+    model = conjugate_model(shift)
+    with model:
+        pm.Potential("cost", BusyZero(ms)(model["mu"]))
+    return model
+
+
+COSTLY = r"MLDA: in tuning an evaluation of coarse_models\[0\] took [\d.]+ ms on average, [\d.]+ times one of"
+CHEAPER = r" the fine model .*a coarse model cheaper than the fine one"
+REVERSE = r" coarse_models\[1\].*reverse coarse_models"
+
+
+@pytest.mark.parametrize(
+    "coarse, fine_ms, message",
+    [
+        ([costly_model(2.0, 1.0)], 0.0, COSTLY + CHEAPER),
+        ([costly_model(2.0, 1.0), conjugate_model(0.5)], 0.0, COSTLY + REVERSE),
+        ([conjugate_model(1.0), costly_model(2.0, 0.5)], 5.0, None),  # the right order: no warning
+    ],
+    ids=["costlier-than-fine", "wrong-order", "right-order"],
+)
+def test_a_coarse_model_costlier_than_the_level_above_it_is_named(coarse, fine_ms, message):
+    """A new user passed three levels finest coarse model first and got no hint; the end of tuning now
+    compares each level's time per evaluation with the one above it (a 2 ms model against a free one)."""
+    fine = costly_model(fine_ms) if fine_ms else conjugate_model()
+    with fine, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pm.sample(draws=5, tune=60, chains=1, step=MLDA(coarse_models=coarse), random_seed=1, **SAMPLE_KW)
+    costly = [str(w.message) for w in caught if "in tuning an evaluation of" in str(w.message)]
+    if message is None:
+        assert costly == []
+    else:
+        assert len(costly) == 1 and re.search(message, costly[0]), costly
 
 
 def test_the_tuning_warning_counts_in_pm_samples_iterations():
