@@ -75,10 +75,11 @@ STAGE_DIM = "stage"
 def stage_dataset(idata):
     """Every per-stage statistic of a ``pm.sample_smc`` result as numbers on dimensions (chain, stage).
 
-    ``pm.sample_smc`` keeps per-stage statistics in arrays whose layout depends on the PyMC version and
-    on whether the chains ran the same number of stages (:func:`stage_stats`); where they did not, the
-    arrays hold Python lists, which netCDF cannot store (pymc-devs/pymc#5263). Here every statistic is a
-    float array of shape (chain, stage), NaN after a chain's last stage; the attributes are kept.
+    ``pm.sample_smc`` keeps per-stage statistics in object arrays whose layout depends on the PyMC
+    version and on whether the chains ran the same number of stages (:func:`stage_stats`): Python lists
+    where they did not, ints mixed with floats where they did; netCDF stores neither, on PyMC 5 or 6
+    (pymc-devs/pymc#5263). Here every statistic is a float array of shape (chain, stage), NaN after a
+    chain's last stage; the attributes are kept.
     :func:`stage_stats` and :func:`log_evidence` read this layout too.
 
     Parameters
@@ -108,8 +109,7 @@ def stage_dataset(idata):
 
 def with_stage_dataset(idata):
     """A copy of a ``pm.sample_smc`` result whose ``sample_stats`` is :func:`stage_dataset`'s, so that
-    ``to_netcdf`` can save it (PyMC's own layout cannot be saved when the chains ran different numbers
-    of stages).
+    ``to_netcdf`` can save it (PyMC's own object arrays cannot be saved).
 
     Parameters
     ----------
