@@ -463,3 +463,12 @@ def test_transport_map_probe_inverts_and_reports_its_jacobian():
     Y = np.array([tmap.to_y(x) for x in X[:1000]])
     z = np.linalg.solve(tmap.chol, (X[:1000] - tmap.mean).T).T
     assert abs(np.corrcoef(Y[:, 0] ** 2, Y[:, 1])[0, 1]) < 0.1 < abs(np.corrcoef(z[:, 0] ** 2, z[:, 1])[0, 1])
+
+
+@pytest.mark.slow
+def test_rescue_mode_width_runs(capsys):
+    """benchmarks/rescue_mode_width.py runs end to end (tiny budget) and prints its row: two equal-mass modes
+    10-fold apart in width in 10-d keep their two chains each."""
+    _load("rescue_mode_width").main(["--seeds", "1", "--cases", "10:10", "--tune", "400", "--draws", "100"])
+    out = capsys.readouterr().out
+    assert "| 10 | 10 | 23.0 | 21.2 | 1 | 0.500 | none |" in out, out

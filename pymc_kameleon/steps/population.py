@@ -19,12 +19,15 @@ should follow it before tuning ends), a chain compares its log density with the 
 (evaluated at their states: ``chains - 1`` evaluations per check, counted in ``logp_evals``). If it
 is more than :data:`RESCUE_NATS` :math:`+` :data:`RESCUE_SDS` :math:`\sqrt{d/2}` nats below one of
 them (:math:`\sqrt{d/2}` is the spread of the log density over a :math:`d`-dimensional Gaussian
-posterior), it is stuck in a local mode or still far out, and it jumps to the state of one of the
-chains that far above it (its own random stream chooses which): one chain that has found the
-posterior is enough. Modes that hold comparable mass have comparable log densities and keep their
-chains (a mode :math:`k`-fold narrower in each of :math:`d` coordinates sits :math:`d \log k` nats
-higher for the same mass, below the threshold for :math:`k \lesssim 10` at :math:`d = 8`); the
-statistic ``rescued`` records a jump.
+posterior), besides what its wider region makes up for, it is stuck in a local mode or still far out,
+and it jumps to the state of one of the chains that far above it (its own random stream chooses
+which): one chain that has found the posterior is enough. A log density compares modes' peaks, not
+their masses: a mode :math:`k`-fold wider in each of :math:`d` coordinates holds the same mass
+:math:`d \log k` nats lower. So the chains' spreads over their recent tuning states (at least
+:data:`RESCUE_EVERY` and :math:`4d` steps) are compared too: the difference of their half
+log-volumes, :math:`\tfrac12 \log|S_c|` (:func:`~pymc_kameleon.core.adaptation.mode_mass.half_log_volumes`),
+is added to the threshold where this chain's region is the wider (decision record 0057). The statistic
+``rescued`` records a jump.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import numpy as np
 import pymc as pm
 from pymc.blocking import DictToArrayBijection
 
+from pymc_kameleon.core.adaptation.mode_mass import half_log_volumes
 from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
 
 __all__ = [
@@ -173,7 +177,11 @@ class PooledTuning:
         evaluations = {k: self._target.evaluate(population[k]) for k in others}
         exact = np.array([evaluations[k].exact for k in others])
         gap = RESCUE_NATS + RESCUE_SDS * np.sqrt(self.dim / 2.0)
-        far_above = [k for k, value in zip(others, exact) if np.isfinite(value) and value > own_logp + gap]
+        wider = self._wider_by(adaptation.windows.recent_population, others)
+        far_above = [
+            k for k, value, credit in zip(others, exact, wider, strict=True)
+            if np.isfinite(value) and value > own_logp + credit + gap
+        ]
         if not far_above:
             return None
         k = far_above[int(rng.integers(len(far_above)))]
@@ -181,6 +189,19 @@ class PooledTuning:
         self._target.accept(state, evaluation)
         adaptation.windows.forget_recent_states()
         return state, evaluation
+
+
+    def _wider_by(self, recent_population, others) -> np.ndarray:
+        """Per other chain, how many nats of mass this chain's region holds beyond what its log density
+        shows, against that chain's: the difference of their half log-volumes when this one is wider, else
+        0 (and 0 where either width is unmeasured)."""
+        volumes = None
+        if recent_population:
+            volumes = half_log_volumes(np.array(recent_population), max(RESCUE_EVERY, 4 * self.dim))
+        if volumes is None:
+            return np.zeros(len(others))
+        wider = volumes[self.this_chain] - volumes[others]
+        return np.where(np.isfinite(wider), np.maximum(wider, 0.0), 0.0)
 
 
 def pooled_class_for(cls, args, kwargs, default: str):

@@ -302,6 +302,38 @@ def test_one_chain_that_found_the_posterior_is_enough():
     assert np.abs(idata.posterior["x"].values).max() < 6.0
 
 
+def _two_widths(seed: int):
+    """Two equal-mass modes in 10-d, N(-3, 0.1^2 I) and N(3, I), the narrow one 23 nats higher
+    (10 log 10) for the same mass; two chains start in each (a new user's check for several modes)."""
+    d = 10
+    with pm.Model() as model:
+        x = pm.Normal("x", 0, 10, shape=d)
+        narrow = pm.logp(pm.Normal.dist(-3.0, 0.1), x).sum()
+        wide = pm.logp(pm.Normal.dist(3.0, 1.0), x).sum()
+        pm.Potential("mix", pm.math.logaddexp(narrow, wide))
+    starts = [{"x": np.full(d, -3.0)}] * 2 + [{"x": np.full(d, 3.0)}] * 2
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return pm.sample(step=KameleonMetropolis(start="initial_point"), tune=600, draws=300, chains=4,
+                         cores=1, random_seed=seed, initvals=starts, discard_tuned_samples=False, **SAMPLE_KW)
+
+
+def test_a_wider_mode_of_the_same_mass_keeps_its_chains(monkeypatch):
+    """The chains in the wide mode sit 23 nats below those in the narrow one, more than the rescue gap
+    (10 + 5 sqrt(5) = 21), yet hold the same mass: their spread says so (decision 0057), so no chain
+    is rescued and each mode keeps half the draws (a new user's run sent all four chains to the narrow
+    mode with R-hat 1.00, silently). Negative control: without the spread, the wide chains are rescued."""
+    for seed in (1, 2):
+        idata = _two_widths(seed)
+        assert not idata.warmup_sample_stats["rescued"].values.any(), seed
+        narrow = (idata.posterior["x"].values[..., 0] < 0).mean(axis=1)
+        np.testing.assert_array_equal(narrow, [1.0, 1.0, 0.0, 0.0])
+    monkeypatch.setattr("pymc_kameleon.steps.population.half_log_volumes", lambda states, min_steps: None)
+    control = _two_widths(1)
+    assert control.warmup_sample_stats["rescued"].values[2:].any(axis=1).all()
+    assert (control.posterior["x"].values[..., 0] < 0).all()
+
+
 def test_a_chain_less_than_the_threshold_below_is_left_alone():
     """A local mode 10 nats below (less than RESCUE_NATS + RESCUE_SDS sqrt(d/2) = 15 at d = 2) keeps
     its chain: rescue is for chains far below, not for every chain below the others."""
