@@ -9,7 +9,7 @@ chains. Per (d, k, seed): the share of draws in the narrow mode (exact: 0.5), th
 ArviZ's largest split R-hat (which should flag chains that cannot cross between the modes).
 
     OPENBLAS_NUM_THREADS=1 python -W ignore benchmarks/rescue_mode_width.py [--seeds 1 2 3]
-        [--cases 2:10 10:10 5:100 20:10 30:3] [--without-width]
+        [--cases 2:10 10:10 5:100 20:10 30:3 50:3] [--without-width]
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def run(dim: int, k: float, seed: int, tune: int, draws: int) -> tuple[float, li
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--cases", nargs="+", default=["2:10", "10:10", "5:100", "20:10", "30:3"],
+    parser.add_argument("--cases", nargs="+", default=["2:10", "10:10", "5:100", "20:10", "30:3", "50:3"],
                         help="d:k pairs")
     parser.add_argument("--tune", type=int, default=3000)
     parser.add_argument("--draws", type=int, default=3000)

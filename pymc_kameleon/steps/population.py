@@ -24,7 +24,7 @@ and it jumps to the state of one of the chains that far above it (its own random
 which): one chain that has found the posterior is enough. A log density compares modes' peaks, not
 their masses: a mode :math:`k`-fold wider in each of :math:`d` coordinates holds the same mass
 :math:`d \log k` nats lower. So the chains' spreads over their recent tuning states (at least
-:data:`RESCUE_EVERY` and :math:`4d` steps) are compared too: the difference of their half
+:data:`RESCUE_EVERY` steps, so from the first check on) are compared too: the difference of their half
 log-volumes, :math:`\tfrac12 \log|S_c|` (:func:`~pymc_kameleon.core.adaptation.mode_mass.half_log_volumes`),
 is added to the threshold where this chain's region is the wider (decision record 0057). The statistic
 ``rescued`` records a jump.
@@ -197,7 +197,7 @@ class PooledTuning:
         0 (and 0 where either width is unmeasured)."""
         volumes = None
         if recent_population:
-            volumes = half_log_volumes(np.array(recent_population), max(RESCUE_EVERY, 4 * self.dim))
+            volumes = half_log_volumes(np.array(recent_population), RESCUE_EVERY)
         if volumes is None:
             return np.zeros(len(others))
         wider = volumes[self.this_chain] - volumes[others]
