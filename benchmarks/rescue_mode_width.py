@@ -1,15 +1,16 @@
 """Pooled tuning's rescue on two modes of equal mass and different widths (decision record 0057).
 
-The target is the equal-weight mixture of N(-3, (1/k)^2 I_d) and N(3, I_d): the narrow mode's log density
-is d log k nats higher for the same mass. Two of four chains start in each mode (``start="initial_point"``,
-as a user looking for several modes would). With the rescue judged by log densities alone the chains in
-the wide mode jumped to the narrow one at d log k above the gap 10 + 5 sqrt(d/2), leaving every draw in
-the narrow mode and R-hat near 1; counting each chain's spread (the default) leaves each mode its two
-chains. Per (d, k, seed): the share of draws in the narrow mode (exact: 0.5), the chains rescued, and
-ArviZ's largest split R-hat (which should flag chains that cannot cross between the modes).
+The target is the equal-weight mixture of N(3 - L, (1/k)^2 I_d) and N(3, I_d) (L = 6 unless a case gives
+it): the narrow mode's log density is d log k nats higher for the same mass. Two of four chains start in
+each mode (``start="initial_point"``, as a user looking for several modes would). With the rescue
+judged by log densities alone the chains in the wide mode jumped to the narrow one at d log k above the
+gap 10 + 5 sqrt(d/2), leaving every draw in the narrow mode and R-hat near 1; counting each chain's
+spread (the default) leaves each mode its two chains. Per (d, k, L, seed): the share of draws in the
+narrow mode (exact: 0.5), the chains rescued, and ArviZ's largest split R-hat (which should flag chains
+that cannot cross between the modes).
 
     OPENBLAS_NUM_THREADS=1 python -W ignore benchmarks/rescue_mode_width.py [--seeds 1 2 3]
-        [--cases 2:10 10:10 5:100 20:10 30:3 50:3] [--without-width]
+        [--cases 2:10 10:10 5:100 20:10 30:3 50:3 10:100:20 10:10:200] [--without-width]
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ one_blas_thread()  # before NumPy is imported
 import numpy as np  # noqa: E402
 
 
-def run(dim: int, k: float, seed: int, tune: int, draws: int) -> tuple[float, list[int], float]:
+def run(dim: int, k: float, seed: int, tune: int, draws: int, apart: float = 6.0):
+    """(share of the draws in the narrow mode, the chains rescued, max split R-hat)."""
     import arviz as az
     import pymc as pm
 
@@ -35,16 +37,16 @@ def run(dim: int, k: float, seed: int, tune: int, draws: int) -> tuple[float, li
 
     with pm.Model():
         x = pm.Normal("x", 0, 10, shape=dim)
-        narrow = pm.logp(pm.Normal.dist(-3.0, 1.0 / k), x).sum()
+        narrow = pm.logp(pm.Normal.dist(3.0 - apart, 1.0 / k), x).sum()
         wide = pm.logp(pm.Normal.dist(3.0, 1.0), x).sum()
         pm.Potential("mix", pm.math.logaddexp(narrow, wide))
-        starts = [{"x": np.full(dim, -3.0)}] * 2 + [{"x": np.full(dim, 3.0)}] * 2
+        starts = [{"x": np.full(dim, 3.0 - apart)}] * 2 + [{"x": np.full(dim, 3.0)}] * 2
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             idata = pm.sample(step=KameleonMetropolis(start="initial_point"), initvals=starts, chains=4,
                               cores=1, tune=tune, draws=draws, random_seed=seed, progressbar=False,
                               compute_convergence_checks=False, discard_tuned_samples=False)
-    share = float((idata.posterior["x"].values[..., 0] < 0).mean())
+    share = float((idata.posterior["x"].values[..., 0] < 3.0 - apart / 2).mean())
     rescued = np.flatnonzero(idata.warmup_sample_stats["rescued"].values.any(axis=1)).tolist()
     rhat = float(az.rhat(idata.posterior)["x"].max())
     return share, rescued, rhat
@@ -53,8 +55,9 @@ def run(dim: int, k: float, seed: int, tune: int, draws: int) -> tuple[float, li
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--cases", nargs="+", default=["2:10", "10:10", "5:100", "20:10", "30:3", "50:3"],
-                        help="d:k pairs")
+    cases = ["2:10", "10:10", "5:100", "20:10", "30:3", "50:3", "10:100:20", "10:10:200"]
+    parser.add_argument("--cases", nargs="+", default=cases,
+                        help="d:k or d:k:L (L: the modes' distance in the wide mode's sds, 6 if not given)")
     parser.add_argument("--tune", type=int, default=3000)
     parser.add_argument("--draws", type=int, default=3000)
     parser.add_argument("--without-width", action="store_true",
@@ -67,15 +70,16 @@ def main(argv=None) -> None:
     print(environment_line())
     rule = "log densities alone (before 0057)" if args.without_width else "with the chains' spreads (0057)"
     print(f"# rescue rule: {rule}; 4 chains x ({args.tune} + {args.draws}), two started in each mode\n")
-    print("| d | k | d log k (nats) | gap (nats) | seed | share in the narrow mode | chains rescued "
+    print("| d | k | L | d log k (nats) | gap (nats) | seed | share in the narrow mode | chains rescued "
           "| max R-hat |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for case in args.cases:
-        dim, k = int(case.split(":")[0]), float(case.split(":")[1])
+        fields = case.split(":")
+        dim, k, apart = int(fields[0]), float(fields[1]), float(fields[2]) if len(fields) > 2 else 6.0
         gap = 10.0 + 5.0 * np.sqrt(dim / 2.0)
         for seed in args.seeds:
-            share, rescued, rhat = run(dim, k, seed, args.tune, args.draws)
-            print(f"| {dim} | {k:g} | {dim * np.log(k):.1f} | {gap:.1f} | {seed} | {share:.3f} | "
+            share, rescued, rhat = run(dim, k, seed, args.tune, args.draws, apart)
+            print(f"| {dim} | {k:g} | {apart:g} | {dim * np.log(k):.1f} | {gap:.1f} | {seed} | {share:.3f} | "
                   f"{rescued or 'none'} | {rhat:.3f} |", flush=True)
 
 

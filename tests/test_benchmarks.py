@@ -471,4 +471,4 @@ def test_rescue_mode_width_runs(capsys):
     10-fold apart in width in 10-d keep their two chains each."""
     _load("rescue_mode_width").main(["--seeds", "1", "--cases", "10:10", "--tune", "400", "--draws", "100"])
     out = capsys.readouterr().out
-    assert "| 10 | 10 | 23.0 | 21.2 | 1 | 0.500 | none |" in out, out
+    assert "| 10 | 10 | 6 | 23.0 | 21.2 | 1 | 0.500 | none |" in out, out

@@ -26,8 +26,9 @@ their masses: a mode :math:`k`-fold wider in each of :math:`d` coordinates holds
 :math:`d \log k` nats lower. So the chains' spreads over their recent tuning states (at least
 :data:`RESCUE_EVERY` steps, so from the first check on) are compared too: the difference of their half
 log-volumes, :math:`\tfrac12 \log|S_c|` (:func:`~pymc_kameleon.core.adaptation.mode_mass.half_log_volumes`),
-is added to the threshold where this chain's region is the wider (decision record 0057). The statistic
-``rescued`` records a jump.
+is added to the threshold where this chain's region is the wider, unless this chain is still climbing
+(walking in: its path is no mode's width; decision record 0057). The statistic ``rescued`` records a
+jump.
 """
 
 from __future__ import annotations
@@ -40,8 +41,10 @@ import numpy as np
 import pymc as pm
 from pymc.blocking import DictToArrayBijection
 
+from pymc_kameleon.core.adaptation.diagnostics import log_density_climb
 from pymc_kameleon.core.adaptation.mode_mass import half_log_volumes
 from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
+from pymc_kameleon.steps.reporting import CLIMB_LIMIT
 
 __all__ = [
     "RESCUE_EVERY", "RESCUE_NATS", "RESCUE_SDS", "TUNINGS", "PooledTuning", "pooled_class_for",
@@ -181,7 +184,7 @@ class PooledTuning:
         if not above:
             return None
         # The widths only where a chain is that far above: 1-2 ms a check (1000 steps of 4 chains, d = 10-50).
-        wider = self._wider_by(adaptation.windows.recent_population, above)
+        wider = self._wider_by(adaptation.windows, above)
         far_above = [k for k, credit in zip(above, wider, strict=True) if exact[k] > own_logp + credit + gap]
         if not far_above:
             return None
@@ -191,13 +194,16 @@ class PooledTuning:
         adaptation.windows.forget_recent_states()
         return state, evaluation
 
-    def _wider_by(self, recent_population, others) -> np.ndarray:
+    def _wider_by(self, windows, others) -> np.ndarray:
         """Per other chain, how many nats of mass this chain's region holds beyond what its log density
         shows, against that chain's: the difference of their half log-volumes when this one is wider, else
-        0 (and 0 where either width is unmeasured)."""
+        0 (and 0 where either width is unmeasured). A chain still climbing (its log density rose by more
+        than CLIMB_LIMIT sqrt(d/2) between the halves of its recent states, or fewer than RESCUE_EVERY of
+        them) is walking in, not sampling a wide mode: its path's spread earns nothing."""
+        climb = log_density_climb(windows.recent_log_density, self.dim, min_states=RESCUE_EVERY)
         volumes = None
-        if recent_population:
-            volumes = half_log_volumes(np.array(recent_population), RESCUE_EVERY)
+        if windows.recent_population and climb <= CLIMB_LIMIT:  # NaN: unknown, no credit
+            volumes = half_log_volumes(np.array(windows.recent_population), RESCUE_EVERY)
         if volumes is None:
             return np.zeros(len(others))
         wider = volumes[self.this_chain] - volumes[others]

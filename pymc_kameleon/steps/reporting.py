@@ -23,6 +23,7 @@ from rich.table import Column
 from pymc_kameleon.core.adaptation.scale_free import UNCOVERED_LIMIT
 
 __all__ = [
+    "CLIMB_LIMIT",
     "CROSS_CHAIN_CLEAR_RHAT",
     "CROSS_CHAIN_DRAWS",
     "CROSS_CHAIN_MORE_DRAWS",
@@ -72,7 +73,7 @@ _LATE_DRIFT_LIMIT = 1.0
 # about half its rise over the last half, so it still warns (a coordinate walking in slowly
 # gave a climb of 3.4, docs/decisions/0005); chains still walking in had late climbs of 3.6-150,
 # settled ones -0.8 to 2.4 (the 20-d model of test_a_log_density_still_climbing..., seeds 1-3).
-_CLIMB_LIMIT = 3.0
+CLIMB_LIMIT = 3.0
 _LATE_CLIMB_LIMIT = 1.5
 _LATE_SHARE = 0.25
 # A gradient spread (TuningReport.spread) below this means a coordinate barely moved: it is at least
@@ -198,7 +199,7 @@ def tuning_problems(
             "be from it yet; increase `tune` or start closer to the posterior"
         )
     arrived_early = _arrived_early(report.late_climb, report.climb, _LATE_CLIMB_LIMIT)
-    if math.isfinite(report.climb) and report.climb > _CLIMB_LIMIT and not arrived_early:
+    if math.isfinite(report.climb) and report.climb > CLIMB_LIMIT and not arrived_early:
         late = ""
         if math.isfinite(report.late_climb):
             late = f", and by {report.late_climb:.1f} over the last half"

@@ -29,3 +29,15 @@ def test_a_chain_that_barely_moved_has_no_width_and_few_steps_give_none():
     volumes = half_log_volumes(states, min_steps=100)
     assert math.isfinite(volumes[0]) and math.isnan(volumes[1])
     assert half_log_volumes(states[:99], min_steps=100) is None
+
+
+def test_modes_far_apart_keep_their_width_difference():
+    """A new user's equal-mass modes N(0, I) and N(20, 0.01^2 I) in 10-d: the narrow chain's variance is
+    2.5e-7 of the population's (dominated by the 20 sds between the modes), and a floor in the
+    population's units gave the wide chain 22 nats where its mass hides 46 (10 log 100), so it was
+    rescued; in the chains' own units the difference stands."""
+    rng = np.random.default_rng(2)
+    n, d = 3000, 10
+    states = np.stack([rng.normal(size=(n, d)), 20.0 + 0.01 * rng.normal(size=(n, d))], axis=1)
+    volumes = half_log_volumes(states, min_steps=100)
+    assert abs((volumes[0] - volumes[1]) - d * math.log(100.0)) < 0.3, volumes

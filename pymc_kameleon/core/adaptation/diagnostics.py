@@ -134,7 +134,7 @@ def whitened_drift(W) -> float:
     return float(np.sqrt(np.mean((W[:half].mean(axis=0) - W[half:].mean(axis=0)) ** 2)))
 
 
-def log_density_climb(log_densities, dim: int) -> float:
+def log_density_climb(log_densities, dim: int, min_states: int = 200) -> float:
     r"""How far the log density rose between the first and second halves of the last tuning states.
 
     .. math::
@@ -144,14 +144,14 @@ def log_density_climb(log_densities, dim: int) -> float:
     posterior (it is :math:`-\chi^2_d/2` plus a constant). A chain that has settled has a climb
     near 0 (it can be negative); one still climbing toward the posterior has a large positive one,
     also when only a few of many coordinates are still far out, which :func:`whitened_drift`
-    averages away. NaN with fewer than 200 states or any non-finite log density.
+    averages away. NaN with fewer than ``min_states`` states or any non-finite log density.
 
     Pass the exact part of the log density: a kept pseudo-marginal log-estimate is not a function
     of the state, and on a correlated estimator's slowly mixing auxiliary chain its mean over a few
     hundred steps wanders by many times :math:`\sqrt{d/2}` at stationarity.
     """
     lp = np.asarray(log_densities, dtype=float)
-    if lp.shape[0] < 200 or not np.all(np.isfinite(lp)):
+    if lp.shape[0] < min_states or not np.all(np.isfinite(lp)):
         return math.nan
     half = lp.shape[0] // 2
     return float((lp[half:].mean() - lp[:half].mean()) / math.sqrt(dim / 2.0))

@@ -20,19 +20,23 @@ __all__ = ["MIN_MOVED", "half_log_volumes"]
 #: A chain that moved in fewer than this share of the recent steps has no measured width (a stuck
 #: chain's states have no spread, which would credit every other chain with a huge volume).
 MIN_MOVED = 0.1
-# Eigenvalues of a chain's covariance (in units of the population's variance per coordinate) are floored
-# here: a direction in which a chain has barely moved says little, and no single one may dominate.
-_EIGENVALUE_FLOOR = 1e-4
+# Eigenvalues of a chain's covariance, in units of the chains' mean covariance, are floored here: a
+# direction in which a chain has barely moved (the coordinate scan moves one coordinate a step) says
+# little. Relative to the chains' own spreads, not to the population's, whose spread between two far
+# modes would floor a narrow mode's whole covariance (a new user's modes 20 sds apart, 100 times apart
+# in width: the credit fell from 46 nats to 22, and the wide mode's chains were rescued).
+_EIGENVALUE_FLOOR = 1e-6
 
 
 def half_log_volumes(states, min_steps: int) -> np.ndarray | None:
     r"""Per chain, :math:`\tfrac12 \log|S_c|`: the log-volume term of a Gaussian mode's mass, from the
     covariance :math:`S_c` of the chain's recent states.
 
-    The states are first standardised by the whole population's per-coordinate sd (so the figures do
-    not depend on the model's units, and only their differences between chains mean anything); the
-    eigenvalues of :math:`S_c` are floored at 1e-4. A chain that moved in fewer than :data:`MIN_MOVED`
-    of the steps gets NaN.
+    The covariances are taken in the coordinates whitened by the moving chains' mean covariance
+    :math:`\bar S` (so the figures do not depend on the model's units or on how far apart the chains
+    are, and only their differences between chains mean anything); there the eigenvalues of
+    :math:`S_c` are floored at 1e-6. A chain that moved in fewer than :data:`MIN_MOVED` of the steps
+    gets NaN.
 
     Parameters
     ----------
@@ -49,15 +53,19 @@ def half_log_volumes(states, min_steps: int) -> np.ndarray | None:
     steps, chains, dim = states.shape
     if steps < max(min_steps, 2):
         return None
-    scale = states.reshape(-1, dim).std(axis=0)
-    scale[~(scale > 0)] = 1.0
-    standardised = states / scale
-    moved = np.any(standardised[1:] != standardised[:-1], axis=2).mean(axis=0)
+    moved = np.any(states[1:] != states[:-1], axis=2).mean(axis=0)
     volumes = np.full(chains, np.nan)
-    for c in range(chains):
-        if moved[c] < MIN_MOVED:
-            continue
-        covariance = np.atleast_2d(np.cov(standardised[:, c, :], rowvar=False))
-        eigenvalues = np.linalg.eigvalsh(covariance)
+    measured = np.flatnonzero(moved >= MIN_MOVED)
+    if measured.size == 0:
+        return volumes
+    covariances = {c: np.atleast_2d(np.cov(states[:, c, :], rowvar=False)) for c in measured}
+    mean = sum(covariances.values()) / measured.size
+    scale = np.sqrt(np.diag(mean))
+    scale[~(scale > 0)] = 1.0
+    factor = np.linalg.cholesky(mean / np.outer(scale, scale) + 1e-10 * np.eye(dim))
+    for c, covariance in covariances.items():
+        # L^-1 D^-1 S_c D^-1 L^-T: S_c in the coordinates whitened by the mean covariance D L L^T D.
+        half = np.linalg.solve(factor, covariance / np.outer(scale, scale))
+        eigenvalues = np.linalg.eigvalsh(np.linalg.solve(factor, half.T))
         volumes[c] = 0.5 * float(np.sum(np.log(np.maximum(eigenvalues, _EIGENVALUE_FLOOR))))
     return volumes
