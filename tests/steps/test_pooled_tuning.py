@@ -345,6 +345,28 @@ def test_a_wider_mode_of_the_same_mass_keeps_its_chains(monkeypatch):
     assert (control.posterior["x"].values[..., 0] < 0).all() and said == []
 
 
+def _income_rescues(seed=2027):
+    from pymc_kameleon.problems.real_posteriors import POSTERIORS
+
+    model, _, initvals = POSTERIORS["regression-income"]()
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        idata = pm.sample(step=KameleonMetropolis(), tune=300, draws=10, chains=4, cores=1, random_seed=seed,
+                          initvals=initvals, discard_tuned_samples=False, **SAMPLE_KW)
+    rescued = idata.warmup_sample_stats["rescued"].values
+    return {c: np.flatnonzero(rescued[c]).tolist() for c in range(4)}
+
+
+def test_a_chain_still_walking_in_is_rescued_whatever_its_paths_spread(monkeypatch):
+    """The income regression from PyMC's start, seed 2027: at the first check (tuning step 100) three chains
+    are still walking in, 17-19 nats below chain 0 (gap 16.1), and are rescued. Their paths spread wider
+    than chain 0's states; a climbing chain earns no width credit (decision 0057). Negative control: read
+    as settled, two of them are credited for their paths and left walking."""
+    assert _income_rescues() == {0: [], 1: [99], 2: [99], 3: [99]}
+    monkeypatch.setattr("pymc_kameleon.steps.population.log_density_climb", lambda *args, **kwargs: 0.0)
+    assert _income_rescues() == {0: [], 1: [], 2: [], 3: [99]}
+
+
 def test_a_chain_less_than_the_threshold_below_is_left_alone():
     """A local mode 10 nats below (less than RESCUE_NATS + RESCUE_SDS sqrt(d/2) = 15 at d = 2) keeps
     its chain: rescue is for chains far below, not for every chain below the others."""
