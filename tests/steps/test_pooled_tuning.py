@@ -3,6 +3,7 @@ from every chain's tuning draws; stranded chains are rescued; chains that disagr
 are reported (decision record 0048). Exactness after tuning is tested with MCSE tolerances and a negative
 control."""
 
+import re
 import warnings
 
 import numpy as np
@@ -491,10 +492,11 @@ def test_a_walk_that_disagreed_in_tuning_is_not_warned_about_when_the_draws_agre
 @pytest.mark.slow
 def test_chains_whose_tuning_agreed_but_whose_draws_disagree_are_warned_about():
     """The 8-d banana at seed 2025 (PyMC 5): the last tuning states agreed and nothing was said; the first
-    500 draws' split R-hat is 1.72 (over all 6000, 1.061, means 0.31 sd off). Under PyMC 6 the same seed
-    gives other draws: whether the tuning states agreed differs, the draws' warning does not."""
-    said = _disagreement_warnings("banana-8d", 2025, CROSS_CHAIN_DRAWS + 10)
-    assert len(said) == 1 and f"disagree over their first {CROSS_CHAIN_DRAWS} draws" in said[0], said
+    500 draws' split R-hat is 1.72 (over all 6000, 1.061, means 0.31 sd off), said after 500 draws. Under
+    PyMC 6 the same seed gives other draws: whether the tuning states agreed differs, and the first 500
+    draws' R-hat falls between 1.1 and 1.3, so it is said after 1000 (decision 0058)."""
+    said = _disagreement_warnings("banana-8d", 2025, CROSS_CHAIN_MORE_DRAWS + 10)
+    assert len(said) == 1 and re.search(r"disagree over their first (500|1000) draws", said[0]), said
 
 
 @pytest.mark.parametrize("picklable", [False, True], ids=["unpicklable-op", "control"])
