@@ -18,6 +18,7 @@ from pymc.step_methods.compound import Competence
 from pymc.util import get_random_generator, get_value_vars_from_user_vars
 from pymc.vartypes import discrete_types
 
+from pymc_kameleon.steps.left_regions import LeftRegionsCheck
 from pymc_kameleon.steps.population import pooled_class_for
 from pymc_kameleon.steps.reporting import (
     DrawsAgreement,
@@ -187,6 +188,8 @@ class ChainState:
     draws_agreement : DrawsAgreement or None
         Chains that disagreed at the end of tuning, compared again over the first draws (the chain that
         speaks for a pooled population).
+    left_regions : LeftRegionsCheck or None
+        The chain's settled tuning blocks, compared with the first draws (a region left behind).
     tuning_rejections : int
         Proposals rejected in a row during tuning since the pseudo-marginal estimate at the state was
         last drawn (:meth:`AdaptiveStep._refresh_sticky_estimate`).
@@ -201,6 +204,7 @@ class ChainState:
     warned_untuned: bool = False
     pending_logp_evals: int = 0
     draws_agreement: DrawsAgreement | None = None
+    left_regions: LeftRegionsCheck | None = None
     tuning_rejections: int = 0
 
 
@@ -446,10 +450,19 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
             self._said_flat_estimate = True
             self._warnings.warn(message, UserWarning, stacklevel=3)
 
+    def _start_left_regions_check(self, adaptation) -> None:
+        """At the end of tuning: compare the chain's settled tuning blocks with its first draws
+        (:class:`~pymc_kameleon.steps.left_regions.LeftRegionsCheck`)."""
+        chain = getattr(self, "this_chain", None) if self.pooled else None
+        check = LeftRegionsCheck(type(self).__name__, adaptation.blocks.blocks, chain)
+        self._chain.left_regions = None if check.done else check
+
     def _check_draws(self, accepted: bool, estimated: bool = True) -> None:
         """After tuning: warn once if the chain rejects :data:`~pymc_kameleon.steps.reporting.STUCK_DRAWS`
-        proposals in a row, and if chains that disagreed at the end of tuning disagree over their first
-        draws too (:class:`~pymc_kameleon.steps.reporting.DrawsAgreement`)."""
+        proposals in a row, if it settled during tuning in a region its first draws never reach
+        (:class:`~pymc_kameleon.steps.left_regions.LeftRegionsCheck`), and if chains that disagreed at the
+        end of tuning disagree over their first draws too
+        (:class:`~pymc_kameleon.steps.reporting.DrawsAgreement`)."""
         self._check_nan_density()
         if self._chain.stuck.count(accepted, self.tune, estimated):
             message = self._chain.stuck.text(
@@ -457,6 +470,15 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
                 remedy=self._stuck_remedy(),
             )
             self._warnings.warn(message, UserWarning, stacklevel=3)
+        left = self._chain.left_regions
+        if left is not None and not self.tune:
+            population = self._population_states()
+            draws = self._target.current_state if population is None else population
+            message = left.record(draws, self._target.current_exact_logp)
+            if left.done:
+                self._chain.left_regions = None
+            if message:
+                self._warnings.warn(message, UserWarning, stacklevel=3)
         agreement = self._chain.draws_agreement
         if agreement is not None and not self.tune:
             message = agreement.record(self._population_states())

@@ -387,6 +387,7 @@ class KameleonMetropolis(AdaptiveStep):
                 across_chains=self._speaks_for_population,
                 differentiable=lambda: self._target.differentiable,
             )
+            self._start_left_regions_check(adaptation)
         adaptation.end_tuning(self.rng)
         self._examine_independence(adaptation)
 

@@ -192,6 +192,7 @@ class PooledTuning:
         state, evaluation = np.array(population[k], copy=True), evaluations[k]
         self._target.accept(state, evaluation)
         adaptation.windows.forget_recent_states()
+        adaptation.blocks.restart()
         return state, evaluation
 
     def _wider_by(self, windows, others) -> np.ndarray:

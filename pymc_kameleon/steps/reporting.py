@@ -20,6 +20,7 @@ import numpy as np
 from rich.progress import TextColumn
 from rich.table import Column
 
+from pymc_kameleon.core.adaptation.diagnostics import CLIMB_LIMIT
 from pymc_kameleon.core.adaptation.scale_free import UNCOVERED_LIMIT
 
 __all__ = [
@@ -66,14 +67,13 @@ _DRIFT_LIMIT = 3.0
 # particle-filter chains whose steps collapsed at rho 0.8 and 0.9: 3.6e5 to 7.2e11).
 _COLLAPSED_DRIFT = 1e3
 _LATE_DRIFT_LIMIT = 1.0
-# A climb (TuningReport.climb) above this many sqrt(d/2) means the log density was still rising,
+# A climb (TuningReport.climb) above CLIMB_LIMIT sqrt(d/2) means the log density was still rising,
 # unless over the last half of those states (late_climb) it rose by at most _LATE_CLIMB_LIMIT and
 # by at most _LATE_SHARE of the climb: then the chain arrived early in them (a regression from
 # PyMC's start, tune=1000: climb 6.7-15.5, late climb 0.4-0.9, draws right). A steady climb keeps
 # about half its rise over the last half, so it still warns (a coordinate walking in slowly
 # gave a climb of 3.4, docs/decisions/0005); chains still walking in had late climbs of 3.6-150,
 # settled ones -0.8 to 2.4 (the 20-d model of test_a_log_density_still_climbing..., seeds 1-3).
-CLIMB_LIMIT = 3.0
 _LATE_CLIMB_LIMIT = 1.5
 _LATE_SHARE = 0.25
 # A gradient spread (TuningReport.spread) below this means a coordinate barely moved: it is at least

@@ -169,6 +169,11 @@ class TargetDensity:
         return self.current_logp
 
     @property
+    def current_state(self) -> np.ndarray | None:
+        """The current state (raveled; None before the first step)."""
+        return getattr(self, "_cur_q", None)
+
+    @property
     def current_exact_logp(self) -> float:
         """The log density kept at the current state without the pseudo-marginal log-estimates
         (``current_logp`` for models without them; NaN before the first step)."""

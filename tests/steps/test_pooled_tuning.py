@@ -6,6 +6,7 @@ control."""
 import re
 import warnings
 
+import arviz as az
 import numpy as np
 import pymc as pm
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from pymc_kameleon import GPDelayedAcceptanceMALA, GPDelayedAcceptanceMH, KameleonMetropolis
 from pymc_kameleon.core.adaptation.windows import AdaptationWindow
 from pymc_kameleon.problems.targets import banana
+from pymc_kameleon.steps.left_regions import LEFT_REGION_DRAWS
 from pymc_kameleon.steps.population import RESCUE_EVERY, RESCUE_NATS, RESCUE_SDS, PooledTuning
 from pymc_kameleon.steps.reporting import (
     CROSS_CHAIN_CLEAR_RHAT,
@@ -344,6 +346,49 @@ def test_a_wider_mode_of_the_same_mass_keeps_its_chains(monkeypatch):
     control, said = _two_widths(1)
     assert control.warmup_sample_stats["rescued"].values[2:].any(axis=1).all()
     assert (control.posterior["x"].values[..., 0] < 0).all() and said == []
+
+
+def _two_widths_in_2d(seed: int, tuning: str = "pooled"):
+    """Two equal-mass modes in 2-d, N(-3, 0.1^2 I) and N(3, I), a flat prior (the masses equal wherever the
+    modes are), two chains started in each: ``rescue_mode_width.py``'s case 2:10."""
+    d = 2
+    with pm.Model() as model:
+        x = pm.Flat("x", shape=d)
+        narrow = pm.logp(pm.Normal.dist(-3.0, 0.1), x).sum()
+        wide = pm.logp(pm.Normal.dist(3.0, 1.0), x).sum()
+        pm.Potential("mix", pm.math.logaddexp(narrow, wide))
+    starts = [{"x": np.full(d, -3.0)}] * 2 + [{"x": np.full(d, 3.0)}] * 2
+    with model, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        idata = pm.sample(step=KameleonMetropolis(start="initial_point", tuning=tuning), tune=3000,
+                          draws=LEFT_REGION_DRAWS + 10, chains=4, cores=1, random_seed=seed, initvals=starts,
+                          **SAMPLE_KW)
+    return idata, [str(w.message) for w in caught if "settled for" in str(w.message)]
+
+
+@pytest.mark.parametrize("tuning, seed, chains", [("pooled", 2, [2, 3]), ("per_chain", 7, [None, None])])
+def test_a_mode_every_chain_left_during_tuning_is_said(monkeypatch, tuning, seed, chains):
+    """Both chains started in the wide mode cross to the narrow one during tuning (pooled, seed 2: within
+    330 steps; per chain, seed 7: after 1800 and 2000), and adaptation to the narrow mode keeps them
+    there: the first 1000 draws are all in it, split R-hat below 1.01, and before decision 0059 nothing
+    was said. Each chain that left says where it settled and that the region holds about the draws' mass
+    (each mode holds half). Negative control: without the check, the same draws, silent."""
+    idata, said = _two_widths_in_2d(seed, tuning)
+    narrow = (idata.posterior["x"].values[:, :LEFT_REGION_DRAWS, 0] < 0).mean(axis=1)
+    assert narrow.tolist() == [1.0] * 4
+    assert len(said) == 2, said
+    for message, chain in zip(said, chains):
+        who = "this chain" if chain is None else f"chain {chain}"
+        assert f"during tuning {who} settled for" in message, message
+        assert "miss part of the posterior" in message, message
+        share = float(re.search(r"holds about ([0-9.]+) times the mass", message).group(1))
+        assert 0.25 < share < 4.0, message
+    assert float(az.rhat(idata)["x"].max()) < 1.01  # what R-hat sees
+    if tuning == "pooled":
+        monkeypatch.setattr("pymc_kameleon.steps.left_regions.regions_left_behind", lambda *args: [])
+        control, said = _two_widths_in_2d(seed, tuning)
+        np.testing.assert_array_equal(control.posterior["x"].values, idata.posterior["x"].values)
+        assert said == []
 
 
 def _income_rescues(seed=2027):

@@ -13,6 +13,7 @@ import numpy as np
 from scipy import optimize
 
 __all__ = [
+    "CLIMB_LIMIT",
     "gpd_shape_mle",
     "pareto_tail_index",
     "TuningReport",
@@ -23,6 +24,9 @@ __all__ = [
     "whitened_drift",
 ]
 
+#: A climb (:func:`log_density_climb`) above this many sqrt(d/2) means the log density was still rising:
+#: the chain was walking in (the end-of-tuning check, the rescue's width credit, the regions left behind).
+CLIMB_LIMIT = 3.0
 
 # log(1 + t) at which the profile likelihood is evaluated before it is refined: t = c / sigma from just
 # above -1 (the support's bound, exceedances scaled to a largest of 1) to e^700 (tails so heavy that

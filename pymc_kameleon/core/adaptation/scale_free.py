@@ -48,6 +48,7 @@ from pymc_kameleon.core.adaptation.diagnostics import (
     whitened_drift,
 )
 from pymc_kameleon.core.adaptation.independence import IndependenceTuning
+from pymc_kameleon.core.adaptation.left_regions import TuningBlocks
 from pymc_kameleon.core.adaptation.scales import RobbinsMonro
 from pymc_kameleon.core.adaptation.scan import MAX_LOG_STEP, CoordinateScan, scan_steps_for
 from pymc_kameleon.core.adaptation.state import ScaleFreeState, TuningDraw
@@ -160,6 +161,9 @@ class ScaleFreeAdaptation:
         self.window_ended_early = False
         first_end = scan_steps if scan_steps > 0 else self.first_window
         self._windows = AdaptationWindow(d, history_size, self.first_window, first_end)
+        #: The chain's settled tuning blocks, for the regions-left-behind check after tuning.
+        self.blocks = TuningBlocks(d)
+        self._tuning_ended = False
         # Whether a window has ended since the Kameleon component was due (its Z should exist by now).
         self._kameleon_window_ended = False
 
@@ -206,6 +210,8 @@ class ScaleFreeAdaptation:
         accept_prob = float(draw.accept_prob)
         state.tune_steps += 1
         self._windows.record(draw.state, accept_prob, draw.log_density, draw.gradient, draw.population)
+        if not self._tuning_ended:  # vanishing adaptation after tuning adapts too
+            self.blocks.record(draw.state, draw.log_density)
         if self.independence.enabled and draw.proposal is not None:
             if draw.component == "scan":  # no jump to compare, but its evaluation is one to fit to
                 self.independence.record_evaluation(draw.proposal, draw.proposal_log_density)
@@ -239,6 +245,7 @@ class ScaleFreeAdaptation:
           are not wasted.
         """
         state = self.state
+        self._tuning_ended = True
         if state.phase != "scan":
             changed = end_window and self._end_partial_window(rng)
             self.independence.freeze(state)

@@ -339,6 +339,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
                 across_chains=self._speaks_for_population,
                 differentiable=lambda: self._target.differentiable,
             )
+            self._start_left_regions_check(adaptation)
         kernel.freeze(self.rng)
 
     def _stuck_remedy(self) -> str | None:
