@@ -470,18 +470,19 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
                 remedy=self._stuck_remedy(),
             )
             self._warnings.warn(message, UserWarning, stacklevel=3)
-        left = self._chain.left_regions
-        if left is not None and not self.tune:
-            population = self._population_states()
+        left, agreement = self._chain.left_regions, self._chain.draws_agreement
+        if self.tune or (left is None and agreement is None):
+            return
+        population = self._population_states()
+        if left is not None:
             draws = self._target.current_state if population is None else population
             message = left.record(draws, self._target.current_exact_logp)
             if left.done:
                 self._chain.left_regions = None
             if message:
                 self._warnings.warn(message, UserWarning, stacklevel=3)
-        agreement = self._chain.draws_agreement
-        if agreement is not None and not self.tune:
-            message = agreement.record(self._population_states())
+        if agreement is not None:
+            message = agreement.record(population)
             if agreement.done:
                 self._chain.draws_agreement = None
             if message:

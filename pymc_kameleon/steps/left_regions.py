@@ -59,7 +59,7 @@ class LeftRegionsCheck:
         region = max(regions, key=lambda r: r.mass_nats)
         steps = sum(r.end - r.start for r in regions)
         share = float(np.exp(region.mass_nats))
-        mass = f"about {share:.2g} times" if share < 10 else f"e^{region.mass_nats:.0f} times"
+        mass = f"about {share:.2g} times" if share < 10 else "more than 10 times"
         return (
             f"{self.step_name}: during tuning {who} settled for {steps} steps (tuning steps {region.start}-"
             f"{region.end}{' and others' if len(regions) > 1 else ''}) in a region that none of the first "

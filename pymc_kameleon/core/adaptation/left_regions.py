@@ -87,25 +87,26 @@ class TuningBlocks:
         self.block_steps = int(block_steps)
         self.blocks: deque[Block] = deque(maxlen=MAX_BLOCKS)
         self.steps = 0
-        self._states: list[np.ndarray] = []
-        self._log_density: list[float] = []
+        self._states = np.empty((self.block_steps, self.dim))
+        self._log_density = np.empty(self.block_steps)
+        self._filled = 0
 
     def record(self, state, log_density: float) -> None:
         """One tuning step's state and (exact) log density."""
         self.steps += 1
-        self._states.append(np.array(state, dtype=float, copy=True))
-        self._log_density.append(float(log_density))
-        if len(self._states) == self.block_steps:
+        self._states[self._filled] = state
+        self._log_density[self._filled] = log_density
+        self._filled += 1
+        if self._filled == self.block_steps:
+            self._filled = 0
             self._close()
 
     def restart(self) -> None:
         """The chain jumped (a rescue): the block under way mixes two places, and is dropped."""
-        self._states, self._log_density = [], []
+        self._filled = 0
 
     def _close(self) -> None:
-        states = np.array(self._states)
-        log_density = np.array(self._log_density)
-        self._states, self._log_density = [], []
+        states, log_density = self._states, self._log_density
         moved = np.any(states[1:] != states[:-1], axis=1).mean()
         climb = log_density_climb(log_density, self.dim, min_states=2)
         if moved < MIN_MOVED or not climb <= CLIMB_LIMIT:  # NaN: a non-finite log density
