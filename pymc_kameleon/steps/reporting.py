@@ -112,14 +112,15 @@ def _arrived_early(late: float, whole: float, limit: float) -> bool:
 
 def tuning_problems(
     report, target_accept: float, required_steps: int, dim: int, coordinate_names=None,
-    steps_per_iteration: int = 1,
+    steps_per_iteration: int = 1, accept_remedy: str | None = None,
 ) -> list[str]:
     """Sentences describing what went wrong in tuning (empty if nothing did).
 
     ``report`` is a :class:`pymc_kameleon.core.adaptation.diagnostics.TuningReport`; ``coordinate_names``
     names the sampler's coordinates (default ``coordinate j``). ``steps_per_iteration``: the adaptation's
     steps in one of ``pm.sample``'s iterations (MLDA's coarsest-level steps), so that ``tune`` is
-    advised in iterations.
+    advised in iterations. ``accept_remedy``: the advice for an acceptance rate far from the target where
+    the step knows a likelier cause than tuning too short (default: increase ``tune``).
     """
     problems = []
     if report.tune_steps < required_steps:
@@ -165,7 +166,8 @@ def tuning_problems(
         else:
             problems.append(
                 f"the acceptance rate over the last tuning window was {shown}, far from "
-                f"target_accept={target_accept:.3g}; increase `tune` so that the adaptation can settle"
+                f"target_accept={target_accept:.3g}; "
+                + (accept_remedy or "increase `tune` so that the adaptation can settle")
             )
     if math.isfinite(report.uncovered) and report.uncovered > UNCOVERED_LIMIT:
         problems.append(
@@ -399,18 +401,20 @@ class StuckAfterTuning:
 def warn_after_tuning(
     step_name: str, adaptation, target_accept: float, sink: StepWarnings, coordinate_names=None,
     across_chains: bool = False, steps_per_iteration: int = 1, differentiable=None,
+    accept_remedy: str | None = None,
 ) -> DrawsAgreement | None:
     """One UserWarning at the end of a chain's tuning, listing every problem found (none: silent).
 
     ``across_chains``: also compare the chains (pooled tuning; one chain says so): the
     :class:`DrawsAgreement` returned compares their first :data:`CROSS_CHAIN_DRAWS` draws and warns if
     they disagree, with the figure of their last tuning states if those disagreed too (None without
-    ``across_chains``). ``steps_per_iteration``: as :func:`tuning_problems`. ``differentiable``: as
-    :class:`DrawsAgreement`'s.
+    ``across_chains``). ``steps_per_iteration`` and ``accept_remedy``: as :func:`tuning_problems`.
+    ``differentiable``: as :class:`DrawsAgreement`'s.
     """
     required = adaptation.required_tune_steps()
     problems = tuning_problems(
-        adaptation.report(), target_accept, required, adaptation.dim, coordinate_names, steps_per_iteration
+        adaptation.report(), target_accept, required, adaptation.dim, coordinate_names, steps_per_iteration,
+        accept_remedy,
     )
     pending = None
     if across_chains:

@@ -714,6 +714,19 @@ def test_report_never_shows_an_acceptance_rate_above_one(rate, shown):
     assert f"the acceptance rate over the last tuning window was {shown}" in problem
 
 
+def test_an_acceptance_rate_far_off_names_the_steps_own_remedy():
+    """A step that knows a likelier cause than tuning too short (GP-DA whose likelihood other steps'
+    variables change: its GP goes stale, and a new user's change-point model read an estimate of 1.04
+    with the advice to tune longer) gives its own advice; without one, the advice is more tuning."""
+    from pymc_kameleon.steps.reporting import tuning_problems
+
+    report = TuningReport(5000, "adaptive_metropolis", 1.04, False, math.nan)
+    (own,) = tuning_problems(report, 0.234, 0, 2, accept_remedy="the GP gone stale")
+    assert own.endswith("target_accept=0.234; the GP gone stale") and "increase `tune`" not in own
+    (default,) = tuning_problems(report, 0.234, 0, 2)
+    assert default.endswith("increase `tune` so that the adaptation can settle")
+
+
 def _stopped_at_a_window_boundary():
     """A chain that moved for 300 steps, then stopped, with tuning ending as a window ends."""
     rng = np.random.default_rng(3)

@@ -334,10 +334,19 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         super().stop_tuning()
         if tuned:
             names = self._coordinate_names
+            outside = self._target.likelihood_outside_vars
             self._chain.draws_agreement = warn_after_tuning(
                 type(self).__name__, adaptation, self.target_accept, self._warnings, names,
                 across_chains=self._speaks_for_population,
                 differentiable=lambda: self._target.differentiable,
+                # Other steps' moves change the likelihood under the GP, whose stage 1 then misjudges
+                # proposals (a change-point model beside a discrete step: an acceptance estimate of 1.04).
+                accept_remedy=(
+                    f"the likeliest cause is the GP gone stale, since the likelihood depends on {outside}, "
+                    "which other steps sample; more tuning does not cure that (see the warning given when "
+                    "the step was made)"
+                    if outside else None
+                ),
             )
             self._start_left_regions_check(adaptation)
         kernel.freeze(self.rng)
