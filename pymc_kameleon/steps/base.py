@@ -18,10 +18,10 @@ from pymc.step_methods.compound import Competence
 from pymc.util import get_random_generator, get_value_vars_from_user_vars
 from pymc.vartypes import discrete_types
 
+from pymc_kameleon.steps.agreement import DrawsAgreement
 from pymc_kameleon.steps.left_regions import LeftRegionsCheck
 from pymc_kameleon.steps.population import pooled_class_for
 from pymc_kameleon.steps.reporting import (
-    DrawsAgreement,
     RecentRates,
     StepWarnings,
     StuckAfterTuning,
@@ -462,7 +462,7 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         proposals in a row, if it settled during tuning in a region its first draws never reach
         (:class:`~pymc_kameleon.steps.left_regions.LeftRegionsCheck`), and if chains that disagreed at the
         end of tuning disagree over their first draws too
-        (:class:`~pymc_kameleon.steps.reporting.DrawsAgreement`)."""
+        (:class:`~pymc_kameleon.steps.agreement.DrawsAgreement`)."""
         self._check_nan_density()
         if self._chain.stuck.count(accepted, self.tune, estimated):
             message = self._chain.stuck.text(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from pymc_kameleon.core.adaptation.left_regions import regions_left_behind
-from pymc_kameleon.steps.reporting import CROSS_CHAIN_MORE_DRAWS
+from pymc_kameleon.steps.agreement import CROSS_CHAIN_MORE_DRAWS
 
 #: Draws after which a chain compares its tuning with the draws: PyMC's default number of draws. At 500
 #: draws a chain of its own (per-chain tuning) on the 8-d banana or flower had not yet come back to an arm

@@ -14,15 +14,15 @@ import pytest
 from pymc_kameleon import GPDelayedAcceptanceMALA, GPDelayedAcceptanceMH, KameleonMetropolis
 from pymc_kameleon.core.adaptation.windows import AdaptationWindow
 from pymc_kameleon.problems.targets import banana
-from pymc_kameleon.steps.left_regions import LEFT_REGION_DRAWS
-from pymc_kameleon.steps.population import RESCUE_EVERY, RESCUE_NATS, RESCUE_SDS, PooledTuning
-from pymc_kameleon.steps.reporting import (
+from pymc_kameleon.steps.agreement import (
     CROSS_CHAIN_CLEAR_RHAT,
     CROSS_CHAIN_DRAWS,
     CROSS_CHAIN_MORE_DRAWS,
     DrawsAgreement,
     cross_chain_disagreement,
 )
+from pymc_kameleon.steps.left_regions import LEFT_REGION_DRAWS
+from pymc_kameleon.steps.population import RESCUE_EVERY, RESCUE_NATS, RESCUE_SDS, PooledTuning
 from pymc_kameleon.testing import (
     SAMPLE_KW,
     assert_same_records,
@@ -504,7 +504,7 @@ def test_chains_frozen_at_points_of_their_own_disagree_completely():
     """Chains that each kept one point: ArviZ's R-hat is NaN there (read as agreement on ArviZ 0.x) or, on
     ArviZ 1, a figure like 5.6e15. Frozen at different points they disagree completely (inf, said in
     words); frozen at one point there is nothing to compare (NaN, silent)."""
-    from pymc_kameleon.steps.reporting import cross_chain_rhat
+    from pymc_kameleon.steps.agreement import cross_chain_rhat
 
     apart = [np.array([[0.0, 1.0], [0.0, 2.0], [0.0, 3.0]])] * CROSS_CHAIN_DRAWS
     rhat, j = cross_chain_rhat(apart)
