@@ -46,7 +46,7 @@ class SplitDensity(Protocol):
     evaluates the likelihood at ``theta`` given the prior already computed there and returns an
     evaluation with the attributes ``logp`` (the log posterior density), ``loglik``, ``log_prior``,
     ``grad_log_prior``, ``grad_exact_loglik`` and ``grad_logp`` (gradients None where unknown).
-    :class:`pymc_kameleon.steps.target_density.SplitTargetDensity` is one.
+    :class:`pymc_kameleon.steps.split_density.SplitTargetDensity` is one.
     """
 
     def prior(self, theta) -> tuple[float, Any]: ...

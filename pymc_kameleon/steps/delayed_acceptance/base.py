@@ -70,7 +70,7 @@ from pymc_kameleon.steps.reporting import (
     delayed_acceptance_progressbar_update_functions,
     warn_after_tuning,
 )
-from pymc_kameleon.steps.target_density import GradientUnavailableError, SplitTargetDensity
+from pymc_kameleon.steps.split_density import GradientUnavailableError, SplitTargetDensity
 
 __all__ = ["DelayedAcceptanceChain", "GPDelayedAcceptanceStep"]
 
