@@ -312,22 +312,28 @@ def test_one_chain_that_found_the_posterior_is_enough():
     assert np.abs(idata.posterior["x"].values).max() < 6.0
 
 
-def _two_widths(seed: int):
-    """Two equal-mass modes in 10-d, N(-3, 0.1^2 I) and N(3, I), the narrow one 23 nats higher
-    (10 log 10) for the same mass; two chains start in each (a new user's check for several modes)."""
-    d = 10
+def _equal_mass_modes(d: int, seed: int, *, flat: bool, tuning: str = "pooled", tune: int, draws: int):
+    """Two equal-mass modes in d dimensions, N(-3, 0.1^2 I) and N(3, I), the narrow one d log 10 nats higher
+    for the same mass; two chains start in each (a new user's check for several modes). The prior is flat
+    (the masses equal wherever the modes are) or N(0, 10^2). Returns the draws and every warning's text."""
     with pm.Model() as model:
-        x = pm.Normal("x", 0, 10, shape=d)
+        x = pm.Flat("x", shape=d) if flat else pm.Normal("x", 0, 10, shape=d)
         narrow = pm.logp(pm.Normal.dist(-3.0, 0.1), x).sum()
         wide = pm.logp(pm.Normal.dist(3.0, 1.0), x).sum()
         pm.Potential("mix", pm.math.logaddexp(narrow, wide))
     starts = [{"x": np.full(d, -3.0)}] * 2 + [{"x": np.full(d, 3.0)}] * 2
     with model, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        idata = pm.sample(step=KameleonMetropolis(start="initial_point"), tune=600,
-                          draws=CROSS_CHAIN_DRAWS + 10, chains=4, cores=1, random_seed=seed,
+        step = KameleonMetropolis(start="initial_point", tuning=tuning)
+        idata = pm.sample(step=step, tune=tune, draws=draws, chains=4, cores=1, random_seed=seed,
                           initvals=starts, discard_tuned_samples=False, **SAMPLE_KW)
-    return idata, [str(w.message) for w in caught if "disagree" in str(w.message)]
+    return idata, [str(w.message) for w in caught]
+
+
+def _two_widths(seed: int):
+    """The 10-d pair under an N(0, 10^2) prior: the narrow mode 23 nats higher (10 log 10)."""
+    idata, said = _equal_mass_modes(10, seed, flat=False, tune=600, draws=CROSS_CHAIN_DRAWS + 10)
+    return idata, [message for message in said if "disagree" in message]
 
 
 def test_a_wider_mode_of_the_same_mass_keeps_its_chains(monkeypatch):
@@ -349,21 +355,11 @@ def test_a_wider_mode_of_the_same_mass_keeps_its_chains(monkeypatch):
 
 
 def _two_widths_in_2d(seed: int, tuning: str = "pooled"):
-    """Two equal-mass modes in 2-d, N(-3, 0.1^2 I) and N(3, I), a flat prior (the masses equal wherever the
-    modes are), two chains started in each: ``rescue_mode_width.py``'s case 2:10."""
-    d = 2
-    with pm.Model() as model:
-        x = pm.Flat("x", shape=d)
-        narrow = pm.logp(pm.Normal.dist(-3.0, 0.1), x).sum()
-        wide = pm.logp(pm.Normal.dist(3.0, 1.0), x).sum()
-        pm.Potential("mix", pm.math.logaddexp(narrow, wide))
-    starts = [{"x": np.full(d, -3.0)}] * 2 + [{"x": np.full(d, 3.0)}] * 2
-    with model, warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        idata = pm.sample(step=KameleonMetropolis(start="initial_point", tuning=tuning), tune=3000,
-                          draws=LEFT_REGION_DRAWS + 10, chains=4, cores=1, random_seed=seed, initvals=starts,
-                          **SAMPLE_KW)
-    return idata, [str(w.message) for w in caught if "settled for" in str(w.message)]
+    """The 2-d pair under a flat prior: ``rescue_mode_width.py``'s case 2:10."""
+    idata, said = _equal_mass_modes(
+        2, seed, flat=True, tuning=tuning, tune=3000, draws=LEFT_REGION_DRAWS + 10
+    )
+    return idata, [message for message in said if "settled for" in message]
 
 
 @pytest.mark.parametrize("tuning, seed, chains", [("pooled", 2, [2, 3]), ("per_chain", 7, [None, None])])
