@@ -452,7 +452,12 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
 
     def _start_left_regions_check(self, adaptation) -> None:
         """At the end of tuning: compare the chain's settled tuning blocks with its first draws
-        (:class:`~pymc_kameleon.steps.left_regions.LeftRegionsCheck`)."""
+        (:class:`~pymc_kameleon.steps.left_regions.LeftRegionsCheck`). Not with a PseudoMarginalPotential:
+        the blocks' log densities are the exact part, without the estimated likelihood, so they say nothing
+        of a region's mass (nor, flat where only the prior is, whether the chain was walking in)."""
+        if self._target.has_estimates:
+            self._chain.left_regions = None
+            return
         chain = getattr(self, "this_chain", None) if self.pooled else None
         check = LeftRegionsCheck(type(self).__name__, adaptation.blocks.blocks, chain)
         self._chain.left_regions = None if check.done else check

@@ -121,6 +121,24 @@ def test_never_re_estimates_at_the_current_state_after_tuning():
     assert sum(not s["accepted"] for s in stats[300:]) > 100
 
 
+def test_no_region_left_behind_is_judged_with_an_estimated_likelihood():
+    """A chain's tuning blocks keep the exact part of the log density, which with a PseudoMarginalPotential
+    leaves the likelihood out: they say nothing of a region's mass, so no region left behind is judged
+    (decision 0059). Negative control: the same prior with an exact likelihood is judged."""
+    for estimated in (True, False):
+        with pm.Model() as model:
+            theta = pm.Normal("theta", 0, 2)
+            if estimated:
+                PseudoMarginalPotential("lik", Recorder(seed=2), inputs=[theta])
+            else:
+                pm.Normal("y", theta, 1.0, observed=0.3)
+            step = KameleonMetropolis(rng=1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a short tuning run
+            drive(model, step, 400, stop_tuning_at=300)
+        assert (step._chain.left_regions is None) is estimated, estimated
+
+
 def test_estimator_is_skipped_where_the_prior_is_zero():
     calls = []
 
