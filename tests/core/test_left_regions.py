@@ -12,6 +12,7 @@ from pymc_kameleon.core.adaptation.left_regions import (
     BLOCK_STEPS,
     FAR_TAIL,
     LEFT_NATS,
+    MAX_DIM,
     Block,
     TuningBlocks,
     regions_left_behind,
@@ -136,3 +137,11 @@ def test_blocks_apart_are_separate_regions_and_nothing_to_compare_is_silent():
     assert regions_left_behind(blocks, draws[:1], values) == []
     assert regions_left_behind(blocks, draws, [math.nan]) == []
     assert regions_left_behind(blocks, np.zeros((10, 2)), values) == []  # draws without spread
+
+
+def test_no_blocks_above_the_dimension_a_block_can_measure():
+    """From d = BLOCK_STEPS on a block's covariance is singular: nothing is kept (nor its memory spent)."""
+    rng = np.random.default_rng(2)
+    for d, kept in ((MAX_DIM, 1), (MAX_DIM + 1, 0)):
+        states = rng.normal(size=(BLOCK_STEPS, d))
+        assert len(_blocks_from(states, -0.5 * np.sum(states**2, axis=1)).blocks) == kept, d

@@ -37,7 +37,7 @@ from scipy import stats
 from pymc_kameleon.core.adaptation.diagnostics import CLIMB_LIMIT, log_density_climb
 from pymc_kameleon.core.adaptation.mode_mass import MIN_MOVED
 
-__all__ = ["BLOCK_STEPS", "LEFT_NATS", "Block", "LeftRegion", "TuningBlocks",
+__all__ = ["BLOCK_STEPS", "LEFT_NATS", "MAX_DIM", "Block", "LeftRegion", "TuningBlocks",
            "regions_left_behind"]
 
 #: Tuning steps per block (as many as between two rescue checks).
@@ -49,6 +49,10 @@ LEFT_NATS = 3.0
 FAR_TAIL = 1e-4
 #: Blocks kept (the latest): 2 MB at d = 50.
 MAX_BLOCKS = 100
+#: Largest dimension judged: a block's states span at most BLOCK_STEPS - 1 directions, so from d = 100 on
+#: its covariance is singular and says nothing of a region's mass (and 100 blocks of d x d would cost
+#: 80 MB a chain at d = 1000).
+MAX_DIM = BLOCK_STEPS - 1
 # Eigenvalues of a block's covariance in the draws' whitening are floored here, as in mode_mass.
 _EIGENVALUE_FLOOR = 1e-6
 
@@ -87,13 +91,15 @@ class TuningBlocks:
         self.block_steps = int(block_steps)
         self.blocks: deque[Block] = deque(maxlen=MAX_BLOCKS)
         self.steps = 0
-        self._states = np.empty((self.block_steps, self.dim))
+        self._states = np.empty((self.block_steps, self.dim if self.dim <= MAX_DIM else 0))
         self._log_density = np.empty(self.block_steps)
         self._filled = 0
 
     def record(self, state, log_density: float) -> None:
-        """One tuning step's state and (exact) log density."""
+        """One tuning step's state and (exact) log density (nothing kept above :data:`MAX_DIM`)."""
         self.steps += 1
+        if self.dim > MAX_DIM:
+            return
         self._states[self._filled] = state
         self._log_density[self._filled] = log_density
         self._filled += 1
