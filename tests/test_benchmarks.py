@@ -472,3 +472,12 @@ def test_rescue_mode_width_runs(capsys):
     _load("rescue_mode_width").main(["--seeds", "1", "--cases", "10:10", "--tune", "400", "--draws", "100"])
     out = capsys.readouterr().out
     assert "| 10 | 10 | 6 | 23.0 | 21.2 | 1 | 0.500 | none |" in out, out
+
+
+@pytest.mark.slow
+def test_left_regions_sweep_runs(capsys):
+    """benchmarks/left_regions_sweep.py runs end to end (one posterior, tiny tuning) and prints its row: the
+    income regression's draws are right, and no chain says it left a region."""
+    _load("left_regions_sweep").main(["--posteriors", "regression-income", "--seeds", "1", "--tune", "400"])
+    out = capsys.readouterr().out
+    assert "| regression-income | 1 | silent | -" in out, out
