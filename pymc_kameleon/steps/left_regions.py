@@ -55,19 +55,28 @@ class LeftRegionsCheck:
         self.draws, self.log_density, self.blocks = [], [], []
         if not regions:
             return None
-        who = "this chain" if self.chain is None else f"chain {self.chain}"
+        pooled = self.chain is not None
+        who, whose = (f"chain {self.chain}", "the chains'") if pooled else ("this chain", "this chain's")
+        missed = (
+            "the draws probably miss part of the posterior (another mode, or the narrow neck of a funnel), "
+            "which R-hat cannot see when no chain is there"
+            if pooled
+            else "this chain's draws probably miss part of the posterior (another mode, or the narrow neck "
+            "of a funnel), which R-hat sees only if another chain is there"
+        )
         region = max(regions, key=lambda r: r.mass_nats)
         steps = sum(r.end - r.start for r in regions)
         share = float(np.exp(region.mass_nats))
         mass = f"about {share:.2g} times" if share < 10 else "more than 10 times"
+        others = " and others" if len(regions) > 1 else ""
         return (
             f"{self.step_name}: during tuning {who} settled for {steps} steps (tuning steps {region.start}-"
-            f"{region.end}{' and others' if len(regions) > 1 else ''}) in a region that none of the first "
-            f"{n} draws reaches (the nearest is {region.distance:.3g} of that region's sds away), yet from "
-            f"its log density and spread the region holds {mass} the mass of where the draws are: the draws "
-            "probably miss part of the posterior (another mode, or the narrow neck of a funnel), which R-hat "
-            "cannot see when no chain is there, and more tuning rarely helps (a proposal adapted to where "
-            "the chains are does not reach it). For separated modes sample with pm.sample_smc(kernel=KASS), "
-            "whose tempering finds and weighs them; for a funnel (a hierarchy's scale near zero) try a "
-            "non-centred parameterisation; or start chains in that region (initvals) to see what they find."
+            f"{region.end}{others}) in a region that none of {whose} first {n} draws reaches (the nearest is "
+            f"{region.distance:.3g} of that region's sds away), yet from its log density and spread the "
+            f"region holds {mass} the mass of where those draws are: {missed}, and more tuning rarely helps "
+            "(a proposal adapted to where the chains are does not reach it). For separated modes sample with "
+            "pm.sample_smc(kernel=KASS), whose tempering finds and weighs them; for a funnel (a hierarchy's "
+            "scale near zero) try a non-centred parameterisation; or start chains in that region with "
+            'initvals and start="initial_point" (the default start search moves every chain to the highest '
+            "density it finds) to see what they find."
         )

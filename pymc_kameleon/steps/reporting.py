@@ -365,7 +365,8 @@ class StuckAfterTuning:
             if warned_before
             else "its tuning raised no warning, so the chain has reached a region unlike the one it was "
             "tuned in, for example a funnel's neck (a hierarchical scale near zero: reparametrise it "
-            "non-centred)"
+            "non-centred) or a narrower mode of a multimodal posterior (pm.sample_smc(kernel=KASS) weighs "
+            "separated modes)"
         )
         return (
             f"{step_name}: after tuning the chain rejected {STUCK_DRAWS} proposals in a row, so it is stuck "
