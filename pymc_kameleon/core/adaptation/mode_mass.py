@@ -8,7 +8,8 @@ the modes' peaks, not their masses: a mode :math:`k` times wider in each of :mat
 the same mass :math:`d \log k` nats lower (a new user's two equal-mass modes, 10 times apart in width,
 at :math:`d = 10`: 23 nats, and every chain went to the narrow one). The log-volume term
 :math:`\tfrac12 \log|\Sigma|` is estimated from each chain's recent tuning states, which every chain of
-a population records (:attr:`~pymc_kameleon.core.adaptation.windows.AdaptationWindow.recent_population`).
+a population records (the ``recent_population`` of
+:class:`~pymc_kameleon.core.adaptation.windows.AdaptationWindow`).
 """
 
 from __future__ import annotations
