@@ -24,8 +24,6 @@ from _common import environment_line, one_blas_thread  # noqa: E402
 
 one_blas_thread()  # before NumPy is imported
 
-import numpy as np  # noqa: E402
-
 DEFAULT_POSTERIORS = [
     "regression-income", "logistic-glm", "logistic-uncentred-far-start", "eight-schools-centred",
     "eight-schools-noncentred-far-start", "ar2", "garch11", "mixture-2", "gp-hyperparameters", "banana-8d",
@@ -37,32 +35,13 @@ DEFAULT_POSTERIORS = [
 def closest_margin(blocks, draws, draws_log_density) -> float:
     """The largest, over the blocks, of the lesser of the block's two margins (see the module docstring);
     NaN without blocks or without a factorisable draws' covariance."""
-    from scipy import stats
+    from pymc_kameleon.core.adaptation.left_regions import LEFT_NATS, block_margins
 
-    from pymc_kameleon.core.adaptation import left_regions as rule
-
-    draws = np.asarray(draws, dtype=float)
-    values = np.asarray(draws_log_density, dtype=float)
-    values = values[np.isfinite(values)]
-    cov = np.atleast_2d(np.cov(draws, rowvar=False))
-    try:
-        factor = np.linalg.cholesky(cov)
-    except np.linalg.LinAlgError:
-        return math.nan
-    far = stats.chi2.isf(rule.FAR_TAIL, draws.shape[1])
-    best = math.nan
-    for block in blocks:
-        whitened = np.linalg.solve(factor, np.linalg.solve(factor, block.cov).T)
-        eigenvalues = np.linalg.eigvalsh(0.5 * (whitened + whitened.T))
-        mass = block.mean_log_density + 0.5 * np.sum(np.log(np.maximum(eigenvalues, 1e-6))) - values.mean()
-        try:
-            metric = np.linalg.cholesky(block.cov + cov)
-        except np.linalg.LinAlgError:
-            continue
-        nearest = float(np.min(np.sum(np.linalg.solve(metric, (draws - block.mean).T) ** 2, axis=0)))
-        margin = min(mass + rule.LEFT_NATS, math.log(nearest / far))
-        best = margin if not margin <= best else best
-    return best
+    margins = [
+        min(m.mass_nats + LEFT_NATS, math.log(m.nearest / m.far))
+        for m in block_margins(blocks, draws, draws_log_density)
+    ]
+    return max(margins) if margins else math.nan
 
 
 def run(name: str, sampler: str, tuning: str, seed: int, tune: int, draws: int) -> tuple[str, float]:

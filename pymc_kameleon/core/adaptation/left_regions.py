@@ -37,8 +37,8 @@ from scipy import stats
 from pymc_kameleon.core.adaptation.diagnostics import CLIMB_LIMIT, log_density_climb
 from pymc_kameleon.core.adaptation.mode_mass import MIN_MOVED
 
-__all__ = ["BLOCK_STEPS", "LEFT_NATS", "MAX_DIM", "Block", "LeftRegion", "TuningBlocks",
-           "regions_left_behind"]
+__all__ = ["BLOCK_STEPS", "LEFT_NATS", "MAX_DIM", "Block", "BlockMargins", "LeftRegion", "TuningBlocks",
+           "block_margins", "regions_left_behind"]
 
 #: Tuning steps per block (as many as between two rescue checks).
 BLOCK_STEPS = 100
@@ -123,6 +123,53 @@ class TuningBlocks:
         )
 
 
+class BlockMargins(NamedTuple):
+    """How far one block is from being said: ``mass_nats``, its log mass minus the draws' (said from
+    -:data:`LEFT_NATS`); ``nearest``, the nearest draw's squared distance in the block's metric, and
+    ``far``, the :math:`\chi^2_d` quantile it must exceed."""
+
+    block: Block
+    mass_nats: float
+    nearest: float
+    far: float
+
+    @property
+    def said(self) -> bool:
+        return self.mass_nats >= -LEFT_NATS and self.nearest > self.far
+
+
+def block_margins(blocks, draws, draws_log_density) -> list[BlockMargins]:
+    """Each block's :class:`BlockMargins` against the draws (see :func:`regions_left_behind` for the
+    arguments); empty if there is nothing to compare, or if the draws' covariance cannot be factorised,
+    and without the blocks whose metric cannot be."""
+    draws = np.asarray(draws, dtype=float)
+    values = np.asarray(draws_log_density, dtype=float)
+    values = values[np.isfinite(values)]
+    if not len(blocks) or draws.ndim != 2 or draws.shape[0] < 2 or values.size == 0:
+        return []
+    d = draws.shape[1]
+    cov = np.atleast_2d(np.cov(draws, rowvar=False))
+    try:
+        factor = np.linalg.cholesky(cov)
+    except np.linalg.LinAlgError:
+        return []
+    far = stats.chi2.isf(FAR_TAIL, d)
+    draws_mass = float(values.mean())  # + 1/2 log|S| = 0 in the draws' whitening
+    margins = []
+    for block in blocks:
+        whitened = np.linalg.solve(factor, np.linalg.solve(factor, block.cov).T)
+        eigenvalues = np.linalg.eigvalsh(0.5 * (whitened + whitened.T))
+        half_log_volume = 0.5 * float(np.sum(np.log(np.maximum(eigenvalues, _EIGENVALUE_FLOOR))))
+        try:
+            metric = np.linalg.cholesky(block.cov + cov)
+        except np.linalg.LinAlgError:
+            continue
+        nearest = float(np.min(np.sum(np.linalg.solve(metric, (draws - block.mean).T) ** 2, axis=0)))
+        mass = block.mean_log_density + half_log_volume - draws_mass
+        margins.append(BlockMargins(block, mass, nearest, far))
+    return margins
+
+
 def regions_left_behind(blocks, draws, draws_log_density) -> list[LeftRegion]:
     r"""The regions a chain settled in during tuning that the draws never reach, yet which hold at least
     :math:`e^{-3}` of the draws' mass (the module docstring gives the rule).
@@ -141,36 +188,11 @@ def regions_left_behind(blocks, draws, draws_log_density) -> list[LeftRegion]:
     list of LeftRegion
         Consecutive blocks merged; empty if none, or if the draws' covariance cannot be factorised.
     """
-    draws = np.asarray(draws, dtype=float)
-    values = np.asarray(draws_log_density, dtype=float)
-    values = values[np.isfinite(values)]
-    if not len(blocks) or draws.ndim != 2 or draws.shape[0] < 2 or values.size == 0:
-        return []
-    d = draws.shape[1]
-    cov = np.atleast_2d(np.cov(draws, rowvar=False))
-    try:
-        factor = np.linalg.cholesky(cov)
-    except np.linalg.LinAlgError:
-        return []
-    far = stats.chi2.isf(FAR_TAIL, d)
-    draws_mass = float(values.mean())  # + 1/2 log|S| = 0 in the draws' whitening
-    found = []
-    for block in blocks:
-        whitened = np.linalg.solve(factor, np.linalg.solve(factor, block.cov).T)
-        eigenvalues = np.linalg.eigvalsh(0.5 * (whitened + whitened.T))
-        half_log_volume = 0.5 * float(np.sum(np.log(np.maximum(eigenvalues, _EIGENVALUE_FLOOR))))
-        mass = block.mean_log_density + half_log_volume - draws_mass
-        if not mass >= -LEFT_NATS:
-            continue
-        try:
-            metric = np.linalg.cholesky(block.cov + cov)
-        except np.linalg.LinAlgError:
-            continue
-        nearest = float(np.min(np.sum(np.linalg.solve(metric, (draws - block.mean).T) ** 2, axis=0)))
-        if nearest > far:
-            found.append((block, math.sqrt(nearest), mass))
     regions: list[LeftRegion] = []
-    for block, distance, mass in found:
+    for margin in block_margins(blocks, draws, draws_log_density):
+        if not margin.said:
+            continue
+        block, distance, mass = margin.block, math.sqrt(margin.nearest), margin.mass_nats
         if regions and regions[-1].end == block.start:
             last = regions[-1]
             distance, mass = min(last.distance, distance), max(last.mass_nats, mass)
