@@ -35,7 +35,7 @@ import numpy as np
 from scipy import stats
 
 from pymc_kameleon.core.adaptation.diagnostics import CLIMB_LIMIT, log_density_climb
-from pymc_kameleon.core.adaptation.mode_mass import MIN_MOVED
+from pymc_kameleon.core.adaptation.mode_mass import MIN_MOVED, whitened_half_log_det
 
 __all__ = ["BLOCK_STEPS", "LEFT_NATS", "MAX_DIM", "Block", "BlockMargins", "LeftRegion", "TuningBlocks",
            "block_margins", "regions_left_behind"]
@@ -53,8 +53,6 @@ MAX_BLOCKS = 100
 #: its covariance is singular and says nothing of a region's mass (and 100 blocks of d x d would cost
 #: 80 MB a chain at d = 1000).
 MAX_DIM = BLOCK_STEPS - 1
-# Eigenvalues of a block's covariance in the draws' whitening are floored here, as in mode_mass.
-_EIGENVALUE_FLOOR = 1e-6
 
 
 class Block(NamedTuple):
@@ -157,9 +155,7 @@ def block_margins(blocks, draws, draws_log_density) -> list[BlockMargins]:
     draws_mass = float(values.mean())  # + 1/2 log|S| = 0 in the draws' whitening
     margins = []
     for block in blocks:
-        whitened = np.linalg.solve(factor, np.linalg.solve(factor, block.cov).T)
-        eigenvalues = np.linalg.eigvalsh(0.5 * (whitened + whitened.T))
-        half_log_volume = 0.5 * float(np.sum(np.log(np.maximum(eigenvalues, _EIGENVALUE_FLOOR))))
+        half_log_volume = whitened_half_log_det(block.cov, factor)
         try:
             metric = np.linalg.cholesky(block.cov + cov)
         except np.linalg.LinAlgError:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["MIN_MOVED", "half_log_volumes"]
+__all__ = ["MIN_MOVED", "half_log_volumes", "whitened_half_log_det"]
 
 #: A chain that moved in fewer than this share of the recent steps has no measured width (a stuck
 #: chain's states have no spread, which would credit every other chain with a huge volume).
@@ -65,8 +65,15 @@ def half_log_volumes(states, min_steps: int) -> np.ndarray | None:
     scale[~(scale > 0)] = 1.0
     factor = np.linalg.cholesky(mean / np.outer(scale, scale) + 1e-10 * np.eye(dim))
     for c, covariance in covariances.items():
-        # L^-1 D^-1 S_c D^-1 L^-T: S_c in the coordinates whitened by the mean covariance D L L^T D.
-        half = np.linalg.solve(factor, covariance / np.outer(scale, scale))
-        eigenvalues = np.linalg.eigvalsh(np.linalg.solve(factor, half.T))
-        volumes[c] = 0.5 * float(np.sum(np.log(np.maximum(eigenvalues, _EIGENVALUE_FLOOR))))
+        # S_c in the coordinates whitened by the mean covariance D L L^T D.
+        volumes[c] = whitened_half_log_det(covariance / np.outer(scale, scale), factor)
     return volumes
+
+
+def whitened_half_log_det(covariance, factor) -> float:
+    r""":math:`\tfrac12 \sum_i \log \max(\lambda_i, 10^{-6})` over the eigenvalues of
+    :math:`L^{-1} S L^{-\top}`: the half log-volume of ``covariance`` :math:`S` in the coordinates whitened
+    by a reference covariance :math:`L L^\top` (``factor``, lower), directions it barely spans floored."""
+    half = np.linalg.solve(factor, covariance)
+    eigenvalues = np.linalg.eigvalsh(np.linalg.solve(factor, half.T))
+    return 0.5 * float(np.sum(np.log(np.maximum(eigenvalues, _EIGENVALUE_FLOOR))))
