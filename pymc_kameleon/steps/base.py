@@ -320,6 +320,13 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         return self
 
     @property
+    def _chain_index(self) -> int | None:
+        """This chain's index in a population of several (pooled tuning), which warnings about it name;
+        else None (one chain; and PyMC does not tell a per-chain step which chain it runs)."""
+        several = self.pooled and bool(getattr(self, "other_chains", None))
+        return getattr(self, "this_chain", None) if several else None
+
+    @property
     def _speaks_for_population(self) -> bool:
         """Whether this chain reports what the population's chains share (pooled tuning: chain 0)."""
         return self.pooled and getattr(self, "this_chain", None) == 0
@@ -458,8 +465,7 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         if self._target.has_estimates:
             self._chain.left_regions = None
             return
-        chain = getattr(self, "this_chain", None) if self.pooled else None
-        check = LeftRegionsCheck(type(self).__name__, adaptation.blocks.blocks, chain)
+        check = LeftRegionsCheck(type(self).__name__, adaptation.blocks.blocks, self._chain_index)
         self._chain.left_regions = None if check.done else check
 
     def _check_draws(self, accepted: bool, estimated: bool = True) -> None:
@@ -472,7 +478,7 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         if self._chain.stuck.count(accepted, self.tune, estimated):
             message = self._chain.stuck.text(
                 type(self).__name__, self._warnings.n_warned > 0, pseudo_marginal=self._target.has_estimates,
-                remedy=self._stuck_remedy(),
+                remedy=self._stuck_remedy(), chain=self._chain_index,
             )
             self._warnings.warn(message, UserWarning, stacklevel=3)
         left, agreement = self._chain.left_regions, self._chain.draws_agreement

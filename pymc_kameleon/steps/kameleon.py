@@ -385,7 +385,7 @@ class KameleonMetropolis(AdaptiveStep):
             self._chain.draws_agreement = warn_after_tuning(
                 type(self).__name__, adaptation, self.target_accept, self._warnings, self._coordinate_names,
                 across_chains=self._speaks_for_population,
-                differentiable=lambda: self._target.differentiable,
+                differentiable=lambda: self._target.differentiable, chain=self._chain_index,
             )
             self._start_left_regions_check(adaptation)
         adaptation.end_tuning(self.rng)

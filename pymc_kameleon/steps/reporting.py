@@ -93,7 +93,7 @@ def _arrived_early(late: float, whole: float, limit: float) -> bool:
 
 def tuning_problems(
     report, target_accept: float, required_steps: int, dim: int, coordinate_names=None,
-    steps_per_iteration: int = 1, accept_remedy: str | None = None,
+    steps_per_iteration: int = 1, accept_remedy: str | None = None, chain: int | None = None,
 ) -> list[str]:
     """Sentences describing what went wrong in tuning (empty if nothing did).
 
@@ -101,8 +101,12 @@ def tuning_problems(
     names the sampler's coordinates (default ``coordinate j``). ``steps_per_iteration``: the adaptation's
     steps in one of ``pm.sample``'s iterations (MLDA's coarsest-level steps), so that ``tune`` is
     advised in iterations. ``accept_remedy``: the advice for an acceptance rate far from the target where
-    the step knows a likelier cause than tuning too short (default: increase ``tune``).
+    the step knows a likelier cause than tuning too short (default: increase ``tune``). ``chain``: the
+    chain's index in a population (pooled tuning), named in the sentences about that chain alone; those
+    about the tuning budget, the same for every chain, do not name it, so that Python shows them once.
     """
+    subject = "the chain" if chain is None else f"chain {chain}"
+    whose = "the" if chain is None else f"chain {chain}'s"
     problems = []
     if report.tune_steps < required_steps:
         if steps_per_iteration > 1:
@@ -138,7 +142,7 @@ def tuning_problems(
         shown = f"{min(rate, 1.0):.3f}" + (f" (estimated as {rate:.3g}, capped at 1)" if rate > 1.0 else "")
         if rate < _STUCK_ACCEPT:
             problems.append(
-                f"the chain was stuck at the end of tuning: the acceptance rate over its last tuning steps "
+                f"{subject} was stuck at the end of tuning: the acceptance rate over its last tuning steps "
                 f"was {shown} (target_accept={target_accept:.3g}), so its draws may all sit at one point far "
                 "from the posterior. Causes: a start far from the posterior, or a likelihood estimate "
                 "(PseudoMarginalPotential) that overestimates by luck and is held on to; start closer to "
@@ -146,14 +150,14 @@ def tuning_problems(
             )
         else:
             problems.append(
-                f"the acceptance rate over the last tuning window was {shown}, far from "
+                f"{whose} acceptance rate over the last tuning window was {shown}, far from "
                 f"target_accept={target_accept:.3g}; "
                 + (accept_remedy or "increase `tune` so that the adaptation can settle")
             )
     if math.isfinite(report.uncovered) and report.uncovered > UNCOVERED_LIMIT:
         problems.append(
-            f"{100 * report.uncovered:.0f}% of the last tuning states lie more than 3 bandwidths from every "
-            "point of the subsample Z, where the proposal falls back to Adaptive Metropolis; increase "
+            f"{100 * report.uncovered:.0f}% of {whose} last tuning states lie more than 3 bandwidths from "
+            "every point of the subsample Z, where the proposal falls back to Adaptive Metropolis; increase "
             "`tune` (Z is drawn from the last adaptation window) or `n_subsample`"
         )
     arrived_early = _arrived_early(report.late_drift, report.drift, _LATE_DRIFT_LIMIT)
@@ -162,7 +166,7 @@ def tuning_problems(
     collapsed = math.isfinite(report.drift) and report.drift > _COLLAPSED_DRIFT and not frozen
     if collapsed:
         problems.append(
-            f"the chain's step collapsed in tuning: the mean of its last tuning states shifted by "
+            f"{subject}'s step collapsed in tuning: the mean of its last tuning states shifted by "
             f"{report.drift:.3g} learned posterior sds between their two halves, where a chain walking in "
             "shifts by 10 at most, so what it learned as the posterior's spread is a sliver of it and its "
             "draws barely move (a chain held at one point, as by a likelihood estimate far above the "
@@ -176,7 +180,7 @@ def tuning_problems(
         and not collapsed
     ):
         problems.append(
-            f"the chain was still moving at the end of tuning: the mean of its last tuning states shifted "
+            f"{subject} was still moving at the end of tuning: the mean of its last tuning states shifted "
             f"by {report.drift:.1f} learned posterior sds (root mean square over coordinates) between their "
             "two halves, so the proposal was learned on the way to the posterior and the draws may not "
             "be from it yet; increase `tune` or start closer to the posterior"
@@ -187,7 +191,7 @@ def tuning_problems(
         if math.isfinite(report.late_climb):
             late = f", and by {report.late_climb:.1f} over the last half"
         problems.append(
-            f"the chain was still climbing at the end of tuning: the mean log density of its last tuning "
+            f"{subject} was still climbing at the end of tuning: the mean log density of its last tuning "
             f"states rose by {report.climb:.1f} x sqrt(d/2) (the spread of the log density over a "
             f"{dim}-dimensional Gaussian posterior) between their two halves{late}, so some coordinates "
             "may still be on their way to the posterior; increase `tune` or start closer to the posterior"
@@ -195,7 +199,7 @@ def tuning_problems(
     if math.isfinite(report.spread) and report.spread < _SPREAD_LIMIT:
         name = coordinate_name(coordinate_names, report.spread_coordinate)
         problems.append(
-            f"the chain barely moved in {name} at the end of tuning: the sd of its last tuning states there "
+            f"{subject} barely moved in {name} at the end of tuning: the sd of its last tuning states there "
             f"was {report.spread:.2g} x the least the log density's gradient allows for draws from the "
             "posterior (Cramer-Rao: sd >= 1 / root mean square of the gradient), so it was stuck (a "
             "collapsed step, or a narrow ridge) and its draws may be far from the posterior; increase "
@@ -204,7 +208,7 @@ def tuning_problems(
     if frozen:
         name = coordinate_name(coordinate_names, report.relative_spread_coordinate)
         problems.append(
-            f"the chain was frozen in {name} at the end of tuning: the sd of its last tuning states there "
+            f"{subject} was frozen in {name} at the end of tuning: the sd of its last tuning states there "
             f"was {report.relative_spread:.1e} of their size, moves that change only a float's last digits, "
             "so its step collapsed and its draws repeat one point. With a PseudoMarginalPotential, an "
             "estimate far above the likelihood held the chain while tuning shrank its steps: start closer "
@@ -214,7 +218,7 @@ def tuning_problems(
     if math.isfinite(report.slope) and report.slope > _SLOPE_LIMIT:
         name = coordinate_name(coordinate_names, report.slope_coordinate)
         problems.append(
-            f"the chain was still on a slope at the end of tuning: in {name} the log density's gradient "
+            f"{subject} was still on a slope at the end of tuning: in {name} the log density's gradient "
             f"kept one sign over its last tuning states (its mean was {report.slope:.2f} x its root mean "
             "square; at the posterior the gradient averages zero), so the chain had not reached the "
             "posterior and its draws may be far from it; increase `tune` or start closer to the posterior"
@@ -334,14 +338,16 @@ class StuckAfterTuning:
 
     def text(
         self, step_name: str, warned_before: bool = False, pseudo_marginal: bool = False,
-        remedy: str | None = None,
+        remedy: str | None = None, chain: int | None = None,
     ) -> str:
-        """The warning of a stuck chain (the arguments as :meth:`message`'s)."""
+        """The warning of a stuck chain (the arguments as :meth:`message`'s; ``chain``: the chain's index
+        in a population, which the text names)."""
+        subject = "the chain" if chain is None else f"chain {chain}"
         if pseudo_marginal and self.estimated_in_a_row < STUCK_DRAWS // 10:
             # A new user's GP-DA chain rejected 1349 proposals in a row of which 7 drew an estimate, and a
             # KameleonMetropolis chain whose scale had collapsed drew none: the estimate was not the cause.
             return (
-                f"{step_name}: after tuning the chain rejected {STUCK_DRAWS} proposals in a row, and only "
+                f"{step_name}: after tuning {subject} rejected {STUCK_DRAWS} proposals in a row, and only "
                 f"{self.estimated_in_a_row} of them drew a likelihood estimate, so the estimate it keeps is "
                 "not what holds it: the rest were rejected before the estimator ran (by a GP's stage 1, by "
                 "the model's exact terms, or as proposals equal to the state, which a proposal scale that "
@@ -353,7 +359,7 @@ class StuckAfterTuning:
             # A new user's GP-DA chains sat inside the posterior on estimates 2 nats too high for 500-1200
             # draws, then moved on: the funnel advice below misled there.
             return (
-                f"{step_name}: after tuning the chain rejected {STUCK_DRAWS} proposals in a row: the "
+                f"{step_name}: after tuning {subject} rejected {STUCK_DRAWS} proposals in a row: the "
                 "likelihood estimate it keeps is probably far above the likelihood there, which holds a "
                 "pseudo-marginal chain until a proposal's estimate comes out as high (its draws repeat one "
                 "point meanwhile; the chain stays exact, but mixes slowly). Use more samples per estimate "
@@ -369,7 +375,7 @@ class StuckAfterTuning:
             "separated modes)"
         )
         return (
-            f"{step_name}: after tuning the chain rejected {STUCK_DRAWS} proposals in a row, so it is stuck "
+            f"{step_name}: after tuning {subject} rejected {STUCK_DRAWS} proposals in a row, so it is stuck "
             f"and its draws repeat one point (the chain stays exact, but these draws do not describe the "
             f"posterior until it moves on); {why}. "
             + (remedy or "Increase `tune`, or start closer to the posterior.")
@@ -379,7 +385,7 @@ class StuckAfterTuning:
 def warn_after_tuning(
     step_name: str, adaptation, target_accept: float, sink: StepWarnings, coordinate_names=None,
     across_chains: bool = False, steps_per_iteration: int = 1, differentiable=None,
-    accept_remedy: str | None = None,
+    accept_remedy: str | None = None, chain: int | None = None,
 ) -> DrawsAgreement | None:
     """One UserWarning at the end of a chain's tuning, listing every problem found (none: silent).
 
@@ -387,12 +393,12 @@ def warn_after_tuning(
     :class:`DrawsAgreement` returned compares their first :data:`CROSS_CHAIN_DRAWS` draws and warns if
     they disagree, with the figure of their last tuning states if those disagreed too (None without
     ``across_chains``). ``steps_per_iteration`` and ``accept_remedy``: as :func:`tuning_problems`.
-    ``differentiable``: as :class:`DrawsAgreement`'s.
+    ``differentiable``: as :class:`DrawsAgreement`'s. ``chain``: as :func:`tuning_problems`.
     """
     required = adaptation.required_tune_steps()
     problems = tuning_problems(
         adaptation.report(), target_accept, required, adaptation.dim, coordinate_names, steps_per_iteration,
-        accept_remedy,
+        accept_remedy, chain,
     )
     pending = None
     if across_chains:

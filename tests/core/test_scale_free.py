@@ -714,6 +714,21 @@ def test_report_never_shows_an_acceptance_rate_above_one(rate, shown):
     assert f"the acceptance rate over the last tuning window was {shown}" in problem
 
 
+def test_the_sentences_about_one_chain_name_it_and_the_budget_does_not():
+    """In a population (pooled tuning) each chain's sentences name it, so that a user can find it in the
+    trace; the budget is the same for every chain, and its sentence, unnamed, is shown once."""
+    from pymc_kameleon.steps.reporting import tuning_problems
+
+    report = TuningReport(100, "adaptive_metropolis", 0.001, False, math.nan)
+    budget, stuck = tuning_problems(report, 0.234, 500, 2, chain=3)
+    assert budget.startswith("tuning took 100 steps") and "chain" not in budget
+    assert stuck.startswith("chain 3 was stuck at the end of tuning")
+    assert tuning_problems(report, 0.234, 500, 2)[1].startswith("the chain was stuck")
+    (rate,) = tuning_problems(TuningReport(5000, "adaptive_metropolis", 0.02, False, math.nan), 0.234, 0, 2,
+                              chain=1)
+    assert rate.startswith("chain 1's acceptance rate over the last tuning window was 0.020")
+
+
 def test_an_acceptance_rate_far_off_names_the_steps_own_remedy():
     """A step that knows a likelier cause than tuning too short (GP-DA whose likelihood other steps'
     variables change: its GP goes stale, and a new user's change-point model read an estimate of 1.04

@@ -400,6 +400,29 @@ def test_a_chain_stuck_after_tuning_warns(step_name, broken, monkeypatch):
         assert idata.sample_stats["accepted"].values.sum() == 0
 
 
+def test_warnings_about_one_chain_of_a_population_name_it(monkeypatch):
+    """Pooled tuning, 3 chains whose scales are blown up as tuning ends: each says it is stuck, naming
+    itself (chains=1, above, says "the chain")."""
+    original = ScaleFreeAdaptation.end_tuning
+
+    def end_tuning(self, rng, **kwargs):
+        changed = original(self, rng, **kwargs)
+        self.state.am_scale.rescale(1e6)
+        return changed
+
+    monkeypatch.setattr(ScaleFreeAdaptation, "end_tuning", end_tuning)
+    with pm.Model(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        x = pm.Normal("x", 0, 1, shape=2)
+        pm.Normal("y", x, 1.0, observed=np.zeros(2))
+        pm.sample(step=KameleonMetropolis(independence_weight=0), tune=900, draws=600, chains=3, cores=1,
+                  random_seed=3, **SAMPLE_KW)
+    stuck = sorted(str(w.message) for w in caught if "proposals in a row" in str(w.message))
+    assert [m[: m.index(" rejected")] for m in stuck] == [
+        f"KameleonMetropolis: after tuning chain {k}" for k in range(3)
+    ], stuck
+
+
 def test_with_default_options_short_tuning_runs_the_am_walk_alone():
     """Below kameleon_after tuning steps the chain is am_weight=1's bit for bit: every move is the AM
     walk, the Kameleon statistics are NaN, and tuning raises no 'before the first Kameleon proposal'

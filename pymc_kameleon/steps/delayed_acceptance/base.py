@@ -338,7 +338,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
             self._chain.draws_agreement = warn_after_tuning(
                 type(self).__name__, adaptation, self.target_accept, self._warnings, names,
                 across_chains=self._speaks_for_population,
-                differentiable=lambda: self._target.differentiable,
+                differentiable=lambda: self._target.differentiable, chain=self._chain_index,
                 # Other steps' moves change the likelihood under the GP, whose stage 1 then misjudges
                 # proposals (a change-point model beside a discrete step: an acceptance estimate of 1.04).
                 accept_remedy=(
