@@ -364,6 +364,32 @@ def test_a_proposal_equal_to_the_state_counts_as_not_moved(monkeypatch):
     assert [w for w in caught if "proposals in a row" in str(w.message)]
 
 
+def _blow_up_scales_as_tuning_ends(monkeypatch):
+    """Every proposal lands far out after tuning: the scales grow 1e6-fold as tuning ends."""
+    original = ScaleFreeAdaptation.end_tuning
+
+    def end_tuning(self, rng, **kwargs):
+        changed = original(self, rng, **kwargs)
+        self.state.am_scale.rescale(1e6)
+        if self.state.nu2 is not None:
+            self.state.nu2.rescale(1e12)
+            self.state.set_kameleon_scales()
+        return changed
+
+    monkeypatch.setattr(ScaleFreeAdaptation, "end_tuning", end_tuning)
+
+
+def _stuck_warnings(step, chains):
+    """The stuck-after-tuning warnings of 900 + 600 iterations on a 2-d normal, and the draws."""
+    with pm.Model(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        x = pm.Normal("x", 0, 1, shape=2)
+        pm.Normal("y", x, 1.0, observed=np.zeros(2))
+        idata = pm.sample(step=step(), tune=900, draws=600, chains=chains, cores=1, random_seed=3,
+                          **SAMPLE_KW)
+    return sorted(str(w.message) for w in caught if "proposals in a row" in str(w.message)), idata
+
+
 @pytest.mark.parametrize("broken", [True, False], ids=["scales-blown-up", "control"])
 @pytest.mark.parametrize("step_name", ["KameleonMetropolis", "GPDelayedAcceptanceMH"])
 def test_a_chain_stuck_after_tuning_warns(step_name, broken, monkeypatch):
@@ -373,26 +399,10 @@ def test_a_chain_stuck_after_tuning_warns(step_name, broken, monkeypatch):
     import pymc_kameleon
 
     if broken:
-        original = ScaleFreeAdaptation.end_tuning
-
-        def end_tuning(self, rng, **kwargs):
-            changed = original(self, rng, **kwargs)
-            self.state.am_scale.rescale(1e6)
-            if self.state.nu2 is not None:
-                self.state.nu2.rescale(1e12)
-                self.state.set_kameleon_scales()
-            return changed
-
-        monkeypatch.setattr(ScaleFreeAdaptation, "end_tuning", end_tuning)
-    with pm.Model(), warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        x = pm.Normal("x", 0, 1, shape=2)
-        pm.Normal("y", x, 1.0, observed=np.zeros(2))
-        # Without the independence component, whose draws ignore the blown-up scales.
-        options = {"independence_weight": 0} if step_name == "KameleonMetropolis" else {}
-        idata = pm.sample(step=getattr(pymc_kameleon, step_name)(**options), tune=900, draws=600, chains=1,
-                          random_seed=3, **SAMPLE_KW)
-    stuck = [str(w.message) for w in caught if "proposals in a row" in str(w.message)]
+        _blow_up_scales_as_tuning_ends(monkeypatch)
+    # Without the independence component, whose draws ignore the blown-up scales.
+    options = {"independence_weight": 0} if step_name == "KameleonMetropolis" else {}
+    stuck, idata = _stuck_warnings(lambda: getattr(pymc_kameleon, step_name)(**options), chains=1)
     assert len(stuck) == (1 if broken else 0), stuck
     if broken:
         assert stuck[0].startswith(f"{step_name}: after tuning the chain rejected 500 proposals in a row")
@@ -403,21 +413,8 @@ def test_a_chain_stuck_after_tuning_warns(step_name, broken, monkeypatch):
 def test_warnings_about_one_chain_of_a_population_name_it(monkeypatch):
     """Pooled tuning, 3 chains whose scales are blown up as tuning ends: each says it is stuck, naming
     itself (chains=1, above, says "the chain")."""
-    original = ScaleFreeAdaptation.end_tuning
-
-    def end_tuning(self, rng, **kwargs):
-        changed = original(self, rng, **kwargs)
-        self.state.am_scale.rescale(1e6)
-        return changed
-
-    monkeypatch.setattr(ScaleFreeAdaptation, "end_tuning", end_tuning)
-    with pm.Model(), warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        x = pm.Normal("x", 0, 1, shape=2)
-        pm.Normal("y", x, 1.0, observed=np.zeros(2))
-        pm.sample(step=KameleonMetropolis(independence_weight=0), tune=900, draws=600, chains=3, cores=1,
-                  random_seed=3, **SAMPLE_KW)
-    stuck = sorted(str(w.message) for w in caught if "proposals in a row" in str(w.message))
+    _blow_up_scales_as_tuning_ends(monkeypatch)
+    stuck, _ = _stuck_warnings(lambda: KameleonMetropolis(independence_weight=0), chains=3)
     assert [m[: m.index(" rejected")] for m in stuck] == [
         f"KameleonMetropolis: after tuning chain {k}" for k in range(3)
     ], stuck
