@@ -122,7 +122,7 @@ class TuningBlocks:
 
 
 class BlockMargins(NamedTuple):
-    """How far one block is from being said: ``mass_nats``, its log mass minus the draws' (said from
+    r"""How far one block is from being said: ``mass_nats``, its log mass minus the draws' (said from
     -:data:`LEFT_NATS`); ``nearest``, the nearest draw's squared distance in the block's metric, and
     ``far``, the :math:`\chi^2_d` quantile it must exceed."""
 
