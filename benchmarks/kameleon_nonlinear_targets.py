@@ -1,4 +1,4 @@
-"""KameleonMetropolis against PyMC's samplers on the KAMH paper's nonlinear targets.
+r"""KameleonMetropolis against PyMC's samplers on the KAMH paper's nonlinear targets.
 
 Targets (paper section 5.2): the 8-d moderately twisted banana B(0.03, 100), the
 strongly twisted banana B(0.1, 100), and the flower F(10, 6, 6, 1). Every sampler gets
@@ -10,10 +10,10 @@ Reported per sampler and target:
   over chains (the paper's quantile measure), with the pooled value in brackets;
 * ``|mean|``: norm of the empirical mean (exact: 0), averaged over chains;
 * ``ESS``: minimum bulk ESS over coordinates (ArviZ), all chains pooled;
-* ``level ESS``: bulk ESS of the HDR statistic :math:`T(x) = -2\\log\\pi(x)`, all chains
+* ``level ESS``: bulk ESS of the HDR statistic :math:`T(x) = -2\log\pi(x)`, all chains
   pooled. ``qerr`` is the error of the distribution of :math:`T`, so this ESS, not the
   coordinates', sets it: for i.i.d. draws its expected size is about
-  :math:`0.8\\,\\overline{\\sqrt{q(1-q)}}/\\sqrt{\text{ESS}} \approx 0.34/\\sqrt{\text{ESS}}`;
+  :math:`0.8\,\overline{\sqrt{q(1-q)}}/\sqrt{\text{ESS}} \approx 0.34/\sqrt{\text{ESS}}`;
 * ``ESS/eval``: ESS per log-density evaluation made while drawing, counted as each
   PyMC implementation makes them (Metropolis and DEMetropolisZ evaluate the current and
   the proposed state at every step; KameleonMetropolis caches the current one; for NUTS

@@ -192,11 +192,11 @@ class GPSurrogate(GPPredictionMixin, GPFactor):
         return x if self._whitening is None else self._whitening.whiten(x)
 
     def _gradient_in(self, grad):
-        """:math:`\nabla_w f = L^\top \nabla_\theta f`."""
+        r""":math:`\nabla_w f = L^\top \nabla_\theta f`."""
         return grad if self._whitening is None else self._whitening.chol.T @ grad
 
     def _gradient_out(self, grad_w):
-        """:math:`\nabla_\theta f = L^{-\top} \nabla_w f` for rows (n, d) or a vector."""
+        r""":math:`\nabla_\theta f = L^{-\top} \nabla_w f` for rows (n, d) or a vector."""
         if self._whitening is None:
             return grad_w
         L = self._whitening.chol
