@@ -293,17 +293,17 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
             state[_NEWARGS] = self.__getnewargs_ex__()
         return state
 
-    def _add_running_stats(self, stats: dict, evals: int) -> None:
+    def _add_running_stats(self, stats: dict, evals: int, rate_of: str = "accept") -> None:
         """Put this step's log-density evaluations, the chain's running count and its recent acceptance rate
         in ``stats``, which already holds ``accept``; ``recent.exact`` follows whether the step evaluated
-        (GP-DA reports it)."""
+        (GP-DA reports it). ``rate_of``: the statistic the recent rate averages (MLDA: ``accepted``)."""
         evals += self._chain.pending_logp_evals
         self._chain.pending_logp_evals = 0
         self._chain.cumulative_logp_evals += evals
         stats["logp_evals"] = evals
         stats["cumulative_logp_evals"] = self._chain.cumulative_logp_evals
         recent = self._chain.recent
-        recent.update(stats["accept"], evals > 0)
+        recent.update(stats[rate_of], evals > 0)
         stats["recent_accept_rate"] = recent.accept
 
     def _population_states(self) -> np.ndarray | None:

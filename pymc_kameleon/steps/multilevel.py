@@ -377,7 +377,9 @@ class MLDA(MultilevelChecks, MultilevelGPLevels, AdaptiveStep):
             stats[f"level{k}_logp_evals"] = now - before
             stats[f"level{k}_accept_rate"] = counts.accepted[k] / steps if steps else math.nan
             stats[f"level{k}_subchain_length"] = counts.subchain_lengths[k]
-        self._add_running_stats(stats, target.n_evals - evals_before + output_evals)
+        # The progress bar's rate is of moves: `accept` is 1 whenever a subchain did not move, so its mean
+        # read 0.73-0.84 for a new user's chains that moved in 0.2-1.4% of their steps.
+        self._add_running_stats(stats, target.n_evals - evals_before + output_evals, rate_of="accepted")
         stats.update(target.estimate_stats(estimates_before))
         self._check_draws(accepted)
         self._warnings.attach(stats, "accept")

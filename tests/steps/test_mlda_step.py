@@ -79,6 +79,24 @@ def test_statistics_count_each_level():
     assert np.all(last >= fine.sum(axis=1))
 
 
+def test_the_progress_bars_rate_is_of_moves():
+    """`recent_accept_rate` averages `accepted` (whether the chain moved), as RecentRates does, not
+    `accept`, which is 1 whenever a subchain did not move: with a coarse posterior 6 sds off, `accept`
+    averages far above the share of steps that moved."""
+    from pymc_kameleon.steps.reporting import RecentRates
+
+    idata = sample({"subsampling_rates": 1}, shift=6.0, discard_tuned_samples=False)
+    for chain in range(2):
+        moved = np.concatenate([idata.warmup_sample_stats["accepted"].values[chain],
+                                idata.sample_stats["accepted"].values[chain]])
+        recent = RecentRates()
+        for m in moved:
+            recent.update(float(m))
+        assert idata.sample_stats["recent_accept_rate"].values[chain, -1] == recent.accept
+    stats = idata.sample_stats
+    assert stats["accept"].values.mean() > stats["accepted"].values.mean() + 0.2
+
+
 def test_random_subchain_lengths_are_uniform_on_1_to_2j_minus_1():
     idata = sample({"subsampling_rates": 3, "randomize_lengths": True})
     lengths = idata.sample_stats["level0_subchain_length"].values
