@@ -102,6 +102,8 @@ class BatchedSMCKernel(SMC_KERNEL):
         self._warnings = StepWarnings()
         self._nan_likelihoods = 0  # proposals inside the prior's support whose log-likelihood was NaN
         self._first_nan = None  # the first of them
+        # PyMC reuses one kernel for sequential chains: the NaN warning counts this chain's proposals.
+        self._evaluations_before_chain = self._evaluations
         # A model without observed terms has a float32 ``datalogp`` (PyMC's constant 0); float32
         # weights then sum to less than 1 and PyMC's systematic resampling indexes past the end.
         self.prior_logp = np.asarray(self.prior_logp, dtype=np.float64).reshape(self.draws)
@@ -197,12 +199,13 @@ class BatchedSMCKernel(SMC_KERNEL):
         if not self._nan_likelihoods:
             return
         self._warnings.warn(
-            f"{type(self).__name__}: the model's log-likelihood was NaN at {self._nan_likelihoods} of the "
-            f"{self._evaluations} proposals (the first: {self._describe_particle(self._first_nan)}, in the "
-            "sampler's unconstrained coordinates); they were rejected, as points of zero density. If the "
-            "model fails there for numerical reasons (an ODE solver, an overflow) rather than having zero "
-            "density, the particles and the evidence miss that part of the posterior: make the model finite "
-            "there, or -inf where the density really is zero.",
+            f"{type(self).__name__}: the model's log-likelihood was NaN at {self._nan_likelihoods} of this "
+            f"chain's {self._evaluations - self._evaluations_before_chain} proposals (the first: "
+            f"{self._describe_particle(self._first_nan)}, in the sampler's unconstrained coordinates); they "
+            "were rejected, as points of zero density. If the model fails there for numerical reasons (an "
+            "ODE solver, an overflow) rather than having zero density, the particles and the evidence miss "
+            "that part of the posterior: make the model finite there, or -inf where the density really is "
+            "zero.",
             UserWarning,
             stacklevel=1,
         )

@@ -533,9 +533,10 @@ class KASS(BatchedSMCKernel):
             f"{type(self).__name__}: the waste-free chains of {self.chain_length} states were too short for "
             f"their moves: at stage {stage} (beta={beta:.3g}) the autocorrelation time of {slowest} was "
             f"{tau:.1f} states (chains this short understate it), and below {MIN_CHAIN_TIMES_TAU:g} times "
-            "that the chains' states lag their tempered targets, so log Z comes out low with too small an "
-            f"error bar. Use chain_length of at least {math.ceil(4 * tau)} (more particles keep as many "
-            "chains), or waste_free=False.",
+            "that the chains' states lag their tempered targets, so log Z is biased (most often low) with "
+            f"too small an error bar. Use chain_length of at least {math.ceil(4 * tau)} with more particles, "
+            "to keep as many chains (each stage starts draws / chain_length of them, and a mode none starts "
+            "in is lost), or waste_free=False.",
             UserWarning,
             stacklevel=1,
         )
