@@ -90,3 +90,13 @@ def test_cores_2_equals_sequential_chains_and_the_seed_reproduces(kernel, model_
     assert particles.shape == (2, 60, 2) and np.all(np.isfinite(sequential["log_z"]))
     assert not np.array_equal(particles[0], particles[1])
     assert not np.array_equal(other[0], particles[0])
+
+
+def test_a_kernel_instance_instead_of_the_class_is_named():
+    """pm.sample_smc(kernel=KASS()) failed with Python's "'KASS' object is not callable"."""
+    with pm.Model():
+        pm.Normal("x", 0, 1)
+        pm.Normal("y", pm.math.constant(0.0), 1, observed=0.5)
+        kernel = KASS(draws=50)
+        with pytest.raises(TypeError, match=r"takes the kernel class, not an instance.*kernel=KASS,"):
+            pm.sample_smc(draws=50, kernel=kernel, chains=1, progressbar=False)

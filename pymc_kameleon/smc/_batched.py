@@ -95,6 +95,15 @@ class BatchedSMCKernel(SMC_KERNEL):
         ):
             op.set_rng(child)
 
+    def __call__(self, *args, **kwargs):
+        # pm.sample_smc calls its kernel argument to make one kernel per chain: an instance lands here.
+        name = type(self).__name__
+        raise TypeError(
+            f"{name}: pm.sample_smc takes the kernel class, not an instance: write "
+            f"pm.sample_smc(kernel={name}, ...) and give the kernel's options as keywords of pm.sample_smc "
+            "(for example n_steps=...)."
+        )
+
     def setup_kernel(self):
         """Check the prior draws, and choose between batched and per-particle evaluation for this chain."""
         if self.start is None:

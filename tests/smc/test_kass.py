@@ -461,6 +461,17 @@ def test_waste_free_warns_when_the_chains_are_shorter_than_their_mixing():
     assert np.nanmax(stage_stats(idata, "autocorrelation_time")[0]) * 2.5 < 25
 
 
+def test_waste_free_with_few_chains_a_stage_says_a_mode_can_be_lost():
+    """Chains of 50 states among 200 particles are 4 chains a stage: a mode none starts in is lost (a new
+    user's two equal-mass modes lost one at 5 chains), which the warning says, with the remedies. The
+    automatic length keeps about 20 chains, and says nothing."""
+    with pytest.warns(UserWarning, match=r"starts only 4 chains a stage.*waste_free=False"):
+        run_smc(linear_model(), KASS, chains=1, draws=200, waste_free=True, chain_length=50)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*chains a stage")
+        run_smc(linear_model(), KASS, chains=1, draws=500, waste_free=True)
+
+
 def hierarchical_regression():
     """A new user's non-centred hierarchical regression: 6 groups of 15 rows, 10 parameters, log Z
     -99.543 (importance sampling from a Student-t fitted to NUTS draws, standard error 0.012)."""
