@@ -100,3 +100,13 @@ def test_a_kernel_instance_instead_of_the_class_is_named():
         kernel = KASS(draws=50)
         with pytest.raises(TypeError, match=r"takes the kernel class, not an instance.*kernel=KASS,"):
             pm.sample_smc(draws=50, kernel=kernel, chains=1, progressbar=False)
+
+
+@pytest.mark.parametrize("draws", [1, 0, 2.5])
+def test_too_few_particles_are_named(draws):
+    """draws=1 failed inside PyMC's resampling with "array is 0-dimensional"."""
+    with pm.Model():
+        pm.Normal("x", 0, 1)
+        pm.Normal("y", pm.math.constant(0.0), 1, observed=0.5)
+        with pytest.raises(ValueError, match=r"KASS: draws \(the number of particles\) must be an integer"):
+            pm.sample_smc(draws=draws, kernel=KASS, chains=1, progressbar=False)

@@ -55,6 +55,13 @@ class BatchedSMCKernel(SMC_KERNEL):
 
     def __init__(self, *args, batch_logp="auto", executor=None, **kwargs):
         name = type(self).__name__
+        draws = kwargs.get("draws", args[0] if args else 2000)
+        if isinstance(draws, bool) or not isinstance(draws, int | np.integer) or draws < 2:
+            # draws=1 failed deep in PyMC's resampling with "array is 0-dimensional".
+            raise ValueError(
+                f"{name}: draws (the number of particles) must be an integer of at least 2, got {draws!r}; "
+                "an evidence with an error bar needs a few hundred or more."
+            )
         self.executor = as_executor_option(executor, name)
         super().__init__(*args, **kwargs)
         self.batch_logp = batch_logp
