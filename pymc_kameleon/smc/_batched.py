@@ -22,6 +22,7 @@ from pytensor import shared
 from pytensor.graph.replace import vectorize_graph
 from pytensor.tensor.random.type import RandomGeneratorType
 
+from pymc_kameleon.core.validation import check_number
 from pymc_kameleon.executors import as_executor_option
 from pymc_kameleon.pseudo_marginal import PseudoMarginalOp
 from pymc_kameleon.steps.base import indexed_names
@@ -55,13 +56,13 @@ class BatchedSMCKernel(SMC_KERNEL):
 
     def __init__(self, *args, batch_logp="auto", executor=None, **kwargs):
         name = type(self).__name__
-        draws = kwargs.get("draws", args[0] if args else 2000)
-        if isinstance(draws, bool) or not isinstance(draws, int | np.integer) or draws < 2:
-            # draws=1 failed deep in PyMC's resampling with "array is 0-dimensional".
+        try:  # draws=1 failed deep in PyMC's resampling with "array is 0-dimensional"
+            check_number("draws (the number of particles)", kwargs.get("draws", args[0] if args else 2000),
+                         integer=True, minimum=2, strict=False)
+        except ValueError as err:
             raise ValueError(
-                f"{name}: draws (the number of particles) must be an integer of at least 2, got {draws!r}; "
-                "an evidence with an error bar needs a few hundred or more."
-            )
+                f"{name}: {err} An evidence with an error bar needs a few hundred or more."
+            ) from None
         self.executor = as_executor_option(executor, name)
         super().__init__(*args, **kwargs)
         self.batch_logp = batch_logp

@@ -43,6 +43,7 @@ from pymc_kameleon.core.smc.rejuvenation import (
     rejuvenate,
     run_chains,
     waste_free_chain_length,
+    waste_free_chains,
     waste_free_final_thinning,
 )
 from pymc_kameleon.smc._batched import BatchedSMCKernel, check_continuous, coordinate_labels
@@ -339,7 +340,7 @@ class KASS(BatchedSMCKernel):
         """Reset the per-chain state (PyMC reuses one kernel instance for sequential chains)."""
         self._reset_chain_state()
         super().setup_kernel()
-        n_chains = -(-self.draws // self.chain_length)
+        n_chains = waste_free_chains(self.draws, self.chain_length)
         if self.waste_free and n_chains < FEW_WASTE_FREE_CHAINS:
             self._warnings.warn(
                 f"{type(self).__name__}: waste-free with {self.draws} particles in chains of "
@@ -519,7 +520,7 @@ class KASS(BatchedSMCKernel):
         kept (:func:`~pymc_kameleon.core.smc.rejuvenation.run_chains`). Returns the chains, and each
         state's chain-start log-likelihood and chain index (for the log-likelihood rise)."""
         N, d = self.tempered_posterior.shape
-        M = -(-N // self.chain_length)
+        M = waste_free_chains(N, self.chain_length)
         chains = run_chains(
             self.tempered_posterior[:M], self.prior_logp[:M], self.likelihood_logp[:M],
             self.tempered_posterior_logp[:M], N, self._family, self._evaluate, self.beta, self.rng,

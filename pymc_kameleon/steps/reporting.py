@@ -91,6 +91,12 @@ def _arrived_early(late: float, whole: float, limit: float) -> bool:
     return math.isfinite(late) and late <= min(limit, _LATE_SHARE * whole)
 
 
+def chain_words(chain: int | None) -> tuple[str, str]:
+    """How a warning names the chain it is about, as subject and possessive: ``("the chain", "the")``
+    alone, ``("chain k", "chain k's")`` for chain k of a population."""
+    return ("the chain", "the") if chain is None else (f"chain {chain}", f"chain {chain}'s")
+
+
 def tuning_problems(
     report, target_accept: float, required_steps: int, dim: int, coordinate_names=None,
     steps_per_iteration: int = 1, accept_remedy: str | None = None, chain: int | None = None,
@@ -105,8 +111,7 @@ def tuning_problems(
     chain's index in a population (pooled tuning), named in the sentences about that chain alone; those
     about the tuning budget, the same for every chain, do not name it, so that Python shows them once.
     """
-    subject = "the chain" if chain is None else f"chain {chain}"
-    whose = "the" if chain is None else f"chain {chain}'s"
+    subject, whose = chain_words(chain)
     problems = []
     if report.tune_steps < required_steps:
         if steps_per_iteration > 1:
@@ -342,7 +347,7 @@ class StuckAfterTuning:
     ) -> str:
         """The warning of a stuck chain (the arguments as :meth:`message`'s; ``chain``: the chain's index
         in a population, which the text names)."""
-        subject = "the chain" if chain is None else f"chain {chain}"
+        subject, _ = chain_words(chain)
         if pseudo_marginal and self.estimated_in_a_row < STUCK_DRAWS // 10:
             # A new user's GP-DA chain rejected 1349 proposals in a row of which 7 drew an estimate, and a
             # KameleonMetropolis chain whose scale had collapsed drew none: the estimate was not the cause.

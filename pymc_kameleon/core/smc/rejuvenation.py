@@ -49,6 +49,7 @@ __all__ = [
     "rejuvenate",
     "run_chains",
     "waste_free_chain_length",
+    "waste_free_chains",
     "waste_free_final_thinning",
 ]
 
@@ -167,8 +168,13 @@ def waste_free_chain_length(chain_length, draws: int) -> int:
     if chain_length == "auto":
         short = min(WASTE_FREE_SHORT_LENGTH, draws // WASTE_FREE_MIN_CHAINS)
         chain_length = min(max(draws // WASTE_FREE_CHAINS, short, WASTE_FREE_MIN_LENGTH), draws)
-    n_chains = -(-draws // int(chain_length))
-    return -(-draws // n_chains)
+    return -(-draws // waste_free_chains(draws, int(chain_length)))
+
+
+def waste_free_chains(draws: int, chain_length: int) -> int:
+    r"""The waste-free chains a stage starts, :math:`M = \lceil N/P \rceil`, for :math:`N` particles in
+    chains of at most :math:`P` states."""
+    return -(-draws // chain_length)
 
 
 def waste_free_final_thinning(final_thinning) -> int:
