@@ -18,11 +18,13 @@ The Metropolis chains run in y with the target pi(x(y)) |dx/dy|, a random walk s
 acceptance during tuning, alone or mixed half and half with an independence proposal from the
 Gaussian fitted to the draws in y (inflated 1.2 times). The draws the map is fitted to come from
 NUTS (the posterior itself), from KAMH's defaults (2000 tuning + 1000 draws, 4 chains: what a
-tuning schedule would have), or from ``pm.sample_smc`` (2000 particles, PyMC's IMH kernel).
+tuning schedule would have), from ``pm.sample_smc`` (2000 particles, PyMC's IMH kernel) or, with
+``--sources kass``, from ``pm.sample_smc(kernel=KASS)`` (2000 particles; its evaluations printed).
 The chains start at draws of the fit's set and run 4 x (1000 + 6000); with KAMH and SMC draws the
 map is refitted once, from those draws and the first 500 tuning states.
 
     python benchmarks/transport_map_probe.py --seeds 1 2
+    python benchmarks/transport_map_probe.py --seeds 1 2 3 --sources kass
 """
 
 from __future__ import annotations
@@ -42,8 +44,9 @@ import numpy as np  # noqa: E402
 import pymc as pm  # noqa: E402
 from scipy import stats  # noqa: E402
 
-from pymc_kameleon import KameleonMetropolis  # noqa: E402
+from pymc_kameleon import KASS, KameleonMetropolis  # noqa: E402
 from pymc_kameleon.problems.real_posteriors import POSTERIORS  # noqa: E402
+from pymc_kameleon.smc import stage_stats  # noqa: E402
 
 NAME = "gp-poisson-latent-noncentred"
 
@@ -118,8 +121,12 @@ def fit_draws(model, source: str, seed: int) -> np.ndarray:
             idata = pm.sample(1000, tune=2000, chains=4, cores=1, step=KameleonMetropolis(), random_seed=seed,
                               progressbar=False, compute_convergence_checks=False)
             return unconstrained(idata.posterior)
-        idata = pm.sample_smc(2000, chains=1, cores=1, random_seed=seed, progressbar=False,
+        kernel = KASS if source == "kass" else pm.smc.kernels.IMH
+        idata = pm.sample_smc(2000, kernel=kernel, chains=1, cores=1, random_seed=seed, progressbar=False,
                               compute_convergence_checks=False)
+        if source == "kass":
+            evaluations = 2000 + int(stage_stats(idata, "likelihood_evals")[0].sum())
+            print(f"# seed {seed}: KASS's 2000 particles: {evaluations} log-density evaluations", flush=True)
         return unconstrained(idata.posterior).reshape(4, 500, -1)
 
 
@@ -187,8 +194,8 @@ VARIANTS = [  # (map, independence)
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
-    sources = ["nuts", "kamh", "smc"]
-    parser.add_argument("--sources", nargs="+", choices=sources, default=sources)
+    sources = ["nuts", "kamh", "smc", "kass"]
+    parser.add_argument("--sources", nargs="+", choices=sources, default=sources[:3])
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     import real_posteriors as rp

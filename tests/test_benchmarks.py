@@ -481,3 +481,19 @@ def test_left_regions_sweep_runs(capsys):
     _load("left_regions_sweep").main(["--posteriors", "regression-income", "--seeds", "1", "--tune", "400"])
     out = capsys.readouterr().out
     assert "| regression-income | 1 | silent | -" in out, out
+
+
+@pytest.mark.slow
+def test_smc_real_posteriors_quick_mode(capsys):
+    """benchmarks/smc_real_posteriors.py runs end to end (200 particles, the latent GP, one seed): a row
+    per sampler with its evaluations and KASS's log Z with an error bar; a posterior with a flat prior
+    (the 8-d banana: a Potential on a Flat variable) is skipped with the reason, not sampled from a
+    prior SMC cannot draw."""
+    bench = _load("smc_real_posteriors")
+    bench.main(["--quick", "--samplers", "PyMC IMH (default kernel)", "KASS"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| gp-poisson")]
+    assert [row.split("|")[2].strip() for row in rows] == ["PyMC IMH (default kernel)", "KASS"], rows
+    assert "±" in rows[1].split("|")[7] and "±" not in rows[0].split("|")[7], rows  # KASS's error bar
+    assert all(float(row.split("|")[5]) > 200 for row in rows), rows  # evaluations beyond the particles
+    bench.main(["--quick", "--posteriors", "banana-8d"])
+    assert "| banana-8d | every sampler | skipped: a flat prior on ['x']" in capsys.readouterr().out

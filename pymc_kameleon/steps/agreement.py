@@ -164,8 +164,9 @@ class DrawsAgreement:
             "stuck in a mode of its own, and the draws do not agree yet; increase `tune` and `draws`, or "
             "reparameterise (a hierarchy whose groups the data determine well often samples better centred, "
             "one whose groups they barely inform non-centred), or start the chains closer to the posterior "
-            "(initvals), or for well-separated modes use pm.sample_smc(kernel=KASS); and check R-hat over "
-            "all the draws."
+            "(initvals); for well-separated modes, or a curved posterior that longer tuning does not fix, "
+            "use pm.sample_smc(kernel=KASS), whose tempering reaches it from the prior (2000 particles got "
+            "this package's benchmark latent GP regression right); and check R-hat over all the draws."
             + (
                 " This model's log density has gradients (no black-box Op): NUTS, pm.sample's default step, "
                 "converges on curved posteriors where gradient-free steps mix too slowly (on this package's "

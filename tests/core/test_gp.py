@@ -266,15 +266,17 @@ def test_fit_hyperparameters_recovers_lengthscales_of_a_gp_draw():
 
 def test_fit_stops_at_screening_precision_with_the_polished_optimum(monkeypatch):
     """FIT_FTOL and FIT_GTOL stop L-BFGS-B once the log marginal likelihood moves by less than what
-    screening can tell: the optimum agrees with SciPy's default stopping rules to 1e-3 nats, with fewer
-    objective evaluations (the negative control: those defaults, patched in, need more)."""
+    screening can tell: over ten data sets the optima agree with SciPy's default stopping rules to
+    1e-3 nats, with fewer objective evaluations in all (the negative control: those defaults, patched
+    in, need more). One data set's counts depend on the machine's BLAS (its rounding steers the
+    line searches: one data set took 39 against 74 on one machine, 39 against 44 on another), so the
+    test sums ten."""
     from pymc_kameleon.core.gp import fit as gp_fit
 
-    rng = np.random.default_rng(14)
-    X = rng.normal(size=(200, 5))
-    y = -0.5 * np.sum(X**2, axis=1) - 0.4 * X[:, 0] * X[:, 1] + 0.01 * rng.normal(size=200)
-
-    def fitted(ftol, gtol):
+    def fitted(seed, ftol, gtol):
+        rng = np.random.default_rng(seed)
+        X = rng.normal(size=(200, 5))
+        y = -0.5 * np.sum(X**2, axis=1) - 0.4 * X[:, 0] * X[:, 1] + 0.01 * rng.normal(size=200)
         monkeypatch.setattr(gp_fit, "FIT_FTOL", ftol)
         monkeypatch.setattr(gp_fit, "FIT_GTOL", gtol)
         gp = GPSurrogate(5, lengthscales=1.0, signal_variance=1.0)
@@ -294,10 +296,13 @@ def test_fit_stops_at_screening_precision_with_the_polished_optimum(monkeypatch)
         return lml, calls
 
     ours = gp_fit.FIT_FTOL, gp_fit.FIT_GTOL
-    polished, polished_calls = fitted(2.220446049250313e-09, 1e-5)  # SciPy's L-BFGS-B defaults
-    lml, calls = fitted(*ours)
-    assert lml == pytest.approx(polished, abs=1e-3)
-    assert calls < 0.7 * polished_calls, (calls, polished_calls)  # 39 against 74
+    total, polished_total = 0, 0
+    for seed in range(10, 20):
+        polished, polished_calls = fitted(seed, 2.220446049250313e-09, 1e-5)  # SciPy's L-BFGS-B defaults
+        lml, calls = fitted(seed, *ours)
+        assert lml == pytest.approx(polished, abs=1e-3)
+        total, polished_total = total + calls, polished_total + polished_calls
+    assert total < 0.95 * polished_total, (total, polished_total)  # 422 against 492 (Haswell BLAS kernels)
 
 
 def test_a_fit_stuck_in_the_white_noise_optimum_gets_out():
