@@ -12,8 +12,10 @@ pseudo-marginal; ``DiscreteMetropolis`` beside a Kameleon step; ``KASS`` (sweeps
 ``ASMC``. Tuning is long enough for every phase (coordinate scan, Adaptive Metropolis window, Kameleon
 windows, windows that end early) to run.
 
-Hashes depend on the installed PyMC, PyTensor, NumPy and BLAS, so record and check with the same
-environment (one file per stack). Record with PyTensor's compilation cache warm (run ``check``
+Hashes depend on the installed PyMC, PyTensor, NumPy and BLAS, and on the CPU the BLAS picks its
+kernels for (recorded as ``blas``), so record and check with the same environment and machine kind
+(one file per stack); on a new kind, record at a commit whose draws are known to be unchanged first.
+Record with PyTensor's compilation cache warm (run ``check``
 once first): on PyMC 6, a graph's first compilation gave ``lp`` and ``accept`` of ``kamh-tune-0``
 that differed from later runs by 6e-14 (the draws were the same). ``--save-arrays DIR`` also
 writes each case's arrays to ``DIR/<case>.npz``, to see where two runs part.
@@ -308,9 +310,15 @@ def run_cases(names, save_arrays=None) -> dict:
 def _environment() -> dict:
     import pytensor
     import scipy
+    from threadpoolctl import threadpool_info
 
+    # The BLAS's kernels round differently on different CPUs (OpenBLAS picks them at run time: Haswell,
+    # SkylakeX, ...), and a rounding difference parts two chains within steps: 31 of 33 cases differed
+    # between two machines with the same packages.
+    blas = sorted({f"{i['internal_api']} {i['version']} {i.get('architecture')}" for i in threadpool_info()
+                   if i.get("user_api") == "blas"})
     return {"python": sys.version.split()[0], "pymc": pm.__version__, "pytensor": pytensor.__version__,
-            "numpy": np.__version__, "scipy": scipy.__version__}
+            "numpy": np.__version__, "scipy": scipy.__version__, "blas": ", ".join(blas)}
 
 
 def main(argv=None):
