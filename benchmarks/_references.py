@@ -19,7 +19,13 @@ import pymc as pm
 
 from pymc_kameleon.problems.reference import ExactReference, NutsReference
 
-__all__ = ["ReferenceStore", "compare", "compute_nuts_reference", "free_variable_names", "scalar_draws"]
+__all__ = [
+    "REFERENCE_FILE", "ReferenceStore", "compare", "compute_nuts_reference", "free_variable_names",
+    "scalar_draws",
+]
+
+#: The cached NUTS references of every posterior of ``real_posteriors.py`` (and their twins elsewhere).
+REFERENCE_FILE = Path(__file__).resolve().parent / "data" / "real_posteriors_reference.json"
 
 
 # ============================================================================ moments and metrics

@@ -33,15 +33,14 @@ import argparse
 import json
 import logging
 import warnings
-from pathlib import Path
 
 import numpy as np
+from _references import REFERENCE_FILE
 from kass_smc import CountedIMH, run_smc
 
 from pymc_kameleon import KASS
 from pymc_kameleon.problems.gallery import gallery_lotka_volterra
 
-REFERENCE = Path(__file__).resolve().parent / "data" / "real_posteriors_reference.json"
 NAMES = ("alpha", "beta", "gamma", "delta", "xto", "yto", "sigma")
 SAMPLERS = {
     "PyMC IMH (default kernel)": (CountedIMH, {}),
@@ -87,7 +86,7 @@ def main(argv=None):
         args.samplers = ["PyMC IMH (default kernel)", "KASS waste-free, P=10"]
     logging.getLogger("pymc").setLevel(logging.ERROR)
     warnings.simplefilter("ignore")
-    reference = json.loads(REFERENCE.read_text())["gallery-lotka-volterra"]["params"]
+    reference = json.loads(REFERENCE_FILE.read_text())["gallery-lotka-volterra"]["params"]
     model = gallery_lotka_volterra()[0]
     for rv in model.free_RVs:  # the gallery's initval= would start every particle there (KASS says so)
         model.rvs_to_initial_values[rv] = None

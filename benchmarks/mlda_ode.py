@@ -20,7 +20,6 @@ import logging
 import os
 import sys
 import warnings
-from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/, also when loaded by path
 from _common import (  # noqa: E402
@@ -35,6 +34,7 @@ one_blas_thread()  # before NumPy is imported
 import arviz as az  # noqa: E402
 import numpy as np  # noqa: E402
 import pymc as pm  # noqa: E402
+from _references import REFERENCE_FILE  # noqa: E402
 
 from pymc_kameleon import MLDA, GPDelayedAcceptanceMH, KameleonMetropolis  # noqa: E402
 from pymc_kameleon.problems.gallery import (  # noqa: E402
@@ -42,7 +42,6 @@ from pymc_kameleon.problems.gallery import (  # noqa: E402
     gallery_lotka_volterra_coarse,
 )
 
-REFERENCE = Path(__file__).resolve().parent / "data" / "real_posteriors_reference.json"
 NAMES = ("alpha", "beta", "gamma", "delta", "xto", "yto", "sigma")
 SAMPLERS = ("MLDA", "MLDA-AEM", "KAMH", "GP-DA-MH", "DEMetropolisZ")
 
@@ -89,7 +88,7 @@ def main(argv=None):
         args.seeds, args.samplers, budget = args.seeds[:1], ["MLDA-AEM", "KAMH"], (100, 100)
     logging.getLogger("pymc").setLevel(logging.ERROR)
     warnings.simplefilter("ignore")
-    reference = json.loads(REFERENCE.read_text())["gallery-lotka-volterra"]["params"]
+    reference = json.loads(REFERENCE_FILE.read_text())["gallery-lotka-volterra"]["params"]
     print(f"# {environment_line()}")
     print(f"# fine: odeint defaults; coarse: rtol = atol = {args.tolerance:g}; 2 chains x ({budget[0]} + "
           f"{budget[1]}), cores=1, seeds {args.seeds}; cells: median over seeds (worst)")

@@ -78,13 +78,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/, also wh
 from _posterior_tables import COLUMNS as COLUMNS  # noqa: E402  (re-exported: the tests read it here)
 from _posterior_tables import LEGEND, markdown_table, table_row, verdict  # noqa: E402
 from _references import (  # noqa: E402  (re-exported: other scripts and the tests use them from here)
+    REFERENCE_FILE,
     ReferenceStore,
     compare,
     free_variable_names,
     scalar_draws,
 )
-
-REFERENCE_FILE = Path(__file__).resolve().parent / "data" / "real_posteriors_reference.json"
 
 QUICK_POSTERIORS = ("regression-income-sigma-known", "two-normals")
 

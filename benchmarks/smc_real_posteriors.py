@@ -35,14 +35,12 @@ import logging  # noqa: E402
 import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402
-from _references import ReferenceStore, compare, free_variable_names, scalar_draws  # noqa: E402
+from _references import REFERENCE_FILE, ReferenceStore, compare, free_variable_names, scalar_draws  # noqa: E402
 from kass_smc import CountedIMH, run_smc  # noqa: E402
 
 from pymc_kameleon import KASS  # noqa: E402
 from pymc_kameleon.problems.real_posteriors import POSTERIORS  # noqa: E402
 
-REFERENCE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
-                              "real_posteriors_reference.json")
 FRONTIER = ("gp-poisson-latent-noncentred", "gp-poisson-latent", "eight-schools-centred", "banana-8d",
             "flower-8d")
 SAMPLERS = {
@@ -59,9 +57,8 @@ def skip_reason(model) -> str | None:
     return f"skipped: a flat prior on {flat} (SMC draws its first particles from the prior)" if flat else None
 
 
-def one_run(name: str, sampler: str, seed: int, particles: int, reference) -> dict:
-    """One ``pm.sample_smc`` chain of ``sampler`` on posterior ``name``, scored against ``reference``."""
-    model, _, _ = POSTERIORS[name]()
+def one_run(model, sampler: str, seed: int, particles: int, reference) -> dict:
+    """One ``pm.sample_smc`` chain of ``sampler`` on ``model``, scored against ``reference``."""
     kernel, options = SAMPLERS[sampler]
     names = free_variable_names(model)
     result = run_smc(model, kernel, particles, seed, model.free_RVs[0].name, **options)
@@ -69,6 +66,11 @@ def one_run(name: str, sampler: str, seed: int, particles: int, reference) -> di
     return dict(mean_err=scores["mean_err"], worst=scores["worst_mean"], sd_err=scores["log_sd_err"],
                 evals=result["evals"], seconds=result["seconds"], log_z=result["log_z"], se=result["se"],
                 stages=result["stages"])
+
+
+def log_z_text(run: dict) -> str:
+    """log Z, with its standard error where the kernel gives one."""
+    return f"{run['log_z']:.2f}" + (f" ± {run['se']:.2f}" if np.isfinite(run["se"]) else "")
 
 
 def main(argv=None):
@@ -99,19 +101,16 @@ def main(argv=None):
         for sampler in args.samplers:
             runs = []
             for seed in args.seeds:
-                r = one_run(name, sampler, seed, args.particles, reference)
+                r = one_run(model, sampler, seed, args.particles, reference)
                 runs.append(r)
-                se = f" ± {r['se']:.2f}" if np.isfinite(r["se"]) else ""
                 print(f"#   {name}, {sampler}, seed {seed}: mean err {r['mean_err']:.3f} ({r['worst']}), "
                       f"sd err {r['sd_err']:.3f}, {r['evals']} evaluations, {r['stages']} stages, "
-                      f"{r['seconds']:.0f} s, log Z {r['log_z']:.2f}{se}", flush=True)
+                      f"{r['seconds']:.0f} s, log Z {log_z_text(r)}", flush=True)
 
             def col(key, runs=runs):
                 return np.array([r[key] for r in runs], dtype=float)
 
-            log_z = ", ".join(
-                f"{r['log_z']:.2f}" + (f" ± {r['se']:.2f}" if np.isfinite(r["se"]) else "") for r in runs
-            )
+            log_z = ", ".join(log_z_text(r) for r in runs)
             print(f"| {name} | {sampler} | {np.median(col('mean_err')):.3f} ({col('mean_err').max():.3f}) | "
                   f"{np.median(col('sd_err')):.3f} ({col('sd_err').max():.3f}) | "
                   f"{np.median(col('evals')):.3g} | {np.median(col('seconds')):.0f} | {log_z} |", flush=True)
