@@ -20,7 +20,6 @@ from pymc_kameleon.problems.targets import banana
 CHAINS, TUNE, DRAWS, SEED = 4, 5000, 10000, 2014
 QS = np.round(np.arange(0.1, 1.0, 0.1), 1)
 # Our steps' warnings begin with the step's name ("KameleonMetropolis: tuning took ...").
-OUR_WARNINGS = "(" + "|".join(n for n in pymc_kameleon.__all__ if n[0].isupper()) + "):"
 
 
 def short_warning(message, category, filename, lineno, line=None):
@@ -36,7 +35,7 @@ def our_warnings_only():
     that says its tuning or its chains went wrong is part of the result."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        warnings.filterwarnings("default", message=OUR_WARNINGS, category=UserWarning)
+        warnings.simplefilter("default", pymc_kameleon.KameleonWarning)
         yield
 
 

@@ -5,6 +5,7 @@ The public API::
     from pymc_kameleon import KameleonMetropolis, PseudoMarginalPotential
     from pymc_kameleon import GPDelayedAcceptanceMH, GPDelayedAcceptanceMALA
     from pymc_kameleon import KASS, ASMC              # pm.sample_smc(kernel=KASS)
+    from pymc_kameleon import KameleonWarning         # the category of every warning we raise
 
 ``pymc_kameleon.core`` holds the NumPy math (no PyMC imports), ``pymc_kameleon.problems`` the
 benchmark targets with exact references, the papers' problems (GP classification on UCI Glass,
@@ -14,6 +15,7 @@ this package's tests (models, MCSE z-scores, seeded runs and their records).
 """
 
 from pymc_kameleon import _fork
+from pymc_kameleon.core.warning_categories import KameleonRuntimeWarning, KameleonWarning
 from pymc_kameleon.pseudo_marginal import (
     PseudoMarginalEstimatorError,
     PseudoMarginalMisuseError,
@@ -48,6 +50,8 @@ __all__ = [
     "GPLevel",
     "KASS",
     "KameleonMetropolis",
+    "KameleonRuntimeWarning",
+    "KameleonWarning",
     "MLDA",
     "PseudoMarginalEstimatorError",
     "PseudoMarginalMisuseError",

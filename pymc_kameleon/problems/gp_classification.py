@@ -46,6 +46,7 @@ from scipy.spatial.distance import pdist, squareform
 from scipy.special import expit, log_expit, logsumexp
 
 from pymc_kameleon.core.linalg import SingularCovarianceError, jittered_cholesky
+from pymc_kameleon.core.warning_categories import KameleonRuntimeWarning
 
 __all__ = [
     "GLASS_FEATURES",
@@ -202,7 +203,7 @@ class GPClassificationLikelihood:
         factorisation still fails, a larger, deterministic jitter is added (the estimator then
         targets the model with that jitter, which is still a function of :math:`\theta` only).
     max_newton_iter : int, default 100
-        Cap on Newton iterations. If it is reached a ``RuntimeWarning`` is issued; the
+        Cap on Newton iterations. If it is reached a ``KameleonRuntimeWarning`` is issued; the
         estimate stays unbiased (any Gaussian proposal is valid), only its variance suffers.
     newton_tol : float, default 1e-10
         Stop when a full Newton step increases :math:`\Psi` by less than this.
@@ -456,7 +457,7 @@ class GPClassificationLikelihood:
                 f"Newton's method for the Laplace mode did not converge in {self.max_newton_iter} "
                 f"iterations at theta={theta}; the estimate stays unbiased but may be noisy. "
                 "Increase max_newton_iter.",
-                RuntimeWarning,
+                KameleonRuntimeWarning,
                 stacklevel=4,
             )
         W = expit(f) * expit(-f)  # at the final mode, for the proposal covariance

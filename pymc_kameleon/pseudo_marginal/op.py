@@ -18,6 +18,7 @@ from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 
 from pymc_kameleon.core.proposals import crank_nicolson_move
+from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.executors import as_executor_option
 from pymc_kameleon.pseudo_marginal.estimators import log_mean_exp
 
@@ -160,7 +161,7 @@ class PseudoMarginalOp(Op):
             raise PseudoMarginalMisuseError(message)
         if not self._warned:
             self._warned = True
-            warnings.warn(message, UserWarning, stacklevel=2)
+            warnings.warn(message, KameleonWarning, stacklevel=2)
 
     def describe_inputs(self, inputs, max_len: int = 300) -> str:
         parts = [

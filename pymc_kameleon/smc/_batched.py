@@ -23,6 +23,7 @@ from pytensor.graph.replace import vectorize_graph
 from pytensor.tensor.random.type import RandomGeneratorType
 
 from pymc_kameleon.core.validation import check_number
+from pymc_kameleon.core.warning_categories import KameleonRuntimeWarning, KameleonWarning
 from pymc_kameleon.executors import as_executor_option
 from pymc_kameleon.pseudo_marginal import PseudoMarginalOp
 from pymc_kameleon.steps.base import indexed_names
@@ -223,7 +224,7 @@ class BatchedSMCKernel(SMC_KERNEL):
             "ODE solver, an overflow) rather than having zero density, the particles and the evidence miss "
             "that part of the posterior: make the model finite there, or -inf where the density really is "
             "zero.",
-            UserWarning,
+            KameleonWarning,
             stacklevel=1,
         )
         self._nan_likelihoods, self._first_nan = 0, None
@@ -418,7 +419,7 @@ def batch_matches(fn, X, prior_logp, likelihood_logp, strict: bool, warnings) ->
         )
         if strict:
             raise ValueError(message)
-        warnings.warn(message, RuntimeWarning, stacklevel=2)
+        warnings.warn(message, KameleonRuntimeWarning, stacklevel=2)
     return same
 
 

@@ -46,6 +46,7 @@ from pymc_kameleon.core.smc.rejuvenation import (
     waste_free_chains,
     waste_free_final_thinning,
 )
+from pymc_kameleon.core.warning_categories import KameleonRuntimeWarning, KameleonWarning
 from pymc_kameleon.smc._batched import BatchedSMCKernel, check_continuous, coordinate_labels
 from pymc_kameleon.smc.results import (
     LINEAGES_CHECKED,
@@ -348,7 +349,7 @@ class KASS(BatchedSMCKernel):
                 "of them starts in is lost (log Z then comes out low, and chains that agree hide it from "
                 "R-hat). For a posterior that may have separated modes use waste_free=False, or keep at "
                 f"least {FEW_WASTE_FREE_CHAINS} chains: more particles or a shorter chain_length.",
-                UserWarning,
+                KameleonWarning,
                 stacklevel=1,
             )
 
@@ -477,7 +478,7 @@ class KASS(BatchedSMCKernel):
         self._poor_stages.record(self.iteration, self.beta, moved.mean_accept, steps, moved.unmoved)
         if self.beta >= 1 and self._poor_stages:  # one warning per chain, at its last stage
             message = self._poor_stages.warning(type(self).__name__, self.iteration)
-            self._warnings.warn(message, RuntimeWarning, stacklevel=1)
+            self._warnings.warn(message, KameleonRuntimeWarning, stacklevel=1)
         if self.beta >= 1:
             self._warn_evidence_lag()
             self._warn_short_chains()
@@ -491,7 +492,7 @@ class KASS(BatchedSMCKernel):
             bar = MIN_DISTINCT_ANCESTORS
             counts = f"in this chain {ancestors} of {self.draws}; each chain below {bar} warns"
             message = collapsed_genealogy_message(counts, self.draws, ancestors)
-            self._warnings.warn(f"{type(self).__name__}: {message}", UserWarning, stacklevel=1)
+            self._warnings.warn(f"{type(self).__name__}: {message}", KameleonWarning, stacklevel=1)
 
     def _sweep(self, N: int, d: int):
         """The stage's sweeps over all particles, in place
@@ -553,7 +554,7 @@ class KASS(BatchedSMCKernel):
             f"too small an error bar. Use chain_length of at least {math.ceil(4 * tau)} with more particles, "
             "to keep as many chains (each stage starts draws / chain_length of them, and a mode none starts "
             "in is lost), or waste_free=False.",
-            UserWarning,
+            KameleonWarning,
             stacklevel=1,
         )
 
@@ -568,7 +569,7 @@ class KASS(BatchedSMCKernel):
             message = evidence_lag_message(
                 type(self).__name__, lag, lag_se, log_z_se, int(stages[worst]), float(betas[worst])
             )
-            self._warnings.warn(message, UserWarning, stacklevel=1)
+            self._warnings.warn(message, KameleonWarning, stacklevel=1)
 
     # ---------------------------------------------------------------- reporting
     def sample_stats(self):

@@ -11,6 +11,7 @@ from scipy import stats
 from scipy.special import logsumexp
 
 from pymc_kameleon.core.smc.evidence import evidence_lag
+from pymc_kameleon.core.warning_categories import KameleonWarning
 
 __all__ = [
     "EvidenceLag", "LogEvidence", "evidence_lags", "log_evidence", "stage_dataset", "stage_stats",
@@ -194,7 +195,7 @@ def _warn_collapsed_genealogy(distinct: list[int], draws: int) -> None:
     if few:
         counts = ", ".join(f"chain {c}: {n} of {draws}" for c, n in few.items())
         message = collapsed_genealogy_message(counts, draws, min(few.values()))
-        warnings.warn(message, UserWarning, stacklevel=3)
+        warnings.warn(message, KameleonWarning, stacklevel=3)
 
 
 def log_z_std_error(relative_variance):
@@ -292,7 +293,7 @@ def _warn_disagreeing_chains(log_z: np.ndarray, std_error: np.ndarray, waste_fre
             f"The chains' log Z estimates ({listing}) disagree by more than their standard errors allow "
             f"(chi-squared {chi2:.1f} on {ok.sum() - 1} degrees of freedom, p = {p:.2g}), so the error "
             f"bars are too small and log Z is not reliable. {remedy}",
-            UserWarning,
+            KameleonWarning,
             stacklevel=3,
         )
 
@@ -347,7 +348,7 @@ def log_evidence(idata) -> LogEvidence:
             "log_evidence cannot give a standard error: std_error is NaN. Sample with "
             "pm.sample_smc(kernel=pymc_kameleon.KASS) or ASMC for an error bar, or compare several "
             "independent chains.",
-            UserWarning,
+            KameleonWarning,
             stacklevel=2,
         )
         return LogEvidence(log_z, np.full_like(log_z, np.nan))
@@ -362,7 +363,7 @@ def log_evidence(idata) -> LogEvidence:
             "The particles were resampled systematically (resampling='systematic'), for which the "
             "genealogy estimate of the evidence's variance does not hold, so std_error is NaN. Sample "
             "with the default resampling='multinomial' for an error bar.",
-            UserWarning,
+            KameleonWarning,
             stacklevel=2,
         )
     std_error = log_z_std_error(rel_var)

@@ -18,6 +18,7 @@ from pymc.step_methods.compound import Competence
 from pymc.util import get_random_generator, get_value_vars_from_user_vars
 from pymc.vartypes import discrete_types
 
+from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.steps.agreement import DrawsAgreement
 from pymc_kameleon.steps.left_regions import LeftRegionsCheck
 from pymc_kameleon.steps.population import pooled_class_for
@@ -419,7 +420,7 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         if self.tune or chain.adaptation.tune_steps or chain.warned_untuned:
             return
         chain.warned_untuned = True
-        self._warnings.warn(self._untuned_message(), UserWarning, stacklevel=4)
+        self._warnings.warn(self._untuned_message(), KameleonWarning, stacklevel=4)
 
     def _untuned_message(self) -> str:
         raise NotImplementedError
@@ -455,7 +456,7 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         message = self._target.flat_estimate_message(type(self).__name__)
         if message:
             self._said_flat_estimate = True
-            self._warnings.warn(message, UserWarning, stacklevel=3)
+            self._warnings.warn(message, KameleonWarning, stacklevel=3)
 
     def _start_left_regions_check(self, adaptation) -> None:
         """At the end of tuning: compare the chain's settled tuning blocks with its first draws
@@ -480,7 +481,7 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
                 type(self).__name__, self._warnings.n_warned > 0, pseudo_marginal=self._target.has_estimates,
                 remedy=self._stuck_remedy(), chain=self._chain_index,
             )
-            self._warnings.warn(message, UserWarning, stacklevel=3)
+            self._warnings.warn(message, KameleonWarning, stacklevel=3)
         left, agreement = self._chain.left_regions, self._chain.draws_agreement
         if self.tune or (left is None and agreement is None):
             return
@@ -491,13 +492,13 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
             if left.done:
                 self._chain.left_regions = None
             if message:
-                self._warnings.warn(message, UserWarning, stacklevel=3)
+                self._warnings.warn(message, KameleonWarning, stacklevel=3)
         if agreement is not None:
             message = agreement.record(population)
             if agreement.done:
                 self._chain.draws_agreement = None
             if message:
-                self._warnings.warn(message, UserWarning, stacklevel=3)
+                self._warnings.warn(message, KameleonWarning, stacklevel=3)
 
     def _check_nan_density(self) -> None:
         """After tuning, say once a chain where the model's log density was NaN at a proposal: it is
@@ -515,7 +516,7 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
             "fails there for numerical reasons (an ODE solver, an overflow) rather than having zero "
             "density, the draws miss that part of the posterior: make the model finite there, or -inf "
             "where the density really is zero. Said once per chain.",
-            UserWarning,
+            KameleonWarning,
             stacklevel=4,
         )
 

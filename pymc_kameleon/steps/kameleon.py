@@ -28,6 +28,7 @@ from pymc_kameleon.core.validation import (
     check_number,
     check_probability,
 )
+from pymc_kameleon.core.warning_categories import KameleonRuntimeWarning
 from pymc_kameleon.steps.base import AdaptiveStep, ChainState, continuous_value_vars, coordinate_names
 from pymc_kameleon.steps.population import TUNINGS, PooledTuning
 from pymc_kameleon.steps.reporting import warn_after_tuning
@@ -94,7 +95,7 @@ class KameleonMetropolis(AdaptiveStep):
     the walk in from a far start is forgotten. :math:`\lambda` and :math:`\log\nu^2` follow
     Robbins-Monro toward ``target_accept``. With ``adaptation="freeze"`` (the default) everything is
     fixed after tuning, so the draws come from an exact Metropolis-Hastings chain. At the end of tuning one
-    ``UserWarning`` per chain names every problem found (too few tuning steps, acceptance far
+    ``KameleonWarning`` per chain names every problem found (too few tuning steps, acceptance far
     from the target, states far from :math:`Z`, a chain still moving), with its figure and remedy.
 
     Parameters
@@ -496,7 +497,7 @@ class KameleonMetropolis(AdaptiveStep):
             self._warnings.warn(
                 "KameleonMetropolis: a proposal covariance needed diagonal jitter to be factorised; "
                 "consider a larger gamma. Proposals whose covariance cannot be factorised are rejected.",
-                RuntimeWarning,
+                KameleonRuntimeWarning,
                 stacklevel=4,
             )
 

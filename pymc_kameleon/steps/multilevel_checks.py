@@ -12,6 +12,7 @@ import pymc as pm
 
 from pymc_kameleon.core.adaptation.gaussian_fit import bulk_log_density_range
 from pymc_kameleon.core.multilevel import LevelPoint
+from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.steps.multilevel_gp import GPLevel
 from pymc_kameleon.steps.reporting import STUCK_DRAWS
 from pymc_kameleon.steps.target_density import describe_point
@@ -79,7 +80,7 @@ class MultilevelChecks:
             f"MLDA: at the end of tuning the finest level accepted {rate:.0%} of the last {len(decisions)} "
             "coarse subchain ends it judged: the coarse posterior is far from the fine one (in posterior "
             f"sds), so the chain will mix slowly (its draws stay exact). Try {remedy}.",
-            UserWarning,
+            KameleonWarning,
             stacklevel=3,
         )
 
@@ -114,7 +115,7 @@ class MultilevelChecks:
                 f"subchain ends it judged{why}, so the chain will mix slowly (its draws stay exact). Try "
                 f"{self._error_model_remedy()}a coarse model closer to the fine one"
                 f"{self._smaller_rate_remedy(k - 1)}{dropped}.",
-                UserWarning,
+                KameleonWarning,
                 stacklevel=3,
             )
 
@@ -141,7 +142,7 @@ class MultilevelChecks:
                 f"{cost / cost_above:.1f} times one of {above} ({1e3 * cost_above:.3g} ms), the level above "
                 f"it. A coarse level pays only when it is cheaper than the level it screens for: {remedy}. "
                 "The draws stay exact.",
-                UserWarning,
+                KameleonWarning,
                 stacklevel=3,
             )
 
@@ -216,7 +217,7 @@ class MultilevelChecks:
                 "where the fine posterior has mass). Make the coarse model finite there (a solver that fails "
                 "where the fine one does not: loosen its tolerance or catch the failure and return a rough "
                 "value).",
-                UserWarning,
+                KameleonWarning,
                 stacklevel=3,
             )
 

@@ -38,6 +38,7 @@ import numpy as np
 from pymc_kameleon.core.gp.options import GPTrainingOptions
 from pymc_kameleon.core.gp.training import GPTrainingSchedule
 from pymc_kameleon.core.multilevel import LevelPoint, RelativeLevel
+from pymc_kameleon.core.warning_categories import KameleonWarning
 
 __all__ = ["GPLevel", "MultilevelGPLevels", "SurrogateLevel"]
 
@@ -246,7 +247,7 @@ class MultilevelGPLevels:
                     "the level above it that it needs before it corrects anything, so it passes the coarse "
                     f"level's proposals on unchanged (the draws stay exact). Pass more tune to pm.sample, "
                     "or GPLevel(initial_points=...) smaller.",
-                    UserWarning,
+                    KameleonWarning,
                     stacklevel=3,
                 )
         if chain.current is not None:

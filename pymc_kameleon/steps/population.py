@@ -43,6 +43,7 @@ from pymc.blocking import DictToArrayBijection
 
 from pymc_kameleon.core.adaptation.diagnostics import log_density_climb
 from pymc_kameleon.core.adaptation.mode_mass import half_log_volumes
+from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
 from pymc_kameleon.steps.reporting import CLIMB_LIMIT
 
@@ -101,7 +102,7 @@ class PooledTuning:
                 f"{type(self).__name__}: pm.sample's callback is never called: PyMC's population sampler, "
                 "which pooled tuning runs on, does not call it (with any number of chains). Make the step "
                 "with tuning='per_chain' to have it called; the chains then tune alone.",
-                UserWarning,
+                KameleonWarning,
                 stacklevel=2,
             )
         self.population = population
@@ -128,7 +129,7 @@ class PooledTuning:
                 "process, on one core. Define the model's Ops (as_op, custom Ops, the functions they call) "
                 "at the top level of an importable module, not inside a function, or make the step with "
                 "tuning='per_chain' (each chain tunes alone, in its own process).",
-                UserWarning,
+                KameleonWarning,
                 stacklevel=3,
             )
 
@@ -251,7 +252,7 @@ def pooled_class_for(cls, args, kwargs, default: str):
                 "so this step tunes per chain (tuning='per_chain'): PyMC's population sampler, which "
                 "pooled tuning runs on, would give the chains shallow copies of the other steps at "
                 "cores=1, sharing their tuning state.",
-                UserWarning,
+                KameleonWarning,
                 stacklevel=3,
             )
         return cls

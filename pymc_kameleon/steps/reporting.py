@@ -21,6 +21,7 @@ from rich.table import Column
 
 from pymc_kameleon.core.adaptation.diagnostics import CLIMB_LIMIT
 from pymc_kameleon.core.adaptation.scale_free import UNCOVERED_LIMIT
+from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.steps.agreement import DrawsAgreement, coordinate_name, cross_chain_disagreement
 
 __all__ = [
@@ -280,7 +281,7 @@ class StepWarnings:
         self.pending = []
         self.n_warned = 0  # this chain's warnings so far
 
-    def warn(self, message: str, category=UserWarning, stacklevel: int = 2) -> None:
+    def warn(self, message: str, category=KameleonWarning, stacklevel: int = 2) -> None:
         self.n_warned += 1
         if in_pymc_worker():
             self.pending.append((message, category))
@@ -392,7 +393,7 @@ def warn_after_tuning(
     across_chains: bool = False, steps_per_iteration: int = 1, differentiable=None,
     accept_remedy: str | None = None, chain: int | None = None,
 ) -> DrawsAgreement | None:
-    """One UserWarning at the end of a chain's tuning, listing every problem found (none: silent).
+    """One KameleonWarning at the end of a chain's tuning, listing every problem found (none: silent).
 
     ``across_chains``: also compare the chains (pooled tuning; one chain says so): the
     :class:`DrawsAgreement` returned compares their first :data:`CROSS_CHAIN_DRAWS` draws and warns if
@@ -411,7 +412,7 @@ def warn_after_tuning(
         disagreement = cross_chain_disagreement(windows.recent_population, len(windows.accept))
         pending = DrawsAgreement(step_name, disagreement, coordinate_names, differentiable)
     if problems:
-        sink.warn(f"{step_name}: " + "; ".join(problems) + ".", UserWarning, stacklevel=3)
+        sink.warn(f"{step_name}: " + "; ".join(problems) + ".", KameleonWarning, stacklevel=3)
     return pending
 
 

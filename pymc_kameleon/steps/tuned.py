@@ -21,6 +21,7 @@ from pymc_kameleon.core.adaptation.whitening import Whitening
 from pymc_kameleon.core.kameleon.family import KameleonProposal, mean_rkhs_variance
 from pymc_kameleon.core.kameleon.kernels import make_kernel
 from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
+from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.steps.base import continuous_value_vars
 
 __all__ = ["rebuild_proposal", "value_space_draws"]
@@ -160,7 +161,7 @@ def rebuild_proposal(
         warnings.warn(
             f"Chain {chain} has {X.shape[0]} draws, fewer than the {int(size)} points of its tuned Z; "
             f"the rebuilt proposal uses all {X.shape[0]} (sample more draws for a closer rebuild).",
-            UserWarning,
+            KameleonWarning,
             stacklevel=2,
         )
     moments = shrunk_covariance(block)

@@ -24,6 +24,7 @@ from pymc_kameleon import (
     GPDelayedAcceptanceMALA,
     GPDelayedAcceptanceMH,
     KameleonMetropolis,
+    KameleonWarning,
     PseudoMarginalPotential,
 )
 from pymc_kameleon.core.adaptation.scan import scan_steps_for
@@ -219,7 +220,9 @@ def test_tuning_warnings_reach_the_session_from_worker_processes(cls, kwargs, me
         idata = pm.sample(
             step=cls(**kwargs), tune=100, draws=20, chains=2, cores=2, random_seed=4, **SAMPLE_KW
         )
-    assert len([w for w in caught if message in str(w.message)]) == 2
+    ours = [w for w in caught if message in str(w.message)]
+    assert len(ours) == 2
+    assert all(w.category is KameleonWarning for w in ours)  # the category survives the trip back
     assert idata.sample_stats["accept"].dtype == np.float64
 
 

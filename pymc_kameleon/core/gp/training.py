@@ -44,6 +44,7 @@ import numpy as np
 from pymc_kameleon.core.gp.fit import data_scales
 from pymc_kameleon.core.gp.options import GPTrainingOptions
 from pymc_kameleon.core.linalg import SingularCovarianceError, one_blas_thread, same_array
+from pymc_kameleon.core.warning_categories import KameleonRuntimeWarning
 
 __all__ = [
     "GP_FLOOR_NATS",
@@ -137,7 +138,7 @@ class GPTrainingSchedule:
                 self._warn(
                     "a new GP point duplicates stored ones numerically and was skipped (raise `jitter` "
                     "if this happens often).",
-                    RuntimeWarning,
+                    KameleonRuntimeWarning,
                     4,
                 )
             return False

@@ -56,6 +56,7 @@ from pymc_kameleon.core.gp.training import (
 )
 from pymc_kameleon.core.linalg import same_array
 from pymc_kameleon.core.validation import check_number, check_probability
+from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.steps.base import (
     AdaptiveStep,
     ChainState,
@@ -156,7 +157,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         target = self._split_target(model, vars, initial_point, compile_kwargs)
         if target.likelihood_outside_vars:
             message = outside_vars_message(name, vars, target.likelihood_outside_vars, model)
-            warnings.warn(message, UserWarning, stacklevel=3)
+            warnings.warn(message, KameleonWarning, stacklevel=3)
         self._gp_options = GPTrainingOptions.from_user(
             d,
             gradients=self.gradient_observations,
@@ -285,7 +286,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
             kernel.end_warm_up(self.rng, tune=self.tune)  # screen from here on
             self._warnings.warn(
                 f"{type(self).__name__}: {why}. Increase `tune`, or start closer to the posterior.",
-                UserWarning,
+                KameleonWarning,
                 stacklevel=2,
             )
         if tuned:
@@ -300,7 +301,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
                     "hyperparameters were never fitted (the warm-up's heuristic ones), around a random "
                     "walk with the scan's step sizes. Increase `tune` (the end-of-tuning warning gives "
                     "the steps this model needs).",
-                    UserWarning,
+                    KameleonWarning,
                     stacklevel=2,
                 )
             elif schedule.warm:
@@ -310,7 +311,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
                     "points). Every step stays exact until the GP holds initial_points points; it then "
                     "screens with the warm-up's heuristic hyperparameters, never fitted. Increase `tune` "
                     "or lower `initial_points`.",
-                    UserWarning,
+                    KameleonWarning,
                     stacklevel=2,
                 )
         if tuned and not schedule.warm and schedule.recent_stage1_rate() >= MAX_STAGE1_ACCEPT:
@@ -328,7 +329,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
                 + ("posterior sds" if self.gp.whitening is not None else "(model units)")
                 + f" and its signal variance {self.gp.signal_variance:.3g}: length scales far below the "
                 f"spread of the training points mean it fits noise. {remedy}",
-                UserWarning,
+                KameleonWarning,
                 stacklevel=2,
             )
         super().stop_tuning()
