@@ -276,6 +276,7 @@ def test_pseudo_marginal_tuning_quick_mode(capsys):
     assert "| 20 | never |" in out and "| 20 | 5 |" in out and "of 8 |" in out
 
 
+@pytest.mark.slow
 def test_pseudo_marginal_tuning_exact_posterior_is_resolved():
     """The quadrature reference of the frozen-chain benchmark: a grid twice as fine gives the same
     posterior means and sds to 1e-3 of an sd, and mu is within a posterior sd of what the counts' mean
@@ -374,6 +375,7 @@ def test_speculative_da_quick_mode(capsys):
     assert prefetched > 0.1
 
 
+@pytest.mark.slow
 def test_mlda_benchmarks_quick_mode(capsys):
     """benchmarks/mlda_bias.py, mlda_ode.py and mlda_three_levels.py run end to end and print their
     tables."""

@@ -116,6 +116,7 @@ def same_run(a, b):
     )
 
 
+@pytest.mark.slow
 def test_kass_on_dask_equals_serial_with_one_and_two_workers(client):
     model = black_box_model()
     serial = run_kass(model, None)
@@ -131,6 +132,7 @@ def test_kass_on_dask_equals_serial_with_one_and_two_workers(client):
     assert not same_run(serial, other)
 
 
+@pytest.mark.slow
 def test_waste_free_kass_on_dask_equals_serial(client):
     """Waste-free chains evaluate a few proposals per step (one per chain): the same draws, log Z and error
     bar as serial."""
@@ -226,6 +228,7 @@ def test_failed_rounds_are_retried_until_a_worker_answers(client, monkeypatch):
     assert len(calls) == 3 + executors._DASK_RETRIES + 1
 
 
+@pytest.mark.slow
 def test_killed_workers_are_replaced_and_the_run_is_unchanged(client, tmp_path):
     """Both workers die, one after the other. The second death also loses the scattered likelihood
     (the restarted first worker never got it), which cancelled every task until the payload was
@@ -251,6 +254,7 @@ def run_speculative(model, executor, cores=1):
         )
 
 
+@pytest.mark.slow
 def test_speculative_delayed_acceptance_on_dask_equals_serial(client, tmp_path, caplog):
     """GP-DA-MH's draws-phase speculation on the cluster: the serial draws, with cores=1 and with PyMC's
     worker processes (cores=2); and when workers die mid-run, the lost guesses are evaluated again in
@@ -304,6 +308,7 @@ def run_pseudo_marginal(executor, cores=1, replicates=4):
         )
 
 
+@pytest.mark.slow
 def test_pseudo_marginal_replicates_on_dask_equal_serial(client):
     serial = run_pseudo_marginal(None)
     for executor, cores in [(client.get_executor(), 1), (DaskExecutor(client), 2)]:

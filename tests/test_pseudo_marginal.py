@@ -63,6 +63,7 @@ def _one_point_is_estimator(y=1.3, n=4):
     )
 
 
+@pytest.mark.slow
 def test_importance_sampling_estimator_is_unbiased_and_jensen_control_fails():
     y, theta = 1.3, -0.4
     log_est = _one_point_is_estimator(y)
@@ -319,6 +320,7 @@ def _filter(y, n_particles=20, sort_particles=True):
     )
 
 
+@pytest.mark.slow
 def test_particle_filter_is_unbiased_against_the_kalman_filter():
     """E[L_hat / L] = 1 over u ~ N(0, I) (Monte Carlo, 4 SE), with L from the Kalman filter."""
     y, params, kalman = _linear_gaussian_ssm()

@@ -153,6 +153,7 @@ def _reference_z(proposal, log_density, n=20_000, seed=2):
     return _identity_z(X, np.array([log_density(x, y) for x in X]), ref)
 
 
+@pytest.mark.slow
 def test_draws_follow_the_stated_density(proposal):
     """Monte Carlo, 20 000 draws: the density at a nearby conditioning point integrates to one
     against the draws (|z| < 5); for an independence proposal, a reference density does."""

@@ -810,6 +810,7 @@ def test_stalled_moves_warn_once_per_chain_naming_the_stage():
         run_smc(linear_model(), KASS, chains=2, draws=200)
 
 
+@pytest.mark.slow
 def test_particles_that_collapse_because_moves_stalled_say_so():
     """A frozen, 1e6-times too wide proposal on a thin ridge: no move is ever accepted, resampling
     collapses the particles, and the error names the stalled stage and the scale options.

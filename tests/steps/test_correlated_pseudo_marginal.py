@@ -179,6 +179,7 @@ def test_options_are_checked():
             PseudoMarginalPotential("h", estimator, inputs=[theta], auxiliary_shape=3)
 
 
+@pytest.mark.slow
 def test_helper_estimator_carries_its_shape_and_is_unbiased():
     """correlated_importance_sampling_estimator: auxiliary_shape is picked up by the potential, and
     exp(log L_hat) averages to the exact likelihood over u ~ N(0, I) (Monte Carlo)."""

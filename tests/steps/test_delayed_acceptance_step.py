@@ -830,6 +830,7 @@ def test_tuning_that_ends_in_a_walking_pause_says_so():
     assert not step.gp_schedule.warm  # screens after tuning
 
 
+@pytest.mark.slow
 def test_the_independence_component_screened_by_the_gp():
     """independence_weight=0.5 on a Gaussian posterior: tuning probes exactly (the GP learns from them),
     the component ends on in every chain and draws about half the moves, each screened by the GP (the

@@ -56,6 +56,7 @@ def _check_the_bound_changed_no_decision(bounded, plain, decided_at_least):
     assert np.all(stage1[decided] >= plain.sample_stats["stage1_accept"].values[decided])
 
 
+@pytest.mark.slow
 def test_mala_s_bound_decides_many_rejections_and_changes_no_draw(monkeypatch):
     bounded = _sample(GPDelayedAcceptanceMALA)
     original = GPSurrogate.predict_joint_with_bound

@@ -229,6 +229,7 @@ def _banana_draws(step_factory, cores, seed=3, scale=1.0):
 
 @pytest.mark.parametrize("cores", [1, 2])
 @pytest.mark.parametrize("cls", [KameleonMetropolis, GPDelayedAcceptanceMH], ids=["kamh", "gpda-mh"])
+@pytest.mark.slow
 def test_after_pooled_tuning_the_chains_sample_the_exact_target(cls, cores):
     """4 chains x 4000 draws of a 2-d banana after 1500 pooled tuning steps: HDR coverages and means
     within 4 MCSE (each chain is an exact MH chain once tuning froze)."""
