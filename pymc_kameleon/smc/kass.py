@@ -26,8 +26,6 @@ from pymc.smc.kernels import Pearson
 from pymc_kameleon.core.kameleon.family import check_subsample_size
 from pymc_kameleon.core.kameleon.kernels import make_kernel
 from pymc_kameleon.core.smc.evidence import (
-    beta_increments,
-    evidence_lag,
     genealogy_stats,
     loglik_rise,
     slowest_chain_autocorrelation,
@@ -46,31 +44,16 @@ from pymc_kameleon.core.smc.rejuvenation import (
     waste_free_chains,
     waste_free_final_thinning,
 )
-from pymc_kameleon.core.warning_categories import KameleonRuntimeWarning, KameleonWarning
 from pymc_kameleon.smc._batched import BatchedSMCKernel, check_continuous, coordinate_labels
-from pymc_kameleon.smc.results import (
-    LINEAGES_CHECKED,
-    MIN_DISTINCT_ANCESTORS,
-    collapsed_genealogy_message,
-    evidence_lag_message,
-    lag_is_material,
-    log_z_std_error,
-)
+from pymc_kameleon.smc.kass_checks import KASSChecks
 
 __all__ = ["ASMC", "KASS"]
 
-# Waste-free chains shorter than this many autocorrelation times get a warning: on the gallery ODE and the
-# banana, chains at 1.3 and 2.3 times were biased, at 3.0 and 3.4 times not (decision 0042).
-MIN_CHAIN_TIMES_TAU = 2.5
-#: Waste-free with fewer chains a stage than this says that a mode none of them starts in is lost (a new
-#: user's two equal-mass modes in 3-d, 2000 particles in chains of 400: 5 chains, the narrow mode lost in
-#: both runs, log Z 0.3-0.5 nats low, no other warning). "auto" gives about 20 (4 below 250 particles).
-FEW_WASTE_FREE_CHAINS = 10
 # The proposal factors of the current particles are kept between sweeps below this size.
 _FACTOR_CACHE_BYTES = 256 * 2**20
 
 
-class KASS(BatchedSMCKernel):
+class KASS(KASSChecks, BatchedSMCKernel):
     r"""Kernel Adaptive SMC: ``pm.sample_smc(kernel=KASS, ...)`` with Kameleon rejuvenation moves.
 
     At every stage, after PyMC has reweighted to the new temperature :math:`\beta_t` and resampled:
@@ -341,17 +324,7 @@ class KASS(BatchedSMCKernel):
         """Reset the per-chain state (PyMC reuses one kernel instance for sequential chains)."""
         self._reset_chain_state()
         super().setup_kernel()
-        n_chains = waste_free_chains(self.draws, self.chain_length)
-        if self.waste_free and n_chains < FEW_WASTE_FREE_CHAINS:
-            self._warnings.warn(
-                f"{type(self).__name__}: waste-free with {self.draws} particles in chains of "
-                f"{self.chain_length} states starts only {n_chains} chains a stage, and a mode that none "
-                "of them starts in is lost (log Z then comes out low, and chains that agree hide it from "
-                "R-hat). For a posterior that may have separated modes use waste_free=False, or keep at "
-                f"least {FEW_WASTE_FREE_CHAINS} chains: more particles or a shorter chain_length.",
-                KameleonWarning,
-                stacklevel=1,
-            )
+        self._warn_if_few_waste_free_chains()
 
     def _reset_chain_state(self):
         self._log_scale = math.log(self.initial_scale)
@@ -476,23 +449,8 @@ class KASS(BatchedSMCKernel):
             self._log_scale, moved.mean_accept, self.target_accept, self.learning_rate
         )
         self._poor_stages.record(self.iteration, self.beta, moved.mean_accept, steps, moved.unmoved)
-        if self.beta >= 1 and self._poor_stages:  # one warning per chain, at its last stage
-            message = self._poor_stages.warning(type(self).__name__, self.iteration)
-            self._warnings.warn(message, KameleonRuntimeWarning, stacklevel=1)
         if self.beta >= 1:
-            self._warn_evidence_lag()
-            self._warn_short_chains()
-            self._warn_nan_likelihoods()
-        ancestors = self._evidence["distinct_ancestors"]
-        # The genealogy's error bar needs lineages; the waste-free one does not.
-        has_error_bar = self.resampling == "multinomial" and not self.waste_free
-        if self.beta >= 1 and has_error_bar and ancestors < MIN_DISTINCT_ANCESTORS:
-            # PyMC does not tell a kernel its chain number: the count identifies the chain, and each
-            # chain below the bar warns for itself ("one chain" read as "only one chain").
-            bar = MIN_DISTINCT_ANCESTORS
-            counts = f"in this chain {ancestors} of {self.draws}; each chain below {bar} warns"
-            message = collapsed_genealogy_message(counts, self.draws, ancestors)
-            self._warnings.warn(f"{type(self).__name__}: {message}", KameleonWarning, stacklevel=1)
+            self._warn_at_the_last_stage()
 
     def _sweep(self, N: int, d: int):
         """The stage's sweeps over all particles, in place
@@ -535,81 +493,6 @@ class KASS(BatchedSMCKernel):
         self._eve = self._eve[:M][chain]
         self._n_chains = M
         return chains, loglik_start, chain
-
-    def _warn_short_chains(self):
-        """Waste-free: warn when a stage's chains were shorter than :data:`MIN_CHAIN_TIMES_TAU` times the
-        largest autocorrelation time of their log-likelihoods and coordinates (log Z then came out low,
-        with too small an error bar; decisions 0042 and 0052)."""
-        known = [row for row in self._autocorrelation if np.isfinite(row[2])]
-        if not known:
-            return
-        stage, beta, tau, slowest = max(known, key=lambda row: row[2])
-        if self.chain_length >= MIN_CHAIN_TIMES_TAU * tau:
-            return
-        self._warnings.warn(
-            f"{type(self).__name__}: the waste-free chains of {self.chain_length} states were too short for "
-            f"their moves: at stage {stage} (beta={beta:.3g}) the autocorrelation time of {slowest} was "
-            f"{tau:.1f} states (chains this short understate it), and below {MIN_CHAIN_TIMES_TAU:g} times "
-            "that the chains' states lag their tempered targets, so log Z is biased (most often low) with "
-            f"too small an error bar. Use chain_length of at least {math.ceil(4 * tau)} with more particles, "
-            "to keep as many chains (each stage starts draws / chain_length of them, and a mode none starts "
-            "in is lost), or waste_free=False.",
-            KameleonWarning,
-            stacklevel=1,
-        )
-
-    def _warn_evidence_lag(self):
-        """Warn when the particles' log-likelihood rises put log Z materially low
-        (:func:`~pymc_kameleon.core.smc.evidence.evidence_lag`)."""
-        stages, betas, rises, rise_ses = (np.array(column) for column in zip(*self._rises))
-        lag, lag_se = evidence_lag(betas, rises, rise_ses)
-        log_z_se = float(log_z_std_error(self._evidence["evidence_relative_variance"]))
-        if lag_is_material(lag, lag_se, log_z_se):
-            worst = int(np.nanargmax(beta_increments(betas) * rises))
-            message = evidence_lag_message(
-                type(self).__name__, lag, lag_se, log_z_se, int(stages[worst]), float(betas[worst])
-            )
-            self._warnings.warn(message, KameleonWarning, stacklevel=1)
-
-    # ---------------------------------------------------------------- reporting
-    def sample_stats(self):
-        return {
-            "log_marginal_likelihood": self.log_marginal_likelihood if self.beta == 1 else np.nan,
-            "beta": self.beta,
-            **{
-                name: self._stage[name] for name in ("mean_accept_rate", "nu2", "scale", "bandwidth", "gamma")
-            },
-            **{name: int(self._stage[name]) for name in ("n_steps", "subsample_size", "likelihood_evals")},
-            "loglik_rise": self._stage["loglik_rise"],
-            "loglik_rise_se": self._stage["loglik_rise_se"],
-            "autocorrelation_time": self._stage["autocorrelation_time"],
-            **self._evidence,
-        }
-
-    def sample_settings(self):
-        settings = {
-            "_n_draws": self.draws,
-            "threshold": self.threshold,
-            "_n_tune": self.n_steps,
-            "proposal_kernel": self.proposal_kernel,
-            "n_steps_rule": "waste-free" if self.waste_free else str(self.n_steps_rule),
-            "correlation_threshold": self.correlation_threshold,
-            "learning_rate": self.learning_rate,
-            "target_accept": self.target_accept,
-            "am_weight": self.am_weight,
-            "independence_weight": self.independence_weight,
-            "batch_logp": int(self._use_batch),
-            "resampling": self.resampling,
-            "waste_free": int(self.waste_free),
-            "chain_length": self.chain_length,
-            "final_thinning": self.final_thinning,
-            "poorly_mixing_stages": len(self._poor_stages),
-            # Each chain warned at its end if its final particles had few lineages: log_evidence does
-            # not say it again (smc.results.LINEAGES_CHECKED).
-            LINEAGES_CHECKED: 1,
-        }
-        # With cores>1 this chain ran in a worker process: its warning travels back with the setting.
-        return self._warnings.attach(settings, "poorly_mixing_stages")
 
 
 class ASMC(KASS):
