@@ -70,7 +70,7 @@ docs: $(VENV)/.docs-installed
 	$(PY) -m sphinx -b html -q $(DOCS_ARGS) docs docs/_build/html
 	@echo "docs: docs/_build/html/index.html"
 
-## test-fast: ruff check, then the tests that sample nothing, on PyMC 5 (about a minute): the NumPy
+## test-fast: ruff check, then the tests that sample nothing, on PyMC 5 (1-1.5 minutes): the NumPy
 ##            core, the problems, the metrics and the benchmarks' exact references
 FAST_TESTS := tests/core tests/problems tests/test_metrics.py tests/test_benchmarks.py
 test-fast: $(VENV)/.installed lint
