@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pymc_kameleon import KameleonMetropolis
+from pymc_kameleon import KameleonMetropolis, KameleonWarning
 from pymc_kameleon.problems.targets import banana
 
 DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo.py"
@@ -33,7 +33,7 @@ def test_demo_hides_other_libraries_user_warnings_and_prints_ours_without_a_file
         warnings.simplefilter("always")
         with demo.our_warnings_only():
             warnings.warn("PyTensor could not link to a BLAS installation.", UserWarning, stacklevel=1)
-            warnings.warn("KASS: the moves barely mixed.", UserWarning, stacklevel=1)
+            warnings.warn("KASS: the moves barely mixed.", KameleonWarning, stacklevel=1)
     assert [str(w.message) for w in caught] == ["KASS: the moves barely mixed."]
-    text = demo.short_warning(caught[0].message, UserWarning, "/some/multiprocessing/connection.py", 251)
-    assert text == "UserWarning: KASS: the moves barely mixed.\n"
+    text = demo.short_warning(caught[0].message, KameleonWarning, "/some/multiprocessing/connection.py", 251)
+    assert text == "KameleonWarning: KASS: the moves barely mixed.\n"
