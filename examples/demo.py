@@ -19,7 +19,6 @@ from pymc_kameleon.problems.targets import banana
 
 CHAINS, TUNE, DRAWS, SEED = 4, 5000, 10000, 2014
 QS = np.round(np.arange(0.1, 1.0, 0.1), 1)
-# Our steps' warnings begin with the step's name ("KameleonMetropolis: tuning took ...").
 
 
 def short_warning(message, category, filename, lineno, line=None):

@@ -19,6 +19,8 @@ PACKAGE = pathlib.Path(pymc_kameleon.__file__).parent
 OUR_CATEGORIES = {"KameleonWarning", "KameleonRuntimeWarning"}
 # Helpers that pass on a category their caller chose (each caller's category is checked at its call).
 FORWARDED = {"category"}
+# ``warnings.warn`` and StepWarnings' ``warn``; ``_warn`` is the GP training schedule's callback to them.
+WARN_CALLS = {"warn", "_warn"}
 
 
 def _warn_calls_with_foreign_categories(source: str, filename: str = "<snippet>") -> list[str]:
@@ -29,7 +31,7 @@ def _warn_calls_with_foreign_categories(source: str, filename: str = "<snippet>"
             continue
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-        if name != "warn":
+        if name not in WARN_CALLS:
             continue
         category = node.args[1] if len(node.args) > 1 else None
         category = next((k.value for k in node.keywords if k.arg == "category"), category)
@@ -52,6 +54,7 @@ def test_every_warning_the_package_raises_has_our_category():
         'import warnings\nwarnings.warn("x", UserWarning)',
         'import warnings\nwarnings.warn("x")',
         'self._warnings.warn("x", category=RuntimeWarning, stacklevel=2)',
+        'self._warn("a duplicated point", RuntimeWarning, 4)',
     ],
 )
 def test_negative_control_the_source_check_finds_a_foreign_category(snippet):

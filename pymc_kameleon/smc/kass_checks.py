@@ -40,9 +40,8 @@ FEW_WASTE_FREE_CHAINS = 10
 
 class KASSChecks:
     """The checks at set-up and at the last stage, and the statistics of :class:`~pymc_kameleon.KASS` (a
-    mixin: it reads
-    the kernel's per-chain state, ``_poor_stages``, ``_rises``, ``_autocorrelation``, ``_evidence`` and
-    ``_stage``)."""
+    mixin: it reads the kernel's per-chain state, ``_poor_stages``, ``_rises``, ``_autocorrelation``,
+    ``_evidence`` and ``_stage``)."""
 
     def _warn_if_few_waste_free_chains(self):
         """At set-up: waste-free with fewer than :data:`FEW_WASTE_FREE_CHAINS` chains a stage loses a mode
