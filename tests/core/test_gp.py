@@ -305,6 +305,55 @@ def test_fit_stops_at_screening_precision_with_the_polished_optimum(monkeypatch)
     assert total < 0.95 * polished_total, (total, polished_total)  # 422 against 492 (Haswell BLAS kernels)
 
 
+def _slow_restart_fit(monkeypatch, maxfun_cap=True):
+    """The end-of-warm-up fit of GP-DA-MALA on the contract tests' 3-d regression (seed 1): 75 points
+    with gradient rows (``data/gp_fit_slow_restart.npz``, in the GP's whitened coordinates) and the
+    fit's random stream. Returns the log marginal likelihood after it and each start's evaluations."""
+    from pathlib import Path
+
+    from pymc_kameleon.core.gp import fit as gp_fit
+
+    data = np.load(Path(__file__).parent / "data" / "gp_fit_slow_restart.npz")
+    X, rows = data["X"], data["y"].reshape(len(data["X"]), 4)
+    gp = GPSurrogate(3, lengthscales=data["ell"], signal_variance=float(data["s2"]), gradients=True)
+    for x, row in zip(X, rows):
+        gp.add(x, row[0], grad=row[1:])
+    state, inc = (int(v) for v in data["rng_state"])
+    rng = np.random.Generator(np.random.PCG64())
+    rng.bit_generator.state = {"bit_generator": "PCG64", "state": {"state": state, "inc": inc},
+                               "has_uint32": 1, "uinteger": 748765362}
+    minimize, evaluations = gp_fit.minimize, []
+
+    def counted(*args, options, **kwargs):
+        if not maxfun_cap:
+            options = {key: value for key, value in options.items() if key != "maxfun"}
+        result = minimize(*args, options=options, **kwargs)
+        evaluations.append(result.nfev)
+        return result
+
+    monkeypatch.setattr(gp_fit, "minimize", counted)
+    return gp.fit_hyperparameters(n_restarts=2, rng=rng), evaluations
+
+
+def test_a_start_whose_line_searches_keep_failing_stops_at_the_evaluation_limit(monkeypatch):
+    """One random restart of this fit fails its line searches (a singular K at most trial points) and,
+    limited by iterations only, took 3014 evaluations (17.6 s, the other starts 33-44) to reach the
+    optimum the other starts had found. Each start now stops at ``maxiter`` (200) evaluations, give or
+    take one line search, and the fit's result is the same."""
+    lml, evaluations = _slow_restart_fit(monkeypatch)
+    assert max(evaluations) <= 200 + 20, evaluations
+    assert lml == pytest.approx(154.964, abs=1e-3)
+
+
+@pytest.mark.slow
+def test_negative_control_without_the_evaluation_limit_the_restart_runs_on(monkeypatch):
+    """The same fit without the limit (L-BFGS-B's default, 15 000 evaluations): the restart runs on
+    (about 17 s). Its line searches depend on the BLAS's rounding, so the bound is loose."""
+    lml, evaluations = _slow_restart_fit(monkeypatch, maxfun_cap=False)
+    assert max(evaluations) > 1000, evaluations
+    assert lml == pytest.approx(154.964, abs=1e-3)
+
+
 def test_a_fit_stuck_in_the_white_noise_optimum_gets_out():
     """From length scales at their lower bound (K ~ s^2 I, where the marginal likelihood is flat in the
     length scales) a refit that starts only there stays; the start from the data's scales escapes.
