@@ -87,12 +87,13 @@ def _scales_model():
 def test_mala_s_bound_changes_no_draw_on_mixed_scales_from_a_far_start(monkeypatch):
     """A model the bound was not designed on (sds 1e-3 beside 1e3, 20-d, 21 GP rows a point, a start 5 sds
     out): the draws equal the plain computation's, and the bound, given 16 points' rows, still decides
-    most rejections (measured 61% of the draws, of 66% rejected; 16% given 64 rows)."""
+    most rejections (measured 61% of the draws, of 66% rejected, in two chains; 16% given 64 rows). One
+    chain: 57% of 64%, in half the time."""
     model, scales = _scales_model()
 
     def run():
         with model:
-            return pm.sample(step=GPDelayedAcceptanceMALA(), tune=800, draws=600, chains=2, cores=1,
+            return pm.sample(step=GPDelayedAcceptanceMALA(), tune=800, draws=600, chains=1, cores=1,
                              random_seed=5, initvals={"x": 5 * scales}, **SAMPLE_KW)
 
     bounded = run()
