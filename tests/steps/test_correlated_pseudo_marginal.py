@@ -237,7 +237,7 @@ def _sample(step_factory, seed, draws=5000, **model_kw):
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         idata = pm.sample(
-            step=step_factory(), draws=draws, tune=2000, chains=4, cores=2, random_seed=seed, **SAMPLE_KW
+            step=step_factory(), draws=draws, tune=2000, chains=4, cores=1, random_seed=seed, **SAMPLE_KW
         )
     return idata.posterior["theta"].values, idata
 

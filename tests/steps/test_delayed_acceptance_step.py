@@ -647,7 +647,7 @@ def sample_target(target, step_factory, seed, chains=4, tune=1000, draws=2500, p
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             idata = pm.sample(
-                step=step_factory(), chains=chains, cores=2, tune=tune, draws=draws, random_seed=seed,
+                step=step_factory(), chains=chains, cores=1, tune=tune, draws=draws, random_seed=seed,
                 initvals=[{"x": s} for s in starts], **SAMPLE_KW,
             )
     return idata.posterior["x"].values, idata.sample_stats
@@ -707,7 +707,7 @@ def test_invariance_pseudo_marginal():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             idata = pm.sample(step=GPDelayedAcceptanceMH(max_points=300), draws=2500, tune=1000, chains=4,
-                              cores=2, random_seed=5, **SAMPLE_KW)
+                              cores=1, random_seed=5, **SAMPLE_KW)
     scores = latent_gaussian_z_scores(idata.posterior["theta"].values)
     assert max(scores.values()) < Z_MAX, scores
     assert idata.sample_stats["exact_eval"].values.mean() < 0.6

@@ -198,7 +198,7 @@ def _k_scores(discrete_step, seed, n=1):
     with poisson_model(latent_estimator(n)) as model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         steps = [KameleonMetropolis([model["theta"]]), discrete_step([model["k"]])]
-        idata = pm.sample(step=steps, tune=1000, draws=1250, chains=4, cores=2, random_seed=seed, **SAMPLE_KW)
+        idata = pm.sample(step=steps, tune=1000, draws=1250, chains=4, cores=1, random_seed=seed, **SAMPLE_KW)
     k = idata.posterior["k"].values
     scores = {"mean": abs(k.mean() - (K_GRID * K_POST).sum()) / _mcse_of_mean(k)}
     for j in (1, 2, 3, 4):

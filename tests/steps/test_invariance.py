@@ -26,7 +26,7 @@ def sample_target(target, step_factory, seed, chains=4, tune=2000, draws=5000):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             idata = pm.sample(
-                step=step_factory(), chains=chains, cores=2, tune=tune, draws=draws,
+                step=step_factory(), chains=chains, cores=1, tune=tune, draws=draws,
                 random_seed=seed, progressbar=False, compute_convergence_checks=False,
             )
     return idata.posterior["x"].values
@@ -71,7 +71,7 @@ def test_negative_control_wrong_target(z_scores):
         pm.Potential("lp", 0.8 * target.logp_tensor(x))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            idata = pm.sample(step=KameleonMetropolis(), chains=4, cores=2, tune=2000, draws=5000,
+            idata = pm.sample(step=KameleonMetropolis(), chains=4, cores=1, tune=2000, draws=5000,
                               random_seed=9, progressbar=False, compute_convergence_checks=False)
     scores = z_scores(idata.posterior["x"].values, target)
     assert max(scores.values()) > Z_MAX, scores

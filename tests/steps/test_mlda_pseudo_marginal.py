@@ -37,7 +37,7 @@ def coarse_latent_model(offset_sds: float = 1.0):
     return coarse
 
 
-def sample_latent(step_class=MLDA, *, seed=5, tune=1000, draws=2500, chains=4, cores=2, correlated=False):
+def sample_latent(step_class=MLDA, *, seed=5, tune=1000, draws=2500, chains=4, cores=1, correlated=False):
     model, coarse = latent_gaussian_model(), coarse_latent_model()
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -210,7 +210,7 @@ def _sample_latent(step_factory, seed, split=False, draws=5000):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             idata = pm.sample(
-                step=step_factory(model), draws=draws, tune=2000, chains=4, cores=2, random_seed=seed,
+                step=step_factory(model), draws=draws, tune=2000, chains=4, cores=1, random_seed=seed,
                 **SAMPLE_KW,
             )
     post = idata.posterior

@@ -42,7 +42,7 @@ def sample(model, step, tune, draws, chains=4, initvals=None, seed=3):
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         return pm.sample(
-            step=step(), tune=tune, draws=draws, chains=chains, cores=2, random_seed=seed, initvals=initvals,
+            step=step(), tune=tune, draws=draws, chains=chains, cores=1, random_seed=seed, initvals=initvals,
             progressbar=False, compute_convergence_checks=False,
         )
 
