@@ -499,3 +499,12 @@ def test_smc_real_posteriors_quick_mode(capsys):
     assert all(float(row.split("|")[5]) > 200 for row in rows), rows  # evaluations beyond the particles
     bench.main(["--quick", "--posteriors", "banana-8d"])
     assert "| banana-8d | every sampler | skipped: a flat prior on ['x']" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_population_cores_quick_mode(capsys):
+    """benchmarks/population_cores.py runs and finds the same draws with cores=1 and cores=2."""
+    rows = _load("population_cores").main(["--quick"])
+    assert [(cost, tuning) for cost, tuning, *_ in rows] == [(0.0, "pooled"), (0.0, "per_chain")]
+    assert all(same for *_, same in rows)
+    assert "| cores=2 / cores=1 |" in capsys.readouterr().out
