@@ -36,31 +36,14 @@ CORES = (1, 2)
 
 
 def busy_gaussian_model(dim: int, cost_ms: float):
-    """``x ~ Flat`` with the black-box log likelihood ``-|x|^2 / 2`` that busy-waits ``cost_ms``."""
+    """``x ~ Flat`` with the black-box log likelihood ``-|x|^2 / 2`` that busy-waits ``cost_ms``
+    (``step_cost.py``'s Op)."""
     import pymc as pm
-    import pytensor.tensor as pt
-    from pytensor.graph.basic import Apply
-    from pytensor.graph.op import Op
-
-    class BusyGaussian(Op):
-        __props__ = ("cost",)
-
-        def __init__(self, cost):
-            self.cost = float(cost)
-
-        def make_node(self, x):
-            return Apply(self, [pt.as_tensor_variable(x)], [pt.dscalar()])
-
-        def perform(self, node, inputs, output_storage):
-            end = time.perf_counter() + self.cost / 1000.0
-            while time.perf_counter() < end:
-                pass
-            x = inputs[0]
-            output_storage[0][0] = np.asarray(-0.5 * float(np.dot(x, x)))
+    from step_cost import make_op
 
     with pm.Model() as model:
         x = pm.Flat("x", shape=dim, initval=np.zeros(dim))
-        pm.Potential("lik", BusyGaussian(cost_ms)(x))
+        pm.Potential("lik", make_op(cost_ms)(x))
     return model
 
 
