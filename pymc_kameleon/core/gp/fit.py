@@ -254,7 +254,7 @@ def fit_hyperparameters(
         L-BFGS-B's limit per start, on iterations and on objective evaluations alike (it stops earlier
         by :data:`FIT_FTOL` and :data:`FIT_GTOL`). A start whose line searches keep failing (a
         singular :math:`K` at most trial points) otherwise ran on: one random restart of a 3-d fit
-        with gradient rows took 3014 evaluations (17.6 s, the others 19-44) to reach the optimum the
+        with gradient rows took 3014 evaluations (17.6 s, the others 33-44) to reach the optimum the
         other starts had found; starts that converge use under 70 (3-17 d).
     data_start : bool
         Whether to start from the data's scales too.

@@ -373,7 +373,8 @@ class GPSurrogate(GPPredictionMixin, GPFactor):
 
         L-BFGS-B from the current values, from the data's scales (``data_start``) and ``n_restarts``
         random starts (``rng``) within ``bounds`` (log space; :meth:`default_bounds` if omitted),
-        ``maxiter`` iterations each; the log marginal likelihood never decreases and is returned.
+        ``maxiter`` iterations and evaluations each; the log marginal likelihood never decreases and is
+        returned.
         :math:`O(n^3)` per evaluation: tuning only. See :func:`pymc_kameleon.core.gp.fit.fit_hyperparameters`.
         """
         return gp_fit.fit_hyperparameters(
