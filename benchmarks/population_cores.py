@@ -47,7 +47,8 @@ def busy_gaussian_model(dim: int, cost_ms: float):
     return model
 
 
-def timed_sample(model, tuning: str, cores: int, args, tune=None, draws=None) -> tuple[float, np.ndarray]:
+def timed_sample(model, tuning: str, cores: int, chains: int, tune: int, draws: int):
+    """One whole `pm.sample` of KAMH: its wall time (s) and the draws of `x`."""
     import pymc as pm
 
     from pymc_kameleon import KameleonMetropolis
@@ -56,8 +57,7 @@ def timed_sample(model, tuning: str, cores: int, args, tune=None, draws=None) ->
         warnings.simplefilter("ignore")
         start = time.perf_counter()
         idata = pm.sample(
-            step=KameleonMetropolis(tuning=tuning), chains=args.chains, cores=cores,
-            tune=args.tune if tune is None else tune, draws=args.draws if draws is None else draws,
+            step=KameleonMetropolis(tuning=tuning), chains=chains, cores=cores, tune=tune, draws=draws,
             random_seed=1, progressbar=False, compute_convergence_checks=False,
         )
         seconds = time.perf_counter() - start
@@ -87,13 +87,13 @@ def main(argv=None):
     for cost in args.costs:
         model = busy_gaussian_model(args.dim, cost)
         for cores in CORES:  # untimed: the first run of a model compiles it
-            timed_sample(model, "pooled", cores, args, tune=20, draws=10)
+            timed_sample(model, "pooled", cores, args.chains, tune=20, draws=10)
         for tuning in TUNINGS:
             seconds = {c: [] for c in CORES}
             draws = {}
             for _ in range(args.repeats):
                 for cores in CORES:
-                    t, draws[cores] = timed_sample(model, tuning, cores, args)
+                    t, draws[cores] = timed_sample(model, tuning, cores, args.chains, args.tune, args.draws)
                     seconds[cores].append(t)
             one, two = (float(np.median(seconds[c])) for c in CORES)
             same = bool(np.array_equal(draws[1], draws[2]))

@@ -308,7 +308,9 @@ def test_fit_stops_at_screening_precision_with_the_polished_optimum(monkeypatch)
 def _slow_restart_fit(monkeypatch, maxfun_cap=True):
     """The end-of-warm-up fit of GP-DA-MALA on the contract tests' 3-d regression (seed 1): 75 points
     with gradient rows (``data/gp_fit_slow_restart.npz``, in the GP's whitened coordinates) and the
-    fit's random stream. Returns the log marginal likelihood after it and each start's evaluations."""
+    state of the fit's random stream (PCG64, as JSON). Returns the log marginal likelihood after it and
+    each start's evaluations."""
+    import json
     from pathlib import Path
 
     from pymc_kameleon.core.gp import fit as gp_fit
@@ -318,10 +320,8 @@ def _slow_restart_fit(monkeypatch, maxfun_cap=True):
     gp = GPSurrogate(3, lengthscales=data["ell"], signal_variance=float(data["s2"]), gradients=True)
     for x, row in zip(X, rows):
         gp.add(x, row[0], grad=row[1:])
-    state, inc = (int(v) for v in data["rng_state"])
-    rng = np.random.Generator(np.random.PCG64())
-    rng.bit_generator.state = {"bit_generator": "PCG64", "state": {"state": state, "inc": inc},
-                               "has_uint32": 1, "uinteger": 748765362}
+    rng = np.random.default_rng()
+    rng.bit_generator.state = json.loads(str(data["rng_state"]))  # the fit's stream, as it was
     minimize, evaluations = gp_fit.minimize, []
 
     def counted(*args, options, **kwargs):
