@@ -6,7 +6,7 @@ from scipy.optimize import approx_fprime, check_grad
 from scipy.stats import multivariate_normal
 
 from pymc_kameleon.core.adaptation.whitening import Whitening
-from pymc_kameleon.core.gp.covariance import se_ard_covariance
+from pymc_kameleon.core.gp.covariance import se_ard_covariance, sum_terms_as_einsum
 from pymc_kameleon.core.gp.fit import log_hyperparameters, neg_log_marginal_likelihood_and_grad
 from pymc_kameleon.core.gp.surrogate import GPSurrogate
 from pymc_kameleon.core.linalg import SingularCovarianceError, cholesky_append
@@ -616,3 +616,41 @@ def test_variance_bound_is_the_variance_given_the_first_64_points():
         _, bound, _ = full.predict_with_variance_bound(x)
         assert bound == pytest.approx(first.predict(x)[1] + 1e-6 * 3.0, rel=1e-6, abs=1e-9)
         assert bound >= full.predict(x)[1]
+
+
+def test_sum_terms_as_einsum_is_einsum_s_sum_to_the_bit_and_a_plain_sum_is_not():
+    """The prediction rows add their d terms in einsum's order; a plain sum along the axis (the negative
+    control) differs in the last bits for most d >= 3, so the comparison can fail."""
+    rng = np.random.default_rng(20)
+    plain_differs = 0
+    for d in range(1, 61):
+        P = rng.exponential(size=(d, 40)) * rng.exponential(size=(d, 1))
+        expected = np.einsum("abj,abj->ab", np.ascontiguousarray(P.T)[None], np.ones((1, 40, d)))[0]
+        assert np.array_equal(sum_terms_as_einsum(P), expected), d
+        plain_differs += not np.array_equal(P.sum(axis=0), expected)
+    assert plain_differs > 40
+
+
+@pytest.mark.parametrize("d", [1, 5, 17])
+def test_value_rows_are_se_ard_covariance_s_to_the_bit_and_follow_new_points(d):
+    """The prediction rows (stored points kept transposed while they stay) equal se_ard_covariance's to
+    the bit, for one point and a batch; after an add and a change of length scales too."""
+    rng = np.random.default_rng(21)
+    ell = rng.uniform(0.3, 2.0, size=d)
+    gp = GPSurrogate(d, lengthscales=ell, signal_variance=2.5)
+    X = rng.normal(size=(50, d))
+    T = rng.normal(size=(7, d)) * 2.0
+
+    def check():
+        W, ell_now = gp.W, gp.lengthscales
+        assert np.array_equal(gp._value_rows(T), se_ard_covariance(T, W, ell_now, 2.5))
+        assert np.array_equal(gp._value_rows(T[:1]), se_ard_covariance(T[:1], W, ell_now, 2.5))
+
+    for x in X[:40]:
+        gp.add(x, float(np.sin(x).sum()))
+    check()
+    for x in X[40:]:
+        gp.add(x, float(np.sin(x).sum()))
+    check()
+    gp.set_hyperparameters(lengthscales=0.5 * ell)
+    check()

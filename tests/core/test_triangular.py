@@ -69,7 +69,7 @@ def test_control_a_wrong_leading_dimension_gives_wrong_solves():
     assert factor._buf.shape[0] == 80
     rhs = np.random.default_rng(5).normal(size=50)
     good = factor.solve(rhs)
-    factor._buf = factor._buf.reshape(-1)[: 50 * 50].reshape(50, 50).copy()  # rows of 50, not 80
+    factor._use_buffer(factor._buf.reshape(-1)[: 50 * 50].reshape(50, 50).copy())  # rows of 50, not 80
     with np.errstate(all="ignore"):
         bad = factor.solve(rhs)
         assert np.allclose(L_full[:50, :50] @ good, rhs) and not np.allclose(L_full[:50, :50] @ bad, rhs)
@@ -103,3 +103,22 @@ def test_gp_appends_write_into_one_buffer():
     assert gp._factor._buf is buffer  # capacity 140 after 70 points
     K = gp.covariance_matrix()
     assert np.allclose(gp.cholesky_factor, np.linalg.cholesky(K), atol=1e-10)
+
+
+def test_a_copy_or_an_unpickled_factor_solves_with_its_own_buffer():
+    """The BLAS calls use the buffer's address, kept at each new buffer: a pickled factor (PyMC sends
+    steps to worker processes) or a deep copy must solve with its own memory, not the original's."""
+    import copy
+    import pickle
+
+    L_full = np.linalg.cholesky(spd(40, seed=9))
+    factor = GrowingCholesky(L_full[:30, :30])
+    rhs = np.random.default_rng(10).normal(size=30)
+    expected = factor.solve(rhs)
+    for other in (pickle.loads(pickle.dumps(factor)), copy.deepcopy(factor)):
+        assert other._address != factor._address
+        factor._buf[:] = np.nan  # the original's memory no longer holds L
+        assert np.array_equal(other.solve(rhs), expected)
+        factor._buf[:30, :30] = L_full[:30, :30]
+        factor._buf[30:] = 0.0
+        factor._buf[:, 30:] = 0.0

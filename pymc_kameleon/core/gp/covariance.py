@@ -13,7 +13,7 @@ import numpy as np
 from scipy.linalg import cho_solve
 from scipy.linalg.lapack import dpotri
 
-__all__ = ["se_ard_covariance"]
+__all__ = ["se_ard_covariance", "sum_terms_as_einsum"]
 
 
 def _se_parts(A, B, lengthscales, signal_variance):
@@ -27,6 +27,30 @@ def _se_from_differences(R, lengthscales, signal_variance):
     U = R / lengthscales**2
     Kv = signal_variance * np.exp(-0.5 * np.einsum("abj,abj->ab", R, U))
     return U, Kv
+
+
+def sum_terms_as_einsum(P):
+    """``P.sum(axis=0)`` for ``P`` of shape (d, ...), added in the order in which NumPy's ``einsum``
+    adds a contiguous contraction axis of length d (as :func:`_se_from_differences` does), to the bit.
+
+    ``einsum`` keeps two running sums in one SIMD register, of the even and of the odd terms: it takes
+    the terms in blocks of eight, each block's last pair first, then the rest pair by pair, and adds
+    the two sums at the end (NumPy 2.4 and 2.5, x86-64; a test compares this with ``einsum`` for d up
+    to 60). In the layout (d, ...) every addition runs over a contiguous row.
+    """
+    d = P.shape[0]
+    even, odd, j = np.zeros(P.shape[1:]), np.zeros(P.shape[1:]), 0
+    while d - j >= 8:
+        for pair in (6, 4, 2, 0):
+            even += P[j + pair]
+            odd += P[j + pair + 1]
+        j += 8
+    for k in range(j, d, 2):
+        even += P[k]
+        if k + 1 < d:
+            odd += P[k + 1]
+    even += odd
+    return even
 
 
 def _assemble(Kv, U, lengthscales, grad_a, grad_b):

@@ -47,6 +47,8 @@ class GPFactor:
         self._zy = np.empty(0)  # L^{-1} y
         self._zh = np.empty(0)  # L^{-1} h
         self._alpha = None  # K^{-1} (y - m h), computed lazily after adds
+        self._gls_mean = None  # (_zy, _zh, the GLS mean they give), made on first use
+        self._points_transposed = None  # (_X, _X.T contiguous) for predictions, made on first use
 
     # ------------------------------------------------------------------ properties
     @property
@@ -95,10 +97,13 @@ class GPFactor:
         r"""The constant prior mean in use: :math:`\hat m` (GLS) or the fixed value."""
         if not isinstance(self._mean_spec, str):
             return self._mean_spec
+        cached = self._gls_mean
+        if cached is not None and cached[0] is self._zy and cached[1] is self._zh:
+            return cached[2]  # every change of L^{-1} y or L^{-1} h makes new arrays
         zhh = float(self._zh @ self._zh)
-        if zhh <= 0:
-            return 0.0
-        return float(self._zh @ self._zy) / zhh
+        value = 0.0 if zhh <= 0 else float(self._zh @ self._zy) / zhh
+        self._gls_mean = (self._zy, self._zh, value)
+        return value
 
     # ------------------------------------------------------------------ covariance pieces
     def _prior_row_variances(self, ell, s2, n_points):

@@ -46,12 +46,13 @@ def _load_blas():
             capsule = cython_blas.__pyx_capi__[name]
             return get_pointer(capsule, get_name(capsule))
 
-        char, dptr, iptr = ctypes.c_char_p, ctypes.POINTER(ctypes.c_double), ctypes.POINTER(ctypes.c_int)
+        # Arrays go in as addresses (c_void_p): converting an int costs less than an array's .ctypes.
+        char, dptr, iptr = ctypes.c_char_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)
         # dtrsv(uplo, trans, diag, n, a, lda, x, incx)
         trsv = ctypes.CFUNCTYPE(None, char, char, char, iptr, dptr, iptr, dptr, iptr)(address("dtrsv"))
         # dtrsm(side, uplo, transa, diag, m, n, alpha, a, lda, b, ldb)
         trsm = ctypes.CFUNCTYPE(
-            None, char, char, char, char, iptr, iptr, dptr, dptr, iptr, dptr, iptr
+            None, char, char, char, char, iptr, iptr, ctypes.POINTER(ctypes.c_double), dptr, iptr, dptr, iptr
         )(address("dtrsm"))
         return trsv, trsm
     except Exception:  # pragma: no cover - SciPy without the Cython BLAS capsules
@@ -59,7 +60,7 @@ def _load_blas():
 
 
 _BLAS = _load_blas()
-_DPTR = ctypes.POINTER(ctypes.c_double)
+_ONE_INT, _ONE = ctypes.c_int(1), ctypes.c_double(1.0)
 
 
 class GrowingCholesky:
@@ -76,6 +77,15 @@ class GrowingCholesky:
     def __init__(self, L=None, max_rows: int | None = None):
         self.max_rows = None if max_rows is None else int(max_rows)
         self.set(np.empty((0, 0)) if L is None else L)
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        del state["_address"], state["_lda"]  # an address means nothing in another process
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._use_buffer(self._buf)
 
     @property
     def n(self) -> int:
@@ -100,9 +110,16 @@ class GrowingCholesky:
         L = np.asarray(L, dtype=float)
         n = L.shape[0]
         order = "F" if L.flags.f_contiguous and not L.flags.c_contiguous else "C"
-        self._buf = np.zeros((self._capacity_for(n),) * 2, order=order)
+        self._use_buffer(np.zeros((self._capacity_for(n),) * 2, order=order))
         self._buf[:n, :n] = L
         self._n = n
+
+    def _use_buffer(self, buf) -> None:
+        """Store ``L`` in ``buf`` from now on; its address and leading dimension are kept for BLAS (a
+        solve of a small block costs the call's arguments more than its arithmetic)."""
+        self._buf = buf
+        self._address = buf.ctypes.data
+        self._lda = ctypes.c_int(buf.shape[0])
 
     def append(self, lower_left, lower_right) -> None:
         r"""Add ``b`` rows: :math:`L \leftarrow \begin{pmatrix} L & 0 \\ B^\top & L_{22}\end{pmatrix}`.
@@ -119,7 +136,7 @@ class GrowingCholesky:
         if n + b > self._buf.shape[0] or not self._buf.flags.c_contiguous:
             buf = np.zeros((self._capacity_for(n + b),) * 2)
             buf[:n, :n] = self._buf[:n, :n]
-            self._buf = buf
+            self._use_buffer(buf)
         self._buf[n : n + b, :n] = lower_left
         self._buf[n : n + b, n : n + b] = np.tril(lower_right)
         self._n = n + b
@@ -156,14 +173,11 @@ class GrowingCholesky:
             uplo, transa = b"U", (b"N" if trans else b"T")
         else:
             uplo, transa = b"L", (b"T" if trans else b"N")
-        a = self._buf.ctypes.data_as(_DPTR)
-        m, lda = ctypes.c_int(n), ctypes.c_int(self._buf.shape[0])
+        m = ctypes.c_int(n)
         k = 1 if x.ndim == 1 else x.shape[1]
         if k == 1:
-            trsv(uplo, transa, b"N", ctypes.byref(m), a, ctypes.byref(lda), x.ctypes.data_as(_DPTR),
-                 ctypes.byref(ctypes.c_int(1)))
+            trsv(uplo, transa, b"N", m, self._address, self._lda, x.ctypes.data, _ONE_INT)
         elif k > 1:
-            one = ctypes.c_double(1.0)
-            trsm(b"L", uplo, transa, b"N", ctypes.byref(m), ctypes.byref(ctypes.c_int(k)), ctypes.byref(one),
-                 a, ctypes.byref(lda), x.ctypes.data_as(_DPTR), ctypes.byref(m))
+            trsm(b"L", uplo, transa, b"N", m, ctypes.c_int(k), _ONE, self._address, self._lda,
+                 x.ctypes.data, m)
         return x
