@@ -6,7 +6,12 @@ from scipy.optimize import approx_fprime, check_grad
 from scipy.stats import multivariate_normal
 
 from pymc_kameleon.core.adaptation.whitening import Whitening
-from pymc_kameleon.core.gp.covariance import se_ard_covariance, sum_terms_as_einsum
+from pymc_kameleon.core.gp.covariance import (
+    _se_from_differences,
+    se_ard_covariance,
+    se_values_by_coordinate,
+    sum_terms_as_einsum,
+)
 from pymc_kameleon.core.gp.fit import log_hyperparameters, neg_log_marginal_likelihood_and_grad
 from pymc_kameleon.core.gp.surrogate import GPSurrogate
 from pymc_kameleon.core.linalg import SingularCovarianceError, cholesky_append
@@ -631,6 +636,19 @@ def test_sum_terms_as_einsum_is_einsum_s_sum_to_the_bit_and_a_plain_sum_is_not()
     assert plain_differs > 40
 
 
+def test_kernel_values_by_coordinate_are_those_of_the_differences_as_stored_by_point_to_the_bit():
+    """se_values_by_coordinate (prediction rows, values-only fits) against _se_from_differences, the
+    kernel of se_ard_covariance and of fits with gradients, on pairwise differences of 1-20 coordinates."""
+    rng = np.random.default_rng(22)
+    for d in (1, 2, 5, 8, 13, 20):
+        X = rng.normal(size=(30, d)) * rng.exponential(size=d)
+        ell = rng.uniform(0.2, 3.0, size=d)
+        R = X[:, None, :] - X[None, :, :]
+        by_coordinate = np.ascontiguousarray(np.moveaxis(R, 2, 0))
+        expected = _se_from_differences(R, ell, 1.7)[1]
+        assert np.array_equal(se_values_by_coordinate(by_coordinate, ell, 1.7), expected)
+
+
 @pytest.mark.parametrize("d", [1, 5, 17])
 def test_value_rows_are_se_ard_covariance_s_to_the_bit_and_follow_new_points(d):
     """The prediction rows (stored points kept transposed while they stay) equal se_ard_covariance's to
@@ -654,3 +672,26 @@ def test_value_rows_are_se_ard_covariance_s_to_the_bit_and_follow_new_points(d):
     check()
     gp.set_hyperparameters(lengthscales=0.5 * ell)
     check()
+
+
+def test_appends_and_predictions_are_those_of_se_ard_covariance_to_the_bit(monkeypatch):
+    """A GP grown by appends (whose new covariance column is a prediction row, transposed) and its
+    predictions equal, bit for bit, those of a GP whose rows come from se_ard_covariance itself."""
+    from pymc_kameleon.core.gp.factor import GPFactor
+
+    rng = np.random.default_rng(23)
+    X, T = rng.normal(size=(80, 4)), rng.normal(size=(5, 4))
+
+    def grown():
+        gp = GPSurrogate(4, lengthscales=[0.6, 1.1, 1.7, 0.9], signal_variance=1.3)
+        for x in X:
+            gp.add(x, float(np.cos(x).sum()))
+        return gp.cholesky_factor, gp.predict(T)
+
+    L_fast, (mean_fast, var_fast) = grown()
+    monkeypatch.setattr(
+        GPFactor, "_value_rows", lambda self, x: se_ard_covariance(x, self._X, self._ell, self._s2)
+    )
+    L_reference, (mean_reference, var_reference) = grown()
+    assert np.array_equal(L_fast, L_reference)
+    assert np.array_equal(mean_fast, mean_reference) and np.array_equal(var_fast, var_reference)

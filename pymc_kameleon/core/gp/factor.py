@@ -14,7 +14,7 @@ import math
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from pymc_kameleon.core.gp.covariance import se_ard_covariance
+from pymc_kameleon.core.gp.covariance import se_ard_covariance, se_values_by_coordinate
 from pymc_kameleon.core.gp.triangular import GrowingCholesky
 from pymc_kameleon.core.linalg import bordered_blocks, cholesky_lower, jittered_cholesky, schur_factor
 
@@ -129,6 +129,20 @@ class GPFactor:
         K[np.diag_indices_from(K)] += self._diag_add
         return K
 
+    def _value_rows(self, x):
+        r""":func:`~pymc_kameleon.core.gp.covariance.se_ard_covariance` of the points ``x`` (n, d) (kernel
+        coordinates) with the stored points, values only, shape (n, t), to the bit, from differences
+        stored by coordinate (:func:`~pymc_kameleon.core.gp.covariance.se_values_by_coordinate`): the
+        stored points are kept transposed, (d, t), while they stay. The same bits matter: GP-DA adapts
+        its scale in tuning on predictions, so a rounding difference would change the draws.
+        """
+        cached = self._points_transposed
+        if cached is None or cached[0] is not self._X:
+            cached = (self._X, np.ascontiguousarray(self._X.T))
+            self._points_transposed = cached
+        R = x.T[:, :, None] - cached[1][:, None, :]  # (d, n, t): x - w as se_ard_covariance's R
+        return se_values_by_coordinate(R, self._ell, self._s2)
+
     # ------------------------------------------------------------------ appending
     def _append(self, w, obs):
         r"""Condition on ``obs`` (``p`` rows) at ``w`` (kernel coordinates) in :math:`O(n^2 p)`.
@@ -137,7 +151,10 @@ class GPFactor:
         if the new point is numerically a copy of stored ones even after jitter.
         """
         g = self.gradients
-        k_new = se_ard_covariance(self._X, w[None], self._ell, self._s2, g, g)
+        if g:
+            k_new = se_ard_covariance(self._X, w[None], self._ell, self._s2, g, g)
+        else:  # the same bits: negated differences give the same squares
+            k_new = self._value_rows(w[None]).T
         k_self = se_ard_covariance(w[None], w[None], self._ell, self._s2, g, g)
         diag_new = self._base_diag_add(self._ell, self._s2, self._noise, 1)
         k_self[np.diag_indices_from(k_self)] += diag_new

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pymc_kameleon.core.gp.covariance import se_ard_covariance, sum_terms_as_einsum
+from pymc_kameleon.core.gp.covariance import se_ard_covariance
 from pymc_kameleon.core.linalg import one_blas_thread
 
 __all__ = ["GPPredictionMixin"]
@@ -155,29 +155,6 @@ class GPPredictionMixin:
         else:
             Kx = self._value_rows(x)
         return Kx, self.mean_value + Kx @ self._get_alpha()
-
-    def _value_rows(self, x):
-        r""":func:`~pymc_kameleon.core.gp.covariance.se_ard_covariance` of the points ``x`` (n, d) with the
-        stored points (values only), shape (n, t), to the bit, in a faster layout.
-
-        The stored points are kept transposed, (d, t), while they stay: each difference and product then
-        runs over a contiguous row of length t, not over t rows of length d, and the d terms are added
-        as ``einsum`` adds them (:func:`~pymc_kameleon.core.gp.covariance.sum_terms_as_einsum`): at
-        t = 1000, d = 5, 35 against 77 µs. The same bits matter: GP-DA adapts its scale in tuning on
-        these predictions, so a rounding difference would change the draws.
-        """
-        cached = self._points_transposed
-        if cached is None or cached[0] is not self._X:
-            cached = (self._X, np.ascontiguousarray(self._X.T))
-            self._points_transposed = cached
-        R = x.T[:, :, None] - cached[1][:, None, :]  # (d, n, t): x - w as se_ard_covariance's R
-        U = R / (self._ell**2)[:, None, None]
-        R *= U
-        Kx = sum_terms_as_einsum(R)
-        Kx *= -0.5
-        np.exp(Kx, out=Kx)
-        Kx *= self._s2
-        return Kx
 
     def _variance_of_rows(self, Kx):
         """The predictive variances at the points whose covariance rows are ``Kx``: one triangular solve."""
