@@ -140,7 +140,8 @@ class GPFactor:
         if cached is None or cached[0] is not self._X:
             cached = (self._X, np.ascontiguousarray(self._X.T))
             self._points_transposed = cached
-        R = x.T[:, :, None] - cached[1][:, None, :]  # (d, n, t): x - w as se_ard_covariance's R
+        # (d, n, t), C-ordered: x - w as se_ard_covariance's R
+        R = np.ascontiguousarray(x.T)[:, :, None] - cached[1][:, None, :]
         return se_values_by_coordinate(R, self._ell, self._s2)
 
     # ------------------------------------------------------------------ appending

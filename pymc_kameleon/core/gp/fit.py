@@ -149,7 +149,8 @@ class MarginalLikelihoodObjective:
         else:
             # Values only need the kernel values, from the differences stored by coordinate (the same
             # bits, a third of the time: se_values_by_coordinate).
-            self.R = X.T[:, :, None] - X.T[:, None, :]
+            XT = np.ascontiguousarray(X.T)  # so that R is C-ordered: each (n, n) slice contiguous
+            self.R = XT[:, :, None] - XT[:, None, :]
             self.squared_differences = [self.R[m] ** 2 for m in range(gp.dim)]
 
     def __call__(self, params):
