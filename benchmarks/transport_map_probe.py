@@ -25,6 +25,10 @@ map is refitted once, from those draws and the first 500 tuning states.
 
     python benchmarks/transport_map_probe.py --seeds 1 2
     python benchmarks/transport_map_probe.py --seeds 1 2 3 --sources kass
+
+Its own ``TriangularMap`` is kept as measured; the package's, ``core/adaptation/transport_map.py``, sets
+the width's level from the scaled residuals and clips the widths to the fitted draws' range
+(``map_shape_probe.py`` uses it).
 """
 
 from __future__ import annotations
@@ -45,20 +49,11 @@ import pymc as pm  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from pymc_kameleon import KASS, KameleonMetropolis  # noqa: E402
+from pymc_kameleon.core.adaptation.transport_map import map_features as _features  # noqa: E402
 from pymc_kameleon.problems.real_posteriors import POSTERIORS  # noqa: E402
 from pymc_kameleon.smc import stage_stats  # noqa: E402
 
 NAME = "gp-poisson-latent-noncentred"
-
-
-def _features(z_before: np.ndarray, quadratic: bool) -> np.ndarray:
-    """Rows [1, z_<k] or [1, z_<k, z_i z_j (i <= j < k)]."""
-    n, k = z_before.shape
-    columns = [np.ones((n, 1)), z_before]
-    if quadratic and k:
-        i, j = np.triu_indices(k)
-        columns.append(z_before[:, i] * z_before[:, j])
-    return np.column_stack(columns)
 
 
 class TriangularMap:

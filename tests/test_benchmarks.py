@@ -442,6 +442,20 @@ def test_scale_out_fixed_cost_quick_mode(capsys):
     assert len(rows) == 1 and rows[0].rstrip().endswith("| yes |")
 
 
+def test_map_shape_probe_samples_a_gaussian_through_the_package_map():
+    """The probe's chains in a map fitted to draws of a correlated 2-d Gaussian: the independent draws
+    are mostly accepted (the map is the whitening, to sampling error) and the means are right."""
+    bench = _load("map_shape_probe")
+    rng = np.random.default_rng(0)
+    chol = np.array([[2.0, 0.0], [1.5, 0.5]])
+    precision = np.linalg.inv(chol @ chol.T)
+    tuning = (chol @ rng.standard_normal((2, 4 * 400))).T.reshape(4, 400, 2)
+    states, acceptance = bench.map_chains(lambda x: -0.5 * x @ precision @ x, tuning, tuning.reshape(-1, 2),
+                                          seed=1, tune=100, draws=500)
+    assert states.shape == (4, 500, 2) and acceptance > 0.6
+    assert np.all(np.abs(states.reshape(-1, 2).mean(axis=0)) < 0.3 * np.array([2.0, 1.6]))
+
+
 def test_transport_map_probe_inverts_and_reports_its_jacobian():
     bench = _load("transport_map_probe")
     rng = np.random.default_rng(0)

@@ -45,7 +45,7 @@ from pymc_kameleon.core.proposals import Move, Proposal, standard_t_draw, studen
 __all__ = ["MapIndependenceProposal", "TriangularMap"]
 
 
-def _features(Z_before: np.ndarray, quadratic: bool) -> np.ndarray:
+def map_features(Z_before: np.ndarray, quadratic: bool) -> np.ndarray:
     """Rows :math:`[1, z_{<k}]`, then :math:`z_i z_j` for :math:`i \\le j < k` if ``quadratic``."""
     n, k = Z_before.shape
     columns = [np.ones((n, 1)), Z_before]
@@ -129,7 +129,7 @@ class TriangularMap:
         Z = solve_triangular(chol, (X - mean).T, lower=True).T
         shift_coefs, width_coefs, width_bounds = [], [], np.zeros((d, 2))
         for k in range(d):
-            F = _features(Z[:, :k], quadratic)
+            F = map_features(Z[:, :k], quadratic)
             penalty = ridge * n * np.eye(F.shape[1])
             penalty[0, 0] = 0.0
             coef = np.linalg.solve(F.T @ F + penalty, F.T @ Z[:, k])
@@ -201,7 +201,7 @@ class TriangularMap:
         for k in range(self.dim):
             Z_before = Z[:, :k]
             s = np.clip(self._width_levels[k] + Z_before @ self._width_slopes[k], *self.width_bounds[k])
-            h = _features(Z_before, self.quadratic) @ self.shift_coefs[k]
+            h = map_features(Z_before, self.quadratic) @ self.shift_coefs[k]
             U[:, k] = (Z[:, k] - h) * np.exp(-s)
             log_det -= s
         return U, log_det
