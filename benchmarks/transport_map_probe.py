@@ -25,6 +25,7 @@ map is refitted once, from those draws and the first 500 tuning states.
 
     python benchmarks/transport_map_probe.py --seeds 1 2
     python benchmarks/transport_map_probe.py --seeds 1 2 3 --sources kass
+    python benchmarks/transport_map_probe.py --seeds 1 2 3 --sources kass --map package
 
 Its own ``TriangularMap`` is kept as measured; the package's, ``core/adaptation/transport_map.py``, sets
 the width's level from the scaled residuals and clips the widths to the fitted draws' range
@@ -49,6 +50,7 @@ import pymc as pm  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from pymc_kameleon import KASS, KameleonMetropolis  # noqa: E402
+from pymc_kameleon.core.adaptation import transport_map  # noqa: E402
 from pymc_kameleon.core.adaptation.transport_map import map_features as _features  # noqa: E402
 from pymc_kameleon.problems.real_posteriors import POSTERIORS  # noqa: E402
 from pymc_kameleon.smc import stage_stats  # noqa: E402
@@ -99,6 +101,22 @@ class TriangularMap:
         return y
 
 
+class PackageMap:
+    """The package's map (``core/adaptation/transport_map.py``) with this probe's method names."""
+
+    def __init__(self, X: np.ndarray, quadratic: bool, scale: bool):
+        self.fitted = transport_map.TriangularMap.fit(X, quadratic=quadratic, scale=scale)
+
+    def to_x(self, y: np.ndarray) -> tuple[np.ndarray, float]:
+        return self.fitted.to_model(y)  # its log Jacobian includes log |L|, a constant
+
+    def to_y(self, x: np.ndarray) -> np.ndarray:
+        return self.fitted.to_reference(x)[0]
+
+
+MAPS = {"probe": TriangularMap, "package": PackageMap}
+
+
 def unconstrained(posterior) -> np.ndarray:
     """(chains, draws, 13): log rho, log alpha, f_tilde."""
     return np.concatenate(
@@ -125,13 +143,14 @@ def fit_draws(model, source: str, seed: int) -> np.ndarray:
         return unconstrained(idata.posterior).reshape(4, 500, -1)
 
 
-def run(log_density, draws_for_fit, seed, quadratic, scale, independence, refit, tune=1000, draws=6000):
+def run(log_density, draws_for_fit, seed, quadratic, scale, independence, refit, tune=1000, draws=6000,
+        map_class=TriangularMap):
     rng = np.random.default_rng(seed)
     chains, _, d = draws_for_fit.shape
     fit_set = draws_for_fit.reshape(-1, d)
 
     def setup(fit_set):
-        tmap = TriangularMap(fit_set, quadratic, scale)
+        tmap = map_class(fit_set, quadratic, scale)
         Y = np.array([tmap.to_y(x) for x in fit_set[::2]])
         q = stats.multivariate_normal(Y.mean(0), np.cov(Y.T) * 1.2**2)
         return tmap, q, np.linalg.cholesky(q.cov)
@@ -191,6 +210,8 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
     sources = ["nuts", "kamh", "smc", "kass"]
     parser.add_argument("--sources", nargs="+", choices=sources, default=sources[:3])
+    parser.add_argument("--map", choices=sorted(MAPS), default="probe",
+                        help="this probe's map as measured, or the package's (the last variant only)")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     import real_posteriors as rp
@@ -218,9 +239,9 @@ def main(argv=None):
     for seed in args.seeds:
         for source in args.sources:
             draws_for_fit = fit_draws(model, source, seed)
-            for kind, independence in VARIANTS:
+            for kind, independence in VARIANTS if args.map == "probe" else VARIANTS[-1:]:
                 states = run(log_density, draws_for_fit, seed, kind != "linear", kind.endswith("scale"),
-                             independence, refit=source != "nuts")
+                             independence, refit=source != "nuts", map_class=MAPS[args.map])
                 s = score(states, model, reference)
                 moves = "walk + independence" if independence else "walk"
                 print(f"| {seed} | {source} | {kind} | {moves} | {s['min_ess']:.0f} | {s['max_rhat']:.3f} | "

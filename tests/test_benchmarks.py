@@ -454,6 +454,10 @@ def test_map_shape_probe_samples_a_gaussian_through_the_package_map():
                                           seed=1, tune=100, draws=500)
     assert states.shape == (4, 500, 2) and acceptance > 0.6
     assert np.all(np.abs(states.reshape(-1, 2).mean(axis=0)) < 0.3 * np.array([2.0, 1.6]))
+    refitted, acceptance = bench.map_chains(lambda x: -0.5 * x @ precision @ x, tuning,
+                                            tuning[:, :50].reshape(-1, 2), seed=1, tune=200, draws=300,
+                                            refit_every=50)
+    assert refitted.shape == (4, 300, 2) and acceptance > 0.6
 
 
 def test_transport_map_probe_inverts_and_reports_its_jacobian():

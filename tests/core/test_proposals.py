@@ -188,6 +188,7 @@ def test_independence_density_negative_control():
     assert abs(_reference_z(draws_from, IndependenceProposal(mean, 1.3 * _CHOL, 10.0).log_density)) > 8
 
 
+@pytest.mark.slow
 def test_map_independence_density_negative_control():
     """The reference form fails for the density of the map without its quadratic shifts (fitted to the
     same draws) and for the Student-t with the wrong degrees of freedom (|z| about 40 and 13; the right
