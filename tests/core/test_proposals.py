@@ -14,7 +14,11 @@ from scipy.stats import multivariate_normal
 from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
 from pymc_kameleon.core.adaptation.scales import RobbinsMonro
 from pymc_kameleon.core.adaptation.scan import CoordinateScan
-from pymc_kameleon.core.adaptation.transport_map import MapIndependenceProposal, TriangularMap
+from pymc_kameleon.core.adaptation.transport_map import (
+    MapIndependenceProposal,
+    MapWalkProposal,
+    TriangularMap,
+)
 from pymc_kameleon.core.adaptation.whitening import Whitening
 from pymc_kameleon.core.kameleon.family import KameleonProposal
 from pymc_kameleon.core.kameleon.kernels import GaussianKernel, LinearKernel
@@ -84,6 +88,7 @@ PROPOSALS = {
     "scale-free, kameleon alone": lambda: _scale_free("kameleon", am_weight=0.0),
     "independence student-t": lambda: IndependenceProposal(np.array([0.5, -1.0, 2.0]), _CHOL, 10.0),
     "independence through a triangular map": lambda: MapIndependenceProposal(_MAP, 10.0),
+    "random walk through a triangular map": lambda: MapWalkProposal(_MAP, 0.8),
     "scale-free, AM + independence": lambda: _scale_free("adaptive_metropolis", independence_weight=0.4),
     "scale-free, kameleon/AM + independence": lambda: _scale_free("kameleon", independence_weight=0.4),
 }

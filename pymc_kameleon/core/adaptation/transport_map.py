@@ -30,6 +30,8 @@ holds with the clipped :math:`s_k`.
 
 :class:`MapIndependenceProposal` draws :math:`u \sim t_\nu(0, I)` and maps it to :math:`x`; its
 density is the Student-t's at :math:`u(x)` times the Jacobian of :math:`x \mapsto u`.
+:class:`MapWalkProposal` is a random walk in :math:`u`. Together they are the moves that converged on
+the latent GP from tempered particles (decision 0060).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from scipy.linalg import solve_triangular
 from pymc_kameleon.core.linalg import jittered_cholesky, solve_lower
 from pymc_kameleon.core.proposals import Move, Proposal, standard_t_draw, student_t_log_density
 
-__all__ = ["MapIndependenceProposal", "TriangularMap"]
+__all__ = ["MapIndependenceProposal", "MapWalkProposal", "TriangularMap", "map_features"]
 
 
 def map_features(Z_before: np.ndarray, quadratic: bool) -> np.ndarray:
@@ -262,3 +264,46 @@ class MapIndependenceProposal(Proposal):
 
     def log_density(self, x, y) -> float:
         return self.point_log_density(x)
+
+
+class MapWalkProposal(Proposal):
+    r"""A random walk in a triangular map's reference coordinates: :math:`x = T(u(y) + s\varepsilon)`,
+    :math:`\varepsilon \sim \mathcal N(0, I)`.
+
+    .. math::
+        q(x \mid y) = \mathcal N\big(u(x);\ u(y), s^2 I\big)\,
+            \left|\frac{\partial u}{\partial x}\right|_{x}
+
+    The Gaussian factor is symmetric, so the Hastings ratio is the ratio of the Jacobians,
+    :math:`q(y \mid x) / q(x \mid y) = |\partial u / \partial x|_y \,/\, |\partial u / \partial x|_x`:
+    Metropolis in :math:`u` on the target :math:`\pi(x(u))\, |\partial x / \partial u|`.
+    Its moves are named ``"map_walk"`` (no step tunes its :math:`s` yet).
+
+    Parameters
+    ----------
+    transport_map : TriangularMap
+    scale : float
+        :math:`s > 0`.
+    """
+
+    def __init__(self, transport_map: TriangularMap, scale: float):
+        if not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"scale must be finite and > 0, got {scale}")
+        self.transport_map = transport_map
+        self.scale = float(scale)
+
+    def _gaussian(self, u_to, u_from) -> float:
+        r = (u_to - u_from) / self.scale
+        d = r.shape[0]
+        return -0.5 * float(r @ r) - d * math.log(self.scale) - 0.5 * d * math.log(2.0 * math.pi)
+
+    def propose(self, y, rng) -> Move:
+        u_y, log_det_y = self.transport_map.to_reference(y)
+        u_x = u_y + self.scale * rng.standard_normal(u_y.shape[0])
+        x, log_det_to_model = self.transport_map.to_model(u_x)
+        gaussian = self._gaussian(u_x, u_y)
+        return Move(x, gaussian - log_det_to_model, gaussian + log_det_y, component="map_walk")
+
+    def log_density(self, x, y) -> float:
+        u_x, log_det_x = self.transport_map.to_reference(x)
+        return self._gaussian(u_x, self.transport_map.to_reference(y)[0]) + log_det_x
