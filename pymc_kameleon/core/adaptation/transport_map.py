@@ -42,7 +42,13 @@ import numpy as np
 from scipy.linalg import solve_triangular
 
 from pymc_kameleon.core.linalg import jittered_cholesky, solve_lower
-from pymc_kameleon.core.proposals import Move, Proposal, standard_t_draw, student_t_log_density
+from pymc_kameleon.core.proposals import (
+    Move,
+    Proposal,
+    RandomWalkProposal,
+    standard_t_draw,
+    student_t_log_density,
+)
 
 __all__ = ["MapIndependenceProposal", "MapWalkProposal", "TriangularMap", "map_features"]
 
@@ -291,19 +297,15 @@ class MapWalkProposal(Proposal):
             raise ValueError(f"scale must be finite and > 0, got {scale}")
         self.transport_map = transport_map
         self.scale = float(scale)
-
-    def _gaussian(self, u_to, u_from) -> float:
-        r = (u_to - u_from) / self.scale
-        d = r.shape[0]
-        return -0.5 * float(r @ r) - d * math.log(self.scale) - 0.5 * d * math.log(2.0 * math.pi)
+        self._walk = RandomWalkProposal(self.scale, dim=transport_map.dim)  # the walk in u
 
     def propose(self, y, rng) -> Move:
         u_y, log_det_y = self.transport_map.to_reference(y)
-        u_x = u_y + self.scale * rng.standard_normal(u_y.shape[0])
+        u_x = self._walk.propose(u_y, rng).x
         x, log_det_to_model = self.transport_map.to_model(u_x)
-        gaussian = self._gaussian(u_x, u_y)
+        gaussian = self._walk.log_density(u_x, u_y)
         return Move(x, gaussian - log_det_to_model, gaussian + log_det_y, component="map_walk")
 
     def log_density(self, x, y) -> float:
         u_x, log_det_x = self.transport_map.to_reference(x)
-        return self._gaussian(u_x, self.transport_map.to_reference(y)[0]) + log_det_x
+        return self._walk.log_density(u_x, self.transport_map.to_reference(y)[0]) + log_det_x
