@@ -5,6 +5,7 @@ Users who write tests of their own step methods can use it too. It holds
 - Monte Carlo comparisons with exact answers: :func:`mcse_of_mean`, :func:`invariance_z_scores`
   (HDR coverages and means of a :class:`~pymc_kameleon.problems.hdr.Target`),
   :func:`latent_gaussian_z_scores`;
+- draws: :func:`curved_draws` (a banana whose width changes along it, for fitted transport maps);
 - small models: :func:`gaussian_data_model` (smooth, with a likelihood term and a proper prior),
   and a latent Gaussian model with a known marginal likelihood whose likelihood is estimated, for
   pseudo-marginal steps (:func:`latent_gaussian_model`, :func:`latent_gaussian_correlated_model`,
@@ -35,6 +36,7 @@ __all__ = [
     "RECORDED_GROUPS",
     "SAMPLE_KW",
     "assert_same_records",
+    "curved_draws",
     "gaussian_data_model",
     "invariance_z_scores",
     "latent_gaussian_correlated_model",
@@ -126,6 +128,19 @@ def invariance_z_scores(draws, target, qs=INVARIANCE_QS) -> dict:
         est = draws[..., j]
         out[f"mean_{j}"] = abs(est.mean() - exact_mean[j]) / max(mcse_of_mean(est), 1e-12)
     return out
+
+
+def curved_draws(n: int = 4000, dim: int = 3, width_slope: float = 0.3, seed: int = 0) -> np.ndarray:
+    r"""Draws of a banana whose width changes along it: :math:`x_1 \sim \mathcal N(0, 4)`,
+    :math:`x_2 = x_1^2 / 2 + e^{c x_1} \varepsilon_2` (:math:`c` the ``width_slope``), and every further
+    coordinate :math:`x_2 / 4 + \varepsilon_k`; shape ``(n, dim)``, ``dim >= 2``."""
+    rng = np.random.default_rng(seed)
+    X = np.empty((n, dim))
+    X[:, 0] = 2.0 * rng.standard_normal(n)
+    X[:, 1] = 0.5 * X[:, 0] ** 2 + np.exp(width_slope * X[:, 0]) * rng.standard_normal(n)
+    for k in range(2, dim):
+        X[:, k] = 0.25 * X[:, 1] + rng.standard_normal(n)
+    return X
 
 
 # ------------------------------------------------------------------------------------ small models

@@ -37,6 +37,7 @@ from pymc_kameleon.core.proposals import (
     langevin_log_density,
 )
 from pymc_kameleon.core.smc.mixtures import GlobalWalkMixture, IndependenceMixture
+from pymc_kameleon.testing import curved_draws
 
 _Z = np.random.default_rng(0).normal(size=(40, 3)) * [1.0, 2.0, 0.5]
 _COV = np.array([[1.0, 0.3, 0.0], [0.3, 2.0, -0.4], [0.0, -0.4, 0.7]])
@@ -44,15 +45,7 @@ _CHOL = np.linalg.cholesky(_COV)
 _PRECISION = np.linalg.inv(_COV)
 
 
-def _curved_draws(n=2000, seed=0):
-    """Draws of a 3-d banana whose width changes along it, for a fitted triangular map."""
-    rng = np.random.default_rng(seed)
-    x1 = 2.0 * rng.standard_normal(n)
-    x2 = 0.5 * x1**2 + np.exp(0.5 * x1) * rng.standard_normal(n)
-    return np.column_stack([x1, x2, 0.25 * x2 + rng.standard_normal(n)])
-
-
-_MAP = TriangularMap.fit(_curved_draws())
+_MAP = TriangularMap.fit(curved_draws(n=2000, width_slope=0.5))  # a banana whose width changes
 
 
 def _scan():
@@ -200,7 +193,7 @@ def test_map_independence_density_negative_control():
     density gives -2.9 to 0.5 at seeds 2-5). The Jacobian's varying part, left out, gives only 8.6:
     the invariance test of test_transport_map.py shows that error more clearly."""
     draws_from = MapIndependenceProposal(_MAP, 10.0)
-    linear = TriangularMap.fit(_curved_draws(), quadratic=False)
+    linear = TriangularMap.fit(curved_draws(n=2000, width_slope=0.5), quadratic=False)
     assert abs(_reference_z(draws_from, MapIndependenceProposal(linear, 10.0).log_density, spread=0.5)) > 8
     assert abs(_reference_z(draws_from, MapIndependenceProposal(_MAP, 3.0).log_density, spread=0.5)) > 8
 

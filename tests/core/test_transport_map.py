@@ -1,7 +1,7 @@
 """The triangular transport map and independent proposals through it (core/adaptation/transport_map.py).
 
-The shared proposal harness (tests/core/test_proposals.py) also runs MapIndependenceProposal: the
-protocol, the Move's Hastings terms and the density by Monte Carlo.
+The shared proposal harness (tests/core/test_proposals.py) also runs MapIndependenceProposal and
+MapWalkProposal: the protocol, the Move's Hastings terms and the density by Monte Carlo.
 """
 
 import dataclasses
@@ -19,21 +19,9 @@ from pymc_kameleon.core.adaptation.transport_map import (
 from pymc_kameleon.core.mh import metropolis_hastings_step
 from pymc_kameleon.core.proposals import IndependenceProposal, student_t_log_density
 from pymc_kameleon.problems.banana import banana
-from pymc_kameleon.testing import invariance_z_scores
+from pymc_kameleon.testing import curved_draws, invariance_z_scores
 
 Z_MAX = 4.0
-
-
-def curved_draws(n=4000, d=3, seed=0):
-    """x_1 ~ N(0, 4); x_2 = x_1^2 / 2 + e^{0.3 x_1} e_2; further coordinates N(x_2 / 4, 1): a banana
-    whose width changes along it."""
-    rng = np.random.default_rng(seed)
-    X = np.empty((n, d))
-    X[:, 0] = 2.0 * rng.standard_normal(n)
-    X[:, 1] = 0.5 * X[:, 0] ** 2 + np.exp(0.3 * X[:, 0]) * rng.standard_normal(n)
-    for k in range(2, d):
-        X[:, k] = 0.25 * X[:, 1] + rng.standard_normal(n)
-    return X
 
 
 def hand_built_map(shift=0.5, slope=0.3, mean=(1.0, -2.0), chol=((1.5, 0.0), (0.4, 0.8))):
