@@ -70,7 +70,7 @@ import pytensor
 from pytensor.gradient import NullTypeGradError
 
 import pymc_kameleon
-from pymc_kameleon import GPDelayedAcceptanceMALA, GPDelayedAcceptanceMH, KameleonMetropolis
+from pymc_kameleon import GPDelayedAcceptanceMALA, GPDelayedAcceptanceMH, KameleonMetropolis, SMCStart
 from pymc_kameleon.problems.real_posteriors import POSTERIORS
 from pymc_kameleon.problems.reference import ExactReference
 
@@ -137,6 +137,10 @@ EXTRA_SAMPLERS = {
     "GPDelayedAcceptanceMH-initial-point": Sampler(
         partial(GPDelayedAcceptanceMH, start="initial_point"), needs_likelihood=True
     ),
+    # Tuning from a KASS run's particles (start="smc"; decision 0060), and through a map fitted to them.
+    "KameleonMetropolis-smc": Sampler(partial(KameleonMetropolis, start="smc")),
+    "KameleonMetropolis-smc-map": Sampler(partial(KameleonMetropolis, start=SMCStart(transport_map=True))),
+    "GPDelayedAcceptanceMH-smc": Sampler(partial(GPDelayedAcceptanceMH, start="smc"), needs_likelihood=True),
 }
 ALL_SAMPLERS = {**SAMPLERS, **EXTRA_SAMPLERS}
 

@@ -34,6 +34,7 @@ from pymc_kameleon.steps import (
     GPDelayedAcceptanceMH,
     GPLevel,
     KameleonMetropolis,
+    SMCStart,
     rebuild_proposal,
 )
 
@@ -56,6 +57,7 @@ __all__ = [
     "PseudoMarginalEstimatorError",
     "PseudoMarginalMisuseError",
     "PseudoMarginalPotential",
+    "SMCStart",
     "__version__",
     "correlated_importance_sampling_estimator",
     "correlated_particle_filter",

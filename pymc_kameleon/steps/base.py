@@ -21,7 +21,7 @@ from pymc.vartypes import discrete_types
 from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.steps.agreement import DrawsAgreement
 from pymc_kameleon.steps.left_regions import LeftRegionsCheck
-from pymc_kameleon.steps.population import pooled_class_for
+from pymc_kameleon.steps.population import pooled_class_for, variables_outside_block
 from pymc_kameleon.steps.reporting import (
     RecentRates,
     StepWarnings,
@@ -29,7 +29,8 @@ from pymc_kameleon.steps.reporting import (
     progressbar_config,
     progressbar_update_functions,
 )
-from pymc_kameleon.steps.starts import STARTS, StartSearch
+from pymc_kameleon.steps.smc_start import SMCStart, resolve_start
+from pymc_kameleon.steps.starts import StartSearch
 
 __all__ = [
     "PSEUDO_MARGINAL_STATS",
@@ -335,12 +336,17 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
     def _join_pymc(self, vars, target, blocked, rng, *, model, start: str) -> None:
         """Finish ``__init__``: keep the target and the start option, declare the statistics, set up
         PyMC's step, reset."""
-        if start not in STARTS:
-            raise ValueError(f"start must be one of {STARTS}, got {start!r}.")
+        start = resolve_start(start)
         self.start = start
         # Only a searching step keeps the model (pickled with the step to every worker process).
         self._start_search = StartSearch(model, vars) if start == "search" else None
         self._target = target
+        self._smc_start = None
+        if isinstance(start, SMCStart):
+            self._check_smc_start(model, vars, target)
+            # The model and the names in the step's order, for the run; shared by PyMC's copies of the
+            # step, so that chain 0's run (made when the population is linked) reaches every chain.
+            self._smc_start = {"model": model, "var_names": [model.values_to_rvs[v].name for v in vars]}
         if self.pooled:
             self._population_steps = {}  # chain -> PyMC's copy of this step (steps/population.py)
         declare_pseudo_marginal_stats(self, target)
@@ -389,17 +395,83 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         coarsest level."""
         return self._target
 
+    #: Whether the step can start from an SMC run (``start="smc"``).
+    _smc_start_supported = True
+
+    def _check_smc_start(self, model, vars, target) -> None:
+        """``start="smc"`` runs ``pm.sample_smc`` on the whole model: the step must sample every free
+        variable, and no likelihood may be an estimate."""
+        name = type(self).__name__
+        if not self._smc_start_supported:
+            raise ValueError(f"{name}: start='smc' is not available for this step; use 'search'.")
+        outside = variables_outside_block(model, vars, name)
+        if outside:
+            raise ValueError(
+                f"{name}: start='smc' runs pm.sample_smc on the whole model, but {outside} "
+                f"{'is' if len(outside) == 1 else 'are'} sampled by another step; give this step every "
+                "free variable, or use start='search'."
+            )
+        if self.start.transport_map and type(self)._propose_through_map is AdaptiveStep._propose_through_map:
+            raise ValueError(f"{name}: SMCStart(transport_map=True) is offered by KameleonMetropolis only.")
+        if target.has_estimates:
+            raise ValueError(
+                f"{name}: start='smc' is not available with a PseudoMarginalPotential (the chains keep their "
+                "estimates from their own starts); use start='initial_point', or pm.sample_smc(kernel=KASS) "
+                "itself, which handles estimated likelihoods."
+            )
+
+    def _smc_start_result(self):
+        """The SMC run's result for this chain: the population's (made by chain 0 when PyMC linked the
+        chains), else a run of this chain's own, seeded from its stream."""
+        shared = self._smc_start
+        if self._population_states() is not None and "result" in shared:
+            return shared["result"], False
+        seed = int(self.rng.integers(2**31))
+        return self.start.run(shared["model"], shared["var_names"], seed), True
+
+    def _start_from_smc(self, y):
+        """``start="smc"``, at the chain's first tuning step: seed the tuning with the run's particles and,
+        tuning alone, move to one of them. Returns the new state and its evaluation, or None if the chain
+        keeps ``y`` (a pooled chain: PyMC's population already starts at its particle)."""
+        result, own = self._smc_start_result()
+        if own or self._chain_index == 0:
+            self._target.n_evals += result.evaluations
+        adaptation = self._start_adaptation
+        use_map = self.start.transport_map
+        if adaptation.start_from_draws(result.particles, self.rng, use_map) and use_map:
+            self._propose_through_map(adaptation.state)
+        if not own:
+            return None
+        state = result.starts(1, self.rng)[0]
+        evaluation = self._target.evaluate(state)
+        self._target.accept(state, evaluation)
+        return state, evaluation
+
+    @property
+    def _start_adaptation(self):
+        """The chain's scale-free adaptation, which an SMC start seeds."""
+        raise NotImplementedError
+
+    def _propose_through_map(self, state) -> None:
+        """After an SMC start with ``transport_map=True``: make the chain's proposal the map's (only
+        KameleonMetropolis offers it; the others refuse the option when they are made)."""
+
     def _search_start(self, y, log_density: float):
         """At the chain's first tuning step with ``start="search"``: move to the start the search finds
         (:mod:`pymc_kameleon.steps.starts`) and return it with its evaluation, or None if the chain
         keeps ``y``. Models with a PseudoMarginalPotential keep their start: a noisy estimate is no
         objective for a search. The search's evaluations count in the step's evaluation statistics.
+        With ``start="smc"``, the start from the SMC run instead (:meth:`_start_from_smc`).
         """
         chain = self._chain
         if chain.searched:
             return None
         chain.searched = True
-        if not self.tune or self.start != "search" or self._target.has_estimates:
+        if not self.tune:
+            return None
+        if self._smc_start is not None:
+            return self._start_from_smc(y)
+        if self.start != "search" or self._target.has_estimates:
             return None
         elsewhere = self._search_elsewhere()
         found = self._start_search.run(self._search_density, y, log_density, self.rng, elsewhere)

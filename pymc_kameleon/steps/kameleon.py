@@ -17,6 +17,7 @@ from pymc.step_methods.arraystep import PopulationArrayStepShared
 from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
 from pymc_kameleon.core.adaptation.scales import VanishingProbability
 from pymc_kameleon.core.adaptation.state import TuningDraw
+from pymc_kameleon.core.adaptation.transport_map import MapMixtureProposal
 from pymc_kameleon.core.kameleon.kernels import make_kernel
 from pymc_kameleon.core.kameleon.scale_free import ScaleFreeProposal
 from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
@@ -393,6 +394,13 @@ class KameleonMetropolis(AdaptiveStep):
         self._examine_independence(adaptation)
 
     # ------------------------------------------------------------ properties
+    @property
+    def _start_adaptation(self) -> ScaleFreeAdaptation:
+        return self._chain.adaptation
+
+    def _propose_through_map(self, state) -> None:
+        self._chain.proposal = MapMixtureProposal(state.transport_map, lambda: state.am_scale.value)
+
     @property
     def scale_free_adaptation(self) -> ScaleFreeAdaptation:
         """The scale-free adaptation of the chain run last (its learned state, windows and report)."""

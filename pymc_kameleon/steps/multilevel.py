@@ -432,6 +432,9 @@ class MLDA(MultilevelChecks, MultilevelGPLevels, AdaptiveStep):
         if adaptation.adapt(draw, self.rng):
             chain.whitening_changed = True
 
+    # The SMC run would temper the finest level alone, whose cost the levels below are there to save.
+    _smc_start_supported = False
+
     @property
     def _search_density(self):
         """The start search runs on the coarsest level, where it is cheap."""

@@ -39,7 +39,7 @@ import warnings
 import cloudpickle
 import numpy as np
 import pymc as pm
-from pymc.blocking import DictToArrayBijection
+from pymc.blocking import DictToArrayBijection, RaveledVars
 
 from pymc_kameleon.core.adaptation.diagnostics import log_density_climb
 from pymc_kameleon.core.adaptation.mode_mass import half_log_volumes
@@ -91,6 +91,8 @@ class PooledTuning:
         (its GP, its learned covariance, its proposal), as it does with per-chain tuning.
         """
         parallel = len(population) > 1 and (_sample_argument("cores") or 1) > 1
+        if chain_index == 0 and self._smc_start is not None:
+            self._start_population_from_smc(population)
         if parallel:
             # In PyMC's chain processes this error would reach the user as a bare EOFError.
             start = DictToArrayBijection.map({v.name: population[chain_index][v.name] for v in self.vars})
@@ -112,6 +114,20 @@ class PooledTuning:
         registry = self.__dict__.get("_population_steps")
         if registry is not None:
             registry[chain_index] = self
+
+    def _start_population_from_smc(self, population) -> None:
+        """``start="smc"``: run the SMC once, here in ``pm.sample``'s process before the chains start
+        (so ``cores=1`` and ``cores>1`` give the same draws), keep its result where every chain's copy of
+        the step finds it, and start each chain at a distinct particle (PyMC's population is the chains'
+        first states)."""
+        shared = self._smc_start
+        result = self.start.run(shared["model"], shared["var_names"], int(self.rng.integers(2**31)))
+        shared["result"] = result
+        starts = result.starts(len(population), self.rng)
+        names = [v.name for v in self.vars]
+        info = DictToArrayBijection.map({name: population[0][name] for name in names}).point_map_info
+        for point, row in zip(population, starts, strict=True):
+            point.update(DictToArrayBijection.rmap(RaveledVars(row, info)))
 
     def _warn_if_population_cannot_travel(self) -> None:
         """With ``cores>1`` PyMC's population sampler cloudpickles each chain's step into its own process,

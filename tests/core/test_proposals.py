@@ -16,6 +16,7 @@ from pymc_kameleon.core.adaptation.scales import RobbinsMonro
 from pymc_kameleon.core.adaptation.scan import CoordinateScan
 from pymc_kameleon.core.adaptation.transport_map import (
     MapIndependenceProposal,
+    MapMixtureProposal,
     MapWalkProposal,
     TriangularMap,
 )
@@ -82,6 +83,7 @@ PROPOSALS = {
     "independence student-t": lambda: IndependenceProposal(np.array([0.5, -1.0, 2.0]), _CHOL, 10.0),
     "independence through a triangular map": lambda: MapIndependenceProposal(_MAP, 10.0),
     "random walk through a triangular map": lambda: MapWalkProposal(_MAP, 0.8),
+    "the map shape's mixture": lambda: MapMixtureProposal(_MAP, lambda: 0.8),
     "scale-free, AM + independence": lambda: _scale_free("adaptive_metropolis", independence_weight=0.4),
     "scale-free, kameleon/AM + independence": lambda: _scale_free("kameleon", independence_weight=0.4),
 }

@@ -1326,3 +1326,55 @@ def test_no_exam_without_the_component_in_the_scan_without_a_bar_or_without_stat
         assert made == 0 and adaptation.independence_decisions == [], name
     adaptation = _adaptation_after_tuning()
     assert adaptation.examine_independence(log_density, np.random.default_rng(0)) == 0  # no recent states
+
+
+def test_tuning_that_starts_from_draws_has_no_scan_and_learns_their_moments_and_z():
+    """start_from_draws (start="smc"): no coordinate scan, m and C the draws' shrunk moments, Z drawn from
+    them at once, and the draws in the first window, whose end (at first_window steps) re-estimates from
+    them and the steps together; then the windows double from there."""
+    rng = np.random.default_rng(4)
+    draws = rng.multivariate_normal(M, C, size=500)
+    adaptation = ScaleFreeAdaptation(2, GaussianKernel(1.0), n_subsample=100, first_window=50)
+    assert adaptation.phase == "scan"
+    assert adaptation.start_from_draws(draws, rng)
+    mean, cov = shrunk_covariance(draws)
+    np.testing.assert_allclose(adaptation.state.whitening.mean, mean)
+    np.testing.assert_allclose(adaptation.state.chol @ adaptation.state.chol.T, cov, rtol=1e-10)
+    assert adaptation.phase == "kameleon" and adaptation.state.subsample.shape == (100, 2)
+    nearest = np.abs(adaptation.state.subsample[:, None, :] - draws[None]).max(axis=2).min(axis=1)
+    assert nearest.max() < 1e-10  # Z's points are draws (through the whitening and back)
+    assert adaptation.window == 1 and adaptation.windows.end == 50 and len(adaptation.windows.draws) == 500
+    for t in range(50):
+        changed = feed(adaptation, draws[t], 0.3, rng, component="adaptive_metropolis")
+        assert changed == (t == 49)
+    assert adaptation.window == 2 and adaptation.windows.end == 150 and adaptation.windows.seeded == 0
+    assert adaptation.required_tune_steps() == 7 * 50
+
+
+def test_tuning_that_starts_from_draws_through_a_map_learns_only_the_walks_scale():
+    """With transport_map=True the map is fitted to the draws and kept; no Z and no independence
+    component are learned, and the map shape's moves tune lambda (walk) or nothing (independence)."""
+    from pymc_kameleon.testing import curved_draws
+
+    rng = np.random.default_rng(5)
+    draws = curved_draws(n=1000, dim=3)
+    adaptation = ScaleFreeAdaptation(3, GaussianKernel(1.0), independence_weight=0.5)
+    assert adaptation.start_from_draws(draws, rng, transport_map=True)
+    assert adaptation.state.transport_map is not None and adaptation.state.family is None
+    assert not adaptation.independence.enabled and not adaptation.wants_kameleon
+    before = adaptation.state.am_scale.value
+    feed(adaptation, draws[0], 0.0, rng, component="map_independence")
+    assert adaptation.state.am_scale.value == before
+    feed(adaptation, draws[1], 0.0, rng, component="map_walk")
+    assert adaptation.state.am_scale.value < before
+
+
+def test_tuning_from_singular_draws_starts_with_the_scan_as_usual():
+    rng = np.random.default_rng(6)
+    adaptation = ScaleFreeAdaptation(2, GaussianKernel(1.0))
+    flat = np.column_stack([np.arange(10.0), np.zeros(10)])  # no spread in the second coordinate
+    assert not adaptation.start_from_draws(flat, rng)
+    assert adaptation.phase == "scan" and adaptation.window == 0 and len(adaptation.windows.draws) == 0
+    feed(adaptation, np.zeros(2), 0.5, rng, component="scan", start=np.zeros(2), proposal=np.zeros(2))
+    with pytest.raises(RuntimeError, match="before the first tuning step"):
+        adaptation.start_from_draws(rng.normal(size=(50, 2)), rng)

@@ -52,6 +52,7 @@ from pymc_kameleon.core.adaptation.left_regions import TuningBlocks
 from pymc_kameleon.core.adaptation.scales import RobbinsMonro
 from pymc_kameleon.core.adaptation.scan import MAX_LOG_STEP, CoordinateScan, scan_steps_for
 from pymc_kameleon.core.adaptation.state import ScaleFreeState, TuningDraw
+from pymc_kameleon.core.adaptation.transport_map import TriangularMap
 from pymc_kameleon.core.adaptation.whitening import Whitening
 from pymc_kameleon.core.adaptation.windows import AdaptationWindow
 from pymc_kameleon.core.kameleon.family import check_subsample_size, fit_proposal, matched_nu2
@@ -194,6 +195,38 @@ class ScaleFreeAdaptation:
         ``kameleon_after``): a window that ends draws Z, and the end-of-tuning report expects one."""
         return self.kernel is not None and self.state.tune_steps >= self.kameleon_after
 
+    def start_from_draws(self, points, rng, transport_map: bool = False) -> bool:
+        r"""Begin tuning from draws that already cover the posterior (an SMC run's particles,
+        ``start="smc"``), before the first tuning step.
+
+        There is no coordinate scan: :math:`m` and :math:`C` are the draws' shrunk moments, :math:`Z`
+        is drawn from them (if the Kameleon component is due from the start), and the draws stay in
+        the first window, so that its end re-estimates from them and the chains' first steps together
+        (the later windows forget them, as they forget any transient). Returns False, and changes
+        nothing, if the draws' covariance is singular: tuning then starts with the scan as usual.
+
+        With ``transport_map``, a :class:`~.transport_map.TriangularMap` is fitted to the draws and
+        kept, fixed, as ``state.transport_map`` (the step proposes through it); no Kameleon subsample
+        and no independence component are learned then, only the walk's scale :math:`\lambda`.
+        """
+        state = self.state
+        if state.tune_steps:
+            raise RuntimeError("start_from_draws comes before the first tuning step.")
+        points = np.atleast_2d(np.asarray(points, dtype=float))
+        estimate = shrunk_covariance(points)
+        if estimate is None or not self._set_whitening(*estimate):
+            return False
+        state.scan_steps = 0
+        if transport_map:
+            state.transport_map = TriangularMap.fit(points)
+            self.kernel = None
+            self.independence = IndependenceTuning(0.0, self.dim)
+        if self.wants_kameleon:
+            self._refresh_kameleon(points, rng)
+            self._kameleon_window_ended = True
+        self._windows.seed(points, self.first_window)
+        return True
+
     def required_tune_steps(self) -> int:
         """Tuning steps for the scan and three windows (AM, then two Kameleon refreshes)."""
         return self.state.scan_steps + 7 * self.first_window
@@ -222,8 +255,8 @@ class ScaleFreeAdaptation:
         elif draw.component == "kameleon":
             _bounded_update(state.nu2, accept_prob)
             state.set_kameleon_scales()
-        elif draw.component == "independence":
-            pass  # no scale: the component's spread is the learned covariance's
+        elif draw.component in ("independence", "map_independence"):
+            pass  # no scale: the component's spread is the learned covariance's (or the map's)
         else:
             _bounded_update(state.am_scale, accept_prob)
         if state.tune_steps < self._windows.end and not self._whitening_is_off():

@@ -20,6 +20,7 @@ import numpy as np
 
 from pymc_kameleon.core.adaptation.scales import RobbinsMonro
 from pymc_kameleon.core.adaptation.scan import CoordinateScan
+from pymc_kameleon.core.adaptation.transport_map import TriangularMap
 from pymc_kameleon.core.adaptation.whitening import WhitenedCoordinates, Whitening
 from pymc_kameleon.core.kameleon.family import KameleonProposal
 from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
@@ -116,6 +117,9 @@ class ScaleFreeState(WhitenedCoordinates):
     independence_uses_fit : bool
         Whether the independence component draws from ``independence_fit`` (else from the learned
         :math:`m, C`: :math:`t_\nu(0, I)` in whitened coordinates).
+    transport_map : TriangularMap or None
+        The map fitted to the draws tuning started from (``start_from_draws(..., transport_map=True)``),
+        fixed; the step's proposal is then :class:`~.transport_map.MapMixtureProposal` on it.
     """
 
     dim: int
@@ -133,6 +137,7 @@ class ScaleFreeState(WhitenedCoordinates):
     independence_weight: float = 0.0
     independence_fit: IndependenceProposal | None = None
     independence_uses_fit: bool = False
+    transport_map: TriangularMap | None = None
 
     # ------------------------------------------------------------------ phase
     @property

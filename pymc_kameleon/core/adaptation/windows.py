@@ -56,11 +56,21 @@ class AdaptationWindow:
         self._gradient_squares = np.zeros(dim)  # sum over this window's steps of the squared gradient
         self._gradients = 0  # steps of this window that came with a gradient
         self._last_state = None
+        self.seeded = 0  # draws given before the first step (start_from_draws), not the chain's own
         self.recent = deque(maxlen=DRIFT_STATES)
         self.recent_log_density = deque(maxlen=DRIFT_STATES)
         self.recent_gradient = deque(maxlen=DRIFT_STATES)
         self.recent_accept = deque(maxlen=DRIFT_STATES)
         self.recent_population = deque(maxlen=DRIFT_STATES)  # pooled: every chain's state per step
+
+    def seed(self, points: np.ndarray, end: int) -> None:
+        """Before the first step: ``points`` (draws that cover the posterior) stand for the coordinate
+        scan. This first window after them ends at step ``end``, holding them besides the chains' draws;
+        its movement and end-early tests follow the steps alone."""
+        self.index, self.end = 1, end
+        for point in points:
+            self.draws.append(point)
+        self.seeded = points.shape[0]
 
     def forget_recent_states(self) -> None:
         """After this chain jumped to another's state (a rescue): its drift, climb and gradient
@@ -166,7 +176,7 @@ class AdaptationWindow:
         transient (an unstandardised regression from a far start: sds 2-100x the posterior's before).
         """
         # Pooled windows hold several draws per step; the checks follow the steps.
-        n = len(self.draws) if self._last_rows is None else len(self.accept)
+        n = len(self.draws) if self._last_rows is None and not self.seeded else len(self.accept)
         if self.index == 0 or n < 2 * self.first_window or n % self.first_window:
             return False
         points = self.draws.points
@@ -212,6 +222,7 @@ class AdaptationWindow:
         self.accept = []
         self.moves = 0
         self.rows = 0
+        self.seeded = 0
         self._gradient_squares = np.zeros_like(self._gradient_squares)
         self._gradients = 0
 

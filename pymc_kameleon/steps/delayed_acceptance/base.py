@@ -241,6 +241,10 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         )
         self.default_tune_steps = adaptation.required_tune_steps()
 
+    @property
+    def _start_adaptation(self) -> ScaleFreeAdaptation:
+        return self._chain.kernel.adaptation
+
     def _new_adaptation(self, kernel=None, **kameleon_options) -> ScaleFreeAdaptation:
         r"""The scale-free adaptation of the base proposal: a coordinate scan, then windows that learn
         :math:`m`, :math:`C` and :math:`\lambda` (and, with a ``kernel``, the Kameleon component's

@@ -1,0 +1,119 @@
+"""start="smc" (SMCStart): tuning starts from a KASS run's particles. One run serves a pooled population
+(counted once, in chain 0's first logp_evals) and the same draws come out with cores=1 and cores=2;
+tuning per chain, each chain runs its own. The map shape (transport_map=True) samples the right
+posterior. Bad options and models the start cannot serve are named."""
+
+import warnings
+
+import numpy as np
+import pymc as pm
+import pytest
+
+from pymc_kameleon import MLDA, GPDelayedAcceptanceMH, KameleonMetropolis, PseudoMarginalPotential, SMCStart
+from pymc_kameleon.core.adaptation.transport_map import MapMixtureProposal
+from pymc_kameleon.testing import (
+    SAMPLE_KW,
+    assert_same_records,
+    gaussian_data_model,
+    latent_gaussian_log_estimator,
+    mcse_of_mean,
+    recorded,
+)
+
+PARTICLES = 200
+
+
+def _sample(model, step, *, tune=120, draws=100, chains=3, cores=1, seed=5):
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return pm.sample(step=step(), tune=tune, draws=draws, chains=chains, cores=cores, random_seed=seed,
+                         discard_tuned_samples=False, **SAMPLE_KW)
+
+
+def _first_evals(idata) -> np.ndarray:
+    return idata.warmup_sample_stats["logp_evals"].values[:, 0]
+
+
+@pytest.mark.parametrize("cls", [KameleonMetropolis, GPDelayedAcceptanceMH])
+def test_one_run_serves_the_population_and_is_counted_once(cls):
+    """Pooled: chain 0's first step counts the run's evaluations (the particles and every sweep); the
+    other chains start at particles without evaluating anything more than a step does."""
+    captured = {}
+    idata = _sample(gaussian_data_model(), lambda: captured.setdefault("step", cls(start=SMCStart(PARTICLES))))
+    first = _first_evals(idata)
+    assert first[0] > PARTICLES and (first[1:] <= 3).all(), first
+    adaptation = captured["step"]._last_run()._start_adaptation
+    assert adaptation.state.scan_steps == 0  # the particles took the coordinate scan's place
+    starts = idata.warmup_posterior["mu"].values[:, 0]
+    assert len({tuple(row) for row in starts}) == 3
+
+
+def test_tuning_per_chain_each_chain_runs_and_counts_its_own():
+    idata = _sample(gaussian_data_model(), lambda: KameleonMetropolis(start="smc", tuning="per_chain"), chains=2)
+    first = _first_evals(idata)
+    assert (first > 2000).all(), first  # "smc" is SMCStart(): 2000 particles
+
+
+@pytest.mark.slow
+def test_the_population_gives_the_same_draws_with_cores_1_and_2():
+    """The run is made where PyMC links the chains, before they go to their processes."""
+    def step():
+        return KameleonMetropolis(start=SMCStart(PARTICLES, transport_map=True))
+
+    one = recorded(_sample(gaussian_data_model(), step, tune=60, draws=40, cores=1))
+    two = recorded(_sample(gaussian_data_model(), step, tune=60, draws=40, cores=2))
+    assert_same_records(one, two)
+
+
+@pytest.mark.slow
+def test_the_map_shape_samples_the_exact_posterior():
+    """mu ~ N(0, 10^2 I), 30 observations y_i ~ N(mu, I): the posterior is N(sum(y) / 30.01, I / 30.01).
+    Through the map fitted to the particles, 4 chains x (500 + 3000): every mean within 4 MCSE of the
+    exact one and every variance within 10%; the proposal is the map's."""
+    model = gaussian_data_model()
+    captured = {}
+    idata = _sample(model, lambda: captured.setdefault("step", KameleonMetropolis(
+        start=SMCStart(1000, transport_map=True))), tune=500, draws=3000, chains=4, seed=11)
+    assert isinstance(captured["step"].scale_free_proposal, MapMixtureProposal)
+    y = np.random.default_rng(0).normal([0.5, -1.0], 1.0, size=(30, 2))  # gaussian_data_model()'s data
+    precision = 30 + 1 / 100
+    exact_mean = y.sum(axis=0) / precision
+    draws = idata.posterior["mu"].values
+    for k in range(2):
+        z = (draws[..., k].mean() - exact_mean[k]) / mcse_of_mean(draws[..., k])
+        assert abs(z) < 4, (k, z)
+        assert draws[..., k].var() * precision == pytest.approx(1.0, rel=0.1)
+
+
+def test_bad_options_are_named():
+    with pytest.raises(ValueError, match="at least 100"):
+        SMCStart(particles=50)
+    with pytest.raises(TypeError, match="integer"):
+        SMCStart(particles=2000.0)
+    with pytest.raises(ValueError, match="draws"):
+        SMCStart(kernel_options={"draws": 10})
+    with pytest.raises(TypeError, match="dict"):
+        SMCStart(kernel_options=[("n_steps", 2)])
+    with gaussian_data_model():
+        with pytest.raises(ValueError, match="'smc'"):
+            KameleonMetropolis(start="smc-start")
+        with pytest.raises(ValueError, match="KameleonMetropolis only"):
+            GPDelayedAcceptanceMH(start=SMCStart(transport_map=True))
+
+
+def test_models_the_start_cannot_serve_are_named():
+    with pm.Model():
+        a = pm.Normal("a")
+        b = pm.Normal("b")
+        pm.Normal("y", a + b, 1.0, observed=[0.1, 0.2])
+        with pytest.raises(ValueError, match=r"\['b'\] is sampled by another step"):
+            KameleonMetropolis([a], start="smc")
+    with pm.Model():
+        theta = pm.Normal("theta", 0.0, 1.0, shape=2)
+        PseudoMarginalPotential("lik", latent_gaussian_log_estimator(), [theta])
+        with pytest.raises(ValueError, match="PseudoMarginalPotential"):
+            KameleonMetropolis(start="smc")
+    coarse = gaussian_data_model(n=3)
+    with gaussian_data_model():
+        with pytest.raises(ValueError, match="not available for this step"):
+            MLDA(coarse_models=[coarse], start="smc")
