@@ -39,7 +39,10 @@ def test_one_run_serves_the_population_and_is_counted_once(cls):
     """Pooled: chain 0's first step counts the run's evaluations (the particles and every sweep); the
     other chains start at particles without evaluating anything more than a step does."""
     captured = {}
-    idata = _sample(gaussian_data_model(), lambda: captured.setdefault("step", cls(start=SMCStart(PARTICLES))))
+    def step():
+        return captured.setdefault("step", cls(start=SMCStart(PARTICLES)))
+
+    idata = _sample(gaussian_data_model(), step)
     first = _first_evals(idata)
     assert first[0] > PARTICLES and (first[1:] <= 3).all(), first
     adaptation = captured["step"]._last_run()._start_adaptation
@@ -49,7 +52,10 @@ def test_one_run_serves_the_population_and_is_counted_once(cls):
 
 
 def test_tuning_per_chain_each_chain_runs_and_counts_its_own():
-    idata = _sample(gaussian_data_model(), lambda: KameleonMetropolis(start="smc", tuning="per_chain"), chains=2)
+    def step():
+        return KameleonMetropolis(start="smc", tuning="per_chain")
+
+    idata = _sample(gaussian_data_model(), step, chains=2)
     first = _first_evals(idata)
     assert (first > 2000).all(), first  # "smc" is SMCStart(): 2000 particles
 
