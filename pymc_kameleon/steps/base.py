@@ -30,7 +30,7 @@ from pymc_kameleon.steps.reporting import (
     progressbar_update_functions,
 )
 from pymc_kameleon.steps.smc_start import SMCStart, resolve_start
-from pymc_kameleon.steps.starts import StartSearch
+from pymc_kameleon.steps.starts import StartSearch, has_improper_prior
 
 __all__ = [
     "PSEUDO_MARGINAL_STATS",
@@ -333,7 +333,7 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         """Whether this chain reports what the population's chains share (pooled tuning: chain 0)."""
         return self.pooled and getattr(self, "this_chain", None) == 0
 
-    def _join_pymc(self, vars, target, blocked, rng, *, model, start: str) -> None:
+    def _join_pymc(self, vars, target, blocked, rng, *, model, start) -> None:
         """Finish ``__init__``: keep the target and the start option, declare the statistics, set up
         PyMC's step, reset."""
         start = resolve_start(start)
@@ -410,6 +410,13 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
                 f"{name}: start='smc' runs pm.sample_smc on the whole model, but {outside} "
                 f"{'is' if len(outside) == 1 else 'are'} sampled by another step; give this step every "
                 "free variable, or use start='search'."
+            )
+        improper = [rv.name for rv in model.free_RVs if has_improper_prior(rv)]
+        if improper:
+            raise ValueError(
+                f"{name}: start='smc' tempers from draws of the prior, and {improper} "
+                f"{'has' if len(improper) == 1 else 'have'} an improper prior (pm.Flat, pm.HalfFlat) with "
+                "none; give it a proper prior, or use start='search'."
             )
         if self.start.transport_map and type(self)._propose_through_map is AdaptiveStep._propose_through_map:
             raise ValueError(f"{name}: SMCStart(transport_map=True) is offered by KameleonMetropolis only.")

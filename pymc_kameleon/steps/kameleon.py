@@ -175,7 +175,7 @@ class KameleonMetropolis(AdaptiveStep):
         :mod:`pymc_kameleon.steps.population`. With one chain, and for models with a
         :func:`~pymc_kameleon.PseudoMarginalPotential`, tuning is per chain. ``"per_chain"``: each
         chain tunes alone (PyMC's ordinary sampler, chains in parallel processes with ``cores>1``).
-    start : {"search", "initial_point"}, default "search"
+    start : {"search", "initial_point", "smc"} or SMCStart, default "search"
         Where each chain starts tuning. ``"search"``: before its first step the chain runs Powell's
         method (no gradients) for ``min(50 d, 1000)`` log-density evaluations from each of two prior
         draws and moves to the best point reached, if it beats the start PyMC gave it and lies within
@@ -184,7 +184,12 @@ class KameleonMetropolis(AdaptiveStep):
         others. These evaluations are counted in ``logp_evals``; see :mod:`pymc_kameleon.core.starts`.
         ``"initial_point"``: start where ``pm.sample`` starts the chain (``initvals``). A model with
         a :func:`~pymc_kameleon.PseudoMarginalPotential` always starts there (a noisy estimate is no
-        objective for a search).
+        objective for a search). ``"smc"`` (``SMCStart()``) or an :class:`~pymc_kameleon.SMCStart`:
+        start from a ``pm.sample_smc(kernel=KASS)`` run, whose particles give the chains their starts and
+        the tuning its first mean, covariance and :math:`Z` (one run for a pooled population, counted in
+        chain 0's first ``logp_evals``); ``SMCStart(transport_map=True)`` also proposes through a
+        triangular map fitted to the particles, for a thin curved posterior the default does not
+        converge on (:mod:`pymc_kameleon.steps.smc_start`).
     vanishing_decay : float, default 1.0
         :math:`\kappa \in (0, 1]` for ``adaptation="vanishing"``.
     adapt_interval : int, default 100
@@ -293,7 +298,7 @@ class KameleonMetropolis(AdaptiveStep):
         independence_weight: float = 0.5,
         adaptation: str = "freeze",
         tuning: str = "pooled",
-        start: str = "search",
+        start="search",
         vanishing_decay: float = 1.0,
         adapt_interval: int = 100,
         learning_rate: float = 1.0,

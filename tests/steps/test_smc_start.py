@@ -119,6 +119,11 @@ def test_models_the_start_cannot_serve_are_named():
         PseudoMarginalPotential("lik", latent_gaussian_log_estimator(), [theta])
         with pytest.raises(ValueError, match="PseudoMarginalPotential"):
             KameleonMetropolis(start="smc")
+    with pm.Model():
+        x = pm.Flat("x", shape=2)
+        pm.Potential("banana", -0.5 * (x[0] ** 2 + (x[1] - x[0] ** 2) ** 2))
+        with pytest.raises(ValueError, match=r"\['x'\] has an improper prior"):
+            KameleonMetropolis(start="smc")
     coarse = gaussian_data_model(n=3)
     with gaussian_data_model():
         with pytest.raises(ValueError, match="not available for this step"):

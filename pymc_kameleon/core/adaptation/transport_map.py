@@ -1,5 +1,5 @@
-r"""A lower-triangular transport map learned from draws, and independent proposals through it
-(decision record 0060: the foundation of its "map shape"; no step uses it yet).
+r"""A lower-triangular transport map learned from draws, and proposals through it (decision record
+0060: KameleonMetropolis's map shape, with ``start=SMCStart(transport_map=True)``).
 
 A Gaussian or Student-t fitted to a curved posterior (a banana, the latent GP's ridge) proposes
 mostly where the posterior is not. A triangular map (Parno and Marzouk 2018, "Transport map
@@ -31,7 +31,8 @@ holds with the clipped :math:`s_k`.
 :class:`MapIndependenceProposal` draws :math:`u \sim t_\nu(0, I)` and maps it to :math:`x`; its
 density is the Student-t's at :math:`u(x)` times the Jacobian of :math:`x \mapsto u`.
 :class:`MapWalkProposal` is a random walk in :math:`u`. Together they are the moves that converged on
-the latent GP from tempered particles (decision 0060).
+the latent GP from tempered particles (decision 0060); :class:`MapMixtureProposal` mixes them, with
+both Hastings terms the mixture's, as the step uses them.
 """
 
 from __future__ import annotations
@@ -291,7 +292,7 @@ class MapWalkProposal(Proposal):
     The Gaussian factor is symmetric, so the Hastings ratio is the ratio of the Jacobians,
     :math:`q(y \mid x) / q(x \mid y) = |\partial u / \partial x|_y \,/\, |\partial u / \partial x|_x`:
     Metropolis in :math:`u` on the target :math:`\pi(x(u))\, |\partial x / \partial u|`.
-    Its moves are named ``"map_walk"`` (no step tunes its :math:`s` yet).
+    Its moves are named ``"map_walk"`` (:class:`MapMixtureProposal`'s walk is the one a step tunes).
 
     Parameters
     ----------

@@ -186,9 +186,10 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
         own GP, scales and random stream (:mod:`pymc_kameleon.steps.population`). With one chain,
         and for models with a PseudoMarginalPotential, tuning is per chain. ``"per_chain"``: each
         chain tunes alone.
-    start : {"search", "initial_point"}, default "search"
-        Where each chain starts tuning, as for :class:`~pymc_kameleon.KameleonMetropolis`; the
-        search's evaluations count in ``logp_evals``, and its result is the GP's first point.
+    start : {"search", "initial_point", "smc"} or SMCStart, default "search"
+        Where each chain starts tuning, as for :class:`~pymc_kameleon.KameleonMetropolis` (not with
+        ``SMCStart(transport_map=True)``); the search's (or the SMC run's) evaluations count in
+        ``logp_evals``, and the start is the GP's first point.
     kernel, bandwidth, n_subsample, gamma : optional
         Kameleon proposal options, as for :class:`~pymc_kameleon.KameleonMetropolis`
         (``proposal="kameleon"`` only).
