@@ -11,6 +11,7 @@ import pytest
 
 from pymc_kameleon import MLDA, GPDelayedAcceptanceMH, KameleonMetropolis, PseudoMarginalPotential, SMCStart
 from pymc_kameleon.core.adaptation.transport_map import MapMixtureProposal
+from pymc_kameleon.steps.smc_start import SMC_START_PARTICLES, resolve_start
 from pymc_kameleon.testing import (
     SAMPLE_KW,
     assert_same_records,
@@ -53,11 +54,12 @@ def test_one_run_serves_the_population_and_is_counted_once(cls):
 
 def test_tuning_per_chain_each_chain_runs_and_counts_its_own():
     def step():
-        return KameleonMetropolis(start="smc", tuning="per_chain")
+        return KameleonMetropolis(start=SMCStart(PARTICLES), tuning="per_chain")
 
     idata = _sample(gaussian_data_model(), step, chains=2)
     first = _first_evals(idata)
-    assert (first > 2000).all(), first  # "smc" is SMCStart(): 2000 particles
+    assert (first > PARTICLES).all(), first
+    assert resolve_start("smc") == SMCStart(particles=SMC_START_PARTICLES) and SMC_START_PARTICLES == 2000
 
 
 @pytest.mark.slow
