@@ -91,7 +91,7 @@ class PooledTuning:
         (its GP, its learned covariance, its proposal), as it does with per-chain tuning.
         """
         parallel = len(population) > 1 and (_sample_argument("cores") or 1) > 1
-        if chain_index == 0 and self._smc_start is not None:
+        if chain_index == 0 and self._smc_start is not None and _sample_argument("tune") != 0:
             self._start_population_from_smc(population)
         if parallel:
             # In PyMC's chain processes this error would reach the user as a bare EOFError.

@@ -130,3 +130,16 @@ def test_models_the_start_cannot_serve_are_named():
     with gaussian_data_model():
         with pytest.raises(ValueError, match="not available for this step"):
             MLDA(coarse_models=[coarse], start="smc")
+
+
+def test_without_tuning_there_is_no_run():
+    """tune=0: the chains sample from where PyMC starts them, and no SMC run is made or counted."""
+    made = []
+
+    def step():
+        made.append(KameleonMetropolis(start=SMCStart(PARTICLES)))
+        return made[-1]
+
+    idata = _sample(gaussian_data_model(), step, tune=0, draws=5)
+    assert (idata.sample_stats["logp_evals"].values <= 3).all()
+    assert "result" not in made[0]._smc_start  # with tune=1 it is there (the pooled test above)
