@@ -137,8 +137,9 @@ EXTRA_SAMPLERS = {
     "GPDelayedAcceptanceMH-initial-point": Sampler(
         partial(GPDelayedAcceptanceMH, start="initial_point"), needs_likelihood=True
     ),
-    # Tuning from a KASS run's particles (start="smc"; decision 0060), and through a map fitted to them.
-    "KameleonMetropolis-smc": Sampler(partial(KameleonMetropolis, start="smc")),
+    # Tuning from a KASS run's particles (decision 0060): the particles alone, and through a map fitted to
+    # them (start="smc", the map on by default for KameleonMetropolis since it was measured).
+    "KameleonMetropolis-smc": Sampler(partial(KameleonMetropolis, start=SMCStart(transport_map=False))),
     "KameleonMetropolis-smc-map": Sampler(partial(KameleonMetropolis, start=SMCStart(transport_map=True))),
     "GPDelayedAcceptanceMH-smc": Sampler(partial(GPDelayedAcceptanceMH, start="smc"), needs_likelihood=True),
 }

@@ -166,7 +166,7 @@ class DrawsAgreement:
             "one whose groups they barely inform non-centred), or start the chains closer to the posterior "
             "(initvals); for a curved posterior that longer tuning does not fix, start from a tempered SMC "
             "run and propose through a map fitted to its particles, "
-            "KameleonMetropolis(start=SMCStart(transport_map=True)) (on this package's benchmark latent GP "
+            "KameleonMetropolis(start='smc') (on this package's benchmark latent GP "
             "regression R-hat <= 1.005 at 3 of 3 seeds, for about 750 000 evaluations more); for "
             "well-separated modes, use pm.sample_smc(kernel=KASS), whose tempering weighs them; and check "
             "R-hat over all the draws."

@@ -404,6 +404,13 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         name = type(self).__name__
         if not self._smc_start_supported:
             raise ValueError(f"{name}: start='smc' is not available for this step; use 'search'.")
+        discrete = [rv.name for rv in model.free_RVs if rv.dtype in discrete_types]
+        if discrete:
+            raise ValueError(
+                f"{name}: start='smc' runs pm.sample_smc on the whole model, which samples continuous "
+                f"variables only, and {discrete} {'is' if len(discrete) == 1 else 'are'} discrete; use "
+                "start='search'."
+            )
         outside = variables_outside_block(model, vars, name)
         if outside:
             raise ValueError(
@@ -418,8 +425,11 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
                 f"{'has' if len(improper) == 1 else 'have'} an improper prior (pm.Flat, pm.HalfFlat) with "
                 "none; give it a proper prior, or use start='search'."
             )
-        if self.start.transport_map and type(self)._propose_through_map is AdaptiveStep._propose_through_map:
+        offers_map = type(self)._propose_through_map is not AdaptiveStep._propose_through_map
+        if self.start.transport_map and not offers_map:
             raise ValueError(f"{name}: SMCStart(transport_map=True) is offered by KameleonMetropolis only.")
+        # None: on where the step offers it.
+        self._use_map = offers_map if self.start.transport_map is None else self.start.transport_map
         if target.has_estimates:
             raise ValueError(
                 f"{name}: start='smc' is not available with a PseudoMarginalPotential (the chains keep their "
@@ -434,7 +444,9 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         if self._population_states() is not None and "result" in shared:
             return shared["result"], False
         seed = int(self.rng.integers(2**31))
-        return self.start.run(shared["model"], shared["var_names"], seed), True
+        result = self.start.run(shared["model"], shared["var_names"], seed, type(self).__name__)
+        shared["last"] = result
+        return result, True
 
     def _start_from_smc(self, y):
         """``start="smc"``, at the chain's first tuning step: seed the tuning with the run's particles and,
@@ -444,7 +456,7 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         if own or self._chain_index == 0:
             self._target.n_evals += result.evaluations
         adaptation = self._start_adaptation
-        use_map = self.start.transport_map
+        use_map = self._use_map
         if adaptation.start_from_draws(result.particles, self.rng, use_map) and use_map:
             self._propose_through_map(adaptation.state)
         if not own:
@@ -453,6 +465,16 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         evaluation = self._target.evaluate(state)
         self._target.accept(state, evaluation)
         return state, evaluation
+
+    @property
+    def smc_start_result(self):
+        """With ``start="smc"``: the last SMC run's :class:`~pymc_kameleon.steps.smc_start.SMCStartResult`
+        (its particles, evaluations and log evidence), the population's with pooled tuning, else that of
+        the chain run last; None before a run (or with another start)."""
+        shared = self._smc_start
+        if shared is None:
+            return None
+        return shared.get("last")
 
     @property
     def _start_adaptation(self):

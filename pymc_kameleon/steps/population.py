@@ -121,8 +121,9 @@ class PooledTuning:
         the step finds it, and start each chain at a distinct particle (PyMC's population is the chains'
         first states)."""
         shared = self._smc_start
-        result = self.start.run(shared["model"], shared["var_names"], int(self.rng.integers(2**31)))
-        shared["result"] = result
+        seed = int(self.rng.integers(2**31))
+        result = self.start.run(shared["model"], shared["var_names"], seed, type(self).__name__)
+        shared["result"] = shared["last"] = result
         starts = result.starts(len(population), self.rng)
         names = [v.name for v in self.vars]
         info = DictToArrayBijection.map({name: population[0][name] for name in names}).point_map_info

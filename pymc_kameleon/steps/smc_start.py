@@ -23,6 +23,7 @@ GP at :math:`N = 2000`, 20 times the chains'), so it is an option, not the defau
 
 from __future__ import annotations
 
+import difflib
 import logging
 import warnings
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ import numpy as np
 import pymc as pm
 
 __all__ = ["SMC_START_PARTICLES", "SMCStart", "SMCStartResult", "resolve_start"]
+
 
 #: Particles of the SMC run: with 2000 the latent GP's particles had every mean within 0.07 posterior sd
 #: and every sd within 11% (decision 0060); with 1000 the map built on them mixed less well (R-hat up to
@@ -46,18 +48,22 @@ class SMCStart:
     ----------
     particles : int, default 2000
         Particles of the run (``draws`` of ``pm.sample_smc``); at least 100.
-    transport_map : bool, default False
-        :class:`~pymc_kameleon.KameleonMetropolis` only: propose through a triangular map fitted to the
-        particles (:class:`~pymc_kameleon.core.adaptation.transport_map.MapMixtureProposal`: half
-        independent draws through the map, half a walk in its reference coordinates whose scale tunes),
-        fixed for the whole run, instead of the Kameleon/AM mixture. It straightens a curved posterior
-        that no learned covariance fits (the latent GP's tube, decision 0060).
+    transport_map : bool, optional
+        Propose through a triangular map fitted to the particles
+        (:class:`~pymc_kameleon.core.adaptation.transport_map.MapMixtureProposal`: half independent
+        draws through the map, half a walk in its reference coordinates whose scale tunes), fixed for
+        the whole run, instead of the step's own proposal. It straightens a curved posterior that no
+        learned covariance fits (the latent GP's tube, decision 0060), and is what makes the start pay:
+        the particles alone (starts and first covariance) left the latent GP and an 8-d banana as
+        unconverged as the default. By default (None) on where the step offers it,
+        :class:`~pymc_kameleon.KameleonMetropolis`; ``True`` elsewhere is an error.
     kernel_options : dict, optional
-        Options of :class:`~pymc_kameleon.KASS` (``n_subsample``, ``waste_free``, ``threshold``, ...).
+        Options of :class:`~pymc_kameleon.KASS` (``n_subsample``, ``waste_free``, ``threshold``, ...),
+        checked when the start is made.
     """
 
     particles: int = SMC_START_PARTICLES
-    transport_map: bool = False
+    transport_map: bool | None = None
     kernel_options: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -70,19 +76,32 @@ class SMCStart:
             )
         if not isinstance(self.kernel_options, dict):
             raise TypeError("SMCStart: kernel_options must be a dict of KASS's options.")
-        reserved = {"draws", "kernel", "chains", "cores", "random_seed", "model"} & set(self.kernel_options)
+        if self.transport_map not in (None, True, False):
+            raise TypeError(
+                f"SMCStart: transport_map must be True, False or None, got {self.transport_map!r}."
+            )
+        reserved = _RESERVED & set(self.kernel_options)
         if reserved:
             raise ValueError(
                 f"SMCStart: {sorted(reserved)} {'is' if len(reserved) == 1 else 'are'} set by the start "
                 "itself; give the particles as particles=... and leave the rest to pm.sample."
             )
+        known = _kass_options()
+        for key in self.kernel_options:
+            if key not in known:
+                close = difflib.get_close_matches(str(key), known, n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise TypeError(
+                    f"SMCStart: {key!r} is not an option of KASS.{hint} Its options: {sorted(known)}."
+                )
 
-    def run(self, model, var_names: list[str], seed: int) -> SMCStartResult:
-        """Run ``pm.sample_smc(kernel=KASS)`` on ``model`` (quietly: its log and warnings are the start's
-        business, not the user's) and return the particles in the step's coordinates (the raveled value
-        variables of ``var_names``, in that order) and the log-density evaluations made."""
+    def run(self, model, var_names: list[str], seed: int, step_name: str = "SMCStart") -> SMCStartResult:
+        """Run ``pm.sample_smc(kernel=KASS)`` on ``model`` and return the particles in the step's coordinates
+        (the raveled value variables of ``var_names``, in that order), the log-density evaluations made and
+        the log evidence. PyMC's log and KASS's warnings are the start's business, not the user's: the run
+        says one line in PyMC's log instead (what it cost, where that is counted, its log evidence)."""
         from pymc_kameleon.smc import KASS
-        from pymc_kameleon.smc.results import stage_stats
+        from pymc_kameleon.smc.results import log_evidence, stage_stats
         from pymc_kameleon.steps.tuned import value_space_draws
 
         pymc_log = logging.getLogger("pymc")
@@ -95,12 +114,45 @@ class SMCStart:
                     self.particles, kernel=KASS, chains=1, cores=1, random_seed=int(seed), progressbar=False,
                     compute_convergence_checks=False, model=model, **self.kernel_options,
                 )
+                evidence = log_evidence(idata)
         finally:
             pymc_log.setLevel(level)
         particles = value_space_draws(idata, 0, model=model, var_names=var_names)
         evaluations = particles.shape[0] + int(np.sum(stage_stats(idata, "likelihood_evals")[0]))
-        log_evidence = float(stage_stats(idata, "log_marginal_likelihood")[0][-1])
-        return SMCStartResult(particles, evaluations, log_evidence)
+        stages = len(stage_stats(idata, "beta")[0])
+        result = SMCStartResult(
+            particles, evaluations, float(evidence.log_z[0]), float(evidence.std_error[0]), stages
+        )
+        pymc_log.info(
+            f"{step_name}: started from an SMC run (KASS, {self.particles} particles, {stages} stages, "
+            f"{evaluations:,} log-density evaluations, in cumulative_logp_evals; log evidence "
+            f"{result.log_evidence:.2f} +- {result.log_evidence_se:.2f})"
+        )
+        return result
+
+
+_RESERVED = frozenset({
+    "draws", "kernel", "chains", "cores", "random_seed", "model", "start", "progressbar",
+    "compute_convergence_checks", "return_inferencedata",
+})
+
+
+def _kass_options() -> list[str]:
+    """The keyword options ``pm.sample_smc(kernel=KASS, ...)`` passes to the kernel: KASS's own, its batched
+    base's and PyMC's SMC kernel's."""
+    import inspect
+
+    from pymc.smc.kernels import SMC_KERNEL
+
+    from pymc_kameleon.smc import KASS
+    from pymc_kameleon.smc._batched import BatchedSMCKernel
+
+    names = set()
+    for function in (KASS.__init__, BatchedSMCKernel.__init__, SMC_KERNEL.__init__):
+        for name, parameter in inspect.signature(function).parameters.items():
+            if parameter.kind is parameter.KEYWORD_ONLY or parameter.kind is parameter.POSITIONAL_OR_KEYWORD:
+                names.add(name)
+    return sorted(names - {"self"} - _RESERVED)
 
 
 @dataclass(frozen=True)
@@ -113,13 +165,18 @@ class SMCStartResult:
         The last stage's particles in the step's coordinates.
     evaluations : int
         Log-density evaluations of the run (the initial particles' and every sweep's).
-    log_evidence : float
-        The run's estimate of the log marginal likelihood.
+    log_evidence, log_evidence_se : float
+        The run's estimate of the log marginal likelihood and its single-run standard error
+        (:func:`~pymc_kameleon.smc.log_evidence`).
+    stages : int
+        Tempering stages.
     """
 
     particles: np.ndarray
     evaluations: int
     log_evidence: float
+    log_evidence_se: float
+    stages: int
 
     def starts(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` distinct particles (with repeats only if there are fewer distinct ones), drawn at random."""

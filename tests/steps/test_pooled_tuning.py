@@ -468,7 +468,7 @@ def test_chains_that_disagree_over_their_draws_are_warned_about_once():
     assert f"first {CROSS_CHAIN_DRAWS} draws" in said[0], said
     assert said[0].startswith("KameleonMetropolis: the chains disagreed at the end of tuning")
     assert "a curved posterior that longer tuning does not fix, start from a tempered SMC run" in said[0]
-    assert "KameleonMetropolis(start=SMCStart(transport_map=True))" in said[0]
+    assert "KameleonMetropolis(start='smc')" in said[0]
     check, said = _agreement(_population(0, CROSS_CHAIN_DRAWS + 50, last_offsets=off), tuning=None)
     assert len(said) == 1 and said[0].startswith(
         f"KameleonMetropolis: the chains disagree over their first {CROSS_CHAIN_DRAWS} draws"

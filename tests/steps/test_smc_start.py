@@ -50,6 +50,33 @@ def test_one_run_serves_the_population_and_is_counted_once(cls):
     assert adaptation.state.scan_steps == 0  # the particles took the coordinate scan's place
     starts = idata.warmup_posterior["mu"].values[:, 0]
     assert len({tuple(row) for row in starts}) == 3
+    result = captured["step"].smc_start_result
+    assert result.particles.shape == (PARTICLES, 2) and first[0] >= result.evaluations
+    # The map where the step offers it (SMCStart's default), the step's own proposal elsewhere.
+    uses_map = isinstance(captured["step"]._last_run()._chain.__dict__.get("proposal"), MapMixtureProposal)
+    assert uses_map == (cls is KameleonMetropolis)
+
+
+def test_the_run_says_what_it_cost_and_its_log_evidence(caplog):
+    """One line in PyMC's log: particles, stages, evaluations, where they are counted, the log evidence;
+    exp(log Z) of the conjugate model is known: y_i ~ N(mu, I), mu ~ N(0, 10^2 I)."""
+    from scipy.stats import multivariate_normal
+
+    made = []
+
+    def step():
+        made.append(KameleonMetropolis(start=SMCStart(500)))
+        return made[-1]
+
+    with caplog.at_level("INFO", logger="pymc"):
+        _sample(gaussian_data_model(), step, tune=20, draws=10)
+    said = [r.getMessage() for r in caplog.records if "SMC run" in r.getMessage()]
+    assert len(said) == 1 and "500 particles" in said[0] and "cumulative_logp_evals" in said[0], said
+    result = made[0].smc_start_result
+    y = np.random.default_rng(0).normal([0.5, -1.0], 1.0, size=(30, 2))
+    exact = sum(multivariate_normal(np.zeros(30), np.eye(30) + 100.0).logpdf(y[:, k]) for k in range(2))
+    assert abs(result.log_evidence - exact) < 4 * result.log_evidence_se + 0.1, (result, exact)
+    assert f"{result.evaluations:,}" in said[0]
 
 
 def test_tuning_per_chain_each_chain_runs_and_counts_its_own():
@@ -102,6 +129,10 @@ def test_bad_options_are_named():
         SMCStart(kernel_options={"draws": 10})
     with pytest.raises(TypeError, match="dict"):
         SMCStart(kernel_options=[("n_steps", 2)])
+    with pytest.raises(TypeError, match="Did you mean 'n_subsample'"):
+        SMCStart(kernel_options={"n_subsampel": 100})
+    with pytest.raises(TypeError, match="True, False or None"):
+        SMCStart(transport_map="yes")
     with gaussian_data_model():
         with pytest.raises(ValueError, match="'smc'"):
             KameleonMetropolis(start="smc-start")
@@ -121,6 +152,12 @@ def test_models_the_start_cannot_serve_are_named():
         PseudoMarginalPotential("lik", latent_gaussian_log_estimator(), [theta])
         with pytest.raises(ValueError, match="PseudoMarginalPotential"):
             KameleonMetropolis(start="smc")
+    with pm.Model():
+        k = pm.Poisson("k", 3.0)
+        mu = pm.Normal("mu")
+        pm.Normal("y", mu + k, 1.0, observed=[3.1])
+        with pytest.raises(ValueError, match=r"\['k'\] is discrete"):
+            KameleonMetropolis([mu], start="smc")
     with pm.Model():
         x = pm.Flat("x", shape=2)
         pm.Potential("banana", -0.5 * (x[0] ** 2 + (x[1] - x[0] ** 2) ** 2))
