@@ -186,10 +186,10 @@ class KameleonMetropolis(AdaptiveStep):
         a :func:`~pymc_kameleon.PseudoMarginalPotential` always starts there (a noisy estimate is no
         objective for a search). ``"smc"`` (``SMCStart()``) or an :class:`~pymc_kameleon.SMCStart`:
         start from a ``pm.sample_smc(kernel=KASS)`` run, whose particles give the chains their starts and
-        the tuning its first mean, covariance and :math:`Z` (one run for a pooled population, counted in
-        chain 0's first ``logp_evals``); ``SMCStart(transport_map=True)`` also proposes through a
-        triangular map fitted to the particles, for a thin curved posterior the default does not
-        converge on (:mod:`pymc_kameleon.steps.smc_start`).
+        the tuning its first mean, covariance and :math:`Z`, and propose through a triangular map
+        fitted to them, for a thin curved posterior the default does not converge on; one run for a
+        pooled population, counted in chain 0's ``cumulative_logp_evals``
+        (:mod:`pymc_kameleon.steps.smc_start`, :attr:`smc_start_result`).
     vanishing_decay : float, default 1.0
         :math:`\kappa \in (0, 1]` for ``adaptation="vanishing"``.
     adapt_interval : int, default 100

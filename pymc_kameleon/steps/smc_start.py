@@ -13,12 +13,17 @@ tuning; the particles give
   scan's place and stay in the first adaptation window
   (:meth:`~pymc_kameleon.core.adaptation.scale_free.ScaleFreeAdaptation.start_from_draws`).
 
+With ``KameleonMetropolis`` the step then proposes through a triangular map fitted to the particles
+(``transport_map``), which is what made the latent GP converge; the particles alone did not.
+
 With pooled tuning one run serves the population: chain 0 makes it when PyMC links the chains (in
 ``pm.sample``'s process, before the chains start), and its evaluations count in chain 0's first
-``logp_evals``. Tuning per chain (``tuning="per_chain"``, ``chains=1``), each chain makes its own run
-at its first step, counted in its own ``logp_evals``. The run costs what it costs: about
-:math:`N` times the number of tempering stages times a few sweeps (750 000 evaluations on the latent
-GP at :math:`N = 2000`, 20 times the chains'), so it is an option, not the default.
+``logp_evals`` (a tuning step's, which PyMC discards by default) and so in its
+``cumulative_logp_evals``. Tuning per chain (``tuning="per_chain"``, ``chains=1``), each chain makes its
+own run at its first step, counted in its own. The run costs what it costs: about :math:`N` times the
+number of tempering stages times a few sweeps (750 000 evaluations on the latent GP at
+:math:`N = 2000`, 20 times the chains'; 20 to 50 times on the models tried), so it is an option, not
+the default. It says one line in PyMC's log, and ``step.smc_start_result`` keeps it.
 """
 
 from __future__ import annotations
