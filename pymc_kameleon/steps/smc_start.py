@@ -1,9 +1,8 @@
 r"""Starts from a tempered SMC run (``start="smc"``): particles that cover the posterior before tuning.
 
-Where a posterior is a thin curved ridge or has a minor mode in the way (Lotka-Volterra's large-noise
-mode, a latent GP's tube), chains that walk in from their starts tune on what they find. A tempered
-run does not walk in: :class:`~pymc_kameleon.KASS` moves its particles from the prior to the posterior
-through intermediate targets, and its last particles cover the posterior's bulk (decision 0060: on the
+Where a posterior is a thin curved ridge (a latent GP's tube), chains that walk in from their starts
+tune on what they find. A tempered run does not walk in: :class:`~pymc_kameleon.KASS` moves its
+particles from the prior to the posterior through intermediate targets, and its last particles cover the posterior's bulk (decision 0060: on the
 latent Poisson GP regression 2000 particles got every mean within 0.07 posterior sd). With
 ``start=SMCStart()`` (or ``start="smc"``) the step runs ``pm.sample_smc(kernel=KASS)`` once before
 tuning; the particles give
