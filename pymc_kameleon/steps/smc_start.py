@@ -2,8 +2,9 @@ r"""Starts from a tempered SMC run (``start="smc"``): particles that cover the p
 
 Where a posterior is a thin curved ridge (a latent GP's tube), chains that walk in from their starts
 tune on what they find. A tempered run does not walk in: :class:`~pymc_kameleon.KASS` moves its
-particles from the prior to the posterior through intermediate targets, and its last particles cover the posterior's bulk (decision 0060: on the
-latent Poisson GP regression 2000 particles got every mean within 0.07 posterior sd). With
+particles from the prior to the posterior through intermediate targets, and its last particles cover
+the posterior's bulk (decision 0060: on the latent Poisson GP regression 2000 particles got every mean
+within 0.07 posterior sd). With
 ``start=SMCStart()`` (or ``start="smc"``) the step runs ``pm.sample_smc(kernel=KASS)`` once before
 tuning; the particles give
 
