@@ -90,3 +90,19 @@ def test_a_step_warning_is_ours_and_a_category_filter_silences_it():
         warnings.filterwarnings("ignore", category=KameleonWarning)
         _sample_briefly()
     assert not [w for w in caught if str(w.message).startswith("KameleonMetropolis:")]
+
+
+@pytest.mark.parametrize("tuning, cores", [("pooled", 1), ("per_chain", 2)])
+def test_a_step_warning_names_the_users_line_not_pymcs(tuning, cores):
+    """Raised in the session (pooled, cores=1) or carried from PyMC's worker processes (per chain, cores=2),
+    a step's warning names the frame that called pm.sample: this file (a new user's pointed at
+    pymc/step_methods/arraystep.py)."""
+    with pm.Model():
+        x = pm.Normal("x", 0.0, 1.0, shape=2)
+        pm.Normal("y", x.sum(), 1.0, observed=[0.3])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            pm.sample(draws=20, tune=20, chains=2, cores=cores, step=KameleonMetropolis(tuning=tuning),
+                      random_seed=1, progressbar=False, compute_convergence_checks=False)
+    ours = [w for w in caught if str(w.message).startswith("KameleonMetropolis:")]
+    assert ours and all(w.filename == __file__ for w in ours), [(w.filename, w.lineno) for w in ours]

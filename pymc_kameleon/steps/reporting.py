@@ -13,9 +13,15 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import os
+import pickle
+import sys
+import threading
 import warnings
 
 import numpy as np
+import pymc
+import pytensor
 from rich.progress import TextColumn
 from rich.table import Column
 
@@ -237,9 +243,31 @@ def in_pymc_worker() -> bool:
     return multiprocessing.current_process().name.startswith(_PYMC_WORKER_PREFIXES)
 
 
+# Where a frame's code lives inside these, it is not the user's: a step's warning names the first frame
+# outside them (the user's pm.sample call), not PyMC's step loop (a new user's warning pointed at
+# pymc/step_methods/arraystep.py).
+_LIBRARY_DIRS = tuple(
+    os.path.dirname(module.__file__) + os.sep
+    for module in (pymc, pytensor, pickle, threading, multiprocessing)  # stdlib: pickle's directory
+) + (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,)
+
+
+def user_stacklevel(default: int) -> int:
+    """The ``stacklevel`` that makes a ``warnings.warn`` in the caller name the first frame outside the
+    package, PyMC, PyTensor and the standard library's pickling and process machinery; ``default`` if
+    every frame is inside them."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(_LIBRARY_DIRS) and not filename.startswith("<frozen"):
+            return level
+        frame, level = frame.f_back, level + 1
+    return default
+
+
 def _warn_in_session(value, messages):
     for message, category in messages:
-        warnings.warn(message, category, stacklevel=2)
+        warnings.warn(message, category, stacklevel=user_stacklevel(2))
     return value
 
 
@@ -286,7 +314,7 @@ class StepWarnings:
         if in_pymc_worker():
             self.pending.append((message, category))
         else:
-            warnings.warn(message, category, stacklevel=stacklevel + 1)
+            warnings.warn(message, category, stacklevel=user_stacklevel(stacklevel + 1))
 
     def attach(self, stats: dict, key: str) -> dict:
         """Attach the kept warnings to ``stats[key]`` (they are raised when the session unpickles it)."""
