@@ -425,6 +425,13 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
                 f"{'has' if len(improper) == 1 else 'have'} an improper prior (pm.Flat, pm.HalfFlat) with "
                 "none; give it a proper prior, or use start='search'."
             )
+        fixed = [rv.name for rv, value in model.rvs_to_initial_values.items() if value is not None]
+        if fixed:
+            raise ValueError(
+                f"{name}: start='smc' draws its particles from the prior, but PyMC's SMC starts every "
+                f"particle of {fixed} at {'its' if len(fixed) == 1 else 'their'} initval; remove the initval "
+                "(pass starts to pm.sample as initvals instead), or use start='search'."
+            )
         offers_map = type(self)._propose_through_map is not AdaptiveStep._propose_through_map
         if self.start.transport_map and not offers_map:
             raise ValueError(f"{name}: SMCStart(transport_map=True) is offered by KameleonMetropolis only.")

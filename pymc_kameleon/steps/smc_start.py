@@ -115,10 +115,18 @@ class SMCStart:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                idata = pm.sample_smc(
-                    self.particles, kernel=KASS, chains=1, cores=1, random_seed=int(seed), progressbar=False,
-                    compute_convergence_checks=False, model=model, **self.kernel_options,
-                )
+                try:
+                    idata = pm.sample_smc(
+                        self.particles, kernel=KASS, chains=1, cores=1, random_seed=int(seed), model=model,
+                        progressbar=False, compute_convergence_checks=False, **self.kernel_options,
+                    )
+                except (ValueError, FloatingPointError, np.linalg.LinAlgError) as err:
+                    # KASS's own errors say what failed (particles collapsed at a tiny beta, ...); say whose.
+                    raise type(err)(
+                        f"{step_name}: the SMC run of start='smc' failed: {err} Try more particles "
+                        "(SMCStart(particles=...)), a higher threshold "
+                        "(SMCStart(kernel_options={'threshold': 0.8})), or start='search'."
+                    ) from err
                 evidence = log_evidence(idata)
         finally:
             pymc_log.setLevel(level)

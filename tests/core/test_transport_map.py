@@ -246,9 +246,28 @@ def test_the_maps_mixture_leaves_the_banana_invariant():
     assert max(wrong.values()) > Z_MAX + 2, wrong
 
 
+def test_quadratic_shifts_only_where_the_draws_support_them(monkeypatch):
+    """2000 draws of a correlated 30-d Gaussian: the first 13 coordinates (at most 91 features, 20 rows
+    each) get quadratic shifts, the rest linear ones, and held out every coordinate of u has a variance
+    near 1. Negative control: quadratic shifts everywhere overfit (a held-out variance far above 1)."""
+    import pymc_kameleon.core.adaptation.transport_map as transport_map
+
+    rng = np.random.default_rng(1)
+    A = rng.standard_normal((30, 30))
+    cov = A @ A.T / 30 + 0.1 * np.eye(30)
+    fitted, held_out = (rng.multivariate_normal(np.zeros(30), cov, size=n) for n in (2000, 4000))
+    tmap = TriangularMap.fit(fitted)
+    assert tmap.quadratic.tolist() == [True] * 13 + [False] * 17
+    assert (tmap.to_reference(held_out)[0] ** 2).mean(axis=0).max() < 1.2
+    monkeypatch.setattr(transport_map, "MAP_ROWS_PER_FEATURE", 0)
+    overfitted = TriangularMap.fit(fitted)
+    assert overfitted.quadratic.all()
+    assert (overfitted.to_reference(held_out)[0] ** 2).mean(axis=0).max() > 1.5
+
+
 def test_bad_input_is_named():
     with pytest.raises(ValueError, match="cannot fit a triangular map"):
-        TriangularMap.fit(np.random.default_rng(0).standard_normal((10, 6)))
+        TriangularMap.fit(np.random.default_rng(0).standard_normal((6, 6)))
     with pytest.raises(ValueError, match="ridge"):
         TriangularMap.fit(curved_draws(), ridge=-1.0)
     with pytest.raises(ValueError, match=r"\(n, d\)"):
