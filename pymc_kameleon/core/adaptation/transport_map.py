@@ -1,5 +1,5 @@
 r"""A lower-triangular transport map learned from draws, and proposals through it (decision record
-0060: KameleonMetropolis's map shape, with ``start=SMCStart(transport_map=True)``).
+0060: KameleonMetropolis's map shape, with ``start="smc"``).
 
 A Gaussian or Student-t fitted to a curved posterior (a banana, the latent GP's ridge) proposes
 mostly where the posterior is not. A triangular map (Parno and Marzouk 2018, "Transport map
@@ -331,7 +331,7 @@ class MapWalkProposal(Proposal):
 
 
 class MapMixtureProposal(Proposal):
-    r"""The map shape's move (``start=SMCStart(transport_map=True)``): with probability :math:`\iota` an
+    r"""The map shape's move (KameleonMetropolis with ``start="smc"``): with probability :math:`\iota` an
     independent draw through the map, else a random walk in its reference coordinates.
 
     .. math::
