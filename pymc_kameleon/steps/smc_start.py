@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pymc as pm
 
+from pymc_kameleon.steps.starts import STARTS
+
 __all__ = ["SMC_START_PARTICLES", "SMCStart", "SMCStartResult", "resolve_start"]
 
 
@@ -205,8 +207,6 @@ def resolve_start(start):
         return start
     if start == "smc":
         return SMCStart()
-    if start in ("search", "initial_point"):
+    if start in STARTS:
         return start
-    raise ValueError(
-        f"start must be one of ('search', 'initial_point', 'smc') or an SMCStart(...), got {start!r}."
-    )
+    raise ValueError(f"start must be one of {(*STARTS, 'smc')} or an SMCStart(...), got {start!r}.")
