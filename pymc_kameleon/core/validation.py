@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+import difflib
+
 import numpy as np
 
-__all__ = ["check_independence_weight", "check_kameleon_options", "check_number", "check_probability"]
+__all__ = [
+    "check_independence_weight", "check_kameleon_options", "check_number", "check_probability",
+    "unexpected_keyword_error",
+]
+
+
+def unexpected_keyword_error(callee: str, name, known, where: str = "") -> TypeError:
+    """The TypeError for a keyword ``name`` that ``callee`` does not take, naming the closest of its
+    ``known`` keywords (Python 3.11 names neither); ``where`` says where the keyword was given."""
+    close = difflib.get_close_matches(str(name), list(known), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return TypeError(f"{callee}() got an unexpected keyword argument {name!r}{where}{hint}")
 
 
 def check_number(name, value, *, integer=False, minimum=None, strict=True):

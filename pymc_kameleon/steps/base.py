@@ -8,7 +8,6 @@ pseudo-marginal statistics when the model has a PseudoMarginalPotential.
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from dataclasses import dataclass, field
 
@@ -18,6 +17,7 @@ from pymc.step_methods.compound import Competence
 from pymc.util import get_random_generator, get_value_vars_from_user_vars
 from pymc.vartypes import discrete_types
 
+from pymc_kameleon.core.validation import unexpected_keyword_error
 from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.steps.agreement import DrawsAgreement
 from pymc_kameleon.steps.left_regions import LeftRegionsCheck
@@ -208,14 +208,6 @@ class ChainState:
     draws_agreement: DrawsAgreement | None = None
     left_regions: LeftRegionsCheck | None = None
     tuning_rejections: int = 0
-
-
-def unexpected_keyword_error(step_name: str, name: str, known) -> TypeError:
-    """The TypeError for a keyword ``name`` the step does not take, naming the step and the closest of
-    its ``known`` keywords (Python 3.11 names neither)."""
-    close = difflib.get_close_matches(name, list(known), n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    return TypeError(f"{step_name}() got an unexpected keyword argument {name!r}{hint}")
 
 
 def _check_keywords(cls, kwargs) -> None:

@@ -228,8 +228,10 @@ class KameleonMetropolis(AdaptiveStep):
     (:math:`\lambda`, the AM component's scale in whitened units), ``nu2`` (:math:`\nu^2`; NaN
     before the first :math:`Z`), ``kernel_variance`` (:math:`\nu^2` times the kernel term's mean
     variance at :math:`Z`), ``bandwidth``, ``gamma``, ``kameleon`` (whether the
-    Kameleon component drew this move), ``independence`` (whether the independence component
-    did), ``independence_fitted`` (whether its draws come from the Gaussian fitted to the evaluated
+    Kameleon component drew this move), ``independence`` (whether an independence draw did: the
+    independence component's, or one through the transport map), ``transport_map`` (whether the move
+    came through the transport map fitted to the particles of ``start="smc"``),
+    ``independence_fitted`` (whether its draws come from the Gaussian fitted to the evaluated
     log densities rather than the learned :math:`m, C`: constant per chain after tuning),
     ``subsample_size``, ``adapted`` (whether the mean, covariance and :math:`Z` were
     refreshed at this step), ``logp_evals`` (log-density
@@ -274,6 +276,8 @@ class KameleonMetropolis(AdaptiveStep):
         "gamma": (np.float64, []),
         "kameleon": (bool, []),
         "independence": (bool, []),
+        # Whether the move came through the transport map of an SMC start (start="smc", decision 0060).
+        "transport_map": (bool, []),
         # Whether the independence component's draws come from the fitted shape (decision record 0039).
         "independence_fitted": (bool, []),
         "adapted": (bool, []),
@@ -425,6 +429,12 @@ class KameleonMetropolis(AdaptiveStep):
         return self._last_run()._chain.adaptation.state.model_family
 
     @property
+    def transport_map(self):
+        """The :class:`~pymc_kameleon.core.adaptation.transport_map.TriangularMap` the chain run last moves
+        through (``start="smc"`` with its map), else None: then its proposal is no Kameleon proposal."""
+        return self._last_run()._chain.adaptation.state.transport_map
+
+    @property
     def scale_free_proposal(self) -> ScaleFreeProposal:
         """The whole proposal of the chain run last (the scan, AM or Kameleon/AM mixture move)."""
         return self._last_run()._chain.proposal
@@ -479,7 +489,8 @@ class KameleonMetropolis(AdaptiveStep):
             "gamma": state.gamma,
             "tune": self.tune,
             "kameleon": result.move.component == "kameleon",
-            "independence": result.move.component == "independence",
+            "independence": result.move.component in ("independence", "map_independence"),
+            "transport_map": result.move.component in ("map_walk", "map_independence"),
             "independence_fitted": state.independence_uses_fit,
             "adapted": adapted,
             "subsample_size": 0 if state.family is None else state.family.Z.shape[0],

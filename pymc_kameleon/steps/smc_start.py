@@ -28,7 +28,6 @@ the default. It says one line in PyMC's log, and ``step.smc_start_result`` keeps
 
 from __future__ import annotations
 
-import difflib
 import logging
 import warnings
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pymc as pm
 
+from pymc_kameleon.core.validation import unexpected_keyword_error
 from pymc_kameleon.steps.starts import STARTS
 
 __all__ = ["SMC_START_PARTICLES", "SMCStart", "SMCStartResult", "resolve_start"]
@@ -96,11 +96,7 @@ class SMCStart:
         known = _kass_options()
         for key in self.kernel_options:
             if key not in known:
-                close = difflib.get_close_matches(str(key), known, n=1)
-                hint = f" Did you mean {close[0]!r}?" if close else ""
-                raise TypeError(
-                    f"SMCStart: {key!r} is not an option of KASS.{hint} Its options: {sorted(known)}."
-                )
+                raise unexpected_keyword_error("KASS", key, known, " (in SMCStart's kernel_options)")
 
     def run(self, model, var_names: list[str], seed: int, step_name: str = "SMCStart") -> SMCStartResult:
         """Run ``pm.sample_smc(kernel=KASS)`` on ``model`` and return the particles in the step's coordinates

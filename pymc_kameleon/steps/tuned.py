@@ -28,6 +28,13 @@ __all__ = ["rebuild_proposal", "value_space_draws"]
 
 _TUNED_STATS = ("bandwidth", "gamma", "nu2", "subsample_size")
 _PROBE_POINTS = 20  # points of Z at which the kernel term's variance is averaged
+# Why a chain of start="smc" with its map has no Kameleon proposal to rebuild or plot.
+_THROUGH_MAP = (
+    "moved through the transport map fitted to its SMC start's particles (start='smc'), not a Kameleon "
+    "proposal, so there is no Kameleon proposal to rebuild or plot (its moves are marked by the "
+    "transport_map statistic). For a Kameleon proposal, sample with SMCStart(transport_map=False) or "
+    "start='search'."
+)
 
 
 def value_space_draws(idata, chain: int = 0, *, model=None, var_names=None) -> np.ndarray:
@@ -145,6 +152,8 @@ def rebuild_proposal(
     """
     _check_chain(idata, chain)
     stats = idata.sample_stats
+    if "transport_map" in stats and bool(np.any(stats["transport_map"].isel(chain=int(chain)).values)):
+        raise ValueError(f"Chain {chain} {_THROUGH_MAP}")
     bandwidth, gamma, nu2, size = (_frozen_stat(stats, name, chain) for name in _TUNED_STATS)
     if not (size >= 2 and math.isfinite(nu2) and math.isfinite(gamma)):
         raise ValueError(

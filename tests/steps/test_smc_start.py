@@ -79,6 +79,29 @@ def test_the_run_says_what_it_cost_and_its_log_evidence(caplog):
     assert f"{result.evaluations:,}" in said[0]
 
 
+@pytest.mark.parametrize("through_map", [True, False])
+def test_map_moves_are_marked_and_have_no_kameleon_proposal_to_plot(through_map):
+    """The transport_map statistic marks the map's moves (its independence draws are independence moves
+    too); such a chain has no Kameleon proposal, and rebuilding or plotting one says why."""
+    from pymc_kameleon import rebuild_proposal
+    from pymc_kameleon.plots import plot_proposal_contours
+
+    captured = {}
+    idata = _sample(gaussian_data_model(), lambda: captured.setdefault(
+        "step", KameleonMetropolis(start=SMCStart(PARTICLES, transport_map=through_map))), chains=2)
+    stats = idata.sample_stats
+    assert bool(stats["transport_map"].values.all()) is through_map
+    assert not stats["transport_map"].values.any() or 0.3 < stats["independence"].values.mean() < 0.7
+    if through_map:
+        refused = r"Chain 1 moved through the transport map .* \(start='smc'\)"
+        with gaussian_data_model(), pytest.raises(ValueError, match=refused):
+            rebuild_proposal(idata, chain=1)
+        with pytest.raises(ValueError, match="KameleonMetropolis's chain moved through the transport map"):
+            plot_proposal_contours(captured["step"])
+    else:
+        assert captured["step"].transport_map is None
+
+
 def test_tuning_per_chain_each_chain_runs_and_counts_its_own():
     def step():
         return KameleonMetropolis(start=SMCStart(PARTICLES), tuning="per_chain")
@@ -129,7 +152,8 @@ def test_bad_options_are_named():
         SMCStart(kernel_options={"draws": 10})
     with pytest.raises(TypeError, match="dict"):
         SMCStart(kernel_options=[("n_steps", 2)])
-    with pytest.raises(TypeError, match="Did you mean 'n_subsample'"):
+    misspelt = r"KASS\(\) got .* 'n_subsampel' \(in SMCStart's kernel_options\); did you mean 'n_subsample'\?"
+    with pytest.raises(TypeError, match=misspelt):
         SMCStart(kernel_options={"n_subsampel": 100})
     with pytest.raises(TypeError, match="True, False or None"):
         SMCStart(transport_map="yes")

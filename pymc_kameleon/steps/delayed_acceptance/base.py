@@ -55,14 +55,13 @@ from pymc_kameleon.core.gp.training import (
     GPTrainingSchedule,
 )
 from pymc_kameleon.core.linalg import same_array
-from pymc_kameleon.core.validation import check_number, check_probability
+from pymc_kameleon.core.validation import check_number, check_probability, unexpected_keyword_error
 from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.steps.base import (
     AdaptiveStep,
     ChainState,
     continuous_value_vars,
     coordinate_names,
-    unexpected_keyword_error,
 )
 from pymc_kameleon.steps.population import TUNINGS
 from pymc_kameleon.steps.reporting import (
