@@ -68,6 +68,7 @@ class BatchedSMCKernel(SMC_KERNEL):
         super().__init__(*args, **kwargs)
         self.batch_logp = batch_logp
         self._evaluations = 0  # running count of likelihood evaluations at proposals
+        self._check_evaluations = 0  # the batch check's evaluations (setup_kernel)
         self._nan_likelihoods, self._first_nan = 0, None  # (setup_kernel: per chain)
         self._use_batch = False
         self._warnings = StepWarnings()
@@ -127,6 +128,8 @@ class BatchedSMCKernel(SMC_KERNEL):
         self.prior_logp = np.asarray(self.prior_logp, dtype=np.float64).reshape(self.draws)
         self.likelihood_logp = np.asarray(self.likelihood_logp, dtype=np.float64).reshape(self.draws)
         self._check_initial_densities()
+        # The check below evaluates the likelihood again at the first particles (KASS's settings say so).
+        self._check_evaluations = 0 if self._batch_logp_func is None else min(_BATCH_CHECK_POINTS, self.draws)
         self._use_batch = self._batch_logp_func is not None and batch_matches(
             self._batch_logp_func,
             self.tempered_posterior,

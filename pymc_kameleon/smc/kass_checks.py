@@ -140,6 +140,8 @@ class KASSChecks:
             "am_weight": self.am_weight,
             "independence_weight": self.independence_weight,
             "batch_logp": int(self._use_batch),
+            # Likelihood evaluations of the check of the vectorised log density (no stage counts them).
+            "batch_check_evals": int(self._check_evaluations),
             "resampling": self.resampling,
             "waste_free": int(self.waste_free),
             "chain_length": self.chain_length,

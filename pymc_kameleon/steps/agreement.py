@@ -159,23 +159,20 @@ class DrawsAgreement:
                 f"tuning states is {_rhat_text(tuning_rhat)} in {self._name(tuning_j)}) and still disagree "
                 f"over their first {n} draws ({draws})"
             )
+        gradients = self.differentiable is not None and self.differentiable()
+        nuts = (
+            " This model's log density has gradients (no black-box Op): sample it with NUTS, pm.sample's "
+            "default step, which converges on curved posteriors where gradient-free steps mix too slowly "
+            "(on this package's benchmark latent GP regression NUTS gave R-hat 1.003, KameleonMetropolis "
+            "1.15). Otherwise:" if gradients else " Remedies:"
+        )
         return (
-            f"{self.step_name}: {said}, so they mix too slowly for the tuning they had, or some chain is "
-            "stuck in a mode of its own, and the draws do not agree yet; increase `tune` and `draws`, or "
-            "reparameterise (a hierarchy whose groups the data determine well often samples better centred, "
-            "one whose groups they barely inform non-centred), or start the chains closer to the posterior "
+            f"{self.step_name}: {said}, so the chains mix too slowly for the tuning they had, or one is "
+            f"stuck in a mode of its own, and the draws do not agree yet.{nuts} increase `tune` and "
+            "`draws`; or reparameterise (a hierarchy whose groups the data barely inform samples better "
+            "non-centred, one they determine well centred); or start the chains closer to the posterior "
             "(initvals); for a curved posterior that longer tuning does not fix, start from a tempered SMC "
-            "run and propose through a map fitted to its particles, "
-            "KameleonMetropolis(start='smc') (on this package's benchmark latent GP "
-            "regression R-hat <= 1.005 at 3 of 3 seeds, for about 750 000 evaluations more); for "
-            "well-separated modes, use pm.sample_smc(kernel=KASS), whose tempering weighs them; and check "
-            "R-hat over all the draws."
-            + (
-                " This model's log density has gradients (no black-box Op): NUTS, pm.sample's default step, "
-                "converges on curved posteriors where gradient-free steps mix too slowly (on this package's "
-                "benchmark latent GP regression, NUTS R-hat 1.003, KameleonMetropolis 1.15, at 4 x (3000 + "
-                "6000))."
-                if self.differentiable is not None and self.differentiable()
-                else ""
-            )
+            "run and propose through a map fitted to its particles, KameleonMetropolis(start='smc') (many "
+            "more evaluations); for well-separated modes, use pm.sample_smc(kernel=KASS), whose tempering "
+            "weighs them. Check R-hat over all the draws."
         )

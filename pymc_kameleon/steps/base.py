@@ -422,7 +422,8 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
             raise ValueError(
                 f"{name}: start='smc' draws its particles from the prior, but PyMC's SMC starts every "
                 f"particle of {fixed} at {'its' if len(fixed) == 1 else 'their'} initval; remove the initval "
-                "(pass starts to pm.sample as initvals instead), or use start='search'."
+                "(the chains start at the run's particles, so neither it nor pm.sample's initvals would be "
+                "used), or use start='search' or 'initial_point' to start from it."
             )
         offers_map = type(self)._propose_through_map is not AdaptiveStep._propose_through_map
         if self.start.transport_map and not offers_map:
@@ -440,7 +441,9 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         """The SMC run's result for this chain: the population's (made by chain 0 when PyMC linked the
         chains), else a run of this chain's own, seeded from its stream."""
         shared = self._smc_start
-        if self._population_states() is not None and "result" in shared:
+        # Linked into PyMC's population (pooled tuning, any number of chains, in any process): chain 0
+        # ran it there. (A population of one chain ran it too: a second run here doubled the cost.)
+        if getattr(self, "population", None) is not None and "result" in shared:
             return shared["result"], False
         seed = int(self.rng.integers(2**31))
         result = self.start.run(shared["model"], shared["var_names"], seed, type(self).__name__)
@@ -452,7 +455,7 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         tuning alone, move to one of them. Returns the new state and its evaluation, or None if the chain
         keeps ``y`` (a pooled chain: PyMC's population already starts at its particle)."""
         result, own = self._smc_start_result()
-        if own or self._chain_index == 0:
+        if own or self._speaks_for_population:
             self._target.n_evals += result.evaluations
         adaptation = self._start_adaptation
         use_map = self._use_map

@@ -185,7 +185,8 @@ class KameleonMetropolis(AdaptiveStep):
         ``"initial_point"``: start where ``pm.sample`` starts the chain (``initvals``). A model with
         a :func:`~pymc_kameleon.PseudoMarginalPotential` always starts there (a noisy estimate is no
         objective for a search). ``"smc"`` (``SMCStart()``) or an :class:`~pymc_kameleon.SMCStart`:
-        start from a ``pm.sample_smc(kernel=KASS)`` run, whose particles give the chains their starts and
+        start from a ``pm.sample_smc(kernel=KASS)`` run, whose particles give the chains their starts
+        (``pm.sample``'s ``initvals`` are not used) and
         the tuning its first mean, covariance and :math:`Z`, and propose through a triangular map
         fitted to them, for a thin curved posterior the default does not converge on; one run for a
         pooled population, counted in chain 0's ``cumulative_logp_evals``

@@ -36,6 +36,7 @@ import numpy as np
 import pymc as pm
 
 from pymc_kameleon.core.validation import unexpected_keyword_error
+from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.steps.starts import STARTS
 
 __all__ = ["SMC_START_PARTICLES", "SMCStart", "SMCStartResult", "resolve_start"]
@@ -111,8 +112,8 @@ class SMCStart:
         level = pymc_log.level
         pymc_log.setLevel(logging.WARNING)
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
                 try:
                     idata = pm.sample_smc(
                         self.particles, kernel=KASS, chains=1, cores=1, random_seed=int(seed), model=model,
@@ -129,15 +130,22 @@ class SMCStart:
         finally:
             pymc_log.setLevel(level)
         particles = value_space_draws(idata, 0, model=model, var_names=var_names)
-        evaluations = particles.shape[0] + int(np.sum(stage_stats(idata, "likelihood_evals")[0]))
+        checked = int(idata.sample_stats.attrs.get("batch_check_evals", 0))  # the vectorised graph's check
+        evaluations = particles.shape[0] + int(np.sum(stage_stats(idata, "likelihood_evals")[0])) + checked
         stages = len(stage_stats(idata, "beta")[0])
+        # KASS's own warnings (on its evidence, its mixing) are kept, not shown: the start uses the particles.
+        said = tuple(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, KameleonWarning)))
         result = SMCStartResult(
-            particles, evaluations, float(evidence.log_z[0]), float(evidence.std_error[0]), stages
+            particles, evaluations, float(evidence.log_z[0]), float(evidence.std_error[0]), stages, said
+        )
+        warned = (
+            f"; KASS warned {len(said)} time(s): read step.smc_start_result.warnings before trusting this "
+            "log evidence" if said else ""
         )
         pymc_log.info(
             f"{step_name}: started from an SMC run (KASS, {self.particles} particles, {stages} stages, "
             f"{evaluations:,} log-density evaluations, in cumulative_logp_evals; log evidence "
-            f"{result.log_evidence:.2f} +- {result.log_evidence_se:.2f})"
+            f"{result.log_evidence:.2f} +- {result.log_evidence_se:.2f}{warned})"
         )
         return result
 
@@ -175,12 +183,16 @@ class SMCStartResult:
     particles : array of shape (N, d)
         The last stage's particles in the step's coordinates.
     evaluations : int
-        Log-density evaluations of the run (the initial particles' and every sweep's).
+        Log-density evaluations of the run (the initial particles', every sweep's and those of KASS's check
+        of the vectorised log density).
     log_evidence, log_evidence_se : float
         The run's estimate of the log marginal likelihood and its single-run standard error
         (:func:`~pymc_kameleon.smc.log_evidence`).
     stages : int
         Tempering stages.
+    warnings : tuple of str
+        What KASS warned during the run (a biased evidence, stages that barely mixed, ...), which the
+        start keeps from the user's session; empty if nothing.
     """
 
     particles: np.ndarray
@@ -188,6 +200,7 @@ class SMCStartResult:
     log_evidence: float
     log_evidence_se: float
     stages: int
+    warnings: tuple = ()
 
     def starts(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` distinct particles (with repeats only if there are fewer distinct ones), drawn at random."""

@@ -77,6 +77,21 @@ def test_the_run_says_what_it_cost_and_its_log_evidence(caplog):
     exact = sum(multivariate_normal(np.zeros(30), np.eye(30) + 100.0).logpdf(y[:, k]) for k in range(2))
     assert abs(result.log_evidence - exact) < 4 * result.log_evidence_se + 0.1, (result, exact)
     assert f"{result.evaluations:,}" in said[0]
+    assert result.warnings == () and "KASS warned" not in said[0]
+
+
+def test_kass_warnings_are_kept_and_the_log_line_says_so(caplog):
+    """KASS's warnings are not shown in the session (the start needs the particles), but the log line that
+    prints the log evidence says there were some, and the result keeps them: a new user read a log evidence
+    2.9 combined SEs off a second run's while KASS's bias warning had been silenced."""
+    few_chains = SMCStart(PARTICLES, kernel_options={"waste_free": True, "chain_length": 100})
+    with caplog.at_level("INFO", logger="pymc"), warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        result = few_chains.run(gaussian_data_model(), ["mu"], seed=1)
+    assert any("waste-free" in w for w in result.warnings), result.warnings
+    assert not [w for w in shown if "waste-free" in str(w.message)]
+    said = [r.getMessage() for r in caplog.records if "SMC run" in r.getMessage()]
+    assert len(said) == 1 and f"KASS warned {len(result.warnings)} time(s)" in said[0], said
 
 
 @pytest.mark.parametrize("through_map", [True, False])
@@ -100,6 +115,49 @@ def test_map_moves_are_marked_and_have_no_kameleon_proposal_to_plot(through_map)
             plot_proposal_contours(captured["step"])
     else:
         assert captured["step"].transport_map is None
+
+
+def test_the_run_counts_every_evaluation():
+    """A black-box likelihood counts its calls: the run's evaluations are all of them (KASS's check of its
+    vectorised log density at 8 particles was missing)."""
+    import pytensor.tensor as pt
+    from pytensor.graph.basic import Apply
+    from pytensor.graph.op import Op
+
+    calls = []
+
+    class CountedLikelihood(Op):
+        def make_node(self, x):
+            x = pt.as_tensor_variable(x)
+            return Apply(self, [x], [pt.dscalar()])
+
+        def perform(self, node, inputs, outputs):
+            calls.append(1)
+            outputs[0][0] = np.asarray(-2.0 * np.sum((inputs[0] - 1.0) ** 2))
+
+    with pm.Model() as model:
+        x = pm.Normal("x", 0, 3, shape=2)
+        pm.Potential("likelihood", CountedLikelihood()(x))
+    result = SMCStart(PARTICLES).run(model, ["x"], seed=3)
+    assert result.evaluations == len(calls) > PARTICLES
+
+
+@pytest.mark.parametrize("cls", [KameleonMetropolis, GPDelayedAcceptanceMH])
+def test_one_chain_runs_once(cls, caplog):
+    """Found by a new user: with chains=1 PyMC still links a population (of one), whose chain 0 ran the
+    SMC, and the chain's first step ran a second one, of which alone the cost was counted."""
+    made = []
+
+    def step():
+        made.append(cls(start=SMCStart(PARTICLES)))
+        return made[-1]
+
+    with caplog.at_level("INFO", logger="pymc"):
+        idata = _sample(gaussian_data_model(), step, chains=1)
+    said = [r.getMessage() for r in caplog.records if "SMC run" in r.getMessage()]
+    assert len(said) == 1, said
+    evaluations = made[0].smc_start_result.evaluations
+    assert evaluations <= _first_evals(idata)[0] <= evaluations + 3
 
 
 def test_tuning_per_chain_each_chain_runs_and_counts_its_own():
