@@ -150,6 +150,11 @@ class PooledTuning:
                 stacklevel=3,
             )
 
+    def __repr__(self):
+        # PyMC's messages show the step's repr (a step reused in another model: "mu assigned to <...>
+        # sampler is not a value variable"): the class the user made, not its pooled variant's qualname.
+        return f"<{type(self).__module__}.{type(self).__name__} object at {id(self):#x}>"
+
     def _last_run(self):
         if self.__dict__.get("_population_member"):
             return self

@@ -596,3 +596,14 @@ def test_the_disagreement_warning_names_nuts_only_for_a_model_with_gradients():
             flags[name] = (KameleonMetropolis()._target.differentiable,
                            GPDelayedAcceptanceMH()._target.differentiable)
     assert flags == {"plain": (True, True), "black box": (False, False)}
+
+
+def test_the_pooled_variant_shows_the_class_the_user_made():
+    """PyMC's messages show a step's repr (found by a new user reusing a step in another model: the error
+    named PooledKameleonMetropolis, a class they never made)."""
+    with pm.Model():
+        pm.Normal("x", 0, 1, shape=2)
+        step = KameleonMetropolis()
+    assert step.pooled
+    assert repr(step).startswith("<pymc_kameleon.steps.kameleon.KameleonMetropolis object at 0x"), repr(step)
+    assert "Pooled" in type(step).__qualname__  # pickling still finds the variant by its qualified name
