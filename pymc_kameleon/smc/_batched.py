@@ -129,7 +129,7 @@ class BatchedSMCKernel(SMC_KERNEL):
         self.likelihood_logp = np.asarray(self.likelihood_logp, dtype=np.float64).reshape(self.draws)
         self._check_initial_densities()
         # The check below evaluates the likelihood again at the first particles (KASS's settings say so).
-        self._check_evaluations = 0 if self._batch_logp_func is None else min(_BATCH_CHECK_POINTS, self.draws)
+        self._check_evaluations = 0 if self._batch_logp_func is None else batch_check_points(self.draws)
         self._use_batch = self._batch_logp_func is not None and batch_matches(
             self._batch_logp_func,
             self.tempered_posterior,
@@ -398,13 +398,18 @@ def evaluate_each(prior_fn, likelihoods, proposals):
     return prior, loglik, inside.size
 
 
+def batch_check_points(particles: int) -> int:
+    """How many of the first particles :func:`batch_matches` evaluates."""
+    return min(_BATCH_CHECK_POINTS, particles)
+
+
 def batch_matches(fn, X, prior_logp, likelihood_logp, strict: bool, warnings) -> bool:
     """Whether the vectorised function reproduces PyMC's per-particle log densities at the first particles.
 
     ``warnings`` (a :class:`~pymc_kameleon.steps.reporting.StepWarnings`) gets a disagreement; with
     ``strict`` (``batch_logp=True``) a failure or disagreement raises instead.
     """
-    k = min(_BATCH_CHECK_POINTS, X.shape[0])
+    k = batch_check_points(X.shape[0])
     try:
         prior, loglik = batch_logp(fn, floatX(X[:k]))
     except Exception as err:

@@ -17,7 +17,11 @@ from pymc.step_methods.arraystep import PopulationArrayStepShared
 from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
 from pymc_kameleon.core.adaptation.scales import VanishingProbability
 from pymc_kameleon.core.adaptation.state import TuningDraw
-from pymc_kameleon.core.adaptation.transport_map import MapMixtureProposal
+from pymc_kameleon.core.adaptation.transport_map import (
+    INDEPENDENT_COMPONENTS,
+    MAP_COMPONENTS,
+    MapMixtureProposal,
+)
 from pymc_kameleon.core.kameleon.kernels import make_kernel
 from pymc_kameleon.core.kameleon.scale_free import ScaleFreeProposal
 from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
@@ -490,8 +494,8 @@ class KameleonMetropolis(AdaptiveStep):
             "gamma": state.gamma,
             "tune": self.tune,
             "kameleon": result.move.component == "kameleon",
-            "independence": result.move.component in ("independence", "map_independence"),
-            "transport_map": result.move.component in ("map_walk", "map_independence"),
+            "independence": result.move.component in INDEPENDENT_COMPONENTS,
+            "transport_map": result.move.component in MAP_COMPONENTS,
             "independence_fitted": state.independence_uses_fit,
             "adapted": adapted,
             "subsample_size": 0 if state.family is None else state.family.Z.shape[0],

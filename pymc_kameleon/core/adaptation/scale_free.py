@@ -52,7 +52,7 @@ from pymc_kameleon.core.adaptation.left_regions import TuningBlocks
 from pymc_kameleon.core.adaptation.scales import RobbinsMonro
 from pymc_kameleon.core.adaptation.scan import MAX_LOG_STEP, CoordinateScan, scan_steps_for
 from pymc_kameleon.core.adaptation.state import ScaleFreeState, TuningDraw
-from pymc_kameleon.core.adaptation.transport_map import TriangularMap
+from pymc_kameleon.core.adaptation.transport_map import INDEPENDENT_COMPONENTS, TriangularMap
 from pymc_kameleon.core.adaptation.whitening import Whitening
 from pymc_kameleon.core.adaptation.windows import AdaptationWindow
 from pymc_kameleon.core.kameleon.family import check_subsample_size, fit_proposal, matched_nu2
@@ -255,7 +255,7 @@ class ScaleFreeAdaptation:
         elif draw.component == "kameleon":
             _bounded_update(state.nu2, accept_prob)
             state.set_kameleon_scales()
-        elif draw.component in ("independence", "map_independence"):
+        elif draw.component in INDEPENDENT_COMPONENTS:
             pass  # no scale: the component's spread is the learned covariance's (or the map's)
         else:
             _bounded_update(state.am_scale, accept_prob)

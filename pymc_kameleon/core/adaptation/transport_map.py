@@ -52,8 +52,9 @@ from pymc_kameleon.core.proposals import (
 )
 
 __all__ = [
-    "MAP_INDEPENDENCE_DF", "MAP_INDEPENDENCE_WEIGHT", "MAP_ROWS_PER_FEATURE", "MapIndependenceProposal",
-    "MapMixtureProposal", "MapWalkProposal", "TriangularMap", "map_features",
+    "INDEPENDENT_COMPONENTS", "MAP_COMPONENTS", "MAP_INDEPENDENCE_DF", "MAP_INDEPENDENCE_WEIGHT",
+    "MAP_ROWS_PER_FEATURE", "MapIndependenceProposal", "MapMixtureProposal", "MapWalkProposal",
+    "TriangularMap", "map_features",
 ]
 
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -66,6 +67,10 @@ MAP_ROWS_PER_FEATURE = 20
 #: The map shape's mixture (decision 0060's measured recipe): half independent draws, t with 10 df.
 MAP_INDEPENDENCE_WEIGHT = 0.5
 MAP_INDEPENDENCE_DF = 10.0
+#: The moves' names (``Move.component``) of MapMixtureProposal, and of every independent draw a step makes
+#: (its independence component's or the map's): these tune no scale.
+MAP_COMPONENTS = ("map_walk", "map_independence")
+INDEPENDENT_COMPONENTS = ("independence", "map_independence")
 
 
 def map_features(Z_before: np.ndarray, quadratic: bool) -> np.ndarray:
