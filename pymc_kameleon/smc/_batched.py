@@ -26,9 +26,9 @@ from pymc_kameleon.core.validation import check_number
 from pymc_kameleon.core.warning_categories import KameleonRuntimeWarning, KameleonWarning
 from pymc_kameleon.executors import as_executor_option
 from pymc_kameleon.pseudo_marginal import PseudoMarginalOp
-from pymc_kameleon.steps.base import indexed_names
 from pymc_kameleon.steps.reporting import StepWarnings
 from pymc_kameleon.steps.starts import has_improper_prior
+from pymc_kameleon.steps.variables import indexed_names
 
 # KASS's logger: its messages name KASS.
 _log = logging.getLogger("pymc_kameleon.smc.kass")

@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 import numpy as np
 from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence
-from pymc.util import get_random_generator, get_value_vars_from_user_vars
+from pymc.util import get_random_generator
 from pymc.vartypes import discrete_types
 
 from pymc_kameleon.core.validation import unexpected_keyword_error
 from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.steps.agreement import DrawsAgreement
 from pymc_kameleon.steps.left_regions import LeftRegionsCheck
-from pymc_kameleon.steps.population import pooled_class_for, variables_outside_block
+from pymc_kameleon.steps.population import pooled_class_for
 from pymc_kameleon.steps.reporting import (
     RecentRates,
     StepWarnings,
@@ -29,16 +29,14 @@ from pymc_kameleon.steps.reporting import (
     progressbar_config,
     progressbar_update_functions,
 )
-from pymc_kameleon.steps.smc_start import SMCStart, resolve_start
-from pymc_kameleon.steps.starts import StartSearch, has_improper_prior
+from pymc_kameleon.steps.smc_start import SMCStart, SMCStarting, resolve_start
+from pymc_kameleon.steps.starts import StartSearch
 
 __all__ = [
     "PSEUDO_MARGINAL_STATS",
     "AdaptiveStep",
     "ChainState",
     "PerChainReset",
-    "continuous_value_vars",
-    "coordinate_names",
     "declare_pseudo_marginal_stats",
 ]
 
@@ -113,55 +111,6 @@ def side_stream(rng: np.random.Generator) -> np.random.Generator:
     return np.random.Generator(jumped()) if jumped is not None else rng.spawn(1)[0]
 
 
-def coordinate_names(vars, initial_point, model=None) -> list[str]:
-    """Names of a raveled block's coordinates, in order, as the user wrote the variables: ``mu``,
-    ``theta_t[3]``, ``L[1, 0]``; with ``model``, a transformed variable by its transform and name,
-    ``log(tau)`` (the step samples its value variable ``tau_log__``), ``logodds(p)[2]``."""
-    names = []
-    for v in vars:
-        label = v.name
-        rv = model.values_to_rvs.get(v) if model is not None else None
-        if rv is not None:
-            transform = model.rvs_to_transforms.get(rv)
-            label = rv.name if transform is None else f"{transform.name}({rv.name})"
-        names.extend(indexed_names(label, np.shape(initial_point[v.name])))
-    return names
-
-
-def indexed_names(label: str, shape) -> list[str]:
-    """``[label]`` for a scalar, else ``label[i, j]`` for each index of ``shape`` in C order (ravel's)."""
-    if tuple(shape) == ():
-        return [label]
-    return [f"{label}[{', '.join(map(str, index))}]" for index in np.ndindex(*shape)]
-
-
-def continuous_value_vars(vars, model, step_name: str, required: str = ""):
-    """Resolve the value variables a step samples, rejecting discrete ones with a clear error.
-
-    ``required`` completes the call the error suggests with the step's required arguments (MLDA's
-    ``", coarse_models=[...]"``), so that the suggestion runs as written.
-    """
-    if vars is None:
-        vars = model.continuous_value_vars
-        if not vars:
-            raise ValueError(
-                f"{step_name} samples continuous variables, and this model has none. "
-                "Use pm.Metropolis or pm.BinaryGibbsMetropolis for discrete variables."
-            )
-        return vars
-    vars = get_value_vars_from_user_vars(vars, model)
-    discrete = [v.name for v in vars if v.dtype in discrete_types]
-    if discrete:
-        raise ValueError(
-            f"{step_name} samples continuous variables only, but {discrete} "
-            f"{'is' if len(discrete) == 1 else 'are'} discrete. Give the discrete variables "
-            "their own step and pass both steps to pm.sample, this one last (the trace's lp comes from "
-            f"the last step): step=[pymc_kameleon.DiscreteMetropolis([...]), {step_name}([...continuous...]"
-            f"{required})] (or pm.Metropolis instead, if the model has no PseudoMarginalPotential)."
-        )
-    return vars
-
-
 @dataclass(eq=False, kw_only=True)
 class ChainState:
     """What a step keeps per chain, made afresh by ``_reset_chain_state`` (and pickled with the step).
@@ -225,7 +174,7 @@ def _check_keywords(cls, kwargs) -> None:
 _NEWARGS = "_BlockedStep__newargs"
 
 
-class AdaptiveStep(PerChainReset, ArrayStepShared):
+class AdaptiveStep(PerChainReset, SMCStarting, ArrayStepShared):
     """Base of our steps: a continuous block sampled with an exact (kept) pseudo-marginal estimate.
 
     A subclass builds its target density (:class:`~pymc_kameleon.steps.target_density.TargetDensity`)
@@ -386,106 +335,6 @@ class AdaptiveStep(PerChainReset, ArrayStepShared):
         """What the start search evaluates (an object with ``evaluate(x).logp``): the target; MLDA's
         coarsest level."""
         return self._target
-
-    #: Whether the step can start from an SMC run (``start="smc"``).
-    _smc_start_supported = True
-
-    def _check_smc_start(self, model, vars, target) -> None:
-        """``start="smc"`` runs ``pm.sample_smc`` on the whole model: the step must sample every free
-        variable, and no likelihood may be an estimate."""
-        name = type(self).__name__
-        if not self._smc_start_supported:
-            raise ValueError(f"{name}: start='smc' is not available for this step; use 'search'.")
-        discrete = [rv.name for rv in model.free_RVs if rv.dtype in discrete_types]
-        if discrete:
-            raise ValueError(
-                f"{name}: start='smc' runs pm.sample_smc on the whole model, which samples continuous "
-                f"variables only, and {discrete} {'is' if len(discrete) == 1 else 'are'} discrete; use "
-                "start='search'."
-            )
-        outside = variables_outside_block(model, vars, name)
-        if outside:
-            raise ValueError(
-                f"{name}: start='smc' runs pm.sample_smc on the whole model, but {outside} "
-                f"{'is' if len(outside) == 1 else 'are'} sampled by another step; give this step every "
-                "free variable, or use start='search'."
-            )
-        improper = [rv.name for rv in model.free_RVs if has_improper_prior(rv)]
-        if improper:
-            raise ValueError(
-                f"{name}: start='smc' tempers from draws of the prior, and {improper} "
-                f"{'has' if len(improper) == 1 else 'have'} an improper prior (pm.Flat, pm.HalfFlat) with "
-                "none; give it a proper prior, or use start='search'."
-            )
-        fixed = [rv.name for rv, value in model.rvs_to_initial_values.items() if value is not None]
-        if fixed:
-            raise ValueError(
-                f"{name}: start='smc' draws its particles from the prior, but PyMC's SMC starts every "
-                f"particle of {fixed} at {'its' if len(fixed) == 1 else 'their'} initval; remove the initval "
-                "(the chains start at the run's particles, so neither it nor pm.sample's initvals would be "
-                "used), or use start='search' or 'initial_point' to start from it."
-            )
-        offers_map = type(self)._propose_through_map is not AdaptiveStep._propose_through_map
-        if self.start.transport_map and not offers_map:
-            raise ValueError(f"{name}: SMCStart(transport_map=True) is offered by KameleonMetropolis only.")
-        # None: on where the step offers it.
-        self._use_map = offers_map if self.start.transport_map is None else self.start.transport_map
-        if target.has_estimates:
-            raise ValueError(
-                f"{name}: start='smc' is not available with a PseudoMarginalPotential (the chains keep their "
-                "estimates from their own starts); use start='initial_point', or pm.sample_smc(kernel=KASS) "
-                "itself, which handles estimated likelihoods."
-            )
-
-    def _smc_start_result(self):
-        """The SMC run's result for this chain: the population's (made by chain 0 when PyMC linked the
-        chains), else a run of this chain's own, seeded from its stream."""
-        shared = self._smc_start
-        # Linked into PyMC's population (pooled tuning, any number of chains, in any process): chain 0
-        # ran it there. (A population of one chain ran it too: a second run here doubled the cost.)
-        if getattr(self, "population", None) is not None and "result" in shared:
-            return shared["result"], False
-        seed = int(self.rng.integers(2**31))
-        result = self.start.run(shared["model"], shared["var_names"], seed, type(self).__name__)
-        shared["last"] = result
-        return result, True
-
-    def _start_from_smc(self, y):
-        """``start="smc"``, at the chain's first tuning step: seed the tuning with the run's particles and,
-        tuning alone, move to one of them. Returns the new state and its evaluation, or None if the chain
-        keeps ``y`` (a pooled chain: PyMC's population already starts at its particle)."""
-        result, own = self._smc_start_result()
-        if own or self._speaks_for_population:
-            self._target.n_evals += result.evaluations
-        adaptation = self._start_adaptation
-        use_map = self._use_map
-        if adaptation.start_from_draws(result.particles, self.rng, use_map) and use_map:
-            self._propose_through_map(adaptation.state)
-        if not own:
-            return None
-        state = result.starts(1, self.rng)[0]
-        evaluation = self._target.evaluate(state)
-        self._target.accept(state, evaluation)
-        return state, evaluation
-
-    @property
-    def smc_start_result(self):
-        """With ``start="smc"``: the last SMC run's :class:`~pymc_kameleon.steps.smc_start.SMCStartResult`
-        (its particles, evaluations and log evidence), the population's with pooled tuning, else that of
-        the chain run last; None before a run (or with another start)."""
-        shared = self._smc_start
-        if shared is None:
-            return None
-        return shared.get("last")
-
-    @property
-    def _start_adaptation(self):
-        """The chain's scale-free adaptation, which an SMC start seeds."""
-        raise NotImplementedError
-
-    def _propose_through_map(self, state) -> None:
-        """After an SMC start with ``transport_map=True``: make the chain's proposal the map's (only
-        KameleonMetropolis offers it; the others refuse the option when they are made)."""
 
     def _search_start(self, y, log_density: float):
         """At the chain's first tuning step with ``start="search"``: move to the start the search finds

@@ -34,10 +34,11 @@ from pymc_kameleon.core.validation import (
     check_probability,
 )
 from pymc_kameleon.core.warning_categories import KameleonRuntimeWarning
-from pymc_kameleon.steps.base import AdaptiveStep, ChainState, continuous_value_vars, coordinate_names
+from pymc_kameleon.steps.base import AdaptiveStep, ChainState
 from pymc_kameleon.steps.population import TUNINGS, PooledTuning
 from pymc_kameleon.steps.reporting import warn_after_tuning
 from pymc_kameleon.steps.target_density import TargetDensity
+from pymc_kameleon.steps.variables import continuous_value_vars, coordinate_names
 
 __all__ = ["KameleonMetropolis"]
 

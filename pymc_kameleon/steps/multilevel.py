@@ -27,7 +27,7 @@ from pymc_kameleon.core.kameleon.scale_free import ScaleFreeProposal
 from pymc_kameleon.core.linalg import same_array
 from pymc_kameleon.core.multilevel import LevelPoint, MultilevelDelayedAcceptance
 from pymc_kameleon.core.validation import check_independence_weight, check_number, check_probability
-from pymc_kameleon.steps.base import AdaptiveStep, ChainState, continuous_value_vars, coordinate_names
+from pymc_kameleon.steps.base import AdaptiveStep, ChainState
 from pymc_kameleon.steps.multilevel_checks import (
     FINE_DECISIONS_KEPT,
     LOW_FINE_ACCEPTANCE,
@@ -47,6 +47,7 @@ from pymc_kameleon.steps.multilevel_levels import (
 )
 from pymc_kameleon.steps.reporting import warn_after_tuning
 from pymc_kameleon.steps.target_density import Evaluation, TargetDensity
+from pymc_kameleon.steps.variables import continuous_value_vars, coordinate_names
 
 __all__ = ["LOW_FINE_ACCEPTANCE", "MLDA"]
 

@@ -46,6 +46,7 @@ from pymc_kameleon.core.adaptation.mode_mass import half_log_volumes
 from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
 from pymc_kameleon.steps.reporting import CLIMB_LIMIT
+from pymc_kameleon.steps.variables import continuous_value_vars
 
 __all__ = [
     "RESCUE_EVERY", "RESCUE_NATS", "RESCUE_SDS", "TUNINGS", "PooledTuning", "pooled_class_for",
@@ -304,8 +305,5 @@ def variables_outside_block(model, vars, step_name: str) -> list[str]:
     """Names of the model's free variables that a step given ``vars`` (None: every continuous one) leaves
     to other steps. The block is resolved as the step's ``__init__`` resolves it, whose errors (a discrete
     variable in ``vars``, no continuous variable) :func:`pooled_class_for` leaves to ``__init__``."""
-    # steps.base imports this module (AdaptiveStep.__new__ calls pooled_class_for): import it here.
-    from pymc_kameleon.steps.base import continuous_value_vars
-
     inside = {v.name for v in continuous_value_vars(vars, model, step_name)}
     return [model.values_to_rvs[v].name for v in model.value_vars if v.name not in inside]

@@ -34,12 +34,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pymc as pm
+from pymc.vartypes import discrete_types
 
 from pymc_kameleon.core.validation import unexpected_keyword_error
 from pymc_kameleon.core.warning_categories import KameleonWarning
-from pymc_kameleon.steps.starts import STARTS
+from pymc_kameleon.steps.population import variables_outside_block
+from pymc_kameleon.steps.starts import STARTS, has_improper_prior
 
-__all__ = ["SMC_START_PARTICLES", "SMCStart", "SMCStartResult", "resolve_start"]
+__all__ = ["SMC_START_PARTICLES", "SMCStart", "SMCStartResult", "SMCStarting", "resolve_start"]
 
 
 #: Particles of the SMC run: with 2000 the latent GP's particles had every mean within 0.07 posterior sd
@@ -207,6 +209,113 @@ class SMCStartResult:
         distinct = np.unique(self.particles, axis=0)
         rows = rng.choice(distinct.shape[0], size=n, replace=n > distinct.shape[0])
         return distinct[rows]
+
+
+class SMCStarting:
+    """Mixin of :class:`~pymc_kameleon.steps.base.AdaptiveStep`: what a step does with ``start="smc"``
+    (its checks when it is made, the run, and the chain's start and first tuning from its particles).
+    The step keeps the option in ``self.start`` and, with ``start="smc"``, the model and the run in the
+    dict ``self._smc_start`` (else None)."""
+
+    #: Whether the step can start from an SMC run (``start="smc"``).
+    _smc_start_supported = True
+
+    def _check_smc_start(self, model, vars, target) -> None:
+        """``start="smc"`` runs ``pm.sample_smc`` on the whole model: the step must sample every free
+        variable, and no likelihood may be an estimate."""
+        name = type(self).__name__
+        if not self._smc_start_supported:
+            raise ValueError(f"{name}: start='smc' is not available for this step; use 'search'.")
+        discrete = [rv.name for rv in model.free_RVs if rv.dtype in discrete_types]
+        if discrete:
+            raise ValueError(
+                f"{name}: start='smc' runs pm.sample_smc on the whole model, which samples continuous "
+                f"variables only, and {discrete} {'is' if len(discrete) == 1 else 'are'} discrete; use "
+                "start='search'."
+            )
+        outside = variables_outside_block(model, vars, name)
+        if outside:
+            raise ValueError(
+                f"{name}: start='smc' runs pm.sample_smc on the whole model, but {outside} "
+                f"{'is' if len(outside) == 1 else 'are'} sampled by another step; give this step every "
+                "free variable, or use start='search'."
+            )
+        improper = [rv.name for rv in model.free_RVs if has_improper_prior(rv)]
+        if improper:
+            raise ValueError(
+                f"{name}: start='smc' tempers from draws of the prior, and {improper} "
+                f"{'has' if len(improper) == 1 else 'have'} an improper prior (pm.Flat, pm.HalfFlat) with "
+                "none; give it a proper prior, or use start='search'."
+            )
+        fixed = [rv.name for rv, value in model.rvs_to_initial_values.items() if value is not None]
+        if fixed:
+            raise ValueError(
+                f"{name}: start='smc' draws its particles from the prior, but PyMC's SMC starts every "
+                f"particle of {fixed} at {'its' if len(fixed) == 1 else 'their'} initval; remove the initval "
+                "(the chains start at the run's particles, so neither it nor pm.sample's initvals would be "
+                "used), or use start='search' or 'initial_point' to start from it."
+            )
+        offers_map = type(self)._propose_through_map is not SMCStarting._propose_through_map
+        if self.start.transport_map and not offers_map:
+            raise ValueError(f"{name}: SMCStart(transport_map=True) is offered by KameleonMetropolis only.")
+        # None: on where the step offers it.
+        self._use_map = offers_map if self.start.transport_map is None else self.start.transport_map
+        if target.has_estimates:
+            raise ValueError(
+                f"{name}: start='smc' is not available with a PseudoMarginalPotential (the chains keep their "
+                "estimates from their own starts); use start='initial_point', or pm.sample_smc(kernel=KASS) "
+                "itself, which handles estimated likelihoods."
+            )
+
+    def _smc_start_result(self):
+        """The SMC run's result for this chain: the population's (made by chain 0 when PyMC linked the
+        chains), else a run of this chain's own, seeded from its stream."""
+        shared = self._smc_start
+        # Linked into PyMC's population (pooled tuning, any number of chains, in any process): chain 0
+        # ran it there. (A population of one chain ran it too: a second run here doubled the cost.)
+        if getattr(self, "population", None) is not None and "result" in shared:
+            return shared["result"], False
+        seed = int(self.rng.integers(2**31))
+        result = self.start.run(shared["model"], shared["var_names"], seed, type(self).__name__)
+        shared["last"] = result
+        return result, True
+
+    def _start_from_smc(self, y):
+        """``start="smc"``, at the chain's first tuning step: seed the tuning with the run's particles and,
+        tuning alone, move to one of them. Returns the new state and its evaluation, or None if the chain
+        keeps ``y`` (a pooled chain: PyMC's population already starts at its particle)."""
+        result, own = self._smc_start_result()
+        if own or self._speaks_for_population:
+            self._target.n_evals += result.evaluations
+        adaptation = self._start_adaptation
+        use_map = self._use_map
+        if adaptation.start_from_draws(result.particles, self.rng, use_map) and use_map:
+            self._propose_through_map(adaptation.state)
+        if not own:
+            return None
+        state = result.starts(1, self.rng)[0]
+        evaluation = self._target.evaluate(state)
+        self._target.accept(state, evaluation)
+        return state, evaluation
+
+    @property
+    def smc_start_result(self):
+        """With ``start="smc"``: the last SMC run's :class:`~pymc_kameleon.steps.smc_start.SMCStartResult`
+        (its particles, evaluations and log evidence), the population's with pooled tuning, else that of
+        the chain run last; None before a run (or with another start)."""
+        shared = self._smc_start
+        if shared is None:
+            return None
+        return shared.get("last")
+
+    @property
+    def _start_adaptation(self):
+        """The chain's scale-free adaptation, which an SMC start seeds."""
+        raise NotImplementedError
+
+    def _propose_through_map(self, state) -> None:
+        """After an SMC start with ``transport_map=True``: make the chain's proposal the map's (only
+        KameleonMetropolis offers it; the others refuse the option when they are made)."""
 
 
 def resolve_start(start):

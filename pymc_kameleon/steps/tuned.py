@@ -22,7 +22,7 @@ from pymc_kameleon.core.kameleon.family import KameleonProposal, mean_rkhs_varia
 from pymc_kameleon.core.kameleon.kernels import make_kernel
 from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
 from pymc_kameleon.core.warning_categories import KameleonWarning
-from pymc_kameleon.steps.base import continuous_value_vars
+from pymc_kameleon.steps.variables import continuous_value_vars
 
 __all__ = ["rebuild_proposal", "value_space_draws"]
 

@@ -640,7 +640,7 @@ def test_a_step_reused_by_another_pm_sample_starts_afresh_in_worker_processes(cl
 
 def test_coordinate_names_follow_the_raveled_order():
     """Warnings name a coordinate as the user's variable: scalars by name, arrays with their index."""
-    from pymc_kameleon.steps.base import coordinate_names
+    from pymc_kameleon.steps.variables import coordinate_names
 
     with pm.Model() as model:
         pm.Normal("mu", 0, 1)

@@ -57,12 +57,7 @@ from pymc_kameleon.core.gp.training import (
 from pymc_kameleon.core.linalg import same_array
 from pymc_kameleon.core.validation import check_number, check_probability, unexpected_keyword_error
 from pymc_kameleon.core.warning_categories import KameleonWarning
-from pymc_kameleon.steps.base import (
-    AdaptiveStep,
-    ChainState,
-    continuous_value_vars,
-    coordinate_names,
-)
+from pymc_kameleon.steps.base import AdaptiveStep, ChainState
 from pymc_kameleon.steps.population import TUNINGS
 from pymc_kameleon.steps.reporting import (
     StepWarnings,
@@ -71,6 +66,7 @@ from pymc_kameleon.steps.reporting import (
     warn_after_tuning,
 )
 from pymc_kameleon.steps.split_density import GradientUnavailableError, SplitTargetDensity
+from pymc_kameleon.steps.variables import continuous_value_vars, coordinate_names
 
 __all__ = ["DelayedAcceptanceChain", "GPDelayedAcceptanceStep"]
 

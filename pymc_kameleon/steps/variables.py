@@ -1,0 +1,60 @@
+"""The variables a step samples: which value variables of the model (continuous ones only, with a clear
+error for discrete ones), and the names of their raveled coordinates as the user wrote them, which
+the steps' warnings, statistics and plots use."""
+
+from __future__ import annotations
+
+import numpy as np
+from pymc.util import get_value_vars_from_user_vars
+from pymc.vartypes import discrete_types
+
+__all__ = ["continuous_value_vars", "coordinate_names", "indexed_names"]
+
+
+def coordinate_names(vars, initial_point, model=None) -> list[str]:
+    """Names of a raveled block's coordinates, in order, as the user wrote the variables: ``mu``,
+    ``theta_t[3]``, ``L[1, 0]``; with ``model``, a transformed variable by its transform and name,
+    ``log(tau)`` (the step samples its value variable ``tau_log__``), ``logodds(p)[2]``."""
+    names = []
+    for v in vars:
+        label = v.name
+        rv = model.values_to_rvs.get(v) if model is not None else None
+        if rv is not None:
+            transform = model.rvs_to_transforms.get(rv)
+            label = rv.name if transform is None else f"{transform.name}({rv.name})"
+        names.extend(indexed_names(label, np.shape(initial_point[v.name])))
+    return names
+
+
+def indexed_names(label: str, shape) -> list[str]:
+    """``[label]`` for a scalar, else ``label[i, j]`` for each index of ``shape`` in C order (ravel's)."""
+    if tuple(shape) == ():
+        return [label]
+    return [f"{label}[{', '.join(map(str, index))}]" for index in np.ndindex(*shape)]
+
+
+def continuous_value_vars(vars, model, step_name: str, required: str = ""):
+    """Resolve the value variables a step samples, rejecting discrete ones with a clear error.
+
+    ``required`` completes the call the error suggests with the step's required arguments (MLDA's
+    ``", coarse_models=[...]"``), so that the suggestion runs as written.
+    """
+    if vars is None:
+        vars = model.continuous_value_vars
+        if not vars:
+            raise ValueError(
+                f"{step_name} samples continuous variables, and this model has none. "
+                "Use pm.Metropolis or pm.BinaryGibbsMetropolis for discrete variables."
+            )
+        return vars
+    vars = get_value_vars_from_user_vars(vars, model)
+    discrete = [v.name for v in vars if v.dtype in discrete_types]
+    if discrete:
+        raise ValueError(
+            f"{step_name} samples continuous variables only, but {discrete} "
+            f"{'is' if len(discrete) == 1 else 'are'} discrete. Give the discrete variables "
+            "their own step and pass both steps to pm.sample, this one last (the trace's lp comes from "
+            f"the last step): step=[pymc_kameleon.DiscreteMetropolis([...]), {step_name}([...continuous...]"
+            f"{required})] (or pm.Metropolis instead, if the model has no PseudoMarginalPotential)."
+        )
+    return vars
