@@ -197,9 +197,9 @@ def _resolve_proposal(proposal, chain=0, model=None):
     if hasattr(proposal, "proposal"):
         inner = proposal.proposal
         if inner is None and getattr(proposal, "transport_map", None) is not None:
-            from pymc_kameleon.steps.tuned import _THROUGH_MAP
+            from pymc_kameleon.steps.tuned import THROUGH_MAP_MESSAGE
 
-            raise ValueError(f"{type(proposal).__name__}'s chain {_THROUGH_MAP}")
+            raise ValueError(f"{type(proposal).__name__}'s chain {THROUGH_MAP_MESSAGE}")
         if inner is None:
             raise ValueError(
                 f"{type(proposal).__name__} has not adapted yet, so it has no Kameleon proposal to plot "

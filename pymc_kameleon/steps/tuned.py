@@ -28,8 +28,8 @@ __all__ = ["rebuild_proposal", "value_space_draws"]
 
 _TUNED_STATS = ("bandwidth", "gamma", "nu2", "subsample_size")
 _PROBE_POINTS = 20  # points of Z at which the kernel term's variance is averaged
-# Why a chain of start="smc" with its map has no Kameleon proposal to rebuild or plot.
-_THROUGH_MAP = (
+# Why a chain of start="smc" with its map has no Kameleon proposal to rebuild or plot (plots.py says it too).
+THROUGH_MAP_MESSAGE = (
     "moved through the transport map fitted to its SMC start's particles (start='smc'), not a Kameleon "
     "proposal, so there is no Kameleon proposal to rebuild or plot (its moves are marked by the "
     "transport_map statistic). For a Kameleon proposal, sample with SMCStart(transport_map=False) or "
@@ -153,7 +153,7 @@ def rebuild_proposal(
     _check_chain(idata, chain)
     stats = idata.sample_stats
     if "transport_map" in stats and bool(np.any(stats["transport_map"].isel(chain=int(chain)).values)):
-        raise ValueError(f"Chain {chain} {_THROUGH_MAP}")
+        raise ValueError(f"Chain {chain} {THROUGH_MAP_MESSAGE}")
     bandwidth, gamma, nu2, size = (_frozen_stat(stats, name, chain) for name in _TUNED_STATS)
     if not (size >= 2 and math.isfinite(nu2) and math.isfinite(gamma)):
         raise ValueError(
