@@ -365,11 +365,14 @@ class AdaptiveStep(PerChainReset, SMCStarting, ArrayStepShared):
     def _warnings(self) -> StepWarnings:
         return self._chain.warnings
 
-    def _warn_if_untuned(self) -> None:
+    def _warn_if_untuned(self, adaptation=None) -> None:
         """Warn once per chain when it samples with no tuning step behind it (``tune=0``), in the words of
-        :meth:`_untuned_message` (steps whose chain has an ``adaptation``)."""
+        :meth:`_untuned_message`; ``adaptation``: the chain's scale-free adaptation (by default its
+        ``adaptation``)."""
         chain = self._chain
-        if self.tune or chain.adaptation.tune_steps or chain.warned_untuned:
+        if adaptation is None:
+            adaptation = chain.adaptation
+        if self.tune or adaptation.tune_steps or chain.warned_untuned:
             return
         chain.warned_untuned = True
         self._warnings.warn(self._untuned_message(), KameleonWarning, stacklevel=4)

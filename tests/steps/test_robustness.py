@@ -114,6 +114,24 @@ def test_tune_zero_warns():
                       compute_convergence_checks=False)
 
 
+@pytest.mark.parametrize("name", ["GPDelayedAcceptanceMH", "GPDelayedAcceptanceMALA"])
+def test_gp_step_with_tune_zero_says_so(name):
+    """A new user's GP-DA run with tune=0 warned only that the chain was stuck and that "its tuning raised no
+    warning", pointing at funnels and modes: now it says that it samples untuned, with the remedy, and a
+    stuck warning (if any) points to that one instead."""
+    import pymc_kameleon
+
+    with two_normals():
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            pm.sample(step=getattr(pymc_kameleon, name)(), tune=0, draws=600, chains=1, random_seed=1,
+                      progressbar=False, compute_convergence_checks=False)
+    texts = [str(w.message) for w in record]
+    untuned = [t for t in texts if t.startswith(f"{name}: sampling without tuning (tune=0)")]
+    assert len(untuned) == 1 and "pass tune >= " in untuned[0]
+    assert not any("its tuning raised no warning" in t for t in texts)
+
+
 def _one_coordinate_far(expensive):
     """20 independent normals with sds 1e-2..1e2 (for GP-DA as a prior 10x wider plus a potential,
     since it needs a likelihood); the start puts only the widest coordinate 40 sd out."""

@@ -351,6 +351,14 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
             self._start_left_regions_check(adaptation)
         kernel.freeze(self.rng)
 
+    def _untuned_message(self) -> str:
+        return (
+            f"{type(self).__name__}: sampling without tuning (tune=0). The base proposal is an untuned "
+            "one-coordinate-at-a-time random walk with unit steps, whatever the scale of the posterior, and "
+            "the GP surrogate has no tuning points or fitted hyperparameters to screen its proposals with; "
+            f"pass tune >= {self.default_tune_steps} to pm.sample."
+        )
+
     def _stuck_remedy(self) -> str | None:
         """With variables outside the block in the likelihood, a stuck chain's likeliest cause is the GP
         gone stale, which more tuning does not cure (a new user's change-point model: R-hat 1.16 at
@@ -410,6 +418,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         if found is not None:
             current, current_eval = found
             kernel.schedule.add(current, current_eval.loglik, current_eval.grad_exact_loglik, tune=True)
+        self._warn_if_untuned(kernel.adaptation)
         result = kernel.step(current, current_eval, target, self.rng, tune=self.tune)
         if result.accepted:
             target.accept(result.state, result.evaluation)
