@@ -16,11 +16,14 @@ and changes nothing in any other model.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import pymc as pm
 from pymc.blocking import RaveledVars
+from pymc.pytensorf import compile as compile_pytensor
+from pymc.pytensorf import join_nonshared_inputs
 from pymc.step_methods.compound import Competence
 from pymc.util import get_value_vars_from_user_vars
 from pymc.vartypes import discrete_types
@@ -56,15 +59,19 @@ class DiscreteMetropolis(AdaptiveStep):
 
     - a flip :math:`x_j' = 1 - x_j` if the variable is binary (Bernoulli, or Categorical with two
       categories);
+    - one of the other :math:`K - 1` categories, uniformly, if it is Categorical with :math:`K > 2`
+      categories (known when the step is made; categories have no order to walk along);
     - otherwise :math:`x_j' = x_j + \delta`, with :math:`\delta = \operatorname{round}(s_j Z)`,
       :math:`Z \sim \mathcal N(0, 1)`, and :math:`\delta = 0` replaced by :math:`\pm 1` with equal
       probability.
 
-    Both proposals are symmetric, so element :math:`j`'s move is accepted with probability
+    All three proposals are symmetric, so element :math:`j`'s move is accepted with probability
     :math:`\min\{1, \pi(x')\hat L(x') / (\pi(x) \hat L_{\text{kept}}(x))\}`, where
     :math:`\hat L_{\text{kept}}` is the estimate kept at the current state (Andrieu & Roberts
-    2009). A proposal outside the support (zero prior density) is rejected without calling the
-    estimator. During tuning each :math:`s_j` follows a Robbins-Monro rule toward
+    2009). An integer walk's proposal outside the variable's support (zero prior density, such as a
+    category past the last, which the model might use as an index) is rejected without evaluating the
+    model, and a proposal of zero density without calling the estimator. During tuning each
+    :math:`s_j` follows a Robbins-Monro rule toward
     ``target_accept``; after tuning it is fixed, so the chain is an exact Metropolis-within-Gibbs
     chain. Each element's move costs one log-density evaluation and, when it changes an
     estimator's inputs, one estimate.
@@ -111,11 +118,17 @@ class DiscreteMetropolis(AdaptiveStep):
         if initial_point is None:
             initial_point = model.initial_point()
         vars = _discrete_value_vars(vars, model)
-        self._binary = np.concatenate(
-            [np.full(np.size(initial_point[v.name]), _is_binary(model.values_to_rvs[v])) for v in vars]
+        # Each element's number of categories: 2 for a binary variable, K for a Categorical, 0 to walk.
+        self._categories = np.concatenate(
+            [np.full(np.size(initial_point[v.name]), _categories(model.values_to_rvs[v])) for v in vars]
         )
+        self._binary = self._categories == 2
+        self._walks = self._categories == 0
         self.dim = int(self._binary.size)
         target = TargetDensity(model, vars, initial_point, compile_kwargs, type(self).__name__)
+        self._own_log_prior = (
+            _own_log_prior(model, vars, initial_point, target, compile_kwargs) if self._walks.any() else None
+        )
         self._join_pymc(vars, target, blocked, rng, model=model, start="initial_point")
 
     def _reset_chain_state(self):
@@ -146,14 +159,18 @@ class DiscreteMetropolis(AdaptiveStep):
         n_accepted = 0
         for j in self.rng.permutation(self.dim):
             x = y.copy()
-            x[j] = 1 - y[j] if self._binary[j] else y[j] + self._jump(j)
-            evaluation = self._target.evaluate(x)
-            accepted, accept_probs[j] = metropolis_accept(mh_log_ratio(evaluation.logp, logp_y), self.rng)
+            x[j] = self._proposed_value(j, y[j])
+            # A walk past the support's end (a category past the last, k = -1) has zero prior density, and
+            # the model may not even evaluate there (an index out of bounds): reject it unevaluated.
+            outside = self._walks[j] and not math.isfinite(float(self._own_log_prior(x)))
+            evaluation = None if outside else self._target.evaluate(x)
+            logp_x = -math.inf if outside else evaluation.logp
+            accepted, accept_probs[j] = metropolis_accept(mh_log_ratio(logp_x, logp_y), self.rng)
             if accepted:
                 self._target.accept(x, evaluation)
                 y, logp_y = x, evaluation.logp
                 n_accepted += 1
-            if self.tune and not self._binary[j]:
+            if self.tune and self._walks[j]:
                 self._chain.scales[j].update(accept_probs[j])
         stats = {
             "accept": float(np.mean(accept_probs)),
@@ -166,23 +183,44 @@ class DiscreteMetropolis(AdaptiveStep):
         stats.update(self._target.estimate_stats(estimates_before))
         return RaveledVars(y, q0.point_map_info), [stats]
 
+    def _proposed_value(self, j: int, value):
+        """Element ``j``'s proposed value from its current ``value``: a flip, another category, or a walk."""
+        if self._binary[j]:
+            return 1 - value
+        categories = int(self._categories[j])
+        if categories:
+            return (value + self.rng.integers(1, categories)) % categories
+        return value + self._jump(j)
+
     def _jump(self, j: int) -> int:
         """Symmetric integer jump: round(s_j Z), with 0 replaced by +-1."""
         jump = int(round(self._chain.scales[j].value * self.rng.standard_normal()))
         return jump if jump != 0 else (1 if self.rng.random() < 0.5 else -1)
 
 
-def _is_binary(rv) -> bool:
-    """Bernoulli, or Categorical with two categories: the flip is the natural move."""
+def _categories(rv) -> int:
+    """2 for a binary variable (Bernoulli; the flip is the natural move), K for a Categorical whose number
+    of categories is known when the step is made, else 0 (an integer walk)."""
     op = getattr(rv.owner, "op", None)
     if isinstance(op, BernoulliRV):
-        return True
+        return 2
     if isinstance(op, CategoricalRV):
         try:
-            return int(rv.owner.inputs[-1].shape[-1].eval()) == 2
-        except Exception:  # probabilities that depend on other variables: treat as integer
-            return False
-    return False
+            return int(rv.owner.inputs[-1].shape[-1].eval())
+        except Exception:  # a number of categories that depends on other variables: walk
+            return 0
+    return 0
+
+
+def _own_log_prior(model, vars, initial_point, target, compile_kwargs):
+    """The block's own prior log density (its variables' terms alone) as a compiled function of the raveled
+    block, the other variables read from ``target``'s shared values: zero density outside the support."""
+    own = model.logp(vars=[model.values_to_rvs[v] for v in vars])
+    outputs, inarray = join_nonshared_inputs(
+        point=initial_point, outputs=[own], inputs=vars, shared_inputs=target.shared
+    )
+    fn = compile_pytensor([inarray], outputs[0], **dict(compile_kwargs or {}))
+    return lambda x: fn(np.asarray(x, dtype=inarray.type.dtype))
 
 
 def _discrete_value_vars(vars, model):

@@ -134,6 +134,60 @@ def test_which_variables_are_flipped():
     flags = dict(zip([v.name for v in step.vars], np.split(step._binary, [2, 3, 4])))
     assert flags["b"].tolist() == [True, True] and flags["c2"].tolist() == [True]
     assert flags["c3"].tolist() == [False] and flags["k"].tolist() == [False]
+    # the three-category one moves among its categories; only k walks
+    assert step._categories.tolist() == [2, 2, 2, 3, 0] and step._walks.tolist() == [False] * 4 + [True]
+
+
+def test_categories_move_to_another_uniformly():
+    """Monte Carlo check of a Categorical's proposal (K = 4, from category 1): each other category with
+    probability 1/3, never the same one, never outside 0..3; so it is symmetric."""
+    with pm.Model():
+        pm.Categorical("c", p=[0.1, 0.2, 0.3, 0.4])
+        step = DiscreteMetropolis(rng=5)
+    proposed = np.array([step._proposed_value(0, 1) for _ in range(30_000)])
+    assert set(np.unique(proposed)) == {0, 2, 3}
+    for category in (0, 2, 3):
+        share = np.mean(proposed == category)
+        assert abs(share - 1 / 3) < 4 * math.sqrt(2 / 9 / proposed.size), (category, share)
+    # the uniformity check can fail: a walk to the neighbours (0 or 2, each half the time) is caught
+    neighbours = 1 + np.where(step.rng.random(proposed.size) < 0.5, -1, 1)
+    assert abs(np.mean(neighbours == 2) - 1 / 3) > 4 * math.sqrt(2 / 9 / neighbours.size)
+
+
+def _indexed_model(kind):
+    """A discrete variable used as an index into a vector of three means, observed through y: a walk past
+    either end evaluates mu[3] or mu[-1] (a new user's mixture crashed there on PyMC 5, with IndexError).
+    Returns the model and the exact posterior of the variable by enumeration."""
+    mu, prior = np.array([-1.0, 0.5, 2.0]), np.array([0.2, 0.3, 0.5])
+    y = np.array([0.9, 1.6, 0.2])
+    with pm.Model() as model:
+        if kind == "categorical":
+            z = pm.Categorical("z", p=prior)
+        else:  # an integer walk: DiscreteUniform's prior is flat
+            z = pm.DiscreteUniform("z", 0, 2)
+            prior = np.full(3, 1 / 3)
+        pm.Normal("y", pm.math.constant(mu)[z], 1.0, observed=y)
+    log_post = np.log(prior) + norm.logpdf(y[:, None], mu, 1.0).sum(axis=0)
+    return model, np.exp(log_post - logsumexp(log_post))
+
+
+@pytest.mark.parametrize("kind", ["categorical", "integer-walk"])
+def test_a_discrete_index_samples_its_exact_posterior(kind):
+    """Every category's frequency within 4 MCSE of the exact posterior, and the walk's proposals past the
+    ends rejected without evaluating the model (no IndexError). Negative control: the same draws are far
+    from the prior, so the check can fail."""
+    model, exact = _indexed_model(kind)
+    with model:
+        idata = pm.sample(step=DiscreteMetropolis(), tune=500, draws=2000, chains=2, cores=1, random_seed=3,
+                          **SAMPLE_KW)
+    z = idata.posterior["z"].values
+
+    def worst(target):
+        return max(abs(np.mean(z == j) - target[j]) / _mcse_of_mean((z == j).astype(float)) for j in range(3))
+
+    assert worst(exact) < Z_MAX, (z.mean(), exact)
+    prior = np.array([0.2, 0.3, 0.5]) if kind == "categorical" else np.full(3, 1 / 3)
+    assert worst(prior) > Z_MAX
 
 
 # ------------------------------------------------------------------- assignment and errors
