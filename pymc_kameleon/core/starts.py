@@ -96,17 +96,22 @@ def powell_run(
     """One candidate's run of Powell's method on :math:`-\\log\\pi`: ``(point reached, -log density
     there (or a huge number), evaluations made)``. Non-finite values count as :math:`+\\infty`."""
     n_evals = 0
+    users_errstate = np.geterr()
 
     def objective(x):
         nonlocal n_evals
         n_evals += 1
-        value = float(log_density(x))
+        with np.errstate(**users_errstate):  # the model's own floating-point warnings stay the user's
+            value = float(log_density(x))
         # Brent's line search needs finite values: a non-finite density is just very bad.
         return -value if math.isfinite(value) else _WORST
 
-    found = optimize.minimize(
-        objective, x0, method="Powell", options={"maxfev": int(max_evals), "xtol": _XTOL, "ftol": _FTOL}
-    )
+    # The line search's arithmetic on _WORST overflows harmlessly (a new user saw "overflow encountered in
+    # scalar multiply" from scipy, with nothing wrong).
+    with np.errstate(over="ignore"):
+        found = optimize.minimize(
+            objective, x0, method="Powell", options={"maxfev": int(max_evals), "xtol": _XTOL, "ftol": _FTOL}
+        )
     return np.array(found.x, dtype=float), float(found.fun), n_evals
 
 

@@ -480,3 +480,22 @@ def test_negative_control_the_50d_gaussian_fails_with_the_fit_from_1_5_rows(monk
     ends. (With the exam of 0046 alone it passes: the fit made at tuning's end is examined and used.)"""
     z, sd_error, rhat = _gaussian_50d_check(monkeypatch, 1.5, exam=False)
     assert not (z < 4.0 and sd_error < 0.1 and rhat < 1.01), (z, sd_error, rhat)
+
+
+def test_start_search_keeps_numpy_error_settings_of_the_user():
+    """A new user with np.seterr(over="raise") had the start search crash with FloatingPointError: Powell's
+    line search overflows harmlessly on the huge value that stands for a zero density. The search now
+    ignores overflow in the optimiser's own arithmetic only (a blocked=False hierarchical model, seed 1,
+    where it happened; the model's evaluations keep the user's settings)."""
+    rng = np.random.default_rng(5)
+    groups = np.repeat(np.arange(4), 10)
+    y = rng.normal(np.array([-1.0, 0.0, 1.0, 2.0])[groups], 1.0)
+    with pm.Model():
+        mu = pm.Normal("mu", 0, 3)
+        tau = pm.HalfNormal("tau", 2)
+        theta = pm.Normal("theta", mu, tau, shape=4)
+        pm.Normal("y", theta[groups], 1.0, observed=y)
+        with np.errstate(over="raise"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # the short tuning's own warnings
+            pm.sample(step=KameleonMetropolis(blocked=False), tune=5, draws=5, chains=2, cores=1,
+                      random_seed=1, progressbar=False, compute_convergence_checks=False)
