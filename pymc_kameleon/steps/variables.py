@@ -43,8 +43,9 @@ def continuous_value_vars(vars, model, step_name: str, required: str = ""):
         vars = model.continuous_value_vars
         if not vars:
             raise ValueError(
-                f"{step_name} samples continuous variables, and this model has none. "
-                "Use pm.Metropolis or pm.BinaryGibbsMetropolis for discrete variables."
+                f"{step_name} samples continuous variables, and this model has none. Let pm.sample() "
+                "assign PyMC's discrete steps, or use pymc_kameleon.DiscreteMetropolis next to a "
+                "PseudoMarginalPotential."
             )
         return vars
     vars = get_value_vars_from_user_vars(vars, model)
