@@ -392,7 +392,8 @@ class TargetDensity:
         where = "a point of zero density" if logp == -math.inf else "a point where the density is undefined"
         return (
             f"{self.step_name}: the model log density at the current point is {logp} "
-            f"({describe_point(y, point_map_info)}{detail}). The chain cannot start from {where}: pass finite `initvals` to pm.sample, or check the model with model.point_logps()."
+            f"({describe_point(y, point_map_info)}{detail}). The chain cannot start from {where}: pass "
+            "finite `initvals` to pm.sample, or check the model with model.point_logps()."
         )
 
     def check_start(self, y, point_map_info) -> None:
