@@ -206,9 +206,10 @@ def _categories(rv) -> int:
         return 2
     if isinstance(op, CategoricalRV):
         try:
-            return int(rv.owner.inputs[-1].shape[-1].eval())
+            categories = int(rv.owner.inputs[-1].shape[-1].eval())
         except Exception:  # a number of categories that depends on other variables: walk
             return 0
+        return categories if categories >= 2 else 0  # one category: every other value is outside
     return 0
 
 
