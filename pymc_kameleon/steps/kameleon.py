@@ -339,9 +339,7 @@ class KameleonMetropolis(AdaptiveStep):
         self._vanishing = VanishingProbability(vanishing_decay)  # validates the decay
         if history_size is None:
             history_size = max(10 * int(n_subsample), 10_000)
-        check_number("history_size", history_size, integer=True, minimum=0)
-        if history_size < 2:
-            raise ValueError(f"history_size must be at least 2, got {history_size!r}.")
+        check_number("history_size", history_size, integer=True, minimum=2, strict=False)
 
         self.kernel_spec = kernel
         self.bandwidth_spec = bandwidth

@@ -140,7 +140,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         check_number("initial_scale", initial_scale, minimum=0)
         check_number("adapt_interval", adapt_interval, integer=True, minimum=0)
         check_number("learning_rate", learning_rate, minimum=0)
-        check_number("history_size", history_size, integer=True, minimum=1)
+        check_number("history_size", history_size, integer=True, minimum=2, strict=False)
         if tuning not in TUNINGS:
             raise ValueError(f"tuning must be one of {TUNINGS}, got {tuning!r}.")
 
