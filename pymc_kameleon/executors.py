@@ -154,13 +154,14 @@ def _run_block(token: str, payload: bytes, start: int, block) -> list:
 
 
 def _run_one(token: str, payload: bytes, row: tuple):
-    """Worker side: ``function(*row)``, or None if it raised (a speculative call: the caller, which
-    may not need the value, evaluates again itself and raises the error there if it does)."""
+    """Worker side: ``function(*row)``, or a RuntimeError naming the error if it raised (a speculative
+    call: the caller, which may not need the value, evaluates again itself and raises the error there
+    if it does; the worker's error says why the workers could not help)."""
     function = _worker_function(token, payload)
     try:
         return function(*(_aligned(value) for value in row))
-    except Exception:  # noqa: BLE001
-        return None
+    except Exception as err:  # noqa: BLE001
+        return RuntimeError(_failure(0, err).error)
 
 
 class _Payload:
@@ -412,7 +413,7 @@ class ExecutorOption:
 
     def submit_row(self, function, row: tuple) -> cf.Future:
         """Start ``function(*row)`` on one worker, without waiting: its future's result is the value,
-        or None if the call raised there (speculative calls:
+        or a RuntimeError naming the error if the call raised there (speculative calls:
         :mod:`~pymc_kameleon.core.delayed_acceptance.speculation`). ``function`` is pickled once, as for
         :meth:`map_rows`."""
         executor = self.get()

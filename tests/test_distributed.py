@@ -9,6 +9,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 
 import cloudpickle
 import numpy as np
@@ -21,6 +22,7 @@ from pytensor.graph.op import Op
 from pymc_kameleon import (
     GPDelayedAcceptanceMH,
     KameleonMetropolis,
+    KameleonWarning,
     PseudoMarginalPotential,
     importance_sampling_estimator,
 )
@@ -51,9 +53,10 @@ class GaussianLoglik(Op):
     twice in all: first on any worker, then on another process after 20 more evaluations there (the
     marker file logs them)."""
 
-    def __init__(self, raise_above=np.inf, kill_marker=None):
+    def __init__(self, raise_above=np.inf, kill_marker=None, fails_on_workers=False):
         self.raise_above = raise_above
         self.kill_marker = kill_marker
+        self.fails_on_workers = fails_on_workers  # raises on every Dask worker, works in this process
 
     def _maybe_kill(self):
         import time
@@ -84,7 +87,19 @@ class GaussianLoglik(Op):
             raise FloatingPointError(f"solver diverged at mu={mu}")
         if self.kill_marker is not None and "distributed" in sys.modules:
             self._maybe_kill()
+        if self.fails_on_workers and _on_a_worker():
+            raise ImportError("libsolver.so: cannot open shared object file")
         output_storage[0][0] = np.asarray(-0.5 * np.sum((Y - mu) ** 2) - 2 * np.log(2 * np.pi))
+
+
+def _on_a_worker() -> bool:
+    from distributed import get_worker
+
+    try:
+        get_worker()
+    except ValueError:
+        return False
+    return True
 
 
 def black_box_model(op=None):
@@ -288,6 +303,27 @@ def test_speculative_delayed_acceptance_on_dask_equals_serial(client, tmp_path, 
     client.wait_for_workers(2, timeout=60)
 
 
+def test_speculation_that_fails_on_the_workers_says_so(client):
+    """A likelihood that raises on every worker (a library missing there) and works here: each guess made
+    ahead is evaluated again in the chain's process, so the draws are the serial ones, but the executor
+    only costs time. A new user's run said nothing (30 of 559 guesses used); the step now warns once per
+    chain, with the workers' error. Negative control: the same run with a likelihood that works on the
+    workers does not warn (and uses several times as many guesses)."""
+    serial = run_speculative(black_box_model(), None)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        working = run_speculative(black_box_model(), client.get_executor())
+    assert not [w for w in record if "made ahead" in str(w.message)]
+    expected = r"made ahead on the executor and needed failed there \(the last: ImportError: libsolver.so"
+    failing_model = black_box_model(GaussianLoglik(fails_on_workers=True))
+    with pytest.warns(KameleonWarning, match=expected) as record:
+        failing = run_speculative(failing_model, client.get_executor())
+    assert len([w for w in record if "made ahead" in str(w.message)]) <= 2
+    assert np.array_equal(serial.posterior["mu"].values, failing.posterior["mu"].values)
+    used = working.sample_stats["prefetched"].values.sum()
+    assert failing.sample_stats["prefetched"].values.sum() < 0.5 * used
+
+
 def noisy_estimator():
     return importance_sampling_estimator(
         log_weight=lambda z, theta: -0.5 * ((Y - z) ** 2).sum(-1) - 2 * np.log(2 * np.pi),
@@ -439,3 +475,4 @@ def test_workers_that_ran_our_tasks_close_in_time(caplog):
     finally:
         nanny.removeHandler(caplog.handler)
     assert not [r for r in caplog.records if "still alive" in r.getMessage()]
+

@@ -127,8 +127,8 @@ class Prefetch:
     ----------
     submit : callable
         ``submit(theta)`` starts the evaluation at ``theta`` on a worker and returns a
-        ``concurrent.futures.Future`` whose result is :meth:`take`'s value (None or an exception if
-        it failed).
+        ``concurrent.futures.Future`` whose result is :meth:`take`'s value (None, or an exception
+        instance that says why, if it failed).
     evaluate_here : callable
         ``evaluate_here(theta)``: the same value, computed in the chain's process.
     slots : int
@@ -145,6 +145,8 @@ class Prefetch:
     submitted, used, given_up : int
         Guesses evaluated (on workers or here), those whose value the chain used, and those it needed
         but had to evaluate again itself.
+    last_failure : str or None
+        Why the last guess given up failed (the worker's error, or that it was lost or late).
     """
 
     def __init__(self, submit, evaluate_here, slots: int = 1, on_failure=None, in_flight=None):
@@ -159,6 +161,7 @@ class Prefetch:
         self.submitted = 0
         self.used = 0
         self.given_up = 0
+        self.last_failure = None
         _fast_switching(self)
 
     def wait_limit(self) -> float:
@@ -222,11 +225,12 @@ class Prefetch:
             return None
         try:
             value = future.result(timeout=self.wait_limit())
-        except Exception:  # noqa: BLE001 - lost, cancelled or late: evaluated again in the main process
+        except Exception as err:  # noqa: BLE001 - lost, cancelled or late: evaluated again in the main process
             future.cancel()
-            value = None
-        if value is None:  # the executor lost it, or the function raised there
+            value = RuntimeError(f"lost or late ({type(err).__name__})")
+        if value is None or isinstance(value, BaseException):  # lost, or the function raised there
             self.given_up += 1
+            self.last_failure = None if value is None else str(value)
             if self.on_failure is not None:
                 self.on_failure()
             return None

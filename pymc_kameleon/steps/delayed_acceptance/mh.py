@@ -15,6 +15,7 @@ from pymc_kameleon.core.kameleon.kernels import make_kernel
 from pymc_kameleon.core.kameleon.scale_free import ScaleFreeProposal
 from pymc_kameleon.core.starts import powell_run
 from pymc_kameleon.core.validation import check_independence_weight, check_kameleon_options
+from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.executors import as_executor_option
 from pymc_kameleon.steps.delayed_acceptance.base import GPDelayedAcceptanceStep
 from pymc_kameleon.steps.population import PooledTuning
@@ -26,6 +27,8 @@ _PROPOSALS = ("random_walk", "kameleon")
 #: on PyMC's gallery Lotka-Volterra model the draws were 0.8 times as fast at 1.1 ms, 1.25 times at
 #: 3.1 ms and 1.5-1.6 times at 11 ms (benchmarks/speculative_da.py).
 SPECULATION_MIN_MS = 2.0
+# Warn once this many guesses the chain needed failed on the workers, and more than it used.
+_SPECULATION_FAILURES_TO_WARN = 10
 
 
 class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
@@ -360,6 +363,7 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
         self._target.prefetch = None  # a fork shares its parent's until the draws begin
         self.likelihood_ms = None  # the mean cost of a likelihood evaluation during tuning (ms), once known
         self._prefetch_counts = (0, 0)
+        self._speculation_warned = False
 
     def stop_tuning(self):
         super().stop_tuning()
@@ -379,10 +383,30 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
             lambda theta: self.executor.submit_row(target._fn, (as_input(theta),)),
             lambda theta: target._fn(as_input(theta)),
             slots=self.executor.n_workers(),
-            on_failure=self.executor.forget_shipped,
+            on_failure=self._speculation_failed,
             in_flight=self.executor.in_flight,
         )
         target.prefetch = self._chain.kernel.prefetch = prefetch
+
+    def _speculation_failed(self) -> None:
+        """A guess made ahead failed on its worker, or was lost: ship the function afresh (the executor
+        may have lost its copy) and, once most guesses the chain needed have failed, say so once:
+        the draws are right (each is evaluated again here), but the executor only costs time."""
+        self.executor.forget_shipped()
+        prefetch = self._chain.kernel.prefetch
+        if self._speculation_warned or prefetch is None:
+            return
+        if prefetch.given_up >= _SPECULATION_FAILURES_TO_WARN and prefetch.given_up > prefetch.used:
+            self._speculation_warned = True
+            why = prefetch.last_failure or "lost, or not back in time"
+            self._warnings.warn(
+                f"{type(self).__name__}: {prefetch.given_up} of the {prefetch.given_up + prefetch.used} "
+                f"evaluations made ahead on the executor and needed failed there (the last: {why}), and "
+                "were made again in this process: the draws are right, but the executor saves no time. "
+                "Make the likelihood run on the workers (evaluate it there once to see the error, e.g. "
+                "client.submit(...)), or drop executor=.",
+                KameleonWarning,
+            )
 
     def _new_kernel(self, adaptation: ScaleFreeAdaptation, schedule) -> DelayedAcceptanceMH:
         # Kameleon: the pure Kameleon component (gamma tied to nu2 is its AM-shaped fallback); the
@@ -439,6 +463,8 @@ class _CountedRun:
 
     def result(self):
         run = self.future.result()
+        if isinstance(run, BaseException):  # it raised on the worker: run again here, which raises
+            return None
         if run is not None:
             self.target.n_evals += run[2]
         return run
