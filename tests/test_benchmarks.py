@@ -392,6 +392,13 @@ def test_mlda_benchmarks_quick_mode(capsys):
 
 
 @pytest.mark.slow
+def test_gpda_noisy_estimates_quick_mode(capsys):
+    """benchmarks/gpda_noisy_estimates.py runs end to end and reports the GP's fitted noise sd."""
+    rows = _load("gpda_noisy_estimates").main(["--quick", "--samples", "3"])
+    assert rows.shape == (1, 6) and np.all(np.isfinite(rows))
+    assert "| seed | GP noise sd |" in capsys.readouterr().out
+
+
 def test_kass_waste_free_and_ode_benchmarks_quick_mode(capsys):
     """benchmarks/kass_waste_free.py and kass_ode.py run end to end: waste-free KASS spends N - M
     evaluations per stage and reports an error bar."""
