@@ -49,6 +49,7 @@ TUNING_REFRESH_REJECTIONS = 5
 PSEUDO_MARGINAL_STATS = {
     "loglik_estimate": (np.float64, []),
     "estimator_calls": (np.int64, []),
+    "cumulative_estimator_calls": (np.int64, []),
 }
 
 
@@ -129,6 +130,8 @@ class ChainState:
         Whether the chain has had its chance to search for a start (its first step).
     cumulative_logp_evals : int
         The chain's log-density evaluations so far, tuning and its start included.
+    cumulative_estimator_calls : int
+        The chain's pseudo-marginal estimator calls so far, tuning's fresh estimates included.
     recent : RecentRates
         The acceptance rate (and share of exact evaluations) over about the last 100 steps.
     warned_untuned : bool
@@ -151,6 +154,7 @@ class ChainState:
     nan_said: bool = False  # the after-tuning warning of a NaN log density at a proposal was given
     searched: bool = False
     cumulative_logp_evals: int = 0
+    cumulative_estimator_calls: int = 0
     recent: RecentRates = field(default_factory=RecentRates)
     warned_untuned: bool = False
     pending_logp_evals: int = 0
@@ -235,6 +239,16 @@ class AdaptiveStep(PerChainReset, SMCStarting, ArrayStepShared):
         if _NEWARGS in state:  # the same arguments, kept in the state too
             state[_NEWARGS] = self.__getnewargs_ex__()
         return state
+
+    def _add_estimate_stats(self, stats: dict, target, estimates_before: int) -> None:
+        """Put the pseudo-marginal statistics in ``stats`` (none without estimates): the kept estimate,
+        this step's estimator calls and the chain's so far (the last draw's value is the whole count,
+        without keeping the warm-up)."""
+        estimates = target.estimate_stats(estimates_before)
+        if estimates:
+            self._chain.cumulative_estimator_calls += estimates["estimator_calls"]
+            estimates["cumulative_estimator_calls"] = self._chain.cumulative_estimator_calls
+        stats.update(estimates)
 
     def _add_running_stats(self, stats: dict, evals: int, rate_of: str = "accept") -> None:
         """Put this step's log-density evaluations, the chain's running count and its recent acceptance rate

@@ -47,6 +47,7 @@ class DiscreteChain:
 
     scales: list
     cumulative_logp_evals: int = 0  # the chain's evaluations so far (AdaptiveStep._add_running_stats)
+    cumulative_estimator_calls: int = 0  # its estimator calls so far (AdaptiveStep._add_estimate_stats)
     recent: RecentRates = field(default_factory=RecentRates)  # its recent acceptance rate
     pending_logp_evals: int = 0  # always 0: no evaluations between steps (AdaptiveStep._add_running_stats)
 
@@ -180,7 +181,7 @@ class DiscreteMetropolis(AdaptiveStep):
             "model_logp": self._target.current_model_logp,
         }
         self._add_running_stats(stats, self._target.n_evals - evals_before)
-        stats.update(self._target.estimate_stats(estimates_before))
+        self._add_estimate_stats(stats, self._target, estimates_before)
         return RaveledVars(y, q0.point_map_info), [stats]
 
     def _proposed_value(self, j: int, value):

@@ -257,7 +257,8 @@ class KameleonMetropolis(AdaptiveStep):
     (not correlated) estimate is redrawn at the state after 5 rejections in a row, so that one lucky
     estimate cannot shrink the steps until the chain freezes. Two more statistics
     are reported: ``loglik_estimate`` (the sum of the log-estimates kept at the state after the
-    step) and ``estimator_calls`` (estimator calls in this step).
+    step), ``estimator_calls`` (estimator calls in this step) and ``cumulative_estimator_calls`` (the
+    chain's so far, tuning included: the last draw's value is its whole count).
 
     References
     ----------
@@ -503,7 +504,7 @@ class KameleonMetropolis(AdaptiveStep):
             "model_logp": target.current_model_logp,
         }
         self._add_running_stats(stats, target.n_evals - evals_before)
-        stats.update(target.estimate_stats(estimates_before))
+        self._add_estimate_stats(stats, target, estimates_before)
         if self.pooled:
             stats["rescued"] = rescued
         self._check_draws(moved, target.n_estimates > estimates_before)

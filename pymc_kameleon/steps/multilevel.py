@@ -123,8 +123,8 @@ class MLDA(MultilevelChecks, MultilevelGPLevels, AdaptiveStep):
     -----
     The model in context may have a :class:`~pymc_kameleon.PseudoMarginalPotential` (the coarse models
     may not): the current state's estimate is kept until a proposal is accepted (pseudo-marginal MH with
-    the coarse subchain as its proposal, so exact), and ``loglik_estimate`` and ``estimator_calls`` are
-    added to the statistics.
+    the coarse subchain as its proposal, so exact), and ``loglik_estimate``, ``estimator_calls`` and
+    ``cumulative_estimator_calls`` are added to the statistics.
 
     Tuning is per chain. ``accept`` is the finest level's acceptance probability of its proposal, 1
     when the subchain never moved (its end is the current state); ``accepted`` says whether the state
@@ -381,7 +381,7 @@ class MLDA(MultilevelChecks, MultilevelGPLevels, AdaptiveStep):
         # The progress bar's rate is of moves: `accept` is 1 whenever a subchain did not move, so its mean
         # read 0.73-0.84 for a new user's chains that moved in 0.2-1.4% of their steps.
         self._add_running_stats(stats, target.n_evals - evals_before + output_evals, rate_of="accepted")
-        stats.update(target.estimate_stats(estimates_before))
+        self._add_estimate_stats(stats, target, estimates_before)
         self._check_draws(accepted)
         self._warnings.attach(stats, "accept")
         return RaveledVars(new.x, q0.point_map_info), [stats]

@@ -484,7 +484,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
         }
         self._add_running_stats(stats, target.n_evals - evals_before)
         stats["recent_exact_share"] = self._chain.recent.exact
-        stats.update(target.estimate_stats(estimates_before))
+        self._add_estimate_stats(stats, target, estimates_before)
         stats.update(self._extra_stats(result))
         if self.pooled:
             stats["rescued"] = rescued

@@ -244,7 +244,8 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
       warm-up).
     - ``tune``, ``scaling`` (:math:`\lambda`, the scale of :math:`\mathcal N(x, \lambda^2 C)` in
       learned posterior sds), ``nu2`` (:math:`\nu^2` of the Kameleon component; NaN otherwise).
-    - With a PseudoMarginalPotential, also ``loglik_estimate`` and ``estimator_calls`` (as for
+    - With a PseudoMarginalPotential, also ``loglik_estimate``, ``estimator_calls`` and
+      ``cumulative_estimator_calls`` (as for
       :class:`~pymc_kameleon.KameleonMetropolis`).
     - ``speculative_evals``: likelihood evaluations sent ahead to a worker at this step (with
       ``executor=``; the ones not used are the workers' wasted work); ``prefetched``: whether this
