@@ -350,7 +350,7 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
                     "lucky estimate at the current state stage 1 rejects nearly every proposal without "
                     "drawing a fresh one, so the chain can stay put for thousands of steps and its ESS "
                     "and sds come out too small (the draws stay exact). Make the estimator more precise "
-                    f"(more samples, a log-estimate sd of 0.6 or less), or sample with KameleonMetropolis, "
+                    "(more samples, a log-estimate sd of 0.6 or less), or sample with KameleonMetropolis, "
                     "which copes with an sd of 1-1.7.",
                     KameleonWarning,
                     stacklevel=2,

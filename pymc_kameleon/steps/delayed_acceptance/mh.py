@@ -4,6 +4,7 @@ Kameleon base proposal). The shared machinery is in :mod:`~pymc_kameleon.steps.d
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 from pymc.step_methods.arraystep import PopulationArrayStepShared
@@ -384,18 +385,17 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
             lambda theta: self.executor.submit_row(target._fn, (as_input(theta),)),
             lambda theta: target._fn(as_input(theta)),
             slots=self.executor.n_workers(),
-            on_failure=self._speculation_failed,
             in_flight=self.executor.in_flight,
         )
+        prefetch.on_failure = partial(self._speculation_failed, prefetch)
         target.prefetch = self._chain.kernel.prefetch = prefetch
 
-    def _speculation_failed(self) -> None:
+    def _speculation_failed(self, prefetch: Prefetch) -> None:
         """A guess made ahead failed on its worker, or was lost: ship the function afresh (the executor
         may have lost its copy) and, once most guesses the chain needed have failed, say so once:
         the draws are right (each is evaluated again here), but the executor only costs time."""
         self.executor.forget_shipped()
-        prefetch = self._chain.kernel.prefetch
-        if self._speculation_warned or prefetch is None:
+        if self._speculation_warned:
             return
         if prefetch.given_up >= _SPECULATION_FAILURES_TO_WARN and prefetch.given_up > prefetch.used:
             self._speculation_warned = True
