@@ -115,11 +115,15 @@ def _worker_function(token: str, payload: bytes):
     return function
 
 
+def _headline(err: Exception) -> str:
+    """``"TypeName: first line of the message"`` (PyTensor appends pages of graph details)."""
+    return f"{type(err).__name__}: {(str(err).splitlines() or [''])[0]}"
+
+
 def _failure(index: int, err: Exception) -> RowFailure:
     import traceback
 
-    headline = (str(err).splitlines() or [""])[0]  # PyTensor appends pages of graph details
-    return RowFailure(index, f"{type(err).__name__}: {headline}", traceback.format_exc())
+    return RowFailure(index, _headline(err), traceback.format_exc())
 
 
 def _aligned(value):
@@ -161,7 +165,7 @@ def _run_one(token: str, payload: bytes, row: tuple):
     try:
         return function(*(_aligned(value) for value in row))
     except Exception as err:  # noqa: BLE001
-        return RuntimeError(_failure(0, err).error)
+        return RuntimeError(_headline(err))  # its traceback stays here: the caller reruns the call
 
 
 class _Payload:
