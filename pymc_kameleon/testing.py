@@ -9,7 +9,8 @@ Users who write tests of their own step methods can use it too. It holds
 - small models: :func:`gaussian_data_model` (smooth, with a likelihood term and a proper prior),
   and a latent Gaussian model with a known marginal likelihood whose likelihood is estimated, for
   pseudo-marginal steps (:func:`latent_gaussian_model`, :func:`latent_gaussian_correlated_model`,
-  :func:`latent_gaussian_log_estimator`, the ``LATENT_*`` constants);
+  :func:`latent_gaussian_log_estimator`, :func:`latent_gaussian_size_biased_log_estimate`, the
+  ``LATENT_*`` constants);
 - drivers: :func:`sample_with_seed` (``pm.sample`` with a seed), :func:`start_chain` and
   :func:`run_steps` (a step by hand, prepared per chain as each PyMC version does, see
   :data:`CHAIN_HOOKS`), and :func:`recorded` and :func:`assert_same_records` to compare what two
@@ -42,6 +43,7 @@ __all__ = [
     "latent_gaussian_correlated_model",
     "latent_gaussian_log_estimator",
     "latent_gaussian_model",
+    "latent_gaussian_size_biased_log_estimate",
     "latent_gaussian_z_scores",
     "mcse_of_mean",
     "recorded",
@@ -200,16 +202,53 @@ def latent_gaussian_log_estimator(n_importance=20):
     callable
         ``log_est(*thetas, rng) -> float``, the thetas raveled and joined into one vector.
     """
-    from pymc_kameleon import log_mean_exp
-
     def log_est(*args):
         *thetas, rng = args
         theta = np.hstack([np.ravel(t) for t in thetas])
         z = theta + rng.standard_normal((n_importance, LATENT_J, LATENT_D))  # z ~ p(z | theta)
-        log_w = -0.5 * ((LATENT_Y - z) ** 2).sum(-1) - math.log(2 * math.pi)  # log p(y_j | z_j)
-        return float(log_mean_exp(log_w, axis=0).sum())
+        return _latent_log_estimate(z)
 
     return log_est
+
+
+def _latent_log_estimate(z) -> float:
+    """log prod_j mean_i p(y_j | z_ij) for importance samples ``z`` of shape (N, J, D)."""
+    from pymc_kameleon import log_mean_exp
+
+    log_w = -0.5 * ((LATENT_Y - z) ** 2).sum(-1) - math.log(2 * math.pi)  # log p(y_j | z_ij)
+    return float(log_mean_exp(log_w, axis=0).sum())
+
+
+def latent_gaussian_size_biased_log_estimate(theta, n_importance, rng) -> float:
+    r"""A log-estimate at ``theta`` drawn from its size-biased law: what a pseudo-marginal chain keeps.
+
+    At stationarity a pseudo-marginal chain on the latent Gaussian model is at :math:`\theta` from the
+    exact posterior with a kept estimate :math:`\hat L` whose law is the estimator's law weighted
+    by :math:`\hat L / L(\theta)`. For :func:`latent_gaussian_log_estimator`,
+    :math:`\hat L = \prod_j \frac1N \sum_i p(y_j \mid z_{ij})` with :math:`z_{ij} \sim p(z \mid \theta)`,
+    that law is exact to draw: in each group one sample, chosen uniformly, comes from
+    :math:`p(z \mid \theta, y_j) = \mathcal N((\theta + y_j)/2, I/2)` and the others from
+    :math:`p(z \mid \theta)`. Starting chains there tests a pseudo-marginal kernel's invariance
+    without Monte Carlo standard errors of long, sticky chains.
+
+    Parameters
+    ----------
+    theta : array of shape (2,)
+    n_importance : int
+        Importance samples per group, as given to the estimator.
+    rng : numpy.random.Generator
+
+    Returns
+    -------
+    float
+    """
+    theta = np.asarray(theta, dtype=float)
+    z = theta + rng.standard_normal((n_importance, LATENT_J, LATENT_D))
+    chosen = rng.integers(n_importance, size=LATENT_J)
+    z[chosen, np.arange(LATENT_J)] = (theta + LATENT_Y) / 2 + math.sqrt(0.5) * rng.standard_normal(
+        (LATENT_J, LATENT_D)
+    )
+    return _latent_log_estimate(z)
 
 
 def latent_gaussian_model(split=False, n_importance=20):
