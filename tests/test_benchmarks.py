@@ -395,8 +395,20 @@ def test_mlda_benchmarks_quick_mode(capsys):
 def test_gpda_noisy_estimates_quick_mode(capsys):
     """benchmarks/gpda_noisy_estimates.py runs end to end and reports the GP's fitted noise sd."""
     rows = _load("gpda_noisy_estimates").main(["--quick", "--samples", "3"])
-    assert rows.shape == (1, 6) and np.all(np.isfinite(rows))
+    assert rows.shape == (1, 8) and np.all(np.isfinite(rows))
+    assert 100 < rows[0, 6] < 1200  # the estimator calls of 2 x (300 + 300) screened steps, tuning's included
     assert "| seed | GP noise sd |" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_pseudo_marginal_stationary_start_quick_mode(capsys):
+    """benchmarks/pseudo_marginal_stationary_start.py runs end to end, GP-DA-MH and the negative control."""
+    bench = _load("pseudo_marginal_stationary_start")
+    (row,) = bench.main(["--quick"])
+    assert 0 <= row["moves per copy"] <= 20 and np.isfinite(row["var z 1"])
+    (row,) = bench.main(["--quick", "--step", "KAMH", "--refresh"])
+    assert row["moves per copy"] > 0
+    assert "| seed | moves per copy |" in capsys.readouterr().out
 
 
 def test_kass_waste_free_and_ode_benchmarks_quick_mode(capsys):
