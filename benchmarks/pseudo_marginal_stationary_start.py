@@ -17,7 +17,6 @@ state before every step, which is not exact) is the negative control.
 from __future__ import annotations
 
 import argparse
-import copy
 import logging
 import math
 import os
@@ -57,28 +56,12 @@ def tuned_step(name: str, n_importance: int, seed: int, tune: int):
 
 
 def run(name: str, n_importance: int, copies: int, steps: int, seed: int, tune: int, refresh: bool):
-    from pymc_kameleon.testing import (
-        LATENT_POST_MEAN,
-        LATENT_POST_VAR,
-        latent_gaussian_size_biased_log_estimate,
-    )
+    from pymc_kameleon.testing import LATENT_POST_MEAN, LATENT_POST_VAR, latent_gaussian_from_stationary_law
 
     step = tuned_step(name, n_importance, seed, tune)
-    tuned, op = copy.deepcopy(step._chain), step._target.terms[0].op
-    rng = np.random.default_rng(seed + 1000)
-    ends, moves = np.empty((copies, 2)), 0
-    for r in range(copies):
-        step._chain = copy.deepcopy(tuned)  # an adaptive GP grows within a copy, not across copies
-        theta = LATENT_POST_MEAN + math.sqrt(LATENT_POST_VAR) * rng.standard_normal(2)
-        # What another step of a CompoundStep would have left: this state and its kept estimate.
-        op.current.set((theta,), latent_gaussian_size_biased_log_estimate(theta, n_importance, rng))
-        point = {"theta": theta}
-        for _ in range(steps):
-            if refresh:
-                step._target.refresh_estimates()
-            point, stats = step.step(point)
-            moves += stats[0]["accepted"]
-        ends[r] = point["theta"]
+    ends, moves = latent_gaussian_from_stationary_law(
+        step, n_importance, copies, steps, np.random.default_rng(seed + 1000), refresh=refresh
+    )
     d = ends - LATENT_POST_MEAN
     out = {"moves per copy": moves / copies}
     for j in range(2):

@@ -9,8 +9,8 @@ Users who write tests of their own step methods can use it too. It holds
 - small models: :func:`gaussian_data_model` (smooth, with a likelihood term and a proper prior),
   and a latent Gaussian model with a known marginal likelihood whose likelihood is estimated, for
   pseudo-marginal steps (:func:`latent_gaussian_model`, :func:`latent_gaussian_correlated_model`,
-  :func:`latent_gaussian_log_estimator`, :func:`latent_gaussian_size_biased_log_estimate`, the
-  ``LATENT_*`` constants);
+  :func:`latent_gaussian_log_estimator`, :func:`latent_gaussian_size_biased_log_estimate`,
+  :func:`latent_gaussian_from_stationary_law`, the ``LATENT_*`` constants);
 - drivers: :func:`sample_with_seed` (``pm.sample`` with a seed), :func:`start_chain` and
   :func:`run_steps` (a step by hand, prepared per chain as each PyMC version does, see
   :data:`CHAIN_HOOKS`), and :func:`recorded` and :func:`assert_same_records` to compare what two
@@ -41,6 +41,7 @@ __all__ = [
     "gaussian_data_model",
     "invariance_z_scores",
     "latent_gaussian_correlated_model",
+    "latent_gaussian_from_stationary_law",
     "latent_gaussian_log_estimator",
     "latent_gaussian_model",
     "latent_gaussian_size_biased_log_estimate",
@@ -308,6 +309,56 @@ def latent_gaussian_correlated_model(n_importance=2, correlation=0.9):
         theta = pm.Normal("theta", 0, 1, shape=LATENT_D)
         PseudoMarginalPotential("lik", estimator, inputs=[theta], correlation=correlation)
     return model
+
+
+def latent_gaussian_from_stationary_law(step, n_importance, copies, steps, rng, refresh=False):
+    r"""Run copies of a tuned pseudo-marginal chain of :func:`latent_gaussian_model`, each started at the
+    chain's stationary law: :math:`\theta` from the exact posterior, the kept estimate from its
+    size-biased law (:func:`latent_gaussian_size_biased_log_estimate`).
+
+    Whatever the chain's mixing, :math:`\theta` after ``steps`` steps must follow the exact posterior,
+    and the copies are independent: an invariance check without the Monte Carlo error of long, sticky
+    chains (:func:`latent_gaussian_z_scores` of ``ends[None]``).
+
+    Parameters
+    ----------
+    step : KameleonMetropolis or GPDelayedAcceptanceMH
+        Tuned (its ``stop_tuning`` called) on the model, with the model's ``PseudoMarginalPotential``
+        as its only estimated term. Each copy starts from a copy of the chain state it had then (an
+        adaptive GP grows within a copy, not across copies).
+    n_importance : int
+        Importance samples per group of the model's estimator.
+    copies, steps : int
+    rng : numpy.random.Generator
+        For the starts (the step keeps its own generator).
+    refresh : bool
+        Redraw the kept estimate before every step (Monte Carlo within Metropolis, not exact): a
+        negative control.
+
+    Returns
+    -------
+    ends : ndarray of shape (copies, 2)
+        :math:`\theta` after the last step of each copy.
+    moves : int
+        Accepted moves over all copies.
+    """
+    import copy
+
+    tuned, op = copy.deepcopy(step._chain), step._target.terms[0].op
+    ends, moves = np.empty((copies, LATENT_D)), 0
+    for r in range(copies):
+        step._chain = copy.deepcopy(tuned)
+        theta = LATENT_POST_MEAN + math.sqrt(LATENT_POST_VAR) * rng.standard_normal(LATENT_D)
+        # What another step of a CompoundStep would have left: this state and its kept estimate.
+        op.current.set((theta,), latent_gaussian_size_biased_log_estimate(theta, n_importance, rng))
+        point = {"theta": theta}
+        for _ in range(steps):
+            if refresh:
+                step._target.refresh_estimates()
+            point, stats = step.step(point)
+            moves += stats[0]["accepted"]
+        ends[r] = point["theta"]
+    return ends, int(moves)
 
 
 def latent_gaussian_z_scores(draws) -> dict:

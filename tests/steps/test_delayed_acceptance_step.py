@@ -36,13 +36,11 @@ from pymc_kameleon.core.mh import mh_log_ratio
 from pymc_kameleon.core.proposals import LangevinProposal
 from pymc_kameleon.problems.targets import banana, correlated_gaussian
 from pymc_kameleon.testing import (
-    LATENT_POST_MEAN,
-    LATENT_POST_VAR,
     SAMPLE_KW,
     gaussian_data_model,
     invariance_z_scores,
+    latent_gaussian_from_stationary_law,
     latent_gaussian_model,
-    latent_gaussian_size_biased_log_estimate,
     latent_gaussian_z_scores,
     tuning_refresh_steps,
 )
@@ -718,28 +716,15 @@ def test_invariance_pseudo_marginal():
 
 
 def _from_the_stationary_law(step_factory, refresh, n_importance=8, replicates=400, steps=100, seed=3):
-    """theta after ``steps`` steps of a tuned chain started, ``replicates`` times, at the pseudo-marginal
-    chain's stationary law (theta from the exact posterior, the kept estimate from its size-biased law),
-    each copy with the GP it had at the end of tuning. With ``refresh``, a fresh estimate at the current
-    state before every step (Monte Carlo within Metropolis, which is not exact)."""
+    """theta after ``steps`` steps of ``replicates`` copies of a tuned chain started at the pseudo-marginal
+    chain's stationary law (pymc_kameleon.testing.latent_gaussian_from_stationary_law)."""
     model = latent_gaussian_model(n_importance=n_importance)
     with model:
         step = step_factory(rng=seed)
     drive(model, step, 2001, stop_tuning_at=2000)
-    tuned, op = copy.deepcopy(step._chain), step._target.terms[0].op
-    rng = np.random.default_rng(seed)
-    ends = np.empty((replicates, 2))
-    for r in range(replicates):
-        step._chain = copy.deepcopy(tuned)  # the GP grows within a replicate, not across them
-        theta = LATENT_POST_MEAN + math.sqrt(LATENT_POST_VAR) * rng.standard_normal(2)
-        # What another step of a CompoundStep would have left: this state and its kept estimate.
-        op.current.set((theta,), latent_gaussian_size_biased_log_estimate(theta, n_importance, rng))
-        point = {"theta": theta}
-        for _ in range(steps):
-            if refresh:
-                step._target.refresh_estimates()
-            point, _ = step.step(point)
-        ends[r] = point["theta"]
+    ends, _ = latent_gaussian_from_stationary_law(
+        step, n_importance, replicates, steps, np.random.default_rng(seed), refresh=refresh
+    )
     return ends
 
 
