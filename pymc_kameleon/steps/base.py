@@ -394,6 +394,14 @@ class AdaptiveStep(PerChainReset, SMCStarting, ArrayStepShared):
     def _untuned_message(self) -> str:
         raise NotImplementedError
 
+    def _untuned_proposal(self) -> str:
+        """What an untuned chain proposes: the adaptation's starting walk, in words for the tune=0 warning."""
+        scale = self._start_adaptation.state.am_scale.value
+        return (
+            f"an untuned move of all {self.dim} coordinates at once, with step sd {scale:.3g} in each on the "
+            f"sampler's unconstrained scale (2.38/sqrt({self.dim})), whatever the scale of the posterior"
+        )
+
     def _refresh_sticky_estimate(self, accepted: bool) -> bool:
         """During tuning, with a plain (not correlated) pseudo-marginal term: redraw the estimate kept at the
         state once the chain has rejected :data:`TUNING_REFRESH_REJECTIONS` proposals in a row. Returns

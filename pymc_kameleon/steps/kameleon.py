@@ -532,9 +532,8 @@ class KameleonMetropolis(AdaptiveStep):
 
     def _untuned_message(self) -> str:
         return (
-            f"KameleonMetropolis: sampling without tuning (tune=0). The proposal is an untuned "
-            f"one-coordinate-at-a-time random walk with unit steps, whatever the scale of the "
-            f"posterior; pass tune >= {self.default_tune_steps} to pm.sample."
+            "KameleonMetropolis: sampling without tuning (tune=0). The proposal is "
+            f"{self._untuned_proposal()}; pass tune >= {self.default_tune_steps} to pm.sample."
         )
 
 

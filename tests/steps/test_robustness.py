@@ -108,8 +108,11 @@ def test_tuning_too_short_warns_with_the_figure_and_the_remedy():
 
 
 def test_tune_zero_warns():
+    """The warning describes the proposal used (a new user saw every move change all coordinates where it
+    said "one-coordinate-at-a-time ... unit steps")."""
+    untuned = r"without tuning \(tune=0\). The proposal is an untuned move of all 2 coordinates at once"
     with two_normals():
-        with pytest.warns(UserWarning, match=r"sampling without tuning \(tune=0\).*tune >= \d+"):
+        with pytest.warns(UserWarning, match=untuned + r", with step sd 1.68 in each.*tune >= \d+"):
             pm.sample(step=KameleonMetropolis(), tune=0, draws=20, chains=1, random_seed=1, progressbar=False,
                       compute_convergence_checks=False)
 
@@ -129,6 +132,7 @@ def test_gp_step_with_tune_zero_says_so(name):
     texts = [str(w.message) for w in record]
     untuned = [t for t in texts if t.startswith(f"{name}: sampling without tuning (tune=0)")]
     assert len(untuned) == 1 and "pass tune >= " in untuned[0]
+    assert "an untuned move of all 2 coordinates at once" in untuned[0]
     assert not any("its tuning raised no warning" in t for t in texts)
 
 

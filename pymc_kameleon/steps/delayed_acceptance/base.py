@@ -377,9 +377,9 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
 
     def _untuned_message(self) -> str:
         return (
-            f"{type(self).__name__}: sampling without tuning (tune=0). The base proposal is an untuned "
-            "one-coordinate-at-a-time random walk with unit steps, whatever the scale of the posterior, and "
-            "the GP surrogate has no tuning points or fitted hyperparameters to screen its proposals with; "
+            f"{type(self).__name__}: sampling without tuning (tune=0). The base proposal is "
+            f"{self._untuned_proposal()}, and the GP surrogate has no tuning points or fitted "
+            "hyperparameters to screen its proposals with; "
             f"pass tune >= {self.default_tune_steps} to pm.sample."
         )
 
