@@ -9,6 +9,7 @@ evaluates the particles one by one (:func:`evaluate_each`).
 
 from __future__ import annotations
 
+import inspect
 import logging
 from functools import partial
 
@@ -22,7 +23,7 @@ from pytensor import shared
 from pytensor.graph.replace import vectorize_graph
 from pytensor.tensor.random.type import RandomGeneratorType
 
-from pymc_kameleon.core.validation import check_number
+from pymc_kameleon.core.validation import check_number, unexpected_keyword_error
 from pymc_kameleon.core.warning_categories import KameleonRuntimeWarning, KameleonWarning
 from pymc_kameleon.executors import as_executor_option
 from pymc_kameleon.pseudo_marginal import PseudoMarginalOp
@@ -55,8 +56,28 @@ class BatchedSMCKernel(SMC_KERNEL):
     prior in this process; the values, hence the draws and the evidence, are the serial ones.
     """
 
+    @classmethod
+    def _check_keywords(cls, kwargs) -> None:
+        """A keyword neither this kernel nor PyMC's SMC kernel takes is a TypeError naming the kernel and the
+        closest option (``pm.sample_smc(kernel=KASS, learnin_rate=3)`` failed inside PyMC with
+        "SMC_KERNEL.__init__() got an unexpected keyword argument", naming neither)."""
+        pymc_keywords = inspect.signature(SMC_KERNEL.__init__).parameters
+        if any(p.kind is p.VAR_KEYWORD for p in pymc_keywords.values()):
+            return
+        unknown = [k for k in kwargs if k not in pymc_keywords]
+        if not unknown:
+            return
+        known = set(pymc_keywords)
+        for klass in cls.__mro__:
+            if "__init__" in vars(klass):
+                known |= set(inspect.signature(klass.__init__).parameters)
+        known -= {"self", "args", "kwargs"}
+        where = " (a kernel option of pm.sample_smc)"
+        raise unexpected_keyword_error(cls.__name__, unknown[0], sorted(known), where)
+
     def __init__(self, *args, batch_logp="auto", executor=None, **kwargs):
         name = type(self).__name__
+        self._check_keywords(kwargs)
         try:  # draws=1 failed deep in PyMC's resampling with "array is 0-dimensional"
             check_number("draws (the number of particles)", kwargs.get("draws", args[0] if args else 2000),
                          integer=True, minimum=2, strict=False)

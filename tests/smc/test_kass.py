@@ -857,6 +857,17 @@ def test_numpy_scalar_options_are_accepted_and_small_subsamples_refused():
         KASS(draws=20, model=linear_model(), n_subsample=2)
 
 
+def test_a_misspelt_option_names_the_kernel_and_the_closest_option():
+    """pm.sample_smc(kernel=KASS, learnin_rate=3) failed inside PyMC, naming SMC_KERNEL and no option."""
+    with linear_model():
+        message = (r"KASS\(\) got an unexpected keyword argument 'learnin_rate' \(a kernel option of "
+                   r"pm.sample_smc\); did you mean 'learning_rate'\?")
+        with pytest.raises(TypeError, match=message):
+            pm.sample_smc(kernel=KASS, draws=20, learnin_rate=3, progressbar=False)
+        with pytest.raises(TypeError, match=r"unexpected keyword argument 'tresh'.*did you mean 'threshold'"):
+            KASS(draws=20, tresh=0.5)  # PyMC's own SMC options are known too
+
+
 @pytest.mark.parametrize("mixture, option", [("GlobalWalkMixture", "am_weight"),
                                              ("IndependenceMixture", "independence_weight")])
 def test_mixture_weights_reach_every_stage(mixture, option, monkeypatch):
