@@ -401,6 +401,14 @@ def test_gpda_noisy_estimates_quick_mode(capsys):
 
 
 @pytest.mark.slow
+def test_banana_tips_quick_mode(capsys):
+    """benchmarks/banana_tips.py runs end to end and reports the tips' mass and the tail ESS."""
+    (row,) = _load("banana_tips").main(["--quick", "--kameleon-after", "0"])
+    assert 0 <= row["P(y>8)"] <= 1 and row["tail ESS y"] > 0 and row["kameleon"] > 0
+    assert "| seed | sd(y) |" in capsys.readouterr().out
+
+
+@pytest.mark.slow
 def test_pseudo_marginal_stationary_start_quick_mode(capsys):
     """benchmarks/pseudo_marginal_stationary_start.py runs end to end, GP-DA-MH and the negative control."""
     bench = _load("pseudo_marginal_stationary_start")
