@@ -8,7 +8,7 @@ import numpy as np
 
 __all__ = [
     "check_independence_weight", "check_kameleon_options", "check_number", "check_probability",
-    "unexpected_keyword_error",
+    "check_weight", "unexpected_keyword_error",
 ]
 
 
@@ -43,14 +43,20 @@ def check_probability(name, value):
         raise ValueError(f"{name} must be in (0, 1), got {value!r}.")
 
 
+def check_weight(name, value, *, one_allowed=True, why=""):
+    """Raise a ValueError naming the option unless ``value`` is a number in [0, 1] (or [0, 1) without
+    ``one_allowed``); ``why`` says what the bounds mean. One message for every out-of-range value (a new
+    user got "a finite number >= 0" for -0.5 and "in [0, 1]" for 2)."""
+    ok = isinstance(value, (int, float, np.number)) and not isinstance(value, (bool, np.bool_))
+    if not (ok and 0.0 <= value <= 1.0 and (one_allowed or value < 1.0)):
+        bounds = "[0, 1]" if one_allowed else "[0, 1)"
+        raise ValueError(f"{name} must be a number in {bounds}{f' ({why})' if why else ''}, got {value!r}.")
+
+
 def check_independence_weight(value):
     """Raise a ValueError naming ``independence_weight`` unless it is a number in [0, 1) (1 would leave
     no walk: an independence sampler alone sticks wherever the Student-t underweights the posterior)."""
-    ok = isinstance(value, (int, float, np.number)) and not isinstance(value, (bool, np.bool_))
-    if not (ok and 0.0 <= value < 1.0):
-        raise ValueError(
-            f"independence_weight must be a number in [0, 1) (0: no independent draws), got {value!r}."
-        )
+    check_weight("independence_weight", value, one_allowed=False, why="0: no independent draws")
 
 
 def check_kameleon_options(bandwidth, gamma, n_subsample):

@@ -291,6 +291,8 @@ class AdaptiveStep(PerChainReset, SMCStarting, ArrayStepShared):
     def _join_pymc(self, vars, target, blocked, rng, *, model, start) -> None:
         """Finish ``__init__``: keep the target and the start option, declare the statistics, set up
         PyMC's step, reset."""
+        if not isinstance(blocked, bool | np.bool_):  # "yes" passed as truthy, without a word
+            raise ValueError(f"blocked must be True or False, got {blocked!r}.")
         start = resolve_start(start)
         self.start = start
         # Only a searching step keeps the model (pickled with the step to every worker process).

@@ -32,6 +32,7 @@ from pymc_kameleon.core.validation import (
     check_kameleon_options,
     check_number,
     check_probability,
+    check_weight,
 )
 from pymc_kameleon.core.warning_categories import KameleonRuntimeWarning
 from pymc_kameleon.steps.base import AdaptiveStep, ChainState
@@ -329,9 +330,7 @@ class KameleonMetropolis(AdaptiveStep):
         check_number("kameleon_after", kameleon_after, integer=True, minimum=0, strict=False)
         check_number("learning_rate", learning_rate, minimum=0)
         check_probability("target_accept", target_accept)
-        check_number("am_weight", am_weight, minimum=0, strict=False)
-        if am_weight > 1:
-            raise ValueError(f"am_weight must be in [0, 1], got {am_weight!r}.")
+        check_weight("am_weight", am_weight)
         check_independence_weight(independence_weight)
         if adaptation not in _ADAPTATIONS:
             raise ValueError(f"adaptation must be one of {_ADAPTATIONS}, got {adaptation!r}.")

@@ -514,6 +514,22 @@ def test_independence_weight_is_checked(bad):
         KameleonMetropolis(independence_weight=bad)
 
 
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(am_weight=-0.5), r"am_weight must be a number in \[0, 1\], got -0.5"),
+        (dict(am_weight=2), r"am_weight must be a number in \[0, 1\], got 2"),
+        (dict(vanishing_decay=1.5), r"vanishing_decay must be in \(0, 1\]"),
+        (dict(blocked="yes"), r"blocked must be True or False, got 'yes'"),
+    ],
+)
+def test_bad_options_get_one_message_that_names_them(kw, match):
+    """A new user got "a finite number >= 0" for am_weight=-0.5 but "in [0, 1]" for 2, "vanishing decay"
+    for vanishing_decay, and nothing for blocked="yes"."""
+    with _regression(), pytest.raises(ValueError, match=match):
+        KameleonMetropolis(**kw)
+
+
 def test_the_end_of_tuning_exam_judges_the_shapes_the_draws_use():
     """On the 17-d mixed-scale regression at seed 2027 (4 chains, tune=3000: a benchmark seed) chain 0's
     last window judged the fit made 1025 steps before tuning ended (k-hat 0.83 from 51 probes) and

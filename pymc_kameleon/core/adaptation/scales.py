@@ -88,7 +88,7 @@ class VanishingProbability:
 
     def __init__(self, decay: float = 1.0):
         if not (0.0 < decay <= 1.0):
-            raise ValueError(f"vanishing decay must be in (0, 1] so that sum p_t diverges, got {decay!r}.")
+            raise ValueError(f"vanishing_decay must be in (0, 1] so that sum p_t diverges, got {decay!r}.")
         self.decay = float(decay)
 
     def __call__(self, t: int) -> float:

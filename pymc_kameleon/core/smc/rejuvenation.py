@@ -27,7 +27,12 @@ from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
 from pymc_kameleon.core.linalg import SingularCovarianceError
 from pymc_kameleon.core.smc.mixtures import GlobalWalkMixture, IndependenceMixture
 from pymc_kameleon.core.smc.population import population_mh_move, steps_for_acceptance
-from pymc_kameleon.core.validation import check_kameleon_options, check_number, check_probability
+from pymc_kameleon.core.validation import (
+    check_kameleon_options,
+    check_number,
+    check_probability,
+    check_weight,
+)
 
 __all__ = [
     "CollapsedParticlesError",
@@ -108,17 +113,9 @@ def check_rejuvenation_options(
         check_number("chunk_size", chunk_size, integer=True, minimum=1, strict=False)
     if not (isinstance(batch_logp, bool) or (isinstance(batch_logp, str) and batch_logp == "auto")):
         raise ValueError(f'batch_logp must be "auto", True or False, got {batch_logp!r}.')
-    check_number("am_weight", am_weight, minimum=0, strict=False)
-    if am_weight >= 1:
-        raise ValueError(
-            f"am_weight must be in [0, 1) (1 would never use the Kameleon moves), got {am_weight!r}."
-        )
-    check_number("independence_weight", independence_weight, minimum=0, strict=False)
-    if independence_weight >= 1:
-        raise ValueError(
-            "independence_weight must be in [0, 1) (1 would never use the Kameleon moves), "
-            f"got {independence_weight!r}."
-        )
+    check_weight("am_weight", am_weight, one_allowed=False, why="1 would never use the Kameleon moves")
+    check_weight("independence_weight", independence_weight, one_allowed=False,
+                 why="1 would never use the Kameleon moves")
     if resampling not in RESAMPLING:
         raise ValueError(f"resampling must be one of {RESAMPLING}, got {resampling!r}.")
 
