@@ -64,14 +64,14 @@ class BatchedSMCKernel(SMC_KERNEL):
         pymc_keywords = inspect.signature(SMC_KERNEL.__init__).parameters
         if any(p.kind is p.VAR_KEYWORD for p in pymc_keywords.values()):
             return
-        unknown = [k for k in kwargs if k not in pymc_keywords]
-        if not unknown:
-            return
         known = set(pymc_keywords)
-        for klass in cls.__mro__:
+        for klass in cls.__mro__:  # every keyword a class between cls and PyMC's takes (executor, ...)
             if "__init__" in vars(klass):
                 known |= set(inspect.signature(klass.__init__).parameters)
         known -= {"self", "args", "kwargs"}
+        unknown = [k for k in kwargs if k not in known]
+        if not unknown:
+            return
         where = " (a kernel option of pm.sample_smc)"
         raise unexpected_keyword_error(cls.__name__, unknown[0], sorted(known), where)
 

@@ -866,6 +866,9 @@ def test_a_misspelt_option_names_the_kernel_and_the_closest_option():
             pm.sample_smc(kernel=KASS, draws=20, learnin_rate=3, progressbar=False)
         with pytest.raises(TypeError, match=r"unexpected keyword argument 'tresh'.*did you mean 'threshold'"):
             KASS(draws=20, tresh=0.5)  # PyMC's own SMC options are known too
+        with pytest.raises(TypeError, match=r"argument 'executer'.*did you mean 'executor'"):
+            KASS(draws=20, executer=None)
+        KASS(draws=20, executor=None, threshold=0.6)  # a base class's option and PyMC's pass
 
 
 @pytest.mark.parametrize("mixture, option", [("GlobalWalkMixture", "am_weight"),
