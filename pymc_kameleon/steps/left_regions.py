@@ -35,8 +35,9 @@ class LeftRegionsCheck:
         self.step_name = step_name
         self.blocks = list(blocks)
         self.chain = chain
-        self.draws = []
-        self.log_density = []
+        self.draws = None  # (LEFT_REGION_DRAWS, rows, d), filled in place: appending cost 2 us a draw
+        self.log_density = np.empty(LEFT_REGION_DRAWS)
+        self.n = 0
         self.done = not self.blocks
 
     def record(self, draws, log_density: float) -> str | None:
@@ -45,14 +46,18 @@ class LeftRegionsCheck:
         was left behind (else None); then nothing more."""
         if self.done:
             return None
-        self.draws.append(np.atleast_2d(np.asarray(draws, dtype=float)))
-        self.log_density.append(float(log_density))
-        n = len(self.log_density)
+        rows = np.atleast_2d(draws)
+        if self.draws is None:
+            self.draws = np.empty((LEFT_REGION_DRAWS, *rows.shape))
+        self.draws[self.n] = rows
+        self.log_density[self.n] = log_density
+        self.n = n = self.n + 1
         if n < LEFT_REGION_DRAWS:
             return None
         self.done = True
-        regions = regions_left_behind(self.blocks, np.concatenate(self.draws), self.log_density)
-        self.draws, self.log_density, self.blocks = [], [], []
+        draws = self.draws.reshape(-1, self.draws.shape[-1])
+        regions = regions_left_behind(self.blocks, draws, self.log_density)
+        self.draws, self.log_density, self.blocks = None, None, []
         if not regions:
             return None
         pooled = self.chain is not None

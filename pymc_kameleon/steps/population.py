@@ -184,7 +184,7 @@ class PooledTuning:
         names = [v.name for v in self.vars]
         if len(names) == 1:  # one variable: its values are the rows (the common case, every step)
             name = names[0]
-            return np.array([np.ravel(point[name]) for point in population], dtype=float)
+            return np.array([point[name] for point in population], dtype=float).reshape(len(population), -1)
         rows = [np.concatenate([np.ravel(point[n]) for n in names]) for point in population]
         return np.array(rows, dtype=float)
 

@@ -15,6 +15,7 @@ from pymc_kameleon.core.adaptation.left_regions import (
     MAX_DIM,
     Block,
     TuningBlocks,
+    block_margins,
     regions_left_behind,
 )
 
@@ -109,6 +110,23 @@ def test_a_light_mode_left_behind_is_not_said():
     assert regions_left_behind(lighter, draws, values) == []
     heavier = [b._replace(mean_log_density=b.mean_log_density - LEFT_NATS + 1) for b in blocks]
     assert len(regions_left_behind(heavier, draws, values)) == 1
+
+
+def test_candidates_only_skips_the_distances_of_light_blocks_alone():
+    """regions_left_behind's shortcut: a block too light to be said gets no distance (NaN), every other
+    margin is the full computation's, to the bit."""
+    blocks, draws, values = _two_modes_case()
+    mixed = [b._replace(mean_log_density=b.mean_log_density - (LEFT_NATS + 1) * (i % 2))
+             for i, b in enumerate(blocks)]
+    full = block_margins(mixed, draws, values)
+    short = block_margins(mixed, draws, values, candidates_only=True)
+    assert len(full) == len(short) == len(mixed) > 1
+    for i, (a, b) in enumerate(zip(full, short)):
+        assert (a.mass_nats, a.far) == (b.mass_nats, b.far)
+        if i % 2:
+            assert math.isnan(b.nearest) and not b.said and not a.said
+        else:
+            assert a.nearest == b.nearest and a.said == b.said
 
 
 def test_the_rule_does_not_depend_on_the_units():

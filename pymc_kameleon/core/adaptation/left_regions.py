@@ -136,10 +136,12 @@ class BlockMargins(NamedTuple):
         return self.mass_nats >= -LEFT_NATS and self.nearest > self.far
 
 
-def block_margins(blocks, draws, draws_log_density) -> list[BlockMargins]:
+def block_margins(blocks, draws, draws_log_density, candidates_only: bool = False) -> list[BlockMargins]:
     """Each block's :class:`BlockMargins` against the draws (see :func:`regions_left_behind` for the
     arguments); empty if there is nothing to compare, or if the draws' covariance cannot be factorised,
-    and without the blocks whose metric cannot be."""
+    and without the blocks whose metric cannot be. ``candidates_only``: a block whose mass is below
+    -:data:`LEFT_NATS` (never said) gets no distance (``nearest`` NaN): the distances to every draw are
+    most of the cost."""
     draws = np.asarray(draws, dtype=float)
     values = np.asarray(draws_log_density, dtype=float)
     values = values[np.isfinite(values)]
@@ -160,8 +162,11 @@ def block_margins(blocks, draws, draws_log_density) -> list[BlockMargins]:
             metric = np.linalg.cholesky(block.cov + cov)
         except np.linalg.LinAlgError:
             continue
-        nearest = float(np.min(np.sum(np.linalg.solve(metric, (draws - block.mean).T) ** 2, axis=0)))
         mass = block.mean_log_density + half_log_volume - draws_mass
+        if candidates_only and not mass >= -LEFT_NATS:
+            margins.append(BlockMargins(block, mass, math.nan, far))
+            continue
+        nearest = float(np.min(np.sum(np.linalg.solve(metric, (draws - block.mean).T) ** 2, axis=0)))
         margins.append(BlockMargins(block, mass, nearest, far))
     return margins
 
@@ -185,7 +190,7 @@ def regions_left_behind(blocks, draws, draws_log_density) -> list[LeftRegion]:
         Consecutive blocks merged; empty if none, or if the draws' covariance cannot be factorised.
     """
     regions: list[LeftRegion] = []
-    for margin in block_margins(blocks, draws, draws_log_density):
+    for margin in block_margins(blocks, draws, draws_log_density, candidates_only=True):
         if not margin.said:
             continue
         block, distance, mass = margin.block, math.sqrt(margin.nearest), margin.mass_nats
