@@ -406,6 +406,10 @@ def test_banana_tips_quick_mode(capsys):
     (row,) = _load("banana_tips").main(["--quick", "--kameleon-after", "0"])
     assert 0 <= row["P(y>8)"] <= 1 and row["tail ESS y"] > 0 and row["kameleon"] > 0
     assert "| seed | sd(y) |" in capsys.readouterr().out
+    ((_, row),) = _load("banana_tips").main(["--quick", "--kameleon-after", "0", "--frozen-chain", "300"])
+    assert 0 <= row["P(abs(x)>2.5)"] <= 1 and row["claimed rel. SE"] > 0
+    ((_, row),) = _load("banana_tips").main(["--quick", "--stationary", "20"])
+    assert 0 <= row["P(abs(x)>2.5)"] <= 1 and np.isfinite(row["z"])
 
 
 @pytest.mark.slow
