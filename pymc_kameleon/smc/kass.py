@@ -264,7 +264,7 @@ class KASS(KASSChecks, BatchedSMCKernel):
                 f"{type(self).__name__} takes the RKHS kernel as proposal_kernel=... "
                 "(pm.sample_smc's own `kernel` argument is the SMC kernel class)."
             )
-        self._check_keywords(kwargs)
+        self._check_keywords(kwargs)  # before the checks below read kwargs (BatchedSMCKernel checks again)
         model = modelcontext(kwargs.get("model"))
         check_continuous(model, type(self).__name__)
         proposal_kernel = self._default_proposal_kernel if proposal_kernel is None else proposal_kernel
