@@ -15,6 +15,9 @@ windows, windows that end early) to run.
 Hashes depend on the installed PyMC, PyTensor, NumPy and BLAS, and on the CPU the BLAS picks its
 kernels for (recorded as ``blas``), so record and check with the same environment and machine kind
 (one file per stack); on a new kind, record at a commit whose draws are known to be unchanged first.
+The CPU counts beyond the BLAS's kernels: PyMC 6's PyTensor compiles for the host, and on an Intel Xeon
+5 of 33 PyMC 6 cases matched a record from an AMD EPYC with the same packages and the same (SkylakeX)
+BLAS kernels (PyMC 5: 33 of 33); the environment therefore names the CPU (``cpu``).
 Record with PyTensor's compilation cache warm (run ``check``
 once first): on PyMC 6, a graph's first compilation gave ``lp`` and ``accept`` of ``kamh-tune-0``
 that differed from later runs by 6e-14 (the draws were the same). ``--save-arrays DIR`` also
@@ -28,6 +31,7 @@ import hashlib
 import json
 import math
 import os
+import platform
 import sys
 import time
 import warnings
@@ -318,7 +322,19 @@ def _environment() -> dict:
     blas = sorted({f"{i['internal_api']} {i['version']} {i.get('architecture')}" for i in threadpool_info()
                    if i.get("user_api") == "blas"})
     return {"python": sys.version.split()[0], "pymc": pm.__version__, "pytensor": pytensor.__version__,
-            "numpy": np.__version__, "scipy": scipy.__version__, "blas": ", ".join(blas)}
+            "numpy": np.__version__, "scipy": scipy.__version__, "blas": ", ".join(blas), "cpu": _cpu()}
+
+
+def _cpu() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo; else what the platform module says)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def main(argv=None):

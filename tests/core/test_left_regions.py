@@ -18,6 +18,7 @@ from pymc_kameleon.core.adaptation.left_regions import (
     block_margins,
     regions_left_behind,
 )
+from pymc_kameleon.core.adaptation.mode_mass import whitened_half_log_det, whitened_half_log_det_bound
 
 
 def _mixture_log_density(x, narrow_sd=0.1, apart=6.0):
@@ -112,22 +113,37 @@ def test_a_light_mode_left_behind_is_not_said():
     assert len(regions_left_behind(heavier, draws, values)) == 1
 
 
-def test_candidates_only_skips_the_distances_of_light_blocks_alone():
-    """regions_left_behind's shortcut: a block too light to be said gets no distance (NaN), every other
-    margin is the full computation's, to the bit."""
+def test_candidates_only_keeps_every_said_block_and_its_figures():
+    """regions_left_behind's shortcut: blocks too light to be said are left out or get no distance (NaN);
+    every block kept has the full computation's figures to the bit, and the said ones are the same."""
     blocks, draws, values = _two_modes_case()
-    mixed = [b._replace(mean_log_density=b.mean_log_density - (LEFT_NATS + 1) * (i % 2))
-             for i, b in enumerate(blocks)]
+    lighter = [(LEFT_NATS + 1) * (i % 3 == 1) + 40 * (i % 3 == 2) for i in range(len(blocks))]
+    mixed = [b._replace(mean_log_density=b.mean_log_density - drop) for b, drop in zip(blocks, lighter)]
     full = block_margins(mixed, draws, values)
     short = block_margins(mixed, draws, values, candidates_only=True)
-    assert len(full) == len(short) == len(mixed) > 1
-    for i, (a, b) in enumerate(zip(full, short)):
+    assert len(full) == len(mixed) >= 3 and len(short) < len(full)  # the 40-nats-lighter ones are left out
+    by_start = {m.block.start: m for m in full}
+    for b in short:
+        a = by_start[b.block.start]
         assert (a.mass_nats, a.far) == (b.mass_nats, b.far)
-        if i % 2:
-            assert math.isnan(b.nearest) and not b.said and not a.said
-        else:
-            assert a.nearest == b.nearest and a.said == b.said
+        assert a.nearest == b.nearest or (math.isnan(b.nearest) and a.mass_nats < -LEFT_NATS)
+    assert [m.block.start for m in full if m.said] == [m.block.start for m in short if m.said] != []
 
+
+def test_the_volume_bound_is_an_upper_bound():
+    """whitened_half_log_det_bound >= whitened_half_log_det, near-singular covariances included, and equal
+    for a covariance proportional to the reference."""
+    rng = np.random.default_rng(3)
+    for d in (2, 10, 50):
+        a = rng.standard_normal((d, d))
+        reference = a @ a.T + d * np.eye(d)
+        factor, inverse = np.linalg.cholesky(reference), np.linalg.inv(reference)
+        for rank in (1, d // 2 + 1, d):
+            b = rng.standard_normal((d, rank)) * rng.uniform(1e-4, 1e2, rank)
+            cov = b @ b.T
+            assert whitened_half_log_det_bound(cov, inverse) >= whitened_half_log_det(cov, factor) - 1e-9
+        assert whitened_half_log_det_bound(3.0 * reference, inverse) == pytest.approx(
+            whitened_half_log_det(3.0 * reference, factor), abs=1e-5 * d)  # the bound adds d eps / 2
 
 def test_the_rule_does_not_depend_on_the_units():
     """Every coordinate in other units (1e-4 and 1e4): the same regions, the same figures (the log

@@ -32,10 +32,14 @@ from collections import deque
 from typing import NamedTuple
 
 import numpy as np
-from scipy import stats
+from scipy import linalg, stats
 
 from pymc_kameleon.core.adaptation.diagnostics import CLIMB_LIMIT, log_density_climb
-from pymc_kameleon.core.adaptation.mode_mass import MIN_MOVED, whitened_half_log_det
+from pymc_kameleon.core.adaptation.mode_mass import (
+    MIN_MOVED,
+    whitened_half_log_det,
+    whitened_half_log_det_bound,
+)
 
 __all__ = ["BLOCK_STEPS", "LEFT_NATS", "MAX_DIM", "Block", "BlockMargins", "LeftRegion", "TuningBlocks",
            "block_margins", "regions_left_behind"]
@@ -47,6 +51,8 @@ BLOCK_STEPS = 100
 LEFT_NATS = 3.0
 #: Tail probability of chi^2_d beyond which no draw is near a block.
 FAR_TAIL = 1e-4
+# Nats by which the volume's bound may err in rounding (its trace and the eigenvalues are computed apart).
+_BOUND_MARGIN = 1e-6
 #: Blocks kept (the latest): 2 MB at d = 50.
 MAX_BLOCKS = 100
 #: Largest dimension judged: a block's states span at most BLOCK_STEPS - 1 directions, so from d = 100 on
@@ -139,9 +145,11 @@ class BlockMargins(NamedTuple):
 def block_margins(blocks, draws, draws_log_density, candidates_only: bool = False) -> list[BlockMargins]:
     """Each block's :class:`BlockMargins` against the draws (see :func:`regions_left_behind` for the
     arguments); empty if there is nothing to compare, or if the draws' covariance cannot be factorised,
-    and without the blocks whose metric cannot be. ``candidates_only``: a block whose mass is below
-    -:data:`LEFT_NATS` (never said) gets no distance (``nearest`` NaN): the distances to every draw are
-    most of the cost."""
+    and without the blocks whose metric cannot be. ``candidates_only``: only what
+    :func:`regions_left_behind` reads, at a fraction of the cost: a block whose mass cannot reach
+    -:data:`LEFT_NATS` by an upper bound of its volume (:func:`~.mode_mass.whitened_half_log_det_bound`)
+    is left out, and one whose mass is below it gets no distance to the draws (``nearest`` NaN). Neither
+    is said."""
     draws = np.asarray(draws, dtype=float)
     values = np.asarray(draws_log_density, dtype=float)
     values = values[np.isfinite(values)]
@@ -156,7 +164,13 @@ def block_margins(blocks, draws, draws_log_density, candidates_only: bool = Fals
     far = stats.chi2.isf(FAR_TAIL, d)
     draws_mass = float(values.mean())  # + 1/2 log|S| = 0 in the draws' whitening
     margins = []
+    if candidates_only:
+        inverse = linalg.cho_solve((factor, True), np.eye(d), check_finite=False)
     for block in blocks:
+        if candidates_only:
+            bound = block.mean_log_density + whitened_half_log_det_bound(block.cov, inverse) - draws_mass
+            if not bound >= -LEFT_NATS - _BOUND_MARGIN:
+                continue
         half_log_volume = whitened_half_log_det(block.cov, factor)
         try:
             metric = np.linalg.cholesky(block.cov + cov)
