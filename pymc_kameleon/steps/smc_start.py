@@ -41,13 +41,20 @@ from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.steps.population import variables_outside_block
 from pymc_kameleon.steps.starts import STARTS, has_improper_prior
 
-__all__ = ["SMC_START_PARTICLES", "SMCStart", "SMCStartResult", "SMCStarting", "resolve_start"]
+__all__ = [
+    "REFERENCES", "SMC_START_PARTICLES", "SMCStart", "SMCStartResult", "SMCStarting", "improper_variables",
+    "initval_variables", "resolve_start",
+]
 
 
 #: Particles of the SMC run: with 2000 the latent GP's particles had every mean within 0.07 posterior sd
 #: and every sd within 11% (decision 0060); with 1000 the map built on them mixed less well (R-hat up to
 #: 1.011 against 1.005).
 SMC_START_PARTICLES = 2000
+#: What a run tempers from (``SMCStart(reference=...)``; None: the prior where it can be drawn from).
+REFERENCES = (None, "prior", "mode")
+# The one vector variable of the model tempered from the mode (the step's raveled coordinates).
+_BRIDGE_VARIABLE = "__smc_start_coordinates"
 
 
 @dataclass(frozen=True)
@@ -70,11 +77,19 @@ class SMCStart:
     kernel_options : dict, optional
         Options of :class:`~pymc_kameleon.KASS` (``n_subsample``, ``waste_free``, ``threshold``, ...),
         checked when the start is made.
+    reference : {None, "prior", "mode"}, optional
+        What the run tempers from. ``"prior"``: the model's prior (PyMC's SMC). ``"mode"``: a wide
+        Gaussian around the density's mode (:func:`~pymc_kameleon.core.smc.reference.mode_reference`:
+        Powell's method from the model's initial point, then each coordinate's sd 30 times what its
+        curvature there implies), for models whose prior SMC cannot draw from: an improper prior
+        (``pm.Flat``, ``pm.HalfFlat``) or a variable with an ``initval`` (PyMC's SMC starts every
+        particle there). By default (None) the prior where it can be drawn from, else the mode.
     """
 
     particles: int = SMC_START_PARTICLES
     transport_map: bool | None = None
     kernel_options: dict = field(default_factory=dict)
+    reference: str | None = None
 
     def __post_init__(self):
         if isinstance(self.particles, bool) or not isinstance(self.particles, int | np.integer):
@@ -90,6 +105,8 @@ class SMCStart:
             raise TypeError(
                 f"SMCStart: transport_map must be True, False or None, got {self.transport_map!r}."
             )
+        if self.reference not in REFERENCES:
+            raise ValueError(f"SMCStart: reference must be one of {REFERENCES}, got {self.reference!r}.")
         reserved = _RESERVED & set(self.kernel_options)
         if reserved:
             raise ValueError(
@@ -110,6 +127,10 @@ class SMCStart:
         from pymc_kameleon.smc.results import log_evidence, stage_stats
         from pymc_kameleon.steps.tuned import value_space_draws
 
+        reference = self.reference_for(model)
+        smc_model, found = model, None
+        if reference == "mode":
+            found, smc_model = _tempering_from_the_mode(model, var_names, step_name)
         pymc_log = logging.getLogger("pymc")
         level = pymc_log.level
         pymc_log.setLevel(logging.WARNING)
@@ -118,38 +139,58 @@ class SMCStart:
                 warnings.simplefilter("always")
                 try:
                     idata = pm.sample_smc(
-                        self.particles, kernel=KASS, chains=1, cores=1, random_seed=int(seed), model=model,
-                        progressbar=False, compute_convergence_checks=False, **self.kernel_options,
+                        self.particles, kernel=KASS, chains=1, cores=1, random_seed=int(seed),
+                        model=smc_model, progressbar=False, compute_convergence_checks=False,
+                        **self.kernel_options,
                     )
                 except (ValueError, FloatingPointError, np.linalg.LinAlgError) as err:
                     # KASS's own errors say what failed (particles collapsed at a tiny beta, ...); say whose.
+                    other = "'mode'" if reference == "prior" else "'prior' if every prior is proper"
                     raise type(err)(
                         f"{step_name}: the SMC run of start='smc' failed: {err} Try more particles "
                         "(SMCStart(particles=...)), a higher threshold "
-                        "(SMCStart(kernel_options={'threshold': 0.8})), or start='search'."
+                        f"(SMCStart(kernel_options={{'threshold': 0.8}})), SMCStart(reference={other}), or "
+                        "start='search'."
                     ) from err
                 evidence = log_evidence(idata)
         finally:
             pymc_log.setLevel(level)
-        particles = value_space_draws(idata, 0, model=model, var_names=var_names)
+        if found is None:
+            particles = value_space_draws(idata, 0, model=model, var_names=var_names)
+        else:
+            particles = np.asarray(idata.posterior[_BRIDGE_VARIABLE].values[0], dtype=float)
         checked = int(idata.sample_stats.attrs.get("batch_check_evals", 0))  # the vectorised graph's check
         evaluations = particles.shape[0] + int(np.sum(stage_stats(idata, "likelihood_evals")[0])) + checked
+        if found is not None:
+            evaluations += found.n_evals
         stages = len(stage_stats(idata, "beta")[0])
         # KASS's own warnings (on its evidence, its mixing) are kept, not shown: the start uses the particles.
         said = tuple(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, KameleonWarning)))
         result = SMCStartResult(
-            particles, evaluations, float(evidence.log_z[0]), float(evidence.std_error[0]), stages, said
+            particles, evaluations, float(evidence.log_z[0]), float(evidence.std_error[0]), stages, said,
+            reference,
         )
+        source = "" if found is None else " tempered from a wide Gaussian around the mode,"
+        # With an improper prior the run's constant is the integral of the model's density, no evidence.
+        constant = "log normalising constant" if improper_variables(model) else "log evidence"
         warned = (
             f"; KASS warned {len(said)} time(s): read step.smc_start_result.warnings before trusting this "
-            "log evidence" if said else ""
+            f"{constant}" if said else ""
         )
         pymc_log.info(
-            f"{step_name}: started from an SMC run (KASS, {self.particles} particles, {stages} stages, "
-            f"{evaluations:,} log-density evaluations, in cumulative_logp_evals; log evidence "
+            f"{step_name}: started from an SMC run (KASS, {self.particles} particles,{source} "
+            f"{stages} stages, "
+            f"{evaluations:,} log-density evaluations, in cumulative_logp_evals; {constant} "
             f"{result.log_evidence:.2f} +- {result.log_evidence_se:.2f}{warned})"
         )
         return result
+
+    def reference_for(self, model) -> str:
+        """``"prior"`` or ``"mode"``: what a run on ``model`` tempers from (``reference``, or by default
+        the prior where PyMC's SMC can draw from it)."""
+        if self.reference is not None:
+            return self.reference
+        return "mode" if improper_variables(model) or initval_variables(model) else "prior"
 
 
 _RESERVED = frozenset({
@@ -176,6 +217,69 @@ def _kass_options() -> list[str]:
     return sorted(names - {"self"} - _RESERVED)
 
 
+def improper_variables(model) -> list[str]:
+    """The free variables with an improper prior (``pm.Flat``, ``pm.HalfFlat``): PyMC's SMC cannot draw
+    them."""
+    return [rv.name for rv in model.free_RVs if has_improper_prior(rv)]
+
+
+def initval_variables(model) -> list[str]:
+    """The free variables with an ``initval``: PyMC's SMC starts every particle of them there."""
+    return [rv.name for rv, value in model.rvs_to_initial_values.items() if value is not None]
+
+
+def _log_density_of_coordinates(model, var_names, x):
+    """The model's log density (Jacobians included) as a graph of ``x``, the raveled value variables of
+    ``var_names`` in that order (the step's coordinates)."""
+    from pytensor.graph.replace import graph_replace
+
+    point = model.initial_point()
+    replace, start = {}, 0
+    for name in var_names:
+        value = model.rvs_to_values[model[name]]
+        shape = np.shape(point[value.name])
+        size = int(np.prod(shape, dtype=int))
+        piece = x[start : start + size].reshape(shape)
+        replace[value] = value.type.filter_variable(piece, allow_convert=True)
+        start += size
+    return graph_replace(model.logp(), replace, strict=False)
+
+
+def _reference_log_density(found, coordinates):
+    """The reference's log density at ``coordinates`` (a graph), which the tempered model's Potential
+    subtracts."""
+    return pm.logp(pm.Normal.dist(found.mean, found.sd), coordinates).sum()
+
+
+def _tempering_from_the_mode(model, var_names, step_name: str):
+    r"""The reference around the mode (:func:`~pymc_kameleon.core.smc.reference.mode_reference`, searched
+    from the model's initial point) and the model ``pm.sample_smc`` tempers from it: one vector variable
+    :math:`x` with the reference as its prior and the log density minus the reference's as a Potential,
+    so that its tempered targets run from the reference to the model's posterior, in the step's
+    coordinates."""
+    import pytensor
+    import pytensor.tensor as pt
+    from pymc.blocking import DictToArrayBijection
+
+    from pymc_kameleon.core.smc import reference as references
+
+    point = model.initial_point()
+    values = [model.rvs_to_values[model[name]].name for name in var_names]
+    x0 = DictToArrayBijection.map({name: point[name] for name in values}).data
+    x = pt.vector("x", dtype="float64")
+    density = pytensor.function([x], _log_density_of_coordinates(model, var_names, x))
+    try:
+        found = references.mode_reference(lambda v: float(density(v)), x0, references.REFERENCE_WIDTH)
+    except ValueError as err:
+        raise ValueError(f"{step_name}: start='smc' with reference='mode': {err}.") from None
+    # A model of its own, never a submodel of the one in context.
+    with pm.Model(model=None) as tempered:
+        coordinates = pm.Normal(_BRIDGE_VARIABLE, found.mean, found.sd, shape=found.mean.shape[0])
+        density_graph = _log_density_of_coordinates(model, var_names, coordinates)
+        pm.Potential("log_density_over_reference", density_graph - _reference_log_density(found, coordinates))
+    return found, tempered
+
+
 @dataclass(frozen=True)
 class SMCStartResult:
     """What an :class:`SMCStart` run gave.
@@ -195,6 +299,9 @@ class SMCStartResult:
     warnings : tuple of str
         What KASS warned during the run (a biased evidence, stages that barely mixed, ...), which the
         start keeps from the user's session; empty if nothing.
+    reference : str
+        What the run tempered from: ``"prior"`` or ``"mode"`` (``SMCStart(reference=...)``). From the mode
+        with an improper prior, ``log_evidence`` is the log of the model density's integral.
     """
 
     particles: np.ndarray
@@ -203,6 +310,7 @@ class SMCStartResult:
     log_evidence_se: float
     stages: int
     warnings: tuple = ()
+    reference: str = "prior"
 
     def starts(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` distinct particles (with repeats only if there are fewer distinct ones), drawn at random."""
@@ -240,21 +348,23 @@ class SMCStarting:
                 f"{'is' if len(outside) == 1 else 'are'} sampled by another step; give this step every "
                 "free variable, or use start='search'."
             )
-        improper = [rv.name for rv in model.free_RVs if has_improper_prior(rv)]
-        if improper:
-            raise ValueError(
-                f"{name}: start='smc' tempers from draws of the prior, and {improper} "
-                f"{'has' if len(improper) == 1 else 'have'} an improper prior (pm.Flat, pm.HalfFlat) with "
-                "none; give it a proper prior, or use start='search'."
-            )
-        fixed = [rv.name for rv, value in model.rvs_to_initial_values.items() if value is not None]
-        if fixed:
-            raise ValueError(
-                f"{name}: start='smc' draws its particles from the prior, but PyMC's SMC starts every "
-                f"particle of {fixed} at {'its' if len(fixed) == 1 else 'their'} initval; remove the initval "
-                "(the chains start at the run's particles, so neither it nor pm.sample's initvals would be "
-                "used), or use start='search' or 'initial_point' to start from it."
-            )
+        if self.start.reference == "prior":
+            improper = improper_variables(model)
+            if improper:
+                raise ValueError(
+                    f"{name}: start=SMCStart(reference='prior') tempers from draws of the prior, and "
+                    f"{improper} {'has' if len(improper) == 1 else 'have'} an improper prior (pm.Flat, "
+                    "pm.HalfFlat) with none; use reference='mode' (the default for such models), or "
+                    "start='search'."
+                )
+            fixed = initval_variables(model)
+            if fixed:
+                raise ValueError(
+                    f"{name}: start=SMCStart(reference='prior') draws its particles from the prior, but "
+                    f"PyMC's SMC starts every particle of {fixed} at "
+                    f"{'its' if len(fixed) == 1 else 'their'} initval; use reference='mode' (the default "
+                    "for such models), or remove the initval."
+                )
         offers_map = type(self)._propose_through_map is not SMCStarting._propose_through_map
         if self.start.transport_map and not offers_map:
             raise ValueError(f"{name}: SMCStart(transport_map=True) is offered by KameleonMetropolis only.")
