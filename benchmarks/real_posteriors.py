@@ -142,6 +142,11 @@ EXTRA_SAMPLERS = {
     "KameleonMetropolis-smc": Sampler(partial(KameleonMetropolis, start=SMCStart(transport_map=False))),
     "KameleonMetropolis-smc-map": Sampler(partial(KameleonMetropolis, start=SMCStart(transport_map=True))),
     "GPDelayedAcceptanceMH-smc": Sampler(partial(GPDelayedAcceptanceMH, start="smc"), needs_likelihood=True),
+    # Tempered from a wide Gaussian around the mode instead of the prior (the default where the prior cannot
+    # be drawn from: pm.Flat, an initval).
+    "KameleonMetropolis-smc-mode": Sampler(
+        partial(KameleonMetropolis, start=SMCStart(transport_map=True, reference="mode"))
+    ),
 }
 ALL_SAMPLERS = {**SAMPLERS, **EXTRA_SAMPLERS}
 

@@ -6,4 +6,6 @@ r"""Tempered SMC with Kameleon rejuvenation (KASS) without PyMC.
   rise of the log-likelihood over a stage's sweeps and the evidence lag.
 - :mod:`.mixtures`: the Kameleon moves mixed with a global walk and with independent draws.
 - :mod:`.rejuvenation`: one KASS stage (fit the proposal, sweep, log poor mixing).
+- :mod:`.reference`: a wide Gaussian around a density's mode, to temper from where there is no prior
+  to draw from (``start="smc"`` on a ``pm.Flat`` model).
 """
