@@ -6,7 +6,9 @@ KASS and ASMC (their defaults, one chain per run) on targets with an exact log Z
 - the 8-d banana bridge B(0.1, 100) from N(0, 50² I) (``kass_smc.banana_bridge_model``, log Z = 0);
 - conjugate linear regressions in 20 and 5 dimensions (``kass_smc.regression20_model``);
 
-each at several particle counts, so that the final genealogies range from a few lineages to many.
+each at several particle counts, so that the final genealogies range from a few lineages to many;
+and, with ``--targets conflict5``, a prior-data conflict: a 5-d conjugate regression whose coefficients lie
+about 4 prior sds from the prior mean (``conflict_model``), where the tempering has far to travel.
 Prints, per band of ``distinct_ancestors`` at the last stage, the coverage of +-2 SE and the mean
 error; then, per target, particle count and kernel, the mean error, the coverage and the
 share of runs that ``log_evidence`` warns about (fewer than ``MIN_DISTINCT_ANCESTORS``).
@@ -14,6 +16,7 @@ share of runs that ``log_evidence`` warns about (fewer than ``MIN_DISTINCT_ANCES
     python benchmarks/evidence_calibration.py --reps 40             # the small particle counts
     python benchmarks/evidence_calibration.py --reps 16 --large     # 300-1000 particles
     python benchmarks/evidence_calibration.py --quick               # smoke test
+    python benchmarks/evidence_calibration.py --targets conflict5 --kernels KASS --reps 200
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pymc as pm
+from scipy.stats import multivariate_normal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -37,24 +42,41 @@ from pymc_kameleon.smc.results import MIN_DISTINCT_ANCESTORS  # noqa: E402
 
 KERNELS = {"KASS": KASS, "ASMC": ASMC}
 # (target, particle counts) for the default and the --large runs; seeds differ between them.
-SMALL = {"banana": (200, 500), "reg20": (200, 400), "reg5": (50, 100)}
-LARGE = {"banana": (1000,), "reg20": (800,), "reg5": (300,)}
+SMALL = {"banana": (200, 500), "reg20": (200, 400), "reg5": (50, 100), "conflict5": (1000,)}
+LARGE = {"banana": (1000,), "reg20": (800,), "reg5": (300,), "conflict5": (1000,)}
+DEFAULT_TARGETS = ("banana", "reg20", "reg5")
 BANDS = [(0, 10), (10, 20), (20, 30), (30, 50), (50, 80), (80, None)]
 
 
-def one_rep(rep: int, sizes: dict, seed: int) -> list[dict]:
+def conflict_model(seed: int, dim: int = 5, n: int = 50, shift: float = 4.0):
+    """y = X b + e, b ~ N(0, I), e ~ N(0, I), with the data's coefficients near ``shift`` (shift + N(0,
+    0.3²) each): the posterior lies about ``shift`` prior sds out. Returns (model, exact log Z)."""
+    rng = np.random.default_rng(500 + seed)
+    X = rng.normal(size=(n, dim))
+    y = X @ (shift + 0.3 * rng.normal(size=dim)) + rng.normal(size=n)
+    exact = float(multivariate_normal(np.zeros(n), X @ X.T + np.eye(n)).logpdf(y))
+    with pm.Model() as model:
+        b = pm.Normal("b", 0.0, 1.0, shape=dim)
+        pm.Normal("y", pm.math.dot(X, b), 1.0, observed=y)
+    return model, exact
+
+
+def one_rep(rep: int, sizes: dict, seed: int, targets=DEFAULT_TARGETS, kernels=tuple(KERNELS)) -> list[dict]:
     """Every target, particle count and kernel once: log Z error, SE, final distinct ancestors."""
-    reg20, exact20 = regression20_model(seed + 700 + rep, dim=20)
-    reg5, exact5 = regression20_model(seed + 900 + rep, dim=5)
-    targets = {
-        "banana": (banana_bridge_model(banana(dim=8, b=0.1, v=100.0)), 0.0, "x"),
-        "reg20": (reg20, exact20, "b"),
-        "reg5": (reg5, exact5, "b"),
+    builders = {
+        "banana": lambda: (banana_bridge_model(banana(dim=8, b=0.1, v=100.0)), 0.0),
+        "reg20": lambda: regression20_model(seed + 700 + rep, dim=20),
+        "reg5": lambda: regression20_model(seed + 900 + rep, dim=5),
+        "conflict5": lambda: conflict_model(seed + rep),
     }
+    variables = {"banana": "x", "reg20": "b", "reg5": "b", "conflict5": "b"}
     rows = []
-    for name, (model, exact, var) in targets.items():
+    for name in targets:
+        model, exact = builders[name]()
+        var = variables[name]
         for n in sizes[name]:
-            for kernel_name, kernel in KERNELS.items():
+            for kernel_name in kernels:
+                kernel = KERNELS[kernel_name]
                 r = run_smc(model, kernel, n, seed + 5000 + rep, var)
                 ancestors = int(stage_stats(r["idata"], "distinct_ancestors")[0][-1])
                 rows.append(dict(target=name, N=n, kernel=kernel_name, err=r["log_z"] - exact, se=r["se"],
@@ -127,14 +149,16 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="one repetition with tiny particle counts")
     parser.add_argument("--save", type=Path, help="write the per-run rows to this JSON file")
+    parser.add_argument("--targets", nargs="+", choices=sorted(SMALL), default=list(DEFAULT_TARGETS))
+    parser.add_argument("--kernels", nargs="+", choices=sorted(KERNELS), default=list(KERNELS))
     args = parser.parse_args(argv)
-    quick_sizes = {"banana": (60,), "reg20": (60,), "reg5": (30,)}
+    quick_sizes = {"banana": (60,), "reg20": (60,), "reg5": (30,), "conflict5": (100,)}
     sizes = quick_sizes if args.quick else (LARGE if args.large else SMALL)
     seed = args.seed + (1000 if args.large else 0)
     reps = 1 if args.quick else args.reps
     rows = []
     for rep in range(reps):
-        rows += one_rep(rep, sizes, seed)
+        rows += one_rep(rep, sizes, seed, args.targets, args.kernels)
         print(f"# repetition {rep + 1} of {reps} done", file=sys.stderr, flush=True)
     if args.save:
         args.save.write_text(json.dumps(rows))

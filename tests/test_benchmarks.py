@@ -138,6 +138,9 @@ def test_evidence_calibration_runs(capsys, tmp_path):
     assert "| distinct ancestors at the end |" in out and "| banana | 60 | KASS | 1 |" in out
     assert len(rows) == 6 and (tmp_path / "rows.json").exists()  # 3 targets x 2 kernels
     assert all(math.isfinite(r["err"]) and 1 <= r["ancestors"] <= r["N"] for r in rows)
+    # The prior-data conflict alone, KASS alone; its exact log Z is the data's Gaussian density.
+    rows = bench.main(["--quick", "--targets", "conflict5", "--kernels", "KASS"])
+    assert len(rows) == 1 and rows[0]["target"] == "conflict5" and abs(rows[0]["err"]) < 1.0
 
 
 @pytest.mark.slow
