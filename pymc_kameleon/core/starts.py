@@ -91,10 +91,11 @@ class SearchResult:
 
 
 def powell_run(
-    log_density: Callable[[np.ndarray], float], x0, max_evals: int
+    log_density: Callable[[np.ndarray], float], x0, max_evals: int, xtol: float = _XTOL, ftol: float = _FTOL
 ) -> tuple[np.ndarray, float, int]:
     """One candidate's run of Powell's method on :math:`-\\log\\pi`: ``(point reached, -log density
-    there (or a huge number), evaluations made)``. Non-finite values count as :math:`+\\infty`."""
+    there (or a huge number), evaluations made)``. Non-finite values count as :math:`+\\infty`.
+    ``xtol``, ``ftol``: Powell's tolerances (by default loose: a start only needs the basin)."""
     n_evals = 0
     users_errstate = np.geterr()
 
@@ -110,7 +111,7 @@ def powell_run(
     # scalar multiply" from scipy, with nothing wrong).
     with np.errstate(over="ignore"):
         found = optimize.minimize(
-            objective, x0, method="Powell", options={"maxfev": int(max_evals), "xtol": _XTOL, "ftol": _FTOL}
+            objective, x0, method="Powell", options={"maxfev": int(max_evals), "xtol": xtol, "ftol": ftol}
         )
     return np.array(found.x, dtype=float), float(found.fun), n_evals
 

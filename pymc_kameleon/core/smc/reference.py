@@ -24,7 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize
+
+from pymc_kameleon.core.starts import _WORST, powell_run
 
 __all__ = ["REFERENCE_WIDTH", "ModeReference", "curvature_sds", "mode_reference"]
 
@@ -39,7 +40,6 @@ _MODE_MAX_EVALS = 20_000
 _DROP_LOW, _DROP_HIGH = 1e-3, 5.0
 _FIRST_STEP = 1e-3
 _STEP_TRIES = 16
-_WORST = 1e300
 
 
 @dataclass(frozen=True)
@@ -124,24 +124,10 @@ def mode_reference(
     ModeReference
     """
     x0 = np.asarray(x0, dtype=float)
-    d = x0.shape[0]
-    n_evals = 0
-    users_errstate = np.geterr()
-
-    def objective(x):
-        nonlocal n_evals
-        n_evals += 1
-        with np.errstate(**users_errstate):
-            value = float(log_density(x))
-        return -value if math.isfinite(value) else _WORST
-
-    with np.errstate(over="ignore"):
-        found = optimize.minimize(
-            objective, x0, method="Powell",
-            options={"maxfev": min(_MODE_EVALS_PER_DIM * d, _MODE_MAX_EVALS), "xtol": 1e-6, "ftol": 1e-10},
-        )
-    mode, mode_log_density = np.array(found.x, dtype=float), -float(found.fun)
-    if not math.isfinite(mode_log_density) or found.fun >= _WORST:
+    max_evals = min(_MODE_EVALS_PER_DIM * x0.shape[0], _MODE_MAX_EVALS)
+    mode, worst, n_evals = powell_run(log_density, x0, max_evals, xtol=1e-6, ftol=1e-10)
+    mode_log_density = -worst
+    if not math.isfinite(mode_log_density) or worst >= _WORST:
         raise ValueError(
             "the search for the density's mode found no point of finite log density from the model's "
             "initial point"
