@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,10 +41,11 @@ from pymc_kameleon.core.validation import unexpected_keyword_error
 from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.steps.population import variables_outside_block
 from pymc_kameleon.steps.starts import STARTS, has_improper_prior
+from pymc_kameleon.steps.variables import coordinate_names
 
 __all__ = [
     "REFERENCES", "SMC_START_PARTICLES", "SMCStart", "SMCStartResult", "SMCStarting", "improper_variables",
-    "initval_variables", "resolve_start",
+    "resolve_start",
 ]
 
 
@@ -82,8 +84,9 @@ class SMCStart:
         Gaussian around the density's mode (:func:`~pymc_kameleon.core.smc.reference.mode_reference`:
         Powell's method from the model's initial point, then each coordinate's sd 30 times what its
         curvature there implies), for models whose prior SMC cannot draw from: an improper prior
-        (``pm.Flat``, ``pm.HalfFlat``) or a variable with an ``initval`` (PyMC's SMC starts every
-        particle there). By default (None) the prior where it can be drawn from, else the mode.
+        (``pm.Flat``, ``pm.HalfFlat``). By default (None) the prior where every prior is proper, else the
+        mode. The variables' initvals are set aside for the run from the prior (PyMC's SMC would start
+        every particle there; the chains start at particles anyway).
     """
 
     particles: int = SMC_START_PARTICLES
@@ -135,7 +138,7 @@ class SMCStart:
         level = pymc_log.level
         pymc_log.setLevel(logging.WARNING)
         try:
-            with warnings.catch_warnings(record=True) as caught:
+            with warnings.catch_warnings(record=True) as caught, _initvals_set_aside(smc_model):
                 warnings.simplefilter("always")
                 try:
                     idata = pm.sample_smc(
@@ -179,7 +182,7 @@ class SMCStart:
         )
         pymc_log.info(
             f"{step_name}: started from an SMC run (KASS, {self.particles} particles,{source} "
-            f"{stages} stages, "
+            f"{stages} stage{'s' if stages != 1 else ''}, "
             f"{evaluations:,} log-density evaluations, in cumulative_logp_evals; {constant} "
             f"{result.log_evidence:.2f} +- {result.log_evidence_se:.2f}{warned})"
         )
@@ -190,7 +193,7 @@ class SMCStart:
         the prior where PyMC's SMC can draw from it)."""
         if self.reference is not None:
             return self.reference
-        return "mode" if improper_variables(model) or initval_variables(model) else "prior"
+        return "mode" if improper_variables(model) else "prior"
 
 
 _RESERVED = frozenset({
@@ -223,11 +226,6 @@ def improper_variables(model) -> list[str]:
     return [rv.name for rv in model.free_RVs if has_improper_prior(rv)]
 
 
-def initval_variables(model) -> list[str]:
-    """The free variables with an ``initval``: PyMC's SMC starts every particle of them there."""
-    return [rv.name for rv, value in model.rvs_to_initial_values.items() if value is not None]
-
-
 def _log_density_of_coordinates(model, var_names, x):
     """The model's log density (Jacobians included) as a graph of ``x``, the raveled value variables of
     ``var_names`` in that order (the step's coordinates)."""
@@ -245,6 +243,19 @@ def _log_density_of_coordinates(model, var_names, x):
     return graph_replace(model.logp(), replace, strict=False)
 
 
+@contextmanager
+def _initvals_set_aside(model):
+    """PyMC's SMC starts every particle of a variable with an ``initval`` there: the run sets them aside
+    (the chains start at particles, so they would not be used), and puts them back after."""
+    kept = dict(model.rvs_to_initial_values)
+    try:
+        for rv in kept:
+            model.rvs_to_initial_values[rv] = None
+        yield
+    finally:
+        model.rvs_to_initial_values.update(kept)
+
+
 def _reference_log_density(found, coordinates):
     """The reference's log density at ``coordinates`` (a graph), which the tempered model's Potential
     subtracts."""
@@ -257,7 +268,6 @@ def _tempering_from_the_mode(model, var_names, step_name: str):
     :math:`x` with the reference as its prior and the log density minus the reference's as a Potential,
     so that its tempered targets run from the reference to the model's posterior, in the step's
     coordinates."""
-    import pytensor
     import pytensor.tensor as pt
     from pymc.blocking import DictToArrayBijection
 
@@ -267,9 +277,19 @@ def _tempering_from_the_mode(model, var_names, step_name: str):
     values = [model.rvs_to_values[model[name]].name for name in var_names]
     x0 = DictToArrayBijection.map({name: point[name] for name in values}).data
     x = pt.vector("x", dtype="float64")
-    density = pytensor.function([x], _log_density_of_coordinates(model, var_names, x))
+    # PyMC's compilation, so that a parameter outside its support (a scale of 0) is -inf, not an error.
+    density = model.compile_fn(_log_density_of_coordinates(model, var_names, x), inputs=[x], point_fn=False)
     try:
         found = references.mode_reference(lambda v: float(density(v)), x0, references.REFERENCE_WIDTH)
+    except references.NoModeError as err:
+        values = [model.rvs_to_values[model[name]] for name in var_names]
+        labels = coordinate_names(values, model.initial_point(), model)
+        along = ", ".join(labels[i] for i in err.coordinates)
+        raise ValueError(
+            f"{step_name}: start='smc' tempers from the density's mode (reference='mode'), and {err} "
+            f"(along {along}). Give the variables proper priors and temper from them (reference='prior', "
+            "the default then), or use start='search'."
+        ) from None
     except ValueError as err:
         raise ValueError(f"{step_name}: start='smc' with reference='mode': {err}.") from None
     # A model of its own, never a submodel of the one in context.
@@ -356,14 +376,6 @@ class SMCStarting:
                     f"{improper} {'has' if len(improper) == 1 else 'have'} an improper prior (pm.Flat, "
                     "pm.HalfFlat) with none; use reference='mode' (the default for such models), or "
                     "start='search'."
-                )
-            fixed = initval_variables(model)
-            if fixed:
-                raise ValueError(
-                    f"{name}: start=SMCStart(reference='prior') draws its particles from the prior, but "
-                    f"PyMC's SMC starts every particle of {fixed} at "
-                    f"{'its' if len(fixed) == 1 else 'their'} initval; use reference='mode' (the default "
-                    "for such models), or remove the initval."
                 )
         offers_map = type(self)._propose_through_map is not SMCStarting._propose_through_map
         if self.start.transport_map and not offers_map:

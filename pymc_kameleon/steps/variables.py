@@ -49,6 +49,14 @@ def continuous_value_vars(vars, model, step_name: str, required: str = ""):
             )
         return vars
     vars = get_value_vars_from_user_vars(vars, model)
+    repeated = sorted({v.name for v in vars if sum(w is v for w in vars) > 1})
+    if repeated:
+        # Raveled twice, a variable's coordinates would be two that the model reads as one (PyTensor's
+        # "index out of bounds" when the step maps its state back).
+        raise ValueError(
+            f"{step_name}: {repeated} {'is' if len(repeated) == 1 else 'are'} given more than once in vars; "
+            "give each variable once."
+        )
     discrete = [v.name for v in vars if v.dtype in discrete_types]
     if discrete:
         raise ValueError(

@@ -444,6 +444,17 @@ def test_discrete_variables_are_refused_with_a_clear_error(case):
         case.make(discrete_only)
 
 
+@each_continuous_step
+def test_a_variable_given_twice_is_refused_with_a_clear_error(case):
+    """A new user's KameleonMetropolis([a, a, b, c]) failed deep in PyTensor ("index out of bounds")."""
+    with pm.Model() as model:
+        a = pm.Normal("a")
+        b = pm.Normal("b")
+        pm.Normal("y", a + b, 1, observed=[0.5])
+    with pytest.raises(ValueError, match=r"\['a'\] is given more than once in vars"):
+        case.make(model, [a, a, b])
+
+
 @pytest.mark.parametrize("case, options, option", INVALID_OPTIONS)
 def test_invalid_options_name_the_option(case, options, option):
     with pytest.raises(ValueError, match=option):
