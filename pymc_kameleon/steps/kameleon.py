@@ -65,12 +65,15 @@ class KameleonChain(ChainState):
         Steps since tuning ended (vanishing adaptation's clock).
     warned_jitter : bool
         Whether the chain has said so already (once per chain).
+    exam_due : bool
+        Tuning has ended and the independence component's exam waits for the chain's next step.
     """
 
     adaptation: ScaleFreeAdaptation
     proposal: ScaleFreeProposal
     post_tune_steps: int = 0
     warned_jitter: bool = False
+    exam_due: bool = False
 
 
 class KameleonMetropolis(AdaptiveStep):
@@ -404,7 +407,10 @@ class KameleonMetropolis(AdaptiveStep):
             )
             self._start_left_regions_check(adaptation)
         adaptation.end_tuning(self.rng)
-        self._examine_independence(adaptation)
+        # At the next step, when PyMC has set the other steps' variables to their current values: here they
+        # are as this step last saw them, an iteration old in one process and current in a worker's, so
+        # the exam's verdict (and the draws) depended on `cores` beside another step.
+        self._chain.exam_due = True
 
     # ------------------------------------------------------------ properties
     @property
@@ -447,6 +453,9 @@ class KameleonMetropolis(AdaptiveStep):
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list]:
         y = q0.data
         chain, target = self._chain, self._target
+        if chain.exam_due:
+            chain.exam_due = False
+            self._examine_independence(chain.adaptation)
         evals_before = target.n_evals
         estimates_before = target.n_estimates
         logp_y = target.current(y, q0.point_map_info, self.rng).logp

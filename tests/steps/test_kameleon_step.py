@@ -565,3 +565,40 @@ def test_the_exam_draws_from_a_stream_of_its_own():
     spawning = np.random.Generator(np.random.SFC64(4))  # no jumped(): a child of its seed
     side_stream(spawning).random()
     assert spawning.random() == np.random.Generator(np.random.SFC64(4)).random()
+
+
+def test_the_exam_reads_the_other_steps_current_values(monkeypatch):
+    """Beside another step, the end-of-tuning exam of the independence component evaluates the model with
+    the other block's current values: run at stop_tuning it read them as this step last saw them, an
+    iteration old in one process and current in a worker's, so a new user's draws differed between
+    cores=1 and cores=2. At seed 4 pm.Metropolis moved c at the last tuning step: every evaluation from
+    the end of tuning on reads the last tuning draw's c (the old code: 200 read the one before)."""
+    import pytensor.tensor as pt
+    from pytensor.compile.ops import as_op
+
+    seen_c = []
+
+    @as_op(itypes=[pt.dscalar, pt.dscalar], otypes=[pt.dscalar])
+    def likelihood(a, c):
+        seen_c.append(float(c))
+        return np.asarray(-2.0 * (a - c) ** 2)
+
+    ended_at = []
+    stop_tuning = KameleonMetropolis.stop_tuning
+    monkeypatch.setattr(KameleonMetropolis, "stop_tuning",
+                        lambda self: (ended_at.append(len(seen_c)), stop_tuning(self))[1])
+    with pm.Model():
+        a = pm.Normal("a", 0, 1)
+        c = pm.Normal("c", 0, 1)
+        pm.Potential("lik", likelihood(a, c))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            steps = [KameleonMetropolis([a]), pm.Metropolis([c])]
+            idata = pm.sample(tune=600, draws=2, chains=1, cores=1, step=steps, random_seed=4,
+                              discard_tuned_samples=False, progressbar=False,
+                              compute_convergence_checks=False)
+    c_tune = idata.warmup_posterior["c"].values[0]
+    assert c_tune[-1] != c_tune[-2]
+    after = np.array(seen_c[ended_at[0]:])
+    assert idata.sample_stats["logp_evals"].values[0, 0] > 100  # the exam's, in the first draw
+    assert np.sum(after == c_tune[-2]) == 0 and np.sum(after == c_tune[-1]) > 100
