@@ -82,14 +82,18 @@ class _Audit:
         original = ScaleFreeProposal.propose
 
         def propose(proposal, y, rng):
+            # The proposal as it proposes (a step may change it before: the end-of-tuning exam runs at the
+            # first draw). Its jitter callback is a bound method, and copying it copied the whole step
+            # with its compiled functions (20 s per test).
+            snapshot = copy.deepcopy(proposal, memo={id(proposal.on_jitter): None})
             move = original(proposal, y, rng)
-            self._moves.append((np.array(y, copy=True), move))
+            self._moves.append((np.array(y, copy=True), move, snapshot))
             return move
 
         monkeypatch.setattr(ScaleFreeProposal, "propose", propose)
 
-    def record(self, snapshot):
-        y, move = self._moves.pop()
+    def record(self):
+        y, move, snapshot = self._moves.pop()
         if move.feasible and snapshot.state.phase == "kameleon":
             fwd, rev = snapshot.log_density(move.x, y), snapshot.log_density(y, move.x)
             self.rows.append((move.log_q_forward, fwd, move.log_q_reverse, rev))
@@ -106,12 +110,8 @@ def _run_audited(step_cls, monkeypatch, n_steps=600):
 
     class Audited(step_cls):
         def astep(self, q0):
-            # The proposal alone: its jitter callback is a bound method, and copying it copied the
-            # whole step with its compiled functions (20 s per test).
-            p = self.scale_free_proposal
-            snapshot = copy.deepcopy(p, memo={id(p.on_jitter): None})
             out = super().astep(q0)
-            audit.record(snapshot)
+            audit.record()
             return out
 
     with banana_model():
