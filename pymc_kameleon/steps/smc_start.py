@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pymc as pm
+from pymc.pytensorf import join_nonshared_inputs
 from pymc.vartypes import discrete_types
 
 from pymc_kameleon.core.validation import unexpected_keyword_error
@@ -226,21 +227,12 @@ def improper_variables(model) -> list[str]:
     return [rv.name for rv in model.free_RVs if has_improper_prior(rv)]
 
 
-def _log_density_of_coordinates(model, var_names, x):
-    """The model's log density (Jacobians included) as a graph of ``x``, the raveled value variables of
-    ``var_names`` in that order (the step's coordinates)."""
-    from pytensor.graph.replace import graph_replace
-
-    point = model.initial_point()
-    replace, start = {}, 0
-    for name in var_names:
-        value = model.rvs_to_values[model[name]]
-        shape = np.shape(point[value.name])
-        size = int(np.prod(shape, dtype=int))
-        piece = x[start : start + size].reshape(shape)
-        replace[value] = value.type.filter_variable(piece, allow_convert=True)
-        start += size
-    return graph_replace(model.logp(), replace, strict=False)
+def _log_density_of_coordinates(model, var_names):
+    """The model's log density (Jacobians included) as a graph of one vector, the raveled value variables
+    of ``var_names`` in that order (the step's coordinates): ``(log density, vector)``."""
+    values = [model.rvs_to_values[model[name]] for name in var_names]
+    [log_density], coordinates = join_nonshared_inputs(model.initial_point(), [model.logp()], values)
+    return log_density, coordinates
 
 
 @contextmanager
@@ -268,22 +260,21 @@ def _tempering_from_the_mode(model, var_names, step_name: str):
     :math:`x` with the reference as its prior and the log density minus the reference's as a Potential,
     so that its tempered targets run from the reference to the model's posterior, in the step's
     coordinates."""
-    import pytensor.tensor as pt
     from pymc.blocking import DictToArrayBijection
+    from pytensor.graph.replace import graph_replace
 
     from pymc_kameleon.core.smc import reference as references
 
     point = model.initial_point()
-    values = [model.rvs_to_values[model[name]].name for name in var_names]
-    x0 = DictToArrayBijection.map({name: point[name] for name in values}).data
-    x = pt.vector("x", dtype="float64")
+    values = [model.rvs_to_values[model[name]] for name in var_names]
+    x0 = DictToArrayBijection.map({v.name: point[v.name] for v in values}).data
+    log_density, x = _log_density_of_coordinates(model, var_names)
     # PyMC's compilation, so that a parameter outside its support (a scale of 0) is -inf, not an error.
-    density = model.compile_fn(_log_density_of_coordinates(model, var_names, x), inputs=[x], point_fn=False)
+    density = model.compile_fn(log_density, inputs=[x], point_fn=False)
     try:
         found = references.mode_reference(lambda v: float(density(v)), x0, references.REFERENCE_WIDTH)
     except references.NoModeError as err:
-        values = [model.rvs_to_values[model[name]] for name in var_names]
-        labels = coordinate_names(values, model.initial_point(), model)
+        labels = coordinate_names(values, point, model)
         along = ", ".join(labels[i] for i in err.coordinates)
         raise ValueError(
             f"{step_name}: start='smc' tempers from the density's mode (reference='mode'), and {err} "
@@ -295,7 +286,7 @@ def _tempering_from_the_mode(model, var_names, step_name: str):
     # A model of its own, never a submodel of the one in context.
     with pm.Model(model=None) as tempered:
         coordinates = pm.Normal(_BRIDGE_VARIABLE, found.mean, found.sd, shape=found.mean.shape[0])
-        density_graph = _log_density_of_coordinates(model, var_names, coordinates)
+        density_graph = graph_replace(log_density, {x: coordinates}, strict=False)
         pm.Potential("log_density_over_reference", density_graph - _reference_log_density(found, coordinates))
     return found, tempered
 

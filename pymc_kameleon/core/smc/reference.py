@@ -131,9 +131,10 @@ def curvature_sds(log_density: Callable[[np.ndarray], float], mode, mode_log_den
                 break  # below the coordinate's float resolution: no step left to read a curvature from
             step = np.zeros(d)
             step[i] = h
-            up, down = float(log_density(mode + step)), float(log_density(mode - step))
+            points = (mode + step, mode - step)
+            up, down = float(log_density(points[0])), float(log_density(points[1]))
             n_evals += 2
-            for point, value in ((mode + step, up), (mode - step, down)):
+            for point, value in zip(points, (up, down)):
                 if math.isfinite(value) and value > mode_log_density + _HIGHER_NATS:
                     if i not in rising:
                         rising.append(i)
