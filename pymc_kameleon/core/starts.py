@@ -26,7 +26,8 @@ import numpy as np
 from scipy import optimize
 
 __all__ = [
-    "SEARCH_EVALS_PER_DIM", "SEARCH_MAX_EVALS", "PlausibleBox", "SearchResult", "powell_run", "search_start",
+    "NO_FINITE_VALUE", "SEARCH_EVALS_PER_DIM", "SEARCH_MAX_EVALS", "PlausibleBox", "SearchResult", "powell_run",
+    "search_start",
 ]
 
 #: Log-density evaluations each candidate's Powell run may make, per dimension (at most
@@ -38,7 +39,9 @@ SEARCH_EVALS_PER_DIM = 50
 SEARCH_MAX_EVALS = 1000
 # Powell's tolerances: loose, as the run only needs the basin.
 _XTOL, _FTOL = 1e-2, 1e-4
-_WORST = 1e300
+#: What the minimised objective of :func:`powell_run` returns where the log density is not finite (a
+#: finite stand-in, so that the line search keeps going): a result this large found no finite point.
+NO_FINITE_VALUE = 1e300
 
 
 @dataclass(frozen=True)
@@ -105,10 +108,10 @@ def powell_run(
         with np.errstate(**users_errstate):  # the model's own floating-point warnings stay the user's
             value = float(log_density(x))
         # Brent's line search needs finite values: a non-finite density is just very bad.
-        return -value if math.isfinite(value) else _WORST
+        return -value if math.isfinite(value) else NO_FINITE_VALUE
 
-    # The line search's arithmetic on _WORST overflows harmlessly (a new user saw "overflow encountered in
-    # scalar multiply" from scipy, with nothing wrong).
+    # The line search's arithmetic on NO_FINITE_VALUE overflows harmlessly (a new user saw "overflow
+    # encountered in scalar multiply" from scipy, with nothing wrong).
     with np.errstate(over="ignore"):
         found = optimize.minimize(
             objective, x0, method="Powell", options={"maxfev": int(max_evals), "xtol": xtol, "ftol": ftol}
@@ -171,6 +174,6 @@ def search_start(
         x, fun, evals = run
         n_evals += evals
         logp = -fun
-        if fun < _WORST and logp > best_logp and box.contains(x):
+        if fun < NO_FINITE_VALUE and logp > best_logp and box.contains(x):
             best, best_logp, moved = np.array(x, dtype=float), logp, True
     return SearchResult(best, best_logp, n_evals, moved)

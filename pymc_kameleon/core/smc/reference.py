@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pymc_kameleon.core.starts import _WORST, powell_run
+from pymc_kameleon.core.starts import NO_FINITE_VALUE, powell_run
 
 __all__ = ["REFERENCE_WIDTH", "Curvature", "ModeReference", "NoModeError", "curvature_sds", "mode_reference"]
 
@@ -192,7 +192,7 @@ def mode_reference(
         mode, worst, search_evals = powell_run(log_density, x0, max_evals, xtol=1e-6, ftol=1e-10)
         n_evals += search_evals
         mode_log_density = -worst
-        if not math.isfinite(mode_log_density) or worst >= _WORST:
+        if not math.isfinite(mode_log_density) or worst >= NO_FINITE_VALUE:
             raise ValueError(
                 "the search for the density's mode found no point of finite log density from the model's "
                 "initial point"
