@@ -26,8 +26,8 @@ import numpy as np
 from scipy import optimize
 
 __all__ = [
-    "NO_FINITE_VALUE", "SEARCH_EVALS_PER_DIM", "SEARCH_MAX_EVALS", "PlausibleBox", "SearchResult", "powell_run",
-    "search_start",
+    "NO_FINITE_VALUE", "SEARCH_EVALS_PER_DIM", "SEARCH_MAX_EVALS", "PlausibleBox", "SearchResult",
+    "powell_run", "search_start",
 ]
 
 #: Log-density evaluations each candidate's Powell run may make, per dimension (at most
