@@ -5,7 +5,14 @@ m_1 = 2, x ~ N(0, 1), one observation y = 0.5. Then p(z = 1 | y) is the prior od
 N(y; m_z, sqrt 2), and x | z, y ~ N((y - m_z) / 2, 1 / sqrt 2). The coarse model's observation is 1.5
 off. PyMC gives z to ``BinaryGibbsMetropolis``; MLDA samples x and reads z's current value at every
 level. The negative control keeps the coarse densities at the current state from before z changed:
-the finest level's ratio then mixes two coarse densities, and the check fails."""
+the finest level's ratio then mixes two coarse densities, and the check fails.
+
+With a GP level between the coarse and the fine model, the fine-minus-coarse difference it learns depends
+on z as well as x (a jump of 4.5 nats between z's values at the same x): as a function of x alone it is
+noisy, so the GP fits a noise variance. Fitted without one (the step before this was known), the GP chased
+the jumps (lengthscale 0.03-0.05 of a whitened unit, signal variance 2-3e4, its constant mean -23 to +10
+nats), its level cut regions off, and the chains stayed metastable: each chain's P(z = 1) and E[x | z = 1]
+were off by the same amount in every quarter of 20 000 draws (0.17 against 0.30; -0.27 against -0.75)."""
 
 import math
 
@@ -15,7 +22,8 @@ import pytensor.tensor as pt
 import pytest
 from scipy import stats
 
-from pymc_kameleon import MLDA
+import pymc_kameleon.steps.multilevel_gp as multilevel_gp
+from pymc_kameleon import MLDA, GPLevel
 from pymc_kameleon.steps.multilevel import MLDA as MLDAClass
 from pymc_kameleon.testing import SAMPLE_KW, mcse_of_mean
 
@@ -36,10 +44,11 @@ def switch_model(offset: float = 0.0):
     return model
 
 
-def sample(*, seed, tune, draws, chains=2, cores=1, offset=1.5, **step_kwargs):
+def sample(*, seed, tune, draws, chains=2, cores=1, offset=1.5, gp_level=False, **step_kwargs):
     fine, coarse = switch_model(), switch_model(offset=offset)
     with fine:
-        step = MLDA(coarse_models=[coarse], subsampling_rates=3, **step_kwargs)
+        levels = [coarse, GPLevel()] if gp_level else [coarse]
+        step = MLDA(coarse_models=levels, subsampling_rates=3, **step_kwargs)
         idata = pm.sample(draws=draws, tune=tune, chains=chains, cores=cores, step=step, random_seed=seed,
                           **SAMPLE_KW)
     return idata
@@ -84,6 +93,30 @@ def test_negative_control_stale_coarse_densities_fail_the_same_check(monkeypatch
     # The stale fine and coarse densities partly cancel in the ratio: 5000 draws give z-scores 3.0-4.5
     # at seeds 3 and 4, 20 000 give 7.0 and 5.2 (the fresh densities: below 1 at 5000).
     scores = z_scores(sample(seed=3, tune=1000, draws=20_000, chains=4))
+    assert max(scores.values()) > 4.0, scores
+
+
+def test_a_gp_level_fits_a_noise_variance_where_other_steps_sample_variables():
+    fine, coarse = switch_model(), switch_model(offset=1.5)
+    with fine:
+        in_compound = MLDA(coarse_models=[coarse, GPLevel()])
+    assert in_compound._coarse_levels[1].fit_noise
+    assert not GPLevel().options(1).fit_noise  # MLDA's variables are all the model's: values are exact
+    assert not GPLevel(hyperparameters={"noise_variance": 0.0}).options(1, noisy=True).fit_noise
+
+
+@pytest.mark.slow
+def test_invariant_in_a_compound_step_with_a_gp_level():
+    scores = z_scores(sample(seed=3, tune=1000, draws=20_000, chains=4, gp_level=True))
+    assert max(scores.values()) < 4.0, scores
+
+
+@pytest.mark.slow
+def test_negative_control_a_noise_free_gp_level_fails_the_same_check(monkeypatch):
+    """The GP level fitted without a noise variance, as before (P(z = 1) z-score 5.6 at this seed)."""
+    original = multilevel_gp.GPLevel.options
+    monkeypatch.setattr(multilevel_gp.GPLevel, "options", lambda self, dim, noisy=False: original(self, dim))
+    scores = z_scores(sample(seed=3, tune=1000, draws=20_000, chains=4, gp_level=True))
     assert max(scores.values()) > 4.0, scores
 
 
