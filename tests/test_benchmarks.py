@@ -451,6 +451,20 @@ def test_mlda_groundwater_and_subsample_benchmarks_quick_mode(capsys):
     assert "| MLDA, 50% subsample |" in out and "| KAMH (all data) |" in out
 
 
+@pytest.mark.slow
+def test_mlda_gp_level_noise_benchmark_quick_mode():
+    """benchmarks/mlda_gp_level_noise.py runs both experiments with both GP levels; the default fits a
+    noise variance, the other keeps it at 0."""
+    rows = _load("mlda_gp_level_noise").main(["--quick"])
+    assert {(r["experiment"], r["variant"]) for r in rows} == {
+        (e, v) for e in ("rough, amp 0.3", "compound")
+        for v in ("noise fitted (default)", "noise-free (noise_variance=0)")
+    }
+    for r in rows:
+        assert ("noise 0," in r["gp"]) == r["variant"].startswith("noise-free"), r
+        assert np.isfinite(r["z"]) and r["ess"] > 0
+
+
 def test_scale_out_fixed_cost_likelihood_is_the_gaussian_after_its_work():
     cloudpickle = pytest.importorskip("cloudpickle")  # as Dask sends it (the script is no module)
     bench = _load("scale_out")

@@ -213,12 +213,8 @@ class MLDA(MultilevelChecks, MultilevelGPLevels, AdaptiveStep):
         ]
         # By position, coarsest first: a model's CoarseLevel, or a GP level's options (its GP is per chain).
         models = iter(self._model_levels)
-        # With variables outside the block (other steps'), the fine-minus-coarse difference a GP level learns
-        # depends on them too: as a function of the block alone it is noisy, and a noise-free fit chases
-        # the jumps between their values (a new trial's GP had lengthscale 0.05 and signal variance 3e4).
         self._coarse_levels = [
-            spec.options(self.dim, noisy=bool(target.shared)) if isinstance(spec, GPLevel) else next(models)
-            for spec in specs
+            spec.options(self.dim) if isinstance(spec, GPLevel) else next(models) for spec in specs
         ]
         self._fine_outputs = (
             fine_outputs(model, vars, corrected, compile_kwargs, target.shared) if corrected else None

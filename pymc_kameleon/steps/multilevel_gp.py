@@ -62,9 +62,10 @@ class GPLevel:
         Latest points used by a hyperparameter fit; default 300.
     hyperparameters : dict, optional
         Fixed ``lengthscales`` (in the base proposal's whitened coordinates once learned),
-        ``signal_variance``, ``noise_variance`` (a nugget on the values: 0 by default, fitted where other
-        steps sample variables of the model, as the differences then depend on them too) or ``mean``
-        instead of fitted ones.
+        ``signal_variance``, ``noise_variance`` or ``mean`` instead of fitted ones. The noise variance is
+        fitted by default: the difference the GP learns is rough where the coarse model's solver error
+        is, and depends on other steps' variables in a ``CompoundStep``; ``noise_variance=0`` fits it as
+        an exact function (the GP then chases any roughness).
     jitter : float, default 1e-8
         Relative nugget on the GP's covariance diagonal.
 
@@ -85,19 +86,19 @@ class GPLevel:
         # The options that do not depend on the dimension are checked now (hyperparameters' shapes at MLDA).
         self._validated(1, hyperparameters=None)
 
-    def options(self, dim: int, noisy: bool = False) -> GPTrainingOptions:
-        """The validated GP options for ``dim`` parameters (a ValueError names a bad one). ``noisy``: the
-        differences it learns are not a function of MLDA's variables alone (they also depend on variables
-        other steps sample), so the GP fits a noise variance, unless ``hyperparameters`` fixes one."""
-        return self._validated(dim, self.hyperparameters, noisy)
+    def options(self, dim: int) -> GPTrainingOptions:
+        """The validated GP options for ``dim`` parameters (a ValueError names a bad one)."""
+        return self._validated(dim, self.hyperparameters)
 
-    def _validated(self, dim: int, hyperparameters, noisy: bool = False) -> GPTrainingOptions:
+    def _validated(self, dim: int, hyperparameters) -> GPTrainingOptions:
         try:
             return GPTrainingOptions.from_user(
                 dim,
                 gradients=False,
-                # A noise variance the user fixed is kept, as the GP's other fixed hyperparameters are.
-                noisy_likelihood=noisy and "noise_variance" not in (hyperparameters or {}),
+                # The difference it learns is rough as a function of MLDA's variables where a coarse solver's
+                # error is (adaptive steps) or where it depends on other steps' variables too: fitted as
+                # noise-free, the GP chases it. A noise variance the user fixed is kept.
+                noisy_likelihood="noise_variance" not in (hyperparameters or {}),
                 initial_points=self.initial_points,
                 max_points=self.max_points,
                 fit_max_points=self.fit_max_points,
