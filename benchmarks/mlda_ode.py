@@ -10,6 +10,9 @@ coarse solves per iteration, ESS per fine solve, and ESS per second of ``pm.samp
 
     OPENBLAS_NUM_THREADS=1 python -W ignore benchmarks/mlda_ode.py [--seeds 1 2 3] [--tolerance 1e-3]
         [--samplers MLDA MLDA-AEM KAMH GP-DA-MH DEMetropolisZ] [--quick]
+
+``--samplers MLDA-AEM-GP MLDA-AEM-GP-exact`` adds a GP level between the two, with and without its noise
+variance (not in the default run).
 """
 
 from __future__ import annotations
@@ -36,14 +39,15 @@ import numpy as np  # noqa: E402
 import pymc as pm  # noqa: E402
 from _references import REFERENCE_FILE  # noqa: E402
 
-from pymc_kameleon import MLDA, GPDelayedAcceptanceMH, KameleonMetropolis  # noqa: E402
+from pymc_kameleon import MLDA, GPDelayedAcceptanceMH, GPLevel, KameleonMetropolis  # noqa: E402
 from pymc_kameleon.problems.gallery import (  # noqa: E402
     gallery_lotka_volterra,
     gallery_lotka_volterra_coarse,
 )
 
 NAMES = ("alpha", "beta", "gamma", "delta", "xto", "yto", "sigma")
-SAMPLERS = ("MLDA", "MLDA-AEM", "KAMH", "GP-DA-MH", "DEMetropolisZ")
+SAMPLERS = ("MLDA", "MLDA-AEM", "MLDA-AEM-GP", "MLDA-AEM-GP-exact", "KAMH", "GP-DA-MH", "DEMetropolisZ")
+DEFAULT_SAMPLERS = ("MLDA", "MLDA-AEM", "KAMH", "GP-DA-MH", "DEMetropolisZ")
 
 
 def run(sampler: str, seed: int, tolerance: float, reference: dict, tune=2000, draws=2000) -> dict:
@@ -54,6 +58,14 @@ def run(sampler: str, seed: int, tolerance: float, reference: dict, tune=2000, d
         step = {
             "MLDA": lambda: MLDA(coarse_models=[coarse]),
             "MLDA-AEM": lambda: MLDA(coarse_models=[coarse], adaptive_error_model=True),
+            # A GP level between the grids (subchains [2, 3], as on the groundwater problem), its noise
+            # variance fitted (the default) or fixed at 0 (the GP as an exact function, the default before).
+            "MLDA-AEM-GP": lambda: MLDA(coarse_models=[coarse, GPLevel()], subsampling_rates=[2, 3],
+                                        adaptive_error_model=True),
+            "MLDA-AEM-GP-exact": lambda: MLDA(
+                coarse_models=[coarse, GPLevel(hyperparameters={"noise_variance": 0.0})],
+                subsampling_rates=[2, 3], adaptive_error_model=True,
+            ),
             "KAMH": KameleonMetropolis,
             "GP-DA-MH": GPDelayedAcceptanceMH,
             "DEMetropolisZ": pm.DEMetropolisZ,
@@ -64,7 +76,8 @@ def run(sampler: str, seed: int, tolerance: float, reference: dict, tune=2000, d
     rhat = max(float(az.rhat(post[n].values)) for n in NAMES)
     err = max(abs(float(post[n].values.mean()) - reference[n][0]) / reference[n][1] for n in NAMES)
     iterations = chains * (tune + draws)
-    fine, coarse_evals = fine_and_coarse_evaluations(idata, sampler, iterations)
+    gp_levels = (1,) if "-GP" in sampler else ()
+    fine, coarse_evals = fine_and_coarse_evaluations(idata, sampler, iterations, gp_levels)
     return {
         "err": err, "ess": ess, "rhat": rhat, "fine_per_iter": fine / iterations,
         "coarse_per_iter": coarse_evals / iterations, "ess_per_fine": ess / fine, "ess_per_s": ess / seconds,
@@ -79,7 +92,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--tolerance", type=float, default=1e-3)
-    parser.add_argument("--samplers", nargs="+", choices=SAMPLERS, default=list(SAMPLERS))
+    parser.add_argument("--samplers", nargs="+", choices=SAMPLERS, default=list(DEFAULT_SAMPLERS))
     parser.add_argument("--quick", action="store_true",
                         help="smoke test: 1 seed, 2 x (100 + 100), MLDA-AEM and KAMH")
     args = parser.parse_args(argv)
