@@ -123,6 +123,13 @@ def test_negative_control_a_noise_free_gp_level_fails_the_same_check():
     assert z > 4.0 or rhat > 1.01, (z, rhat)
 
 
+@pytest.mark.slow
+def test_a_gp_level_in_a_compound_step_gives_the_same_draws_with_cores_2():
+    runs = [sample(seed=5, tune=600, draws=300, cores=cores, gp_level=GPLevel()) for cores in (1, 2)]
+    for name in ("x", "z"):
+        np.testing.assert_array_equal(runs[0].posterior[name].values, runs[1].posterior[name].values)
+
+
 def test_a_coarse_model_without_the_other_steps_variable_is_refused():
     with pm.Model() as coarse:
         x = pm.Normal("x", 0.0, 1.0)
