@@ -453,16 +453,17 @@ def test_mlda_groundwater_and_subsample_benchmarks_quick_mode(capsys):
 
 @pytest.mark.slow
 def test_mlda_gp_level_noise_benchmark_quick_mode():
-    """benchmarks/mlda_gp_level_noise.py runs both experiments with both GP levels; the default fits a
-    noise variance, the other keeps it at 0."""
+    """benchmarks/mlda_gp_level_noise.py runs its three experiments with both GPs; MLDA's GP level fits a
+    noise variance by default, GP-DA-MH's GP (a likelihood that is not estimated) does not."""
     rows = _load("mlda_gp_level_noise").main(["--quick"])
+    gpda = "GP-DA-MH, rough fine model, amp 0.3"
     assert {(r["experiment"], r["variant"]) for r in rows} == {
         (e, v) for e in ("rough, amp 0.3", "compound")
         for v in ("noise fitted (default)", "noise-free (noise_variance=0)")
-    }
+    } | {(gpda, "GP-DA noise-free (default)"), (gpda, 'GP-DA noise_variance="fit"')}
     for r in rows:
-        assert ("noise 0," in r["gp"]) == r["variant"].startswith("noise-free"), r
-        assert np.isfinite(r["z"]) and r["ess"] > 0
+        assert ("noise 0," in r["gp"]) == ("noise-free" in r["variant"]), r
+        assert np.isfinite(r["z"]) and r["ess"] > 0 and 0 < r["fine"] <= 2
 
 
 def test_scale_out_fixed_cost_likelihood_is_the_gaussian_after_its_work():
