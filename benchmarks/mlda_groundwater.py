@@ -4,7 +4,7 @@ steps.
 The fine model is :func:`pymc_kameleon.problems.groundwater.groundwater_model` on ``--fine-cells``
 cells a side (48: several ms a solve), the coarse one the same on ``--coarse-cells`` (8: a few
 percent of a fine solve, with a bias of up to two thirds of the noise sd at a well). Every sampler runs
-2 chains x (2000 + 2000) with one process, as ``mlda_ode.py``:
+2 chains x (2000 + 2000) (``--tune``, ``--draws``) with one process, as ``mlda_ode.py``:
 
 * ``MLDA`` and ``MLDA-AEM`` (``adaptive_error_model=True``): ours, subchains of 5 coarse steps;
   ``MLDA-AEMC``: the error model with its covariance (``error_covariance=True``);
@@ -26,7 +26,7 @@ Student-t (5 degrees of freedom) fitted at the posterior mode (``--reference``, 
 ``data/groundwater_reference.json``).
 
     OPENBLAS_NUM_THREADS=1 python -W ignore benchmarks/mlda_groundwater.py [--seeds 1 2 3]
-        [--samplers ...] [--reference] [--quick]
+        [--samplers ...] [--tune 2000] [--draws 2000] [--reference] [--quick]
 
 The tinyDA rows need that package beside this one: ``pip install --no-deps --target DIR tinyda tqdm ray
 protobuf`` (tinyDA pins NumPy < 2, and imports ray at module level), then ``PYTHONPATH=DIR``.
@@ -218,6 +218,8 @@ def main(argv=None):
     parser.add_argument("--reference", action="store_true",
                         help="recompute the importance-sampling reference")
     parser.add_argument("--reference-draws", type=int, default=20_000)
+    parser.add_argument("--tune", type=int, default=2000)
+    parser.add_argument("--draws", type=int, default=2000)
     parser.add_argument("--quick", action="store_true", help="smoke test: tiny grids and budget, one seed")
     args = parser.parse_args(argv)
     if args.samplers is None:
@@ -226,7 +228,7 @@ def main(argv=None):
         raise SystemExit("tinyDA is not importable: see this script's docstring for how to install it.")
     logging.getLogger("pymc").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
-    tune, draws = 2000, 2000
+    tune, draws = args.tune, args.draws
     if args.quick:
         args.fine_cells, args.coarse_cells, args.seeds, tune, draws = 12, 4, args.seeds[:1], 60, 60
     print(f"# {environment_line()}")

@@ -234,7 +234,13 @@ class MLDA(MultilevelChecks, MultilevelGPLevels, AdaptiveStep):
         self.stats_dtypes = [{name: dtype for name, (dtype, _) in self.stats_dtypes_shapes.items()}]
         self._join_pymc(vars, target, blocked, rng, model=model, start=start)
         required = self._chain.adaptation.required_tune_steps()
-        self.default_tune_steps = max(1, math.ceil(required / self._base_steps_per_iteration))
+        if self.adaptive_error_model or any(isinstance(spec, GPLevel) for spec in specs):
+            # They learn from the fine level, one evaluation an iteration, and each update moves the coarse
+            # densities the proposal tunes on: the proposal's steps in iterations (groundwater, 6-d, min
+            # ESS 159-382 at a fifth of it, 905-1183 at 500-1000; benchmarks/mlda_groundwater.py --tune).
+            self.default_tune_steps = required
+        else:
+            self.default_tune_steps = max(1, math.ceil(required / self._base_steps_per_iteration))
 
     # ------------------------------------------------------------------ state
     def _reset_chain_state(self):

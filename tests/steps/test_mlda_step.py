@@ -417,6 +417,24 @@ def test_a_coarse_model_costlier_than_the_level_above_it_is_named(coarse, fine_m
         assert len(costly) == 1 and re.search(message, costly[0]), costly
 
 
+def test_default_tune_counts_iterations_where_the_fine_level_teaches_the_coarse_ones():
+    """PyMC 6's tune=None: the proposal's tuning steps in coarsest-level steps, so divided by the subchain
+    length, unless the error model or a GP level learns from the fine level (one evaluation an
+    iteration); then in iterations (a fifth of them halved the groundwater example's ESS per second)."""
+    from pymc_kameleon import GPLevel
+
+    fine, coarse = conjugate_model(), conjugate_model(1.0)
+    with fine:
+        plain = MLDA(coarse_models=[coarse], subsampling_rates=5)
+        corrected = MLDA(coarse_models=[coarse], subsampling_rates=5, adaptive_error_model=True)
+        gp = MLDA(coarse_models=[coarse, GPLevel()], subsampling_rates=[2, 3])
+    required = plain._chain.adaptation.required_tune_steps()
+    assert required > 5
+    assert plain.default_tune_steps == math.ceil(required / 5)
+    assert corrected.default_tune_steps == required
+    assert gp.default_tune_steps == gp._chain.adaptation.required_tune_steps() == required
+
+
 def test_the_tuning_warning_counts_in_pm_samples_iterations():
     with pytest.warns(UserWarning, match=r"coarsest-level steps \(5 per iteration\).*pass tune >= \d+"):
         sample(tune=20, draws=10, chains=1)
