@@ -18,13 +18,17 @@ from functools import partial
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
-from pytensor.compile.ops import as_op
 from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 from scipy.integrate import odeint
 
 from pymc_kameleon.problems.ode import LotkaVolterraSensitivityOp, _lv_rhs_sensitivities
 from pymc_kameleon.problems.reference import NutsReference
+
+try:  # as_op's new name (PyTensor >= 2.3x, where as_op warns that it is deprecated); the same Op
+    from pytensor.compile.ops import wrap_py as as_op
+except ImportError:  # older PyTensor
+    from pytensor.compile.ops import as_op
 
 __all__ = [
     "GALLERY_LV_THETA",
