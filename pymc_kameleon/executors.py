@@ -20,7 +20,9 @@ zero-argument callable that returns one. :class:`ExecutorOption` holds either an
 - **Faults.** A row whose call raises comes back as a failure naming the row, and
   :class:`ParallelEvaluationError` (or the caller's own error) names the input values; a task that
   the executor itself loses (a killed worker after Dask's own retries, a broken process pool) raises
-  :class:`ParallelEvaluationError` naming the rows. Nothing waits for ever on a failure.
+  :class:`ParallelEvaluationError` naming the rows. Nothing waits for ever on a failure. A Dask client
+  closed while in use is replaced by a new one to the same scheduler; if none can connect (the cluster
+  is gone too), :class:`ExecutorClosedError` says so, not Dask's internals.
 - **Pickling.** PyMC pickles steps and SMC kernels into worker processes (``cores > 1``).
   :class:`ExecutorOption` pickles as its factory; a Dask ``ClientExecutor`` pickles as its
   scheduler's address (:class:`DaskExecutor`); any other executor *instance* refuses to pickle, with
@@ -47,7 +49,14 @@ from dataclasses import dataclass
 import cloudpickle
 import numpy as np
 
-__all__ = ["DaskExecutor", "ExecutorOption", "ParallelEvaluationError", "RowFailure", "as_executor_option"]
+__all__ = [
+    "DaskExecutor",
+    "ExecutorClosedError",
+    "ExecutorOption",
+    "ParallelEvaluationError",
+    "RowFailure",
+    "as_executor_option",
+]
 
 # Functions a worker process keeps unpickled, by token (a long-lived worker serves many runs).
 _WORKER_CACHE_SIZE = 16
@@ -71,6 +80,10 @@ _WORKER_PROCESS_ADVICE = (
 
 class ParallelEvaluationError(RuntimeError):
     """An evaluation on an executor failed: the executor lost the task, or the function raised."""
+
+
+class ExecutorClosedError(ParallelEvaluationError):
+    """The executor was shut down while in use (a Dask client and its cluster closed during sampling)."""
 
 
 @dataclass(frozen=True)
@@ -182,6 +195,17 @@ def _is_dask_executor(executor) -> bool:
     return module is not None and isinstance(executor, module.ClientExecutor)
 
 
+def _dask_status(executor) -> str:
+    """A Dask executor's client status ("running" for any other executor)."""
+    return getattr(executor._client, "status", "running") if _is_dask_executor(executor) else "running"
+
+
+def _dask_client_closed(executor) -> bool:
+    """Whether ``executor`` is a Dask executor whose client was closed (Dask then fails with its internals:
+    ``'NoneType' object has no attribute 'scatter'``, ``IOLoop is closed``)."""
+    return _dask_status(executor) in ("closing", "closed")
+
+
 class DaskExecutor:
     """A picklable factory of Dask executors: ``DaskExecutor(client)()`` is
     ``client.get_executor(pure=False)``.
@@ -287,6 +311,31 @@ class ExecutorOption:
         self._pid = os.getpid()  # the process the executor instance belongs to
         # Speculative evaluations running on the workers, shared by the chains of this process.
         self.in_flight: list = []
+        self._closed: ExecutorClosedError | None = None  # once no new client could connect
+
+    def _closed_error(self, cause, what: str) -> ExecutorClosedError:
+        said = f"{type(cause).__name__}: {str(cause).strip() or 'no message'}"
+        return ExecutorClosedError(
+            f"{self.owner}: {what} ({said}). Keep a Dask client and its cluster open until pm.sample (or "
+            "pm.sample_smc) returns: close them after it, e.g. with the call inside `with Client(...):`."
+        )
+
+    def _dask_call(self, executor, call, *args, **kwargs):
+        """``call(*args, **kwargs)``, a request to the executor; an :class:`ExecutorClosedError` instead of
+        Dask's own error if its client was closed meanwhile."""
+        try:
+            return call(*args, **kwargs)
+        except Exception as err:
+            status = _dask_status(executor)
+            # Closed: the next get() connects a new client, if it can. "connecting": the scheduler went
+            # away under a client that was running (its cluster closed), and it is trying to reconnect.
+            if status in ("closing", "closed", "connecting"):
+                what = "closed" if status != "connecting" else "cut off from its scheduler"
+                error = self._closed_error(err, f"the executor's Dask client was {what} while in use")
+                if status == "connecting":  # kept: another call would wait for the reconnection again
+                    self._closed = error
+                raise error from err
+            raise
 
     # ------------------------------------------------------------ the executor
     def get(self) -> cf.Executor:
@@ -304,8 +353,24 @@ class ExecutorOption:
                     f"process. {_WORKER_PROCESS_ADVICE}"
                 )
             self._executor = None
+        if self._closed is not None:
+            raise self._closed
+        if self._executor is not None and _dask_client_closed(self._executor):
+            # Closed under us: a new client to the same scheduler, if it is still up.
+            self._executor = None
+            self.forget_shipped()
+            self._worker_slots = []
         if self._executor is None:
-            executor = self._factory()
+            try:
+                executor = self._factory()
+            except OSError as err:  # Dask's connection failures (timeouts included) are OSErrors
+                if not isinstance(self._factory, DaskExecutor):
+                    raise
+                # Kept: later calls raise it at once instead of waiting for a connection again.
+                self._closed = self._closed_error(
+                    err, f"the executor's Dask scheduler at {self._factory.address} could not be reached"
+                )
+                raise self._closed from err
             if not isinstance(executor, cf.Executor):
                 raise TypeError(
                     f"{self.owner}: the executor factory returned a {type(executor).__name__}, "
@@ -330,7 +395,7 @@ class ExecutorOption:
             return self._n_workers[0]
         executor = self.get()
         if _is_dask_executor(executor):
-            nthreads = executor._client.nthreads()
+            nthreads = self._dask_call(executor, executor._client.nthreads)
             self._worker_slots = [address for address in sorted(nthreads) for _ in range(nthreads[address])]
             n = len(self._worker_slots)
         else:
@@ -351,7 +416,9 @@ class ExecutorOption:
         if not _is_dask_executor(executor):
             return payload.data
         if self._scattered is None:
-            self._scattered = executor._client.scatter(payload.data, broadcast=True, hash=False)
+            self._scattered = self._dask_call(
+                executor, executor._client.scatter, payload.data, broadcast=True, hash=False
+            )
         return self._scattered
 
     def _submit_chunks(self, runner, function, items, describe) -> list:
@@ -365,6 +432,10 @@ class ExecutorOption:
         for attempt in range(_DASK_RETRIES + 1):
             try:
                 return self._submit_chunks_once(runner, function, items, describe)
+            except ExecutorClosedError:
+                if attempt == _DASK_RETRIES or self._closed is not None:
+                    raise
+                continue  # get() connects a new client to the scheduler, or says it cannot
             except ParallelEvaluationError as err:
                 executor = self.get()
                 if not _is_dask_executor(executor) or attempt == _DASK_RETRIES:
@@ -372,7 +443,8 @@ class ExecutorOption:
                 self._scattered = None
                 self._n_workers = None
                 try:
-                    executor._client.wait_for_workers(1, timeout=_WORKER_WAIT_SECONDS)
+                    wait = executor._client.wait_for_workers
+                    self._dask_call(executor, wait, 1, timeout=_WORKER_WAIT_SECONDS)
                 except TimeoutError:
                     raise err from None  # no worker came back: the round's own error says what failed
 
@@ -385,7 +457,9 @@ class ExecutorOption:
         futures = []
         for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
             placement = self._placement(executor, i)
-            futures.append((a, b, executor.submit(runner, payload.token, data, a, items[a:b], **placement)))
+            future = self._dask_call(executor, executor.submit, runner, payload.token, data, a, items[a:b],
+                                     **placement)
+            futures.append((a, b, future))
         results = []
         try:
             for a, b, future in futures:
@@ -422,7 +496,8 @@ class ExecutorOption:
         :meth:`map_rows`."""
         executor = self.get()
         payload = self.payload(function)
-        return executor.submit(_run_one, payload.token, self._shipped(executor, payload), row)
+        data = self._shipped(executor, payload)
+        return self._dask_call(executor, executor.submit, _run_one, payload.token, data, row)
 
     def forget_shipped(self) -> None:
         """Ship the function again with the next task (after a lost one: on Dask, a worker that died may

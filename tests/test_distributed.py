@@ -26,7 +26,7 @@ from pymc_kameleon import (
     PseudoMarginalPotential,
     importance_sampling_estimator,
 )
-from pymc_kameleon.executors import DaskExecutor, ExecutorOption, ParallelEvaluationError
+from pymc_kameleon.executors import DaskExecutor, ExecutorClosedError, ExecutorOption, ParallelEvaluationError
 from pymc_kameleon.pseudo_marginal import PseudoMarginalEstimatorError
 from pymc_kameleon.smc import KASS, log_evidence
 
@@ -435,6 +435,78 @@ def test_a_closed_client_and_misused_arguments_get_clear_errors(client):
         sample_chains(model, KameleonMetropolis, client, return_inferencedata=False)
     with pytest.raises(TypeError, match="not client.get_executor"):
         sample_chains(model, KameleonMetropolis, client.get_executor())
+
+
+def _square(x):
+    return x * x
+
+
+def test_a_client_closed_in_use_is_replaced_while_its_scheduler_is_up(client):
+    """A Dask client closed during a run (a `with Client(...)` block that ended too soon): the next call
+    connects a new client to the same scheduler and gives the same results; Dask's own error had been
+    "'NoneType' object has no attribute 'scatter'"."""
+    other = distributed.Client(client.scheduler.address, set_as_default=False)
+    option = ExecutorOption(other.get_executor(), "KASS")
+    rows = [(float(i),) for i in range(6)]
+    assert option.map_rows(_square, rows) == [x * x for (x,) in rows]
+    other.close()
+    assert option.map_rows(_square, rows) == [x * x for (x,) in rows]
+    assert option.submit_row(_square, (3.0,)).result(timeout=30) == 9.0
+
+
+class ClosesTheCluster(Op):
+    """log N(Y | mu, 1), which closes ``_closing["cluster"]`` and its client at its ``after``-th call in
+    this process (not on a worker): a user's cluster closed in the middle of a run."""
+
+    def make_node(self, mu):
+        return Apply(self, [pt.as_tensor_variable(mu)], [pt.dscalar()])
+
+    def perform(self, node, inputs, output_storage):
+        if not _on_a_worker():
+            # Looked up, not referenced: the Op travels to the workers by value, the cluster cannot.
+            closing = sys.modules[type(self).__module__]._closing
+            closing["calls"] += 1
+            if closing["calls"] == closing["after"]:
+                closing["client"].close()
+                closing["cluster"].close()
+        output_storage[0][0] = np.asarray(-0.5 * np.sum((Y - float(inputs[0])) ** 2) - 2 * np.log(2 * np.pi))
+
+
+_closing: dict = {}
+
+
+@pytest.mark.parametrize("after", [60, 700])
+def test_a_cluster_closed_in_use_gets_a_clear_error_or_none(after):
+    """Client and cluster closed during a run. KASS (it needs the executor) and the executor itself: an
+    ExecutorClosedError that names the cause and the remedy, at once after the first (no second wait for
+    a connection); Dask's own errors had been AttributeErrors from its internals. GP-DA-MH (its executor
+    only evaluates ahead): one warning, and the draws of the run without an executor, whether the cluster
+    closes in the start search (after 60 evaluations here) or later (700)."""
+    import dask
+
+    message = r"Dask scheduler at \S+ could not be reached .*Keep a Dask client and its cluster open"
+    with dask.config.set({"distributed.comm.timeouts.connect": "2s"}):
+        cluster = distributed.LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
+        )
+        own = distributed.Client(cluster, set_as_default=False)
+        if after == 60:  # once is enough for the executor's own error
+            option = ExecutorOption(own.get_executor(), "KASS")
+            assert option.map_rows(_square, [(2.0,)]) == [4.0]
+        _closing.update(calls=0, after=after, client=own, cluster=cluster)
+        with pytest.warns(KameleonWarning, match="GPDelayedAcceptanceMH: no more evaluations made ahead: .*"
+                          + message + r".*The draws are the same"):
+            closed = run_speculative(black_box_model(ClosesTheCluster()), own.get_executor())
+        assert _closing["calls"] > after, "the cluster was not closed: the test did not test anything"
+        serial = run_speculative(black_box_model(), None)
+        assert np.array_equal(serial.posterior["mu"].values, closed.posterior["mu"].values)
+        if after == 60:
+            with pytest.raises(ExecutorClosedError, match="KASS: the executor.s " + message):
+                option.map_rows(_square, [(2.0,)])
+            start = time.monotonic()
+            with pytest.raises(ExecutorClosedError, match=message):
+                option.map_rows(_square, [(2.0,)])
+            assert time.monotonic() - start < 1.0
 
 
 class SlowToCollect:

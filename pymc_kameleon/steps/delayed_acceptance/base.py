@@ -342,7 +342,21 @@ class GPDelayedAcceptanceStep(AdaptiveStep):
             )
         if tuned and not schedule.warm and self._target.has_estimates and self.fit_noise:
             noise_sd = math.sqrt(max(self.gp.noise_variance, 0.0))
-            if noise_sd > NOISY_ESTIMATE_SD:
+            outside = self._target.likelihood_outside_vars
+            if noise_sd > NOISY_ESTIMATE_SD and outside:
+                # Another step's moves look like noise to the GP: the estimator may be fine.
+                self._warnings.warn(
+                    f"{type(self).__name__}: at the end of tuning the GP fits the log-likelihood with a "
+                    f"noise sd of {noise_sd:.2g} nats (above {NOISY_ESTIMATE_SD}), part of which may come "
+                    f"from {outside}, which other steps move (the warning at construction), not from the "
+                    "estimates (log_estimate_spread gives their own sd). With noise this large delayed "
+                    "acceptance sticks, and its ESS and sds can come out too small (the draws stay exact). "
+                    "Sample those variables with this step if they are continuous, or use "
+                    "KameleonMetropolis for this block.",
+                    KameleonWarning,
+                    stacklevel=2,
+                )
+            elif noise_sd > NOISY_ESTIMATE_SD:
                 self._warnings.warn(
                     f"{type(self).__name__}: the likelihood estimates are noisy: at the end of tuning the GP "
                     f"fits their log values with a noise sd of {noise_sd:.2g} nats (above "

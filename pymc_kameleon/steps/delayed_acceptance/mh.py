@@ -4,6 +4,7 @@ Kameleon base proposal). The shared machinery is in :mod:`~pymc_kameleon.steps.d
 from __future__ import annotations
 
 import math
+from concurrent.futures import Future
 from functools import partial
 
 import numpy as np
@@ -17,7 +18,7 @@ from pymc_kameleon.core.kameleon.scale_free import ScaleFreeProposal
 from pymc_kameleon.core.starts import powell_run
 from pymc_kameleon.core.validation import check_independence_weight, check_kameleon_options
 from pymc_kameleon.core.warning_categories import KameleonWarning
-from pymc_kameleon.executors import as_executor_option
+from pymc_kameleon.executors import ExecutorClosedError, as_executor_option
 from pymc_kameleon.steps.delayed_acceptance.base import GPDelayedAcceptanceStep
 from pymc_kameleon.steps.population import PooledTuning
 
@@ -355,7 +356,10 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
         search = _SearchOnWorker(target)
 
         def run_elsewhere(x0, max_evals):
-            future = executor.submit_row(search, (np.array(x0, dtype=float), int(max_evals)))
+            try:
+                future = executor.submit_row(search, (np.array(x0, dtype=float), int(max_evals)))
+            except ExecutorClosedError:
+                return None  # made here (the same run); the draws' speculation says it stopped
             return _CountedRun(future, target)
 
         return run_elsewhere
@@ -381,14 +385,38 @@ class GPDelayedAcceptanceMH(GPDelayedAcceptanceStep):
         def as_input(theta):
             return np.asarray(theta, dtype=target.dtype)
 
+        def submit(theta):
+            try:
+                return self.executor.submit_row(target._fn, (as_input(theta),))
+            except ExecutorClosedError as err:
+                self._stop_speculating(err)
+                lost = Future()
+                lost.set_result(err)  # a failed guess: the chain evaluates it here if it needs it
+                return lost
+
+        try:
+            slots = self.executor.n_workers()
+        except ExecutorClosedError as err:
+            self._stop_speculating(err)
+            return
         prefetch = Prefetch(
-            lambda theta: self.executor.submit_row(target._fn, (as_input(theta),)),
-            lambda theta: target._fn(as_input(theta)),
-            slots=self.executor.n_workers(),
-            in_flight=self.executor.in_flight,
+            submit, lambda theta: target._fn(as_input(theta)), slots=slots, in_flight=self.executor.in_flight
         )
         prefetch.on_failure = partial(self._speculation_failed, prefetch)
         target.prefetch = self._chain.kernel.prefetch = prefetch
+
+    def _stop_speculating(self, err: ExecutorClosedError) -> None:
+        """The executor was closed under the chain: go on without evaluations made ahead (the draws are
+        the same), and say so once."""
+        self._target.prefetch = self._chain.kernel.prefetch = None
+        if not self._speculation_warned:
+            self._speculation_warned = True
+            said = str(err).removeprefix(f"{self.executor.owner}: ")
+            self._warnings.warn(
+                f"{type(self).__name__}: no more evaluations made ahead: {said} The draws are the same "
+                "without them.",
+                KameleonWarning,
+            )
 
     def _speculation_failed(self, prefetch: Prefetch) -> None:
         """A guess made ahead failed on its worker, or was lost: ship the function afresh (the executor
