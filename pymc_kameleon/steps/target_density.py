@@ -393,7 +393,8 @@ class TargetDensity:
         return (
             f"{self.step_name}: the model log density at the current point is {logp} "
             f"({describe_point(y, point_map_info)}{detail}). The chain cannot start from {where}: pass "
-            "finite `initvals` to pm.sample, or check the model with model.point_logps()."
+            "`initvals` to pm.sample where the model's log density is finite (finite values can still "
+            "give a zero likelihood), or check the model with model.point_logps()."
         )
 
     def check_start(self, y, point_map_info) -> None:
