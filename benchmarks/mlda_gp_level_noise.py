@@ -125,9 +125,17 @@ def summary(idata, names) -> tuple[int, float, float]:
             float(idata.sample_stats["logp_evals"].mean()))
 
 
+def moment_errors(idata, mean, sd) -> tuple[float, float]:
+    """The largest |mean - exact| of mu's two coordinates in MCSE, and the largest relative sd error."""
+    from pymc_kameleon.testing import mcse_of_mean
+
+    x = idata.posterior["mu"].values
+    z = max(abs(x[..., j].mean() - mean[j]) / mcse_of_mean(x[..., j]) for j in range(2))
+    return z, float(np.max(np.abs(x.std(axis=(0, 1)) / sd - 1.0)))
+
+
 def rough(args) -> list[dict]:
     from pymc_kameleon import GPLevel
-    from pymc_kameleon.testing import mcse_of_mean
 
     rows = []
     for amp in args.amps:
@@ -136,9 +144,7 @@ def rough(args) -> list[dict]:
                 fine, coarse, mean, sd = rough_models(amp)
                 step, idata = run(fine, [coarse, GPLevel(hyperparameters=hyper)], tune=args.tune,
                                   draws=args.draws, seed=seed, subsampling_rates=[2, 3])
-                x = idata.posterior["mu"].values
-                z = max(abs(x[..., j].mean() - mean[j]) / mcse_of_mean(x[..., j]) for j in range(2))
-                sd_err = float(np.max(np.abs(x.std(axis=(0, 1)) / sd - 1.0)))
+                z, sd_err = moment_errors(idata, mean, sd)
                 ess, rhat, fine_per_iter = summary(idata, ["mu"])
                 row = {"experiment": f"rough, amp {amp:g}", "variant": label, "seed": seed, "z": z,
                        "sd_err": sd_err, "ess": ess, "rhat": rhat, "fine": fine_per_iter, "gp": gp_fit(step)}
@@ -149,7 +155,6 @@ def rough(args) -> list[dict]:
 
 def gpda(args) -> list[dict]:
     from pymc_kameleon import GPDelayedAcceptanceMH
-    from pymc_kameleon.testing import mcse_of_mean
 
     rows = []
     for amp in args.gpda_amps:
@@ -159,13 +164,10 @@ def gpda(args) -> list[dict]:
                 step, idata = _sample(gaussian_mean_model(rough=amp),
                                       lambda noise=noise: GPDelayedAcceptanceMH(noise_variance=noise),
                                       tune=args.tune, draws=args.draws, seed=seed)
-                x = idata.posterior["mu"].values
-                z = max(abs(x[..., j].mean() - mean[j]) / mcse_of_mean(x[..., j]) for j in range(2))
-                sd_err = float(np.max(np.abs(x.std(axis=(0, 1)) / sd - 1.0)))
+                z, sd_err = moment_errors(idata, mean, sd)
                 ess, rhat, _ = summary(idata, ["mu"])
                 row = {"experiment": f"GP-DA-MH, rough fine model, amp {amp:g}", "variant": label,
-                       "seed": seed,
-                       "z": z, "sd_err": sd_err, "ess": ess, "rhat": rhat,
+                       "seed": seed, "z": z, "sd_err": sd_err, "ess": ess, "rhat": rhat,
                        "fine": float(idata.sample_stats["exact_eval"].mean()), "gp": gp_fit(step)}
                 print(f"# {row}", flush=True)
                 rows.append(row)

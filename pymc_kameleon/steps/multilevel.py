@@ -171,6 +171,7 @@ class MLDA(MultilevelChecks, MultilevelGPLevels, AdaptiveStep):
         check_number("history_size", history_size, integer=True, minimum=2, strict=False)
         specs = checked_coarse_models(coarse_models, model)
         checked_gp_positions(specs)
+        has_gp_level = any(isinstance(spec, GPLevel) for spec in specs)
         coarse_models = [spec for spec in specs if isinstance(spec, pm.Model)]
         self.subsampling_rates = checked_rates(subsampling_rates, len(specs))
         switches = {"randomize_lengths": randomize_lengths, "adaptive_error_model": adaptive_error_model}
@@ -199,7 +200,7 @@ class MLDA(MultilevelChecks, MultilevelGPLevels, AdaptiveStep):
         self.dim = int(sum(np.size(initial_point[v.name]) for v in vars))
         self._coordinate_names = coordinate_names(vars, initial_point, model)
         target = TargetDensity(model, vars, initial_point, compile_kwargs, "MLDA")
-        if target.has_estimates and any(isinstance(spec, GPLevel) for spec in specs):
+        if target.has_estimates and has_gp_level:
             raise ValueError(
                 "MLDA: a GPLevel learns from exact values of the level above it, but the model in context "
                 "has a PseudoMarginalPotential (its log density is an estimate). Use the coarse models "
@@ -234,7 +235,7 @@ class MLDA(MultilevelChecks, MultilevelGPLevels, AdaptiveStep):
         self.stats_dtypes = [{name: dtype for name, (dtype, _) in self.stats_dtypes_shapes.items()}]
         self._join_pymc(vars, target, blocked, rng, model=model, start=start)
         required = self._chain.adaptation.required_tune_steps()
-        if self.adaptive_error_model or any(isinstance(spec, GPLevel) for spec in specs):
+        if self.adaptive_error_model or has_gp_level:
             # They learn from the fine level, one evaluation an iteration, and each update moves the coarse
             # densities the proposal tunes on: the proposal's steps in iterations (groundwater, 6-d, min
             # ESS 159-382 at a fifth of it, 905-1183 at 500-1000; benchmarks/mlda_groundwater.py --tune).
