@@ -27,11 +27,20 @@ work is split, what travels and why the answer equals the serial one is in
 
 from __future__ import annotations
 
+import time
+import warnings
+
 import numpy as np
 
+from pymc_kameleon.core.warning_categories import KameleonRuntimeWarning
 from pymc_kameleon.executors import DaskExecutor
 
 __all__ = ["DaskExecutor", "sample_chains"]
+
+# sample_chains asks the scheduler for its workers this often while the chains run, and warns once when
+# it has had none for _NO_WORKER_SECONDS: Dask then waits for a worker for ever, saying nothing.
+_POLL_SECONDS = 5.0
+_NO_WORKER_SECONDS = 60.0
 
 
 def _chain_seed(random_seed, chain: int) -> np.random.Generator:
@@ -125,6 +134,12 @@ def sample_chains(model, step_factory, client, chains: int = 4, random_seed=None
         For options that this function sets itself.
     TypeError
         For a ``client`` that is not a Dask client, or a ``step_factory`` that is not callable.
+
+    Warns
+    -----
+    KameleonRuntimeWarning
+        Once, when the cluster has had no worker for 60 s while chains wait (Dask waits for one
+        without end): a cluster that lost its workers does not finish.
     """
     import pymc as pm
 
@@ -153,4 +168,37 @@ def sample_chains(model, step_factory, client, chains: int = 4, random_seed=None
         client.submit(_sample_one_chain, model, step_factory, c, random_seed, sample_kwargs, pure=False)
         for c in range(int(chains))
     ]
-    return _concat_chains(client.gather(futures))
+    return _concat_chains(_results(client, futures))
+
+
+def _results(client, futures) -> list:
+    """The futures' results in order, warning once when the cluster has had no worker for
+    ``_NO_WORKER_SECONDS`` (a cluster that lost its workers; or one still waiting for them, as an
+    adaptive cluster on a batch queue can): Dask's own wait for a worker has no end and no message."""
+    results = []
+    no_worker_since = None
+    warned = False
+    for future in futures:
+        while True:
+            try:
+                results.append(future.result(timeout=_POLL_SECONDS))
+                break
+            except TimeoutError:
+                if client.nthreads():
+                    no_worker_since = None
+                    continue
+                now = time.monotonic()
+                no_worker_since = now if no_worker_since is None else no_worker_since
+                if not warned and now - no_worker_since >= _NO_WORKER_SECONDS:
+                    warned = True
+                    waiting = sum(not f.done() for f in futures)
+                    warnings.warn(
+                        f"sample_chains: the Dask scheduler at {client.scheduler.address} has had no worker "
+                        f"for {now - no_worker_since:.0f} s, and {waiting} of {len(futures)} chains wait for "
+                        "one. Unless workers are on their way (an adaptive cluster), the cluster lost them "
+                        "(its scheduler's log says why: killed, out of memory) and nothing will finish: "
+                        "start workers (cluster.scale(n)), or interrupt and start a new cluster.",
+                        KameleonRuntimeWarning,
+                        stacklevel=3,
+                    )
+    return results

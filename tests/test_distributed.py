@@ -22,6 +22,7 @@ from pytensor.graph.op import Op
 from pymc_kameleon import (
     GPDelayedAcceptanceMH,
     KameleonMetropolis,
+    KameleonRuntimeWarning,
     KameleonWarning,
     PseudoMarginalPotential,
     importance_sampling_estimator,
@@ -39,12 +40,51 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 Y = np.array([0.3, -1.2, 0.8, 0.1])
 
 
+class ModuleCluster:
+    """The module's ``LocalCluster`` of two worker processes and its client, started again where a test
+    left it without both workers."""
+
+    def __init__(self):
+        self.cluster = self.client = None
+        self.start()
+
+    def start(self):
+        self.cluster = distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        )
+        self.client = distributed.Client(self.cluster)
+
+    def close(self):
+        self.client.close()
+        self.cluster.close()
+
+    def healthy_client(self, test: str):
+        """The client, with both workers up. Tests kill workers on purpose and Dask's nannies start them
+        again; in one CI run (PyMC 5 beside PyMC 6 on 2 cores) they were not back after the speculative
+        test, every later test failed, and sample_chains waited for a worker until CI's time ran out."""
+        try:
+            self.client.wait_for_workers(2, timeout=60)
+        except TimeoutError:
+            n = len(self.client.nthreads())
+            warnings.warn(
+                f"{test}: the module's cluster had {n} of 2 workers after 60 s; started a new one",
+                stacklevel=2,
+            )
+            self.close()
+            self.start()
+        return self.client
+
+
 @pytest.fixture(scope="module")
-def client():
-    with distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-    ) as cluster, distributed.Client(cluster) as client:
-        yield client
+def module_cluster():
+    cluster = ModuleCluster()
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture
+def client(module_cluster, request):
+    return module_cluster.healthy_client(request.node.name)
 
 
 class GaussianLoglik(Op):
@@ -416,6 +456,41 @@ def test_sample_chains_equals_pm_sample(client):
         sample_chains(model, KameleonMetropolis, client, chains=2, cores=2)
     with pytest.raises(TypeError, match="step_factory must be a callable"):
         sample_chains(model, object.__new__(KameleonMetropolis), client)
+
+
+def test_sample_chains_on_a_cluster_without_workers_warns_and_waits(monkeypatch):
+    """A cluster that lost its workers: Dask waits for one without end or message (a CI run waited until
+    its time ran out). sample_chains warns once, naming the figure and the remedy, and goes on when a
+    worker comes. Negative control: the same short thresholds with a worker give no warning."""
+    from pymc_kameleon import distributed as ours
+
+    monkeypatch.setattr(ours, "_POLL_SECONDS", 0.2)
+    monkeypatch.setattr(ours, "_NO_WORKER_SECONDS", 1.0)
+    with pm.Model() as model:
+        pm.Normal("x")
+    kwargs = dict(chains=2, draws=20, tune=20, random_seed=3)
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
+    ) as cluster, distributed.Client(cluster, set_as_default=False) as own:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", KameleonRuntimeWarning)  # (tune=20 warns a KameleonWarning)
+            served = ours.sample_chains(model, KameleonMetropolis, own, **kwargs)
+        cluster.scale(0)
+        deadline = time.monotonic() + 30
+        while own.nthreads() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not own.nthreads(), "the worker did not go: the test did not test anything"
+        back = threading.Timer(3.0, cluster.scale, args=(1,))
+        back.start()
+        try:
+            message = (r"sample_chains: the Dask scheduler at \S+ has had no worker for \d+ s, and 2 of 2 "
+                       r"chains wait for one\..*start workers \(cluster.scale\(n\)\)")
+            with pytest.warns(KameleonRuntimeWarning, match=message) as record:
+                waited = ours.sample_chains(model, KameleonMetropolis, own, **kwargs)
+        finally:
+            back.join()
+    assert len([w for w in record if issubclass(w.category, KameleonRuntimeWarning)]) == 1
+    np.testing.assert_array_equal(waited.posterior["x"].values, served.posterior["x"].values)
 
 
 def test_a_closed_client_and_misused_arguments_get_clear_errors(client):
