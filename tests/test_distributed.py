@@ -296,7 +296,6 @@ def test_killed_workers_are_replaced_and_the_run_is_unchanged(client, tmp_path):
     kills = open(marker).read().split()
     assert len(kills) == 2, f"expected two killed workers, got {kills}: the test did not test anything"
     assert same_run(serial, on_dask)
-    client.wait_for_workers(2, timeout=60)
 
 
 def run_speculative(model, executor, cores=1):
@@ -340,7 +339,6 @@ def test_speculative_delayed_acceptance_on_dask_equals_serial(client, tmp_path, 
     killing = run_speculative(black_box_model(GaussianLoglik(kill_marker=marker)), client.get_executor())
     assert len(open(marker).read().split()) >= 1, "no worker was killed: the test did not test anything"
     assert np.array_equal(serial.posterior["mu"].values, killing.posterior["mu"].values)
-    client.wait_for_workers(2, timeout=60)
 
 
 def test_speculation_that_fails_on_the_workers_says_so(client):

@@ -1,7 +1,8 @@
 """GP-surrogate delayed acceptance as PyMC steps: ``GPDelayedAcceptanceMH``, ``GPDelayedAcceptanceMALA``.
 
 :mod:`.base` holds what both share (the warm-up, the GP's schedule, the scale-free base proposal,
-the statistics); :mod:`.mh` and :mod:`.mala` each add their two-stage move.
+the statistics), :mod:`.checks` their warnings at the end of tuning; :mod:`.mh` and :mod:`.mala` each
+add their two-stage move.
 """
 
 from pymc_kameleon.steps.delayed_acceptance.base import GPDelayedAcceptanceStep
