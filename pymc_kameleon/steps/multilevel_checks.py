@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pymc as pm
+from pymc.vartypes import discrete_types
 
 from pymc_kameleon.core.adaptation.gaussian_fit import bulk_log_density_range
 from pymc_kameleon.core.multilevel import LevelPoint
@@ -327,8 +328,8 @@ def matching_value_vars(coarse, vars, model, k: int) -> list:
             )
     block = {v.name for v in vars}
     others = [v for v in model.value_vars if v.name not in block]
-    discrete = [v for v in others if v.dtype in pm.discrete_types]
-    continuous = [v for v in others if v.dtype not in pm.discrete_types]
+    discrete = [v for v in others if v.dtype in discrete_types]
+    continuous = [v for v in others if v.dtype not in discrete_types]
     _check_same_support(coarse, model, [*vars, *continuous], k)
     _check_same_discrete_support(coarse, model, discrete, k)
     return [coarse_values[v.name] for v in vars]
