@@ -184,6 +184,8 @@ def _results(client, futures) -> list:
                 results.append(future.result(timeout=_POLL_SECONDS))
                 break
             except TimeoutError:
+                if future.done():
+                    raise  # the chain's own TimeoutError (a solver's, say), not the wait's
                 if client.nthreads():
                     no_worker_since = None
                     continue

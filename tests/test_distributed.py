@@ -45,7 +45,6 @@ class ModuleCluster:
     left it without both workers."""
 
     def __init__(self):
-        self.cluster = self.client = None
         self.start()
 
     def start(self):
@@ -489,6 +488,33 @@ def test_sample_chains_on_a_cluster_without_workers_warns_and_waits(monkeypatch)
             back.join()
     assert len([w for w in record if issubclass(w.category, KameleonRuntimeWarning)]) == 1
     np.testing.assert_array_equal(waited.posterior["x"].values, served.posterior["x"].values)
+
+
+def _solver_that_times_out():
+    raise TimeoutError("the ODE solver gave up after 30 s")
+
+
+def test_sample_chains_raises_a_chains_own_timeout_error(client, monkeypatch):
+    """A chain that raises TimeoutError (a user's solver) is an error, not the poll's wait running out:
+    the poll had taken it for one and asked again for ever."""
+    from pymc_kameleon import distributed as ours
+
+    monkeypatch.setattr(ours, "_POLL_SECONDS", 0.2)
+    with pm.Model() as model:
+        pm.Normal("x")
+    raised = []
+
+    def run():
+        try:
+            ours.sample_chains(model, _solver_that_times_out, client, chains=2, draws=10, tune=10)
+        except TimeoutError as err:
+            raised.append(err)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "sample_chains still waits on a chain that raised TimeoutError"
+    assert raised and "the ODE solver gave up" in str(raised[0])
 
 
 def test_a_closed_client_and_misused_arguments_get_clear_errors(client):
