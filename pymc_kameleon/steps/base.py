@@ -293,7 +293,7 @@ class AdaptiveStep(PerChainReset, SMCStarting, ArrayStepShared):
         PyMC's step, reset."""
         if not isinstance(blocked, bool | np.bool_):  # "yes" passed as truthy, without a word
             raise ValueError(f"blocked must be True or False, got {blocked!r}.")
-        start = resolve_start(start)
+        start = resolve_start(start, type(self).__name__, self._smc_start_supported)
         self.start = start
         # Only a searching step keeps the model (pickled with the step to every worker process).
         self._start_search = StartSearch(model, vars) if start == "search" else None

@@ -235,7 +235,8 @@ class MLDA(MultilevelChecks, MultilevelGPLevels, AdaptiveStep):
         self.stats_dtypes = [{name: dtype for name, (dtype, _) in self.stats_dtypes_shapes.items()}]
         self._join_pymc(vars, target, blocked, rng, model=model, start=start)
         required = self._chain.adaptation.required_tune_steps()
-        if self.adaptive_error_model or has_gp_level:
+        self._tunes_in_iterations = self.adaptive_error_model or has_gp_level
+        if self._tunes_in_iterations:
             # They learn from the fine level, one evaluation an iteration, and each update moves the coarse
             # densities the proposal tunes on: the proposal's steps in iterations (groundwater, 6-d, min
             # ESS 159-382 at a fifth of it, 905-1183 at 500-1000; benchmarks/mlda_groundwater.py --tune).
@@ -288,9 +289,10 @@ class MLDA(MultilevelChecks, MultilevelGPLevels, AdaptiveStep):
         self._warn_costly_coarse_levels()
         adaptation = self._chain.adaptation
         if adaptation.tune_steps > 0:
+            budget = (chain.tune_iterations, self.default_tune_steps) if self._tunes_in_iterations else None
             warn_after_tuning(
                 "MLDA", adaptation, self.target_accept, self._warnings, self._coordinate_names,
-                steps_per_iteration=self._base_steps_per_iteration,
+                steps_per_iteration=self._base_steps_per_iteration, iteration_budget=budget,
             )
         adaptation.end_tuning(self.rng)
         if chain.gp_levels:
@@ -330,6 +332,7 @@ class MLDA(MultilevelChecks, MultilevelGPLevels, AdaptiveStep):
         if first:  # where the chain starts, after the search: a coarse density of zero holds it there too
             self._check_coarse_start(current, q0.point_map_info, zero_too=True)
         self._warn_if_untuned()
+        chain.tune_iterations += bool(self.tune)
         on_base_step = self._adapt if self.tune else None
         middle_points = {}  # model level -> the last state in this step of the model level above it
         on_evaluation = self._record_for_gp if self.tune and chain.gp_levels else None
@@ -469,6 +472,8 @@ class MultilevelChain(ChainState):
     middle_decisions : dict of int to deque
         Per level between the coarsest and the finest, ``(accepted, decisions)`` of its recent tuning
         iterations, counting decisions on moved subchain ends only (for the end-of-tuning check).
+    tune_iterations : int
+        Tuning iterations so far (the short-tuning check with the error model or a GP level).
     judged_since_move : int
         The finest level's decisions since the chain last moved (for the stuck warning's text).
     coarse_counted : list of int or None
@@ -492,6 +497,7 @@ class MultilevelChain(ChainState):
     middle_decisions: dict = field(default_factory=dict)
     failure_checks: int = 0  # fine evaluations where a coarse density failed (MLDA._check_coarse_failure)
     judged_since_move: int = 0
+    tune_iterations: int = 0
     coarse_counted: list | None = None
 
 

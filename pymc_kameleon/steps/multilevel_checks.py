@@ -224,8 +224,13 @@ class MultilevelChecks:
 
 
 # ------------------------------------------------------------------ the options and the coarse models
+#: Most coarsest-level steps one iteration may run (the product of the subsampling rates).
+MAX_COARSEST_STEPS = 10**6
+
+
 def checked_rates(rates, n_coarse: int) -> list[int]:
-    """One subchain length per coarse level, each an integer >= 1."""
+    """One subchain length per coarse level, each an integer >= 1, whose product is at most
+    :data:`MAX_COARSEST_STEPS`."""
     if isinstance(rates, str) or rates is None:
         raise ValueError(f"MLDA: subsampling_rates must be an integer >= 1 or a list of them, got {rates!r}.")
     values = [rates] * n_coarse if np.ndim(rates) == 0 else list(rates)
@@ -239,6 +244,14 @@ def checked_rates(rates, n_coarse: int) -> list[int]:
             raise ValueError(f"MLDA: subsampling_rates must be integers >= 1, got {rates!r}.")
         if not float(value).is_integer() or value < 1:
             raise ValueError(f"MLDA: subsampling_rates must be integers >= 1, got {rates!r}.")
+    steps = math.prod(int(v) for v in values)
+    if steps > MAX_COARSEST_STEPS:
+        raise ValueError(
+            f"MLDA: subsampling_rates {rates!r} make every iteration run {steps:.3g} steps on the coarsest "
+            f"level (their product), more than {MAX_COARSEST_STEPS:.0e}: the first iteration would not end. "
+            "Subchains of 2-20 steps per level are usual; a coarse model that needs longer ones is too far "
+            "from the fine one (adaptive_error_model=True corrects a bias)."
+        )
     return [int(v) for v in values]
 
 
@@ -269,6 +282,13 @@ def checked_coarse_models(coarse_models, model) -> list:
         if coarse is model:
             raise ValueError(
                 f"MLDA: coarse_models[{k}] is the model in context itself; give a cheaper model."
+            )
+        earlier = [j for j, other in enumerate(coarse_models[:k]) if other is coarse]
+        if earlier:
+            # A level equal to the one below accepts every subchain end: its evaluations buy nothing.
+            raise ValueError(
+                f"MLDA: coarse_models[{k}] is the same model as coarse_models[{earlier[0]}]; each level must "
+                "be a different model, from the cheapest to the most accurate (list it once)."
             )
         if not coarse.observed_RVs and not coarse.potentials:
             raise ValueError(

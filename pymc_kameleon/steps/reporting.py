@@ -107,6 +107,7 @@ def chain_words(chain: int | None) -> tuple[str, str]:
 def tuning_problems(
     report, target_accept: float, required_steps: int, dim: int, coordinate_names=None,
     steps_per_iteration: int = 1, accept_remedy: str | None = None, chain: int | None = None,
+    iteration_budget: tuple[int, int] | None = None,
 ) -> list[str]:
     """Sentences describing what went wrong in tuning (empty if nothing did).
 
@@ -117,10 +118,21 @@ def tuning_problems(
     the step knows a likelier cause than tuning too short (default: increase ``tune``). ``chain``: the
     chain's index in a population (pooled tuning), named in the sentences about that chain alone; those
     about the tuning budget, the same for every chain, do not name it, so that Python shows them once.
+    ``iteration_budget``: ``(iterations tuned, iterations needed)`` for a step whose proposal tunes on
+    densities that learn once an iteration (MLDA's error model and GP levels), judged instead of
+    ``required_steps``.
     """
     subject, whose = chain_words(chain)
     problems = []
-    if report.tune_steps < required_steps:
+    if iteration_budget is not None:
+        tuned, needed = iteration_budget
+        if tuned < needed:
+            problems.append(
+                f"tuning took {tuned} iterations, fewer than the {needed} its proposal needs in {dim} "
+                "dimensions when the coarse densities it tunes on keep moving (the adaptive error model and "
+                f"GP levels learn from the fine level, once an iteration); pass tune >= {needed}"
+            )
+    elif report.tune_steps < required_steps:
         if steps_per_iteration > 1:
             iterations = math.ceil(required_steps / steps_per_iteration)
             problems.append(
@@ -420,6 +432,7 @@ def warn_after_tuning(
     step_name: str, adaptation, target_accept: float, sink: StepWarnings, coordinate_names=None,
     across_chains: bool = False, steps_per_iteration: int = 1, differentiable=None,
     accept_remedy: str | None = None, chain: int | None = None,
+    iteration_budget: tuple[int, int] | None = None,
 ) -> DrawsAgreement | None:
     """One KameleonWarning at the end of a chain's tuning, listing every problem found (none: silent).
 
@@ -427,12 +440,13 @@ def warn_after_tuning(
     :class:`DrawsAgreement` returned compares their first :data:`CROSS_CHAIN_DRAWS` draws and warns if
     they disagree, with the figure of their last tuning states if those disagreed too (None without
     ``across_chains``). ``steps_per_iteration`` and ``accept_remedy``: as :func:`tuning_problems`.
-    ``differentiable``: as :class:`DrawsAgreement`'s. ``chain``: as :func:`tuning_problems`.
+    ``differentiable``: as :class:`DrawsAgreement`'s. ``chain`` and ``iteration_budget``: as
+    :func:`tuning_problems`.
     """
     required = adaptation.required_tune_steps()
     problems = tuning_problems(
         adaptation.report(), target_accept, required, adaptation.dim, coordinate_names, steps_per_iteration,
-        accept_remedy, chain,
+        accept_remedy, chain, iteration_budget,
     )
     pending = None
     if across_chains:

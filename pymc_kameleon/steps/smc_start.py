@@ -431,13 +431,15 @@ class SMCStarting:
         KameleonMetropolis offers it; the others refuse the option when they are made)."""
 
 
-def resolve_start(start):
+def resolve_start(start, step_name: str = "start", smc_supported: bool = True):
     """``start`` as the step keeps it: ``"search"``, ``"initial_point"`` or an :class:`SMCStart`
-    (``"smc"`` is ``SMCStart()``); anything else raises a ValueError naming the choices."""
+    (``"smc"`` is ``SMCStart()``); anything else raises a ValueError naming the choices ``step_name``
+    offers (without ``"smc"`` where ``smc_supported`` is False; the step refuses it later, saying why)."""
     if isinstance(start, SMCStart):
         return start
     if start == "smc":
         return SMCStart()
     if start in STARTS:
         return start
-    raise ValueError(f"start must be one of {(*STARTS, 'smc')} or an SMCStart(...), got {start!r}.")
+    choices = f"one of {(*STARTS, 'smc')} or an SMCStart(...)" if smc_supported else f"one of {STARTS}"
+    raise ValueError(f"{step_name}: start must be {choices}, got {start!r}.")

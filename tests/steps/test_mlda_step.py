@@ -316,6 +316,8 @@ def test_a_coarse_model_without_likelihood_is_refused():
         ({"subsampling_rates": [None]}, "integers >= 1"),
         ({"target_accept": 1.5}, "target_accept"),
         ({"independence_weight": 2.0}, "independence_weight"),
+        ({"subsampling_rates": 10**9}, r"run 1e\+09 steps on the coarsest level"),
+        ({"start": "bogus"}, r"MLDA: start must be one of \('search', 'initial_point'\), got 'bogus'"),
     ],
 )
 def test_nonsensical_options_are_named(kwargs, match):
@@ -440,6 +442,25 @@ def test_the_tuning_warning_counts_in_pm_samples_iterations():
         sample(tune=20, draws=10, chains=1)
 
 
+def test_the_tuning_warning_with_the_error_model_asks_for_the_iterations_its_default_takes():
+    """With the error model the proposal needs its tuning steps in iterations (its default tune); the
+    check had divided them by the subchain length, so tune=150 said "pass tune >= 165" against a default
+    of 825, and a new user's tune=300 (min ESS 69, R-hat 1.04 against 217 and 1.00 at 825) was silent."""
+    fine, coarse = conjugate_model(), conjugate_model(1.0)
+    with fine:
+        step = MLDA(coarse_models=[coarse], subsampling_rates=5, adaptive_error_model=True)
+    needed = step.default_tune_steps
+    short = needed // 2  # more than required / 5, so the old check said nothing
+    assert short * 5 > needed
+    pattern = rf"tuning took {short} iterations, fewer than the {needed} .*pass tune >= {needed}"
+    with pytest.warns(UserWarning, match=pattern):
+        sample({"subsampling_rates": 5, "adaptive_error_model": True}, tune=short, draws=5, chains=1)
+    with warnings.catch_warnings(record=True) as caught:  # negative control: its default budget is enough
+        warnings.simplefilter("always")
+        sample({"subsampling_rates": 5, "adaptive_error_model": True}, tune=needed, draws=5, chains=1)
+    assert not [w for w in caught if "tuning took" in str(w.message)]
+
+
 def test_sampling_without_tuning_says_so_once_per_chain_and_names_the_error_model():
     """tune=0: a new user got only a later "stuck" warning blaming a funnel; now the step says up front
     that its proposal is untuned (and that the error model learned nothing), and draws the same."""
@@ -468,6 +489,16 @@ def test_a_coarse_model_built_inside_the_fine_models_with_block_is_named():
             pm.Normal("y", mu, 1, observed=DATA)
     with fine, pytest.raises(ValueError, match="built inside another model's `with` block"):
         MLDA(coarse_models=[coarse])
+
+
+def test_the_same_coarse_model_twice_is_refused():
+    """A new user's [coarse, coarse] ran 6x the coarse solves for nothing, silently."""
+    coarse, other = conjugate_model(1.0), conjugate_model(0.5)
+    with conjugate_model(), pytest.raises(ValueError, match=r"coarse_models\[2\] is the same model as coarse_"
+                                                            r"models\[0\]"):
+        MLDA(coarse_models=[coarse, other, coarse])
+    with conjugate_model():
+        assert MLDA(coarse_models=[coarse, other]).n_levels == 3  # the control: two different models
 
 
 def test_the_model_itself_as_coarse_model_is_refused():
