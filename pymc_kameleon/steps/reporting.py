@@ -1,27 +1,14 @@
 """What our steps tell the user: end-of-tuning warnings and progress-bar columns.
 
-**Warnings from worker processes.** ``pm.sample(cores>1)`` (PyMC's default on a machine with
-several cores) and ``pm.sample_smc(cores>1)`` run each chain in a worker process, and a warning
-raised there never reaches the user: it is neither shown nor caught by ``warnings.catch_warnings``.
-What does reach the session is each draw's statistics (or, for SMC, the kernel's settings),
-pickled. So a step in a worker keeps its warnings (:class:`StepWarnings`) and attaches them to
-the next statistic it reports, as a float (or int) subclass whose unpickling in the session raises
-them there and leaves the plain number (:func:`carry_warnings`).
+How a warning raised in one of PyMC's worker processes reaches the session is
+:mod:`pymc_kameleon.steps.session_warnings` (:class:`StepWarnings`, :func:`carry_warnings`, imported here
+too).
 """
 
 from __future__ import annotations
 
 import math
-import multiprocessing
-import os
-import pickle
-import sys
-import threading
-import warnings
 
-import numpy as np
-import pymc
-import pytensor
 from rich.progress import TextColumn
 from rich.table import Column
 
@@ -29,6 +16,7 @@ from pymc_kameleon.core.adaptation.diagnostics import CLIMB_LIMIT
 from pymc_kameleon.core.adaptation.scale_free import UNCOVERED_LIMIT
 from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.steps.agreement import DrawsAgreement, coordinate_name, cross_chain_disagreement
+from pymc_kameleon.steps.session_warnings import StepWarnings, carry_warnings, in_pymc_worker
 
 __all__ = [
     "CLIMB_LIMIT",
@@ -46,10 +34,6 @@ __all__ = [
     "tuning_problems",
     "warn_after_tuning",
 ]
-
-# pm.sample(cores>1) and pm.sample_smc(cores>1) name their worker processes so (PyMC 5.28 and 6), and
-# the population sampler (pooled tuning with cores>1) its chains' processes.
-_PYMC_WORKER_PREFIXES = ("worker_chain_", "smc_worker_chain_", "ChainWalker")
 
 # Acceptance rates outside [target / 2, (1 + target) / 2] at the end of tuning are reported.
 _LOW_ACCEPT_FACTOR = 0.5
@@ -248,92 +232,6 @@ def tuning_problems(
             "posterior and its draws may be far from it; increase `tune` or start closer to the posterior"
         )
     return problems
-
-
-def in_pymc_worker() -> bool:
-    """Whether this code runs in one of PyMC's sampling worker processes (``cores>1``)."""
-    return multiprocessing.current_process().name.startswith(_PYMC_WORKER_PREFIXES)
-
-
-# Where a frame's code lives inside these, it is not the user's: a step's warning names the first frame
-# outside them (the user's pm.sample call), not PyMC's step loop (a new user's warning pointed at
-# pymc/step_methods/arraystep.py).
-_LIBRARY_DIRS = tuple(
-    os.path.dirname(module.__file__) + os.sep
-    for module in (pymc, pytensor, pickle, threading, multiprocessing)  # stdlib: pickle's directory
-) + (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,)
-
-
-def user_stacklevel(default: int) -> int:
-    """The ``stacklevel`` that makes a ``warnings.warn`` in the caller name the first frame outside the
-    package, PyMC, PyTensor and the standard library's pickling and process machinery; ``default`` if
-    every frame is inside them."""
-    frame, level = sys._getframe(2), 2
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if not filename.startswith(_LIBRARY_DIRS) and not filename.startswith("<frozen"):
-            return level
-        frame, level = frame.f_back, level + 1
-    return default
-
-
-def _warn_in_session(value, messages):
-    for message, category in messages:
-        warnings.warn(message, category, stacklevel=user_stacklevel(2))
-    return value
-
-
-class _Carried:
-    """A number that raises ``messages`` when it is unpickled (mixed into float or int)."""
-
-    def __new__(cls, value, messages):
-        obj = super().__new__(cls, value)
-        obj.messages = messages
-        return obj
-
-    def __reduce__(self):
-        return _warn_in_session, (self._plain(self), self.messages)
-
-
-class _CarriedFloat(_Carried, float):
-    _plain = float
-
-
-class _CarriedInt(_Carried, int):
-    _plain = int
-
-
-def carry_warnings(value, messages):
-    """``value`` (a number), made to raise ``messages`` (``(text, category)`` pairs) when unpickled."""
-    if not messages:
-        return value
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError("carry_warnings needs a float or int statistic, not a bool.")
-    if isinstance(value, (int, np.integer)):
-        return _CarriedInt(int(value), tuple(messages))
-    return _CarriedFloat(float(value), tuple(messages))
-
-
-class StepWarnings:
-    """A step's warnings: raised at once in the session, kept for the next statistics in a worker."""
-
-    def __init__(self):
-        self.pending = []
-        self.n_warned = 0  # this chain's warnings so far
-
-    def warn(self, message: str, category=KameleonWarning, stacklevel: int = 2) -> None:
-        self.n_warned += 1
-        if in_pymc_worker():
-            self.pending.append((message, category))
-        else:
-            warnings.warn(message, category, stacklevel=user_stacklevel(stacklevel + 1))
-
-    def attach(self, stats: dict, key: str) -> dict:
-        """Attach the kept warnings to ``stats[key]`` (they are raised when the session unpickles it)."""
-        if self.pending:
-            stats[key] = carry_warnings(stats[key], self.pending)
-            self.pending = []
-        return stats
 
 
 # A chain that rejects this many proposals in a row after tuning is reported as stuck (a healthy
