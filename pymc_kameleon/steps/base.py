@@ -20,6 +20,7 @@ from pymc.vartypes import discrete_types
 from pymc_kameleon.core.validation import unexpected_keyword_error
 from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.steps.agreement import DrawsAgreement
+from pymc_kameleon.steps.draw_checks import DrawChecks
 from pymc_kameleon.steps.left_regions import LeftRegionsCheck
 from pymc_kameleon.steps.population import pooled_class_for
 from pymc_kameleon.steps.reporting import (
@@ -178,7 +179,7 @@ def _check_keywords(cls, kwargs) -> None:
 _NEWARGS = "_BlockedStep__newargs"
 
 
-class AdaptiveStep(PerChainReset, SMCStarting, ArrayStepShared):
+class AdaptiveStep(PerChainReset, SMCStarting, DrawChecks, ArrayStepShared):
     """Base of our steps: a continuous block sampled with an exact (kept) pseudo-marginal estimate.
 
     A subclass builds its target density (:class:`~pymc_kameleon.steps.target_density.TargetDensity`)
@@ -381,29 +382,6 @@ class AdaptiveStep(PerChainReset, SMCStarting, ArrayStepShared):
     def _warnings(self) -> StepWarnings:
         return self._chain.warnings
 
-    def _warn_if_untuned(self, adaptation=None) -> None:
-        """Warn once per chain when it samples with no tuning step behind it (``tune=0``), in the words of
-        :meth:`_untuned_message`; ``adaptation``: the chain's scale-free adaptation (by default its
-        ``adaptation``)."""
-        chain = self._chain
-        if adaptation is None:
-            adaptation = chain.adaptation
-        if self.tune or adaptation.tune_steps or chain.warned_untuned:
-            return
-        chain.warned_untuned = True
-        self._warnings.warn(self._untuned_message(), KameleonWarning, stacklevel=4)
-
-    def _untuned_message(self) -> str:
-        raise NotImplementedError
-
-    def _untuned_proposal(self) -> str:
-        """What an untuned chain proposes: the adaptation's starting walk, in words for the tune=0 warning."""
-        scale = self._start_adaptation.state.am_scale.value
-        return (
-            f"an untuned move of all {self.dim} coordinates at once, with step sd {scale:.3g} in each on the "
-            f"sampler's unconstrained scale (2.38/sqrt({self.dim})), whatever the scale of the posterior"
-        )
-
     def _refresh_sticky_estimate(self, accepted: bool) -> bool:
         """During tuning, with a plain (not correlated) pseudo-marginal term: redraw the estimate kept at the
         state once the chain has rejected :data:`TUNING_REFRESH_REJECTIONS` proposals in a row. Returns
@@ -436,82 +414,6 @@ class AdaptiveStep(PerChainReset, SMCStarting, ArrayStepShared):
         if message:
             self._said_flat_estimate = True
             self._warnings.warn(message, KameleonWarning, stacklevel=3)
-
-    def _start_left_regions_check(self, adaptation) -> None:
-        """At the end of tuning: compare the chain's settled tuning blocks with its first draws
-        (:class:`~pymc_kameleon.steps.left_regions.LeftRegionsCheck`). Not with a PseudoMarginalPotential:
-        the blocks' log densities are the exact part, without the estimated likelihood, so they say nothing
-        of a region's mass (nor, flat where only the prior is, whether the chain was walking in)."""
-        if self._target.has_estimates:
-            self._chain.left_regions = None
-            return
-        check = LeftRegionsCheck(type(self).__name__, adaptation.blocks.blocks, self._chain_index)
-        self._chain.left_regions = None if check.done else check
-
-    def _check_draws(self, accepted: bool, estimated: bool = True) -> None:
-        """After tuning: warn once if the chain rejects :data:`~pymc_kameleon.steps.reporting.STUCK_DRAWS`
-        proposals in a row, if it settled during tuning in a region its first draws never reach
-        (:class:`~pymc_kameleon.steps.left_regions.LeftRegionsCheck`), and if chains that disagreed at the
-        end of tuning disagree over their first draws too
-        (:class:`~pymc_kameleon.steps.agreement.DrawsAgreement`)."""
-        self._check_nan_density()
-        if self._chain.stuck.count(accepted, self.tune, estimated):
-            message = self._chain.stuck.text(
-                type(self).__name__, self._warnings.n_warned > 0, pseudo_marginal=self._target.has_estimates,
-                remedy=self._stuck_remedy(), chain=self._chain_index,
-            )
-            self._warnings.warn(message, KameleonWarning, stacklevel=3)
-        left, agreement = self._chain.left_regions, self._chain.draws_agreement
-        if self.tune or (left is None and agreement is None):
-            return
-        population = self._population_states()
-        if left is not None:
-            draws = self._target.current_state if population is None else population
-            message = left.record(draws, self._target.current_exact_logp)
-            if left.done:
-                self._chain.left_regions = None
-            if message:
-                self._warnings.warn(message, KameleonWarning, stacklevel=3)
-        if agreement is not None:
-            message = agreement.record(population)
-            if agreement.done:
-                self._chain.draws_agreement = None
-            if message:
-                self._warnings.warn(message, KameleonWarning, stacklevel=3)
-
-    def _check_nan_density(self) -> None:
-        """After tuning, say once a chain where the model's log density was NaN at a proposal: it is
-        rejected as a zero density, so a model that fails inside the posterior (an ODE solver) cuts
-        that region out of the draws with nothing else to show for it. (During tuning a chain walking in
-        from far away often meets such points, and they are forgotten.)"""
-        target = self._target
-        x, target.nan_at = target.nan_at, None
-        if x is None or self.tune or self._chain.nan_said:
-            return
-        self._chain.nan_said = True
-        self._warnings.warn(
-            f"{type(self).__name__}: after tuning, the model's log density was NaN at a proposal "
-            f"({self._describe_point(x)}); it is rejected, as a point of zero density. If the model "
-            "fails there for numerical reasons (an ODE solver, an overflow) rather than having zero "
-            "density, the draws miss that part of the posterior: make the model finite there, or -inf "
-            "where the density really is zero. Said once per chain.",
-            KameleonWarning,
-            stacklevel=4,
-        )
-
-    def _describe_point(self, x, max_coordinates: int = 12) -> str:
-        """``x`` by the user's coordinate names (``log(sigma)=-1.92, x0=1.65``), its first
-        ``max_coordinates`` only (a 50-d point filled a warning)."""
-        names = getattr(self, "_coordinate_names", None) or []
-        if len(names) != len(x):
-            values = np.array2string(np.asarray(x), precision=4, threshold=max_coordinates, edgeitems=3)
-            return f"x = {values}"
-        shown = ", ".join(f"{name}={value:.4g}" for name, value in zip(names[:max_coordinates], x))
-        return shown if len(x) <= max_coordinates else f"{shown}, ... ({len(x)} coordinates)"
-
-    def _stuck_remedy(self) -> str | None:
-        """The advice of the after-tuning warning of a stuck chain (None: more tuning, a closer start)."""
-        return None
 
     @staticmethod
     def competence(var, has_grad):
