@@ -673,6 +673,28 @@ def test_variance_floor_is_one_over_the_mean_squared_gradient():
     np.testing.assert_allclose(window.variance_floor, [1.0, 4.0])
 
 
+def test_the_acceptance_rate_checked_at_the_end_of_tuning_leaves_independent_draws_out():
+    """A new user's 2-d Gaussian was told its acceptance rate, 0.618, was far from target_accept and to
+    increase `tune`: the walk accepted 0.287, the independent draws (not tuned to the target) 0.838. Hand-
+    computed: walk steps at 0.3 and independent ones at 0.9 give 0.3 (the mixed mean, 0.6, is the
+    control); over the recent steps too (tuning ending early in a window), and in a pooled window."""
+    from pymc_kameleon.core.adaptation.windows import AdaptationWindow
+
+    window = AdaptationWindow(2, 100, 10, 10)
+    for k in range(10):
+        window.record(np.full(2, k), 0.3)
+        window.record(np.full(2, k), 0.9, tuned=False)
+    assert np.mean(window.accept) == pytest.approx(0.6)
+    assert window.last_accept_rate == pytest.approx(0.3)
+    window.start_next(30)
+    window.record(np.zeros(2), 0.9, tuned=False)  # one step into the next window: the recent ones count
+    assert window.last_accept_rate == pytest.approx(0.3)
+    assert window.merged().last_accept_rate == pytest.approx(0.3)
+    only_independent = AdaptationWindow(2, 100, 10, 10)
+    only_independent.record(np.zeros(2), 0.9, tuned=False)
+    assert math.isnan(only_independent.last_accept_rate)
+
+
 @pytest.mark.parametrize("with_gradient", [True, False], ids=["gradient", "no-gradient"])
 def test_a_window_that_barely_moved_cannot_shrink_c_below_the_cramer_rao_floor(with_gradient):
     """Target N(0, I); a window whose coordinate 1 crawls at sd 0.01 around x_1 = 0.5 (a collapsed

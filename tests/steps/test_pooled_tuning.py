@@ -187,9 +187,9 @@ def test_every_chains_window_records_every_chains_state(cls, monkeypatch):
     rows = []
     original = AdaptationWindow.record
 
-    def record(self, y_new, accept_prob, log_density=np.nan, gradient=None, population=None):
+    def record(self, y_new, accept_prob, log_density=np.nan, gradient=None, population=None, **kwargs):
         rows.append(None if population is None else np.array(population, copy=True))
-        return original(self, y_new, accept_prob, log_density, gradient, population)
+        return original(self, y_new, accept_prob, log_density, gradient, population, **kwargs)
 
     monkeypatch.setattr(AdaptationWindow, "record", record)
     _sample(gaussian_data_model(), lambda: cls(tuning="pooled"), chains=3, tune=300, draws=20)

@@ -242,7 +242,10 @@ class ScaleFreeAdaptation:
         state = self.state
         accept_prob = float(draw.accept_prob)
         state.tune_steps += 1
-        self._windows.record(draw.state, accept_prob, draw.log_density, draw.gradient, draw.population)
+        self._windows.record(
+            draw.state, accept_prob, draw.log_density, draw.gradient, draw.population,
+            tuned=draw.component not in INDEPENDENT_COMPONENTS,
+        )
         if not self._tuning_ended:  # vanishing adaptation after tuning adapts too
             self.blocks.record(draw.state, draw.log_density)
         if self.independence.enabled and draw.proposal is not None:

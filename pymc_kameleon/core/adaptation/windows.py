@@ -35,8 +35,9 @@ class AdaptationWindow:
     is the tuning step at which the current one ends. ``recent``, ``recent_log_density`` and
     ``recent_gradient`` keep the last :data:`DRIFT_STATES` tuning states, their log densities and
     (if the step has them) the log density's gradients there across windows, for the drift, climb
-    and gradient-spread checks; ``recent_accept`` their acceptance probabilities, for the
-    acceptance check when tuning ends early in a window; ``recent_population`` (pooled) every
+    and gradient-spread checks; ``recent_accept`` their acceptance probabilities and ``recent_tuned``
+    whether each came from a move whose scale is tuned to the target acceptance, for the acceptance
+    check when tuning ends early in a window; ``recent_population`` (pooled) every
     chain's states at those steps, for the end-of-tuning check across chains.
 
     **Pooled** (a population of chains, see :meth:`record`): the window's draws are every chain's
@@ -50,6 +51,7 @@ class AdaptationWindow:
         self.index = 0
         self.end = end
         self.accept = []  # acceptance probabilities (or their estimates) of this window's steps
+        self.tuned = []  # per step: whether its move's scale is tuned to the target (not an independent draw)
         self.moves = 0  # steps of this window whose state differs from the previous one (per chain, pooled)
         self.rows = 0  # draws recorded in this window (one per step, or one per chain and step, pooled)
         self._last_rows = None  # the population's states at the last pooled step
@@ -61,6 +63,7 @@ class AdaptationWindow:
         self.recent_log_density = deque(maxlen=DRIFT_STATES)
         self.recent_gradient = deque(maxlen=DRIFT_STATES)
         self.recent_accept = deque(maxlen=DRIFT_STATES)
+        self.recent_tuned = deque(maxlen=DRIFT_STATES)
         self.recent_population = deque(maxlen=DRIFT_STATES)  # pooled: every chain's state per step
 
     def seed(self, points: np.ndarray, end: int) -> None:
@@ -80,10 +83,12 @@ class AdaptationWindow:
         self.recent_gradient.clear()
 
     def record(
-        self, y_new, accept_prob: float, log_density: float = math.nan, gradient=None, population=None
+        self, y_new, accept_prob: float, log_density: float = math.nan, gradient=None, population=None,
+        tuned: bool = True,
     ) -> None:
         """One tuning step's state, acceptance probability, log density (NaN if unknown) and the log
-        density's gradient (None if unknown).
+        density's gradient (None if unknown). ``tuned``: whether the move's scale is tuned to the target
+        acceptance (False for an independent draw), for :attr:`last_accept_rate`.
 
         ``population``, if given, is every chain's state at the start of the step (rows, this
         chain's among them, in a fixed order): those rows are the window's draws instead of
@@ -91,6 +96,8 @@ class AdaptationWindow:
         """
         self.accept.append(float(accept_prob))
         self.recent_accept.append(float(accept_prob))
+        self.tuned.append(bool(tuned))
+        self.recent_tuned.append(bool(tuned))
         y_new = np.asarray(y_new, dtype=float)
         if population is None:
             self.draws.append(y_new)
@@ -148,13 +155,16 @@ class AdaptationWindow:
 
     @property
     def accept_rate(self) -> float:
-        """Mean acceptance probability of this window's steps (NaN if none)."""
-        return float(np.mean(self.accept)) if self.accept else math.nan
+        """Mean acceptance probability of this window's tuned moves (NaN if none): an independent draw's
+        is left out, as its spread is not tuned to the target (mixed in, independence draws accepted at
+        0.84 took a healthy 2-d chain's rate to 0.62, read as steps too short)."""
+        return _tuned_mean(self.accept, self.tuned)
 
     @property
     def last_accept_rate(self) -> float:
-        """Mean acceptance probability over the last tuning steps (NaN if none): this window's, or
-        the last ``first_window`` (at most :data:`DRIFT_STATES`) if this window has fewer steps.
+        """Mean acceptance probability of the tuned moves over the last tuning steps (NaN if none): this
+        window's, or the last ``first_window`` (at most :data:`DRIFT_STATES`) if this window has fewer
+        steps.
 
         Tuning can end just after a window did; this window's few steps (none, at worst) would then
         hide a chain that stopped moving.
@@ -162,7 +172,7 @@ class AdaptationWindow:
         least = min(self.first_window, DRIFT_STATES)
         if len(self.accept) >= least or len(self.recent_accept) <= len(self.accept):
             return self.accept_rate
-        return float(np.mean(list(self.recent_accept)[-least:]))
+        return _tuned_mean(list(self.recent_accept)[-least:], list(self.recent_tuned)[-least:])
 
     def whitening_is_off(self, whitening: Whitening) -> bool:
         r"""Whether this window's draws so far say the learned covariance is off by a factor 3 in sd.
@@ -205,6 +215,7 @@ class AdaptationWindow:
             for point in window.draws.points:
                 pooled.draws.append(point)
             pooled.accept.extend(window.accept)
+            pooled.tuned.extend(window.tuned)
             pooled.moves += window.moves
             pooled.rows += window.rows
             pooled._gradient_squares = pooled._gradient_squares + window._gradient_squares
@@ -212,6 +223,7 @@ class AdaptationWindow:
         pooled._last_state = self._last_state
         pooled.recent, pooled.recent_log_density = self.recent.copy(), self.recent_log_density.copy()
         pooled.recent_gradient, pooled.recent_accept = self.recent_gradient.copy(), self.recent_accept.copy()
+        pooled.recent_tuned = self.recent_tuned.copy()
         return pooled
 
     def start_next(self, end: int) -> None:
@@ -220,11 +232,19 @@ class AdaptationWindow:
         self.end = end
         self.draws.clear()
         self.accept = []
+        self.tuned = []
         self.moves = 0
         self.rows = 0
         self.seeded = 0
         self._gradient_squares = np.zeros_like(self._gradient_squares)
         self._gradients = 0
+
+
+def _tuned_mean(accept, tuned) -> float:
+    """The mean of the acceptance probabilities ``accept`` of the steps whose ``tuned`` is True (NaN if
+    none)."""
+    values = [a for a, t in zip(accept, tuned, strict=True) if t]
+    return float(np.mean(values)) if values else math.nan
 
 
 def _moves_and_jump(previous: np.ndarray, rows: np.ndarray) -> tuple[int, bool]:
