@@ -22,7 +22,9 @@ from pymc.vartypes import discrete_types
 from pytensor import shared
 from pytensor.graph.replace import vectorize_graph
 from pytensor.tensor.random.type import RandomGeneratorType
+from scipy.special import logsumexp
 
+from pymc_kameleon.core.smc.population import refine_tempering_step
 from pymc_kameleon.core.validation import check_number, unexpected_keyword_error
 from pymc_kameleon.core.warning_categories import KameleonRuntimeWarning, KameleonWarning
 from pymc_kameleon.executors import as_executor_option
@@ -171,6 +173,24 @@ class BatchedSMCKernel(SMC_KERNEL):
         finally:
             self.likelihood_logp_func = likelihood
         self.likelihood_logp = self._likelihoods_on_executor(self.tempered_posterior)
+
+    def update_beta_and_weights(self):
+        """PyMC's next inverse temperature and weights, with its step refined below PyMC's resolution of
+        1e-6 where that missed the effective sample size the threshold asks for by more than half
+        (:func:`~pymc_kameleon.core.smc.population.refine_tempering_step`); the evidence is updated to
+        match."""
+        old_beta, old_log_z = self.beta, self.log_marginal_likelihood
+        super().update_beta_and_weights()
+        target = int(self.draws * self.threshold)
+        beta = refine_tempering_step(self.likelihood_logp, old_beta, self.beta, target)
+        if beta == self.beta:
+            return
+        log_weights = (beta - old_beta) * self.likelihood_logp
+        total = logsumexp(log_weights)
+        self.beta = beta
+        self.weights = np.exp(log_weights - total)
+        self.weights /= self.weights.sum()
+        self.log_marginal_likelihood = old_log_z + total - np.log(self.draws)
 
     def _likelihoods_on_executor(self, particles) -> np.ndarray:
         """The likelihood log densities of an (m, D) array, evaluated on the executor."""
