@@ -177,7 +177,7 @@ LINEAGES_CHECKED = "lineages_checked_at_sampling"
 # Below this many lineages a reweighting kept only a handful of particles, and log Z was off by nats to tens
 # of nats, not tenths: on a regression on income in dollars with N(0, 10^2) priors (1000 particles, before
 # KASS refined PyMC's tempering steps) 1-7 lineages gave errors of -65.9 to +0.7 against error bars of
-# 0.6-0.8; 4000 particles, 10-17 lineages (still under 1% of the draws), gave -0.47 to +0.06
+# 0.6-0.8; 4000 particles, 10-17 lineages (still under 1% of the draws), gave -0.52 to +0.06
 # (benchmarks/results/kass_unstandardised_regression.md).
 FEW_LINEAGES = 10
 
@@ -200,7 +200,7 @@ def collapsed_genealogy_message(counts: str, draws: int, fewest: int) -> str:
             "The usual cause is a prior far wider than the posterior, or one that puts little mass where "
             "the data are possible. Rescale the predictors (standardise them) or the priors so that the "
             "prior is not orders of magnitude wider than the posterior, and use more particles: "
-            f"4 times as many (draws={4 * draws}) brought that regression to within 0.5 nats; about "
+            f"4 times as many (draws={4 * draws}) brought that regression within its error bars; about "
             f"draws={suggested} would give {2 * MIN_DISTINCT_ANCESTORS} lineages. Compare several "
             "independent chains."
         )
