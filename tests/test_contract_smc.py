@@ -34,7 +34,8 @@ BAD_OPTIONS = [
     ({"chunk_size": 0}, ValueError, "chunk_size"),
     ({"batch_logp": "yes"}, ValueError, "batch_logp"),
     ({"resampling": "stratified"}, ValueError, "resampling"),
-    ({"threshold": 2.0}, ValueError, "Threshold"),  # PyMC's own option
+    ({"threshold": 2.0}, ValueError, "threshold must be a number in"),  # PyMC's own option, checked first
+    ({"threshold": 0.0}, ValueError, "threshold must be a number in"),  # PyMC accepts it
     # pm.sample_smc's `kernel` is the SMC kernel class; the RKHS kernel has its own name.
     ({"kernel": "linear"}, TypeError, "proposal_kernel"),
 ]

@@ -8,7 +8,7 @@ import numpy as np
 
 __all__ = [
     "check_independence_weight", "check_kameleon_options", "check_number", "check_probability",
-    "check_weight", "unexpected_keyword_error",
+    "check_smc_threshold", "check_weight", "unexpected_keyword_error",
 ]
 
 
@@ -34,6 +34,27 @@ def check_number(name, value, *, integer=False, minimum=None, strict=True):
         kind = "an integer" if integer else "a finite number"
         bound = "" if minimum is None else f" {'>' if strict else '>='} {minimum}"
         raise ValueError(f"{name} must be {kind}{bound}, got {value!r}.")
+
+
+def check_smc_threshold(sampler: str, threshold, draws) -> None:
+    """Raise a ValueError naming ``sampler`` unless ``threshold``, an SMC kernel's, is a number in (0, 1)
+    with ``int(threshold * draws) >= 1``. PyMC accepts 0 (its target effective sample size is then 0, so
+    the first reweighting goes straight to beta = 1: importance sampling from the prior) and 1 (every step
+    must keep all N, so beta crawls up by PyMC's resolution, 1e-6)."""
+    ok = isinstance(threshold, (int, float, np.number)) and not isinstance(threshold, (bool, np.bool_))
+    if not (ok and 0.0 < threshold < 1.0):
+        raise ValueError(
+            f"{sampler}: threshold must be a number in (0, 1), got {threshold!r}. It is the fraction of the "
+            "particles' effective sample size each reweighting keeps (default 0.5; higher: more, gentler "
+            "stages): 0 would reweight the prior's draws straight to the posterior in one stage, and 1 "
+            "would never let beta rise."
+        )
+    if isinstance(draws, (int, np.integer)) and int(draws * threshold) < 1:
+        raise ValueError(
+            f"{sampler}: threshold={threshold!r} with draws={draws} asks each reweighting to keep an "
+            f"effective sample size of int({threshold!r} * {draws}) = 0, so the first would go straight to "
+            f"the posterior. Use a threshold of at least {1 / draws:.3g} (default 0.5), or more draws."
+        )
 
 
 def check_probability(name, value):

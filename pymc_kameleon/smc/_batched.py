@@ -22,8 +22,10 @@ from pymc.vartypes import discrete_types
 from pytensor import shared
 from pytensor.graph.replace import vectorize_graph
 from pytensor.tensor.random.type import RandomGeneratorType
+from scipy.special import logsumexp
 
-from pymc_kameleon.core.validation import check_number, unexpected_keyword_error
+from pymc_kameleon.core.smc.population import refine_tempering_step
+from pymc_kameleon.core.validation import check_number, check_smc_threshold, unexpected_keyword_error
 from pymc_kameleon.core.warning_categories import KameleonRuntimeWarning, KameleonWarning
 from pymc_kameleon.executors import as_executor_option
 from pymc_kameleon.pseudo_marginal import PseudoMarginalOp
@@ -85,6 +87,8 @@ class BatchedSMCKernel(SMC_KERNEL):
             raise ValueError(
                 f"{name}: {err} An evidence with an error bar needs a few hundred or more."
             ) from None
+        draws = kwargs.get("draws", args[0] if args else 2000)
+        check_smc_threshold(name, kwargs.get("threshold", 0.5), draws)
         self.executor = as_executor_option(executor, name)
         super().__init__(*args, **kwargs)
         self.batch_logp = batch_logp
@@ -172,6 +176,24 @@ class BatchedSMCKernel(SMC_KERNEL):
             self.likelihood_logp_func = likelihood
         self.likelihood_logp = self._likelihoods_on_executor(self.tempered_posterior)
 
+    def update_beta_and_weights(self):
+        """PyMC's next inverse temperature and weights, with its step refined below PyMC's resolution of
+        1e-6 where that missed the effective sample size the threshold asks for by more than half
+        (:func:`~pymc_kameleon.core.smc.population.refine_tempering_step`); the evidence is updated to
+        match."""
+        old_beta, old_log_z = self.beta, self.log_marginal_likelihood
+        super().update_beta_and_weights()
+        target = int(self.draws * self.threshold)
+        beta = refine_tempering_step(self.likelihood_logp, old_beta, self.beta, target)
+        if beta == self.beta:
+            return
+        log_weights = (beta - old_beta) * self.likelihood_logp
+        total = logsumexp(log_weights)
+        self.beta = beta
+        self.weights = np.exp(log_weights - total)
+        self.weights /= self.weights.sum()
+        self.log_marginal_likelihood = old_log_z + total - np.log(self.draws)
+
     def _likelihoods_on_executor(self, particles) -> np.ndarray:
         """The likelihood log densities of an (m, D) array, evaluated on the executor."""
         rows = [(x,) for x in particles]
@@ -188,8 +210,9 @@ class BatchedSMCKernel(SMC_KERNEL):
         return np.array([float(self.likelihood_logp_func(x)) for x in particles], dtype=np.float64)
 
     def _check_initial_densities(self) -> None:
-        """A clear error if the prior or the likelihood is NaN at initial particles: PyMC's tempering would
-        fail later with 'cannot convert float NaN to integer', naming nothing."""
+        """A clear error if the prior or the likelihood is NaN at initial particles, or the likelihood is
+        finite at fewer than two: PyMC's tempering would fail later with 'cannot convert float NaN to
+        integer' (or, with one, every particle would be a copy of it), naming nothing."""
         for what, values in (("prior", self.prior_logp), ("likelihood", self.likelihood_logp)):
             bad = np.flatnonzero(np.isnan(values))
             if bad.size:
@@ -199,6 +222,24 @@ class BatchedSMCKernel(SMC_KERNEL):
                     "the sampler's unconstrained coordinates). Make the model return -inf where the density "
                     "is zero, and check it at those values."
                 )
+        finite = np.isfinite(self.likelihood_logp).sum()
+        if finite < 2:
+            origin = "draws from the prior" if self.start is None else "from start="
+            if finite == 0:
+                what = (f"-inf at all {self.draws} initial particles ({origin}; 0 of {self.draws} have a "
+                        "finite likelihood), so no reweighting can start (PyMC fails with 'cannot convert "
+                        "float NaN to integer')")
+            else:
+                what = (f"finite at only 1 of the {self.draws} initial particles ({origin}), so the first "
+                        "reweighting makes every particle a copy of it and no move can be fitted")
+            raise ValueError(
+                f"{type(self).__name__}: the log-likelihood is {what}. The first particle: "
+                f"{self._describe_particle(self.tempered_posterior[0])}, in the sampler's unconstrained "
+                "coordinates. The prior puts little or no mass where the data are possible (a Uniform(0, "
+                "theta) observation needs theta above the largest value). Use a prior that covers the data, "
+                "more particles (draws=) so that more start where the likelihood is finite, or start= "
+                "particles there."
+            )
 
     def _describe_particle(self, x) -> str:
         """A particle as ``name=value`` pairs (values of the transformed variables), for error messages."""

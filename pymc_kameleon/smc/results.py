@@ -174,12 +174,36 @@ MIN_DISTINCT_ANCESTORS = 50
 LINEAGES_CHECKED = "lineages_checked_at_sampling"
 
 
+# Below this many lineages a reweighting kept only a handful of particles, and log Z was off by nats to tens
+# of nats, not tenths: on a regression on income in dollars with N(0, 10^2) priors (1000 particles, before
+# KASS refined PyMC's tempering steps) 1-7 lineages gave errors of -65.9 to +0.7 against error bars of
+# 0.6-0.8; 4000 particles, 10-17 lineages (still under 1% of the draws), gave -0.52 to +0.06
+# (benchmarks/results/kass_unstandardised_regression.md).
+FEW_LINEAGES = 10
+
+
 def collapsed_genealogy_message(counts: str, draws: int, fewest: int) -> str:
     """The warning for final particles with fewer than :data:`MIN_DISTINCT_ANCESTORS` distinct
     ancestors; ``counts`` says whose and how many (``"chain 0: 12 of 100"``), ``fewest`` is the
-    smallest count and ``draws`` the number of particles."""
+    smallest count and ``draws`` the number of particles. Below :data:`FEW_LINEAGES` it says that log Z
+    can be off by many nats, and why."""
     # Lineages grow about in proportion to the particles (8-d banana: 11, 27, 52 at 200, 500, 1000).
     suggested = int(math.ceil(2 * MIN_DISTINCT_ANCESTORS * draws / max(fewest, 1) / 100.0)) * 100
+    if fewest < FEW_LINEAGES:
+        return (
+            f"The final particles descend from fewer than {MIN_DISTINCT_ANCESTORS} of the initial draws "
+            f"({counts}), and from fewer than {FEW_LINEAGES}: a reweighting kept only a handful of "
+            "particles, and log Z can be off by many nats, far beyond "
+            "its standard error (measured: up to 66 nats off with error bars of 0.6-0.8, on a regression "
+            "whose prior was a million times wider than the posterior along a coefficient on income in "
+            "dollars). "
+            "The usual cause is a prior far wider than the posterior, or one that puts little mass where "
+            "the data are possible. Rescale the predictors (standardise them) or the priors so that the "
+            "prior is not orders of magnitude wider than the posterior, and use more particles: "
+            f"4 times as many (draws={4 * draws}) brought that regression within its error bars; about "
+            f"draws={suggested} would give {2 * MIN_DISTINCT_ANCESTORS} lineages. Compare several "
+            "independent chains."
+        )
     return (
         f"The final particles descend from fewer than {MIN_DISTINCT_ANCESTORS} of the initial draws "
         f"({counts}). With so few lineages the standard error of log Z is too small (in benchmarks "

@@ -16,7 +16,9 @@ from pymc_kameleon.core.smc.evidence import (
 )
 from pymc_kameleon.core.smc.population import (
     adapt_log_scale,
+    effective_sample_size,
     population_mh_move,
+    refine_tempering_step,
     steps_for_acceptance,
     tempered_log_density,
 )
@@ -302,3 +304,28 @@ def test_loglik_rise_is_centred_with_a_calibrated_se():
     assert abs(z.mean()) < 4 / math.sqrt(300) and 0.85 < z.std() < 1.2
     lagging = np.array([mean / se for mean, se in (_gaussian_stage(rng, True) for _ in range(50))])
     assert lagging.mean() > 2.5
+
+
+def test_refine_tempering_step_goes_below_pymcs_resolution():
+    """log L spread over 1e12 nats (a regression on dollars with vague priors): PyMC's smallest step,
+    2**-20 = 9.5e-7, leaves an effective sample size of about 1 of 1000; the refined step is the largest
+    with ESS >= 500, to a relative 1e-6, far below PyMC's. A step PyMC resolved (ESS near the target)
+    and a likelihood with too few finite values are left alone."""
+    rng = np.random.default_rng(5)
+    loglik = -1e12 * rng.chisquare(3, 1000)
+    pymc_beta = 2.0**-20
+    assert effective_sample_size(loglik, pymc_beta) < 2
+    beta = refine_tempering_step(loglik, 0.0, pymc_beta, 500)
+    assert beta < 1e-9
+    assert effective_sample_size(loglik, beta) >= 500
+    assert effective_sample_size(loglik, beta * (1 + 1e-5)) < 500
+    # From beta_{t-1} > 0 the step, not beta, is refined.
+    assert refine_tempering_step(loglik, 0.25, 0.25 + pymc_beta, 500) == pytest.approx(0.25 + beta, abs=1e-15)
+    tame = rng.normal(size=1000)
+    resolved = 0.7
+    assert effective_sample_size(tame, resolved) > 250  # above half the target: unchanged
+    assert refine_tempering_step(tame, 0.0, resolved, 500) == resolved
+    sparse = np.full(1000, -np.inf)
+    sparse[:3] = [-1e9, -2e9, -3e9]  # ESS can never reach 500: PyMC's step stays
+    assert refine_tempering_step(sparse, 0.0, pymc_beta, 500) == pymc_beta
+    assert math.isnan(effective_sample_size(np.full(5, -np.inf), 1e-3))

@@ -965,6 +965,70 @@ def test_nan_likelihood_at_initial_particles_is_a_clear_error():
             pm.sample_smc(200, kernel=KASS, chains=1, random_seed=1, progressbar=False)
 
 
+def test_no_initial_particle_with_a_finite_likelihood_is_a_clear_error():
+    """y ~ Uniform(0, theta) with a prior on theta far below the largest observation: every prior draw has
+    likelihood 0, and PyMC's tempering failed with 'cannot convert float NaN to integer' (a new user's
+    HalfNormal(3) prior, 0.15% of its mass above 9.5, had none of 1000 draws there at some seeds)."""
+    y = np.array([1.2, 3.4, 9.5, 0.3, 5.5])
+    with pm.Model():
+        theta = pm.HalfNormal("theta", 0.5)  # P(theta > 9.5) is about 1e-80
+        pm.Uniform("y", 0, theta, observed=y)
+        message = (r"log-likelihood is -inf at all 200 initial particles \(draws from the prior; 0 of 200 "
+                   r"have a finite likelihood\).*theta_log__=.*prior that covers the data.*draws=.*start=")
+        with pytest.raises(ValueError, match=message):
+            pm.sample_smc(200, kernel=KASS, chains=1, random_seed=1, progressbar=False)
+
+
+def test_one_initial_particle_with_a_finite_likelihood_is_a_clear_error():
+    """With one, the first reweighting made every particle a copy of it, and the run failed with 'All 1000
+    particles are identical after resampling at beta=9.537e-07 ... Use more draws, or a higher threshold'
+    (a higher threshold does not help); two are allowed."""
+    y = np.array([1.2, 3.4, 9.5])
+    with pm.Model() as model:
+        theta = pm.HalfNormal("theta", 3.0)
+        pm.Uniform("y", 0, theta, observed=y)
+    for finite, raises in ((1, True), (2, False)):
+        values = np.full(100, 1.0)
+        values[:finite] = 12.0  # above max(y): a finite likelihood
+        kernel = KASS(draws=100, model=model, start={"theta_log__": np.log(values)}, random_seed=1)
+        kernel._initialize_kernel()
+        if raises:
+            message = r"finite at only 1 of the 100 initial particles \(from start=\).*prior that covers"
+            with pytest.raises(ValueError, match=message):
+                kernel.setup_kernel()
+        else:
+            kernel.setup_kernel()
+
+
+def test_few_lineages_warning_says_log_z_can_be_far_off():
+    """Below 10 lineages the warning says log Z can be off by many nats and names the measured remedies
+    (1-7 lineages of 1000: errors to -66 nats; 4000 particles, 10-17 lineages: within 0.5); from 10 on
+    it is the general one."""
+    from pymc_kameleon.smc.results import FEW_LINEAGES, collapsed_genealogy_message
+
+    severe = collapsed_genealogy_message("chain 0: 3 of 1000", 1000, 3)
+    assert severe.startswith("The final particles descend from fewer than 50 of the initial draws (chain 0:")
+    assert "off by many nats" in severe and "Rescale the predictors" in severe and "draws=4000" in severe
+    general = collapsed_genealogy_message("chain 0: 10 of 1000", 1000, FEW_LINEAGES)
+    assert "many nats" not in general and "draws=10000 would give 100" in general
+
+
+@pytest.mark.parametrize("threshold", [0, 0.0, 1, 1.0, -0.1, 1.5, np.nan, "0.5", True, None])
+def test_a_threshold_outside_0_1_is_refused(threshold):
+    """threshold=0 ran one importance-sampling stage from the prior to the posterior without a word (PyMC
+    accepts it; its target effective sample size is 0), and 1 never lets beta rise."""
+    with linear_model():
+        with pytest.raises(ValueError, match=r"KASS: threshold must be a number in \(0, 1\), got"):
+            pm.sample_smc(200, kernel=KASS, chains=1, threshold=threshold, progressbar=False)
+
+
+def test_a_threshold_that_keeps_no_particle_is_refused():
+    """int(threshold * draws) = 0 is threshold 0 again."""
+    with pytest.raises(ValueError, match=r"int\(0.001 \* 200\) = 0.*at least 0.005"):
+        KASS(draws=200, model=linear_model(), threshold=0.001)
+    KASS(draws=200, model=linear_model(), threshold=0.005)  # keeps 1: allowed
+
+
 def _unstandardised_regression():
     """The benchmark's regression (intercept, age in years, income in dollars, an indicator; exact log Z)."""
     import importlib.util
@@ -1014,6 +1078,28 @@ def test_evidence_lag_warning_rule():
     message = evidence_lag_message("KASS", 0.42, 0.08, 0.06, 5, 0.0123)
     assert message.startswith("KASS: log Z is probably too low by at least 0.42 +- 0.08; its standard error")
     assert "stage 5 (beta=0.0123)" in message
+
+
+def test_tempering_steps_below_pymcs_beta_resolution():
+    """A slope on income in dollars (x about 36 000) with a N(0, 10^2) prior: log L varies by about 1e12
+    nats over the prior draws, so PyMC's smallest step, beta = 2**-20 = 9.5e-7 (its bisection stops at a
+    width of 1e-6), kept 1 of 300 particles and KASS failed with "All 300 particles are identical after
+    resampling at beta=9.537e-07" (on the 3-d regression of a new user, with 1000 particles, log Z came
+    out 2-66 nats low instead). The refined first step is about 1e-12, and log Z matches the conjugate
+    evidence (measured errors 0.25, 0.33, 0.08 at seeds 0-2)."""
+    rng = np.random.default_rng(3)
+    x = rng.lognormal(10.5, 0.5, 20)
+    y = 2e-5 * x + rng.normal(0, 1, 20)
+    precision = x @ x + 1 / 100
+    exact = -10 * math.log(2 * math.pi) - 0.5 * y @ y + 0.5 * (x @ y) ** 2 / precision - 0.5 * math.log(
+        100 * precision
+    )
+    with pm.Model() as model:
+        slope = pm.Normal("slope", 0, 10)
+        pm.Normal("y", slope * x, 1, observed=y)
+    _, log_z, idata = run_smc(model, KASS, chains=1, draws=300, seed=0, var="slope")
+    assert stage_stats(idata, "beta")[0][0] < 1e-9
+    assert abs(log_z[0] - exact) < 1.0
 
 
 def test_evidence_lags_needs_the_statistics():

@@ -305,6 +305,16 @@ def evidence_lag(beta, rise, rise_se) -> tuple[float, float]:
     estimates the low bias of :math:`\log \hat Z` (a lower bound when the sweeps do not close the
     whole gap). It is zero in expectation when every stage's particles had reached their target.
 
+    It assumes that a reweighting leaves the particles as close to their new target as they were to the
+    old one. A reweighting that keeps only a few particles does not: its survivors are an extreme-value
+    selection of the highest likelihoods, *ahead* of the target, the sweeps lower their mean log L, and
+    :math:`D_t` is negative however low log Z is. On a regression whose prior was :math:`10^6` times
+    wider than its posterior, PyMC's tempering steps kept an effective sample size of about 3 of 1000
+    and :math:`\Lambda` read :math:`-2.0 \pm 0.25` with log Z 4.8 nats low
+    (``benchmarks/results/kass_unstandardised_regression.md``); KASS now refines such steps
+    (:func:`~pymc_kameleon.core.smc.population.refine_tempering_step`), and the few-lineages warning
+    covers what remains.
+
     Parameters
     ----------
     beta : array of shape (T,)
