@@ -173,6 +173,7 @@ class DrawsAgreement:
             "non-centred, one they determine well centred); or start the chains closer to the posterior "
             "(initvals); for a curved posterior that longer tuning does not fix, start from a tempered SMC "
             "run and propose through a map fitted to its particles, KameleonMetropolis(start='smc') (many "
-            "more evaluations); for well-separated modes, use pm.sample_smc(kernel=KASS), whose tempering "
-            "weighs them. Check R-hat over all the draws."
+            "more evaluations); for well-separated modes of similar widths, use pm.sample_smc(kernel=KASS), "
+            "whose tempering weighs them (it too can lose a mode much narrower than the others, without a "
+            "warning). Check R-hat over all the draws."
         )

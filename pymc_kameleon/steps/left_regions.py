@@ -80,7 +80,8 @@ class LeftRegionsCheck:
             f"{region.distance:.3g} of that region's sds away), yet from its log density and spread the "
             f"region holds {mass} the mass of where those draws are: {missed}, and more tuning rarely helps "
             "(a proposal adapted to where the chains are does not reach it). For separated modes sample with "
-            "pm.sample_smc(kernel=KASS), whose tempering finds and weighs them; for a funnel (a hierarchy's "
+            "pm.sample_smc(kernel=KASS), whose tempering finds and weighs them if their widths are similar "
+            "(it too can lose a mode much narrower than the others); for a funnel (a hierarchy's "
             "scale near zero) try a non-centred parameterisation; or start chains in that region with "
             'initvals and start="initial_point" (the default start search moves every chain to the highest '
             "density it finds) to see what they find."
