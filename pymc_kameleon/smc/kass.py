@@ -477,7 +477,7 @@ class KASS(KASSChecks, BatchedSMCKernel):
 
     def _run_chains(self):
         """Waste-free: :math:`M = \\lceil N/P \\rceil` chains from the first resampled particles, all states
-        kept (:func:`~pymc_kameleon.core.smc.rejuvenation.run_chains`). Returns the chains, and each
+        kept (:func:`~pymc_kameleon.core.smc.waste_free.run_chains`). Returns the chains, and each
         state's chain-start log-likelihood and chain index (for the log-likelihood rise)."""
         N, d = self.tempered_posterior.shape
         M = waste_free_chains(N, self.chain_length)

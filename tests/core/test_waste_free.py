@@ -13,10 +13,10 @@ from pymc_kameleon.core.smc.evidence import (
     waste_free_relative_variance,
 )
 from pymc_kameleon.core.smc.population import population_mh_move, tempered_log_density
-from pymc_kameleon.core.smc.rejuvenation import (
+from pymc_kameleon.core.smc.rejuvenation import fit_stage_proposal
+from pymc_kameleon.core.smc.waste_free import (
     WASTE_FREE_FINAL_THINNING,
     check_waste_free_options,
-    fit_stage_proposal,
     run_chains,
     waste_free_chain_length,
     waste_free_final_thinning,
