@@ -36,9 +36,11 @@ from pymc_kameleon.core.smc.rejuvenation import (
     CollapsedParticlesError,
     PoorMixingLog,
     check_rejuvenation_options,
-    check_waste_free_options,
     fit_stage_proposal,
     rejuvenate,
+)
+from pymc_kameleon.core.smc.waste_free import (
+    check_waste_free_options,
     run_chains,
     waste_free_chain_length,
     waste_free_chains,

@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from pymc_kameleon.core.smc.evidence import beta_increments, evidence_lag
-from pymc_kameleon.core.smc.rejuvenation import waste_free_chains
+from pymc_kameleon.core.smc.waste_free import waste_free_chains
 from pymc_kameleon.core.warning_categories import KameleonRuntimeWarning, KameleonWarning
 from pymc_kameleon.smc.results import (
     LINEAGES_CHECKED,

@@ -13,7 +13,7 @@ At stage :math:`t` the resampled particles :math:`x_1, \dots, x_N` target
    (:class:`PoorMixingLog`).
 
 Waste-free stages (chains from a few resampled particles, every state kept) are
-:mod:`pymc_kameleon.core.smc.waste_free`, whose names this module also exports.
+:mod:`pymc_kameleon.core.smc.waste_free`.
 
 The PyMC kernel that strings the stages together is :class:`pymc_kameleon.smc.KASS`.
 """
@@ -30,19 +30,6 @@ from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
 from pymc_kameleon.core.linalg import SingularCovarianceError
 from pymc_kameleon.core.smc.mixtures import GlobalWalkMixture, IndependenceMixture
 from pymc_kameleon.core.smc.population import population_mh_move, steps_for_acceptance
-from pymc_kameleon.core.smc.waste_free import (
-    WASTE_FREE_CHAINS,
-    WASTE_FREE_FINAL_THINNING,
-    WASTE_FREE_MIN_CHAINS,
-    WASTE_FREE_MIN_LENGTH,
-    WASTE_FREE_SHORT_LENGTH,
-    WasteFreeChains,
-    check_waste_free_options,
-    run_chains,
-    waste_free_chain_length,
-    waste_free_chains,
-    waste_free_final_thinning,
-)
 from pymc_kameleon.core.validation import (
     check_kameleon_options,
     check_number,
@@ -58,20 +45,9 @@ __all__ = [
     "STEP_RULES",
     "StageProposal",
     "StageSweeps",
-    "WASTE_FREE_CHAINS",
-    "WASTE_FREE_FINAL_THINNING",
-    "WASTE_FREE_MIN_CHAINS",
-    "WASTE_FREE_MIN_LENGTH",
-    "WASTE_FREE_SHORT_LENGTH",
-    "WasteFreeChains",
     "check_rejuvenation_options",
-    "check_waste_free_options",
     "fit_stage_proposal",
     "rejuvenate",
-    "run_chains",
-    "waste_free_chain_length",
-    "waste_free_chains",
-    "waste_free_final_thinning",
 ]
 
 
