@@ -41,8 +41,7 @@ def check_smc_threshold(sampler: str, threshold, draws) -> None:
     with ``int(threshold * draws) >= 1``. PyMC accepts 0 (its target effective sample size is then 0, so
     the first reweighting goes straight to beta = 1: importance sampling from the prior) and 1 (every step
     must keep all N, so beta crawls up by PyMC's resolution, 1e-6)."""
-    ok = isinstance(threshold, (int, float, np.number)) and not isinstance(threshold, (bool, np.bool_))
-    if not (ok and 0.0 < threshold < 1.0):
+    if not _in_open_unit_interval(threshold):
         raise ValueError(
             f"{sampler}: threshold must be a number in (0, 1), got {threshold!r}. It is the fraction of the "
             "particles' effective sample size each reweighting keeps (default 0.5; higher: more, gentler "
@@ -59,9 +58,14 @@ def check_smc_threshold(sampler: str, threshold, draws) -> None:
 
 def check_probability(name, value):
     """Raise a ValueError naming the option unless ``value`` is a number strictly between 0 and 1."""
-    ok = isinstance(value, (int, float, np.number)) and not isinstance(value, (bool, np.bool_))
-    if not (ok and 0.0 < value < 1.0):
+    if not _in_open_unit_interval(value):
         raise ValueError(f"{name} must be in (0, 1), got {value!r}.")
+
+
+def _in_open_unit_interval(value) -> bool:
+    """Whether ``value`` is a number (not a bool) strictly between 0 and 1 (NaN is not)."""
+    ok = isinstance(value, (int, float, np.number)) and not isinstance(value, (bool, np.bool_))
+    return ok and 0.0 < value < 1.0
 
 
 def check_weight(name, value, *, one_allowed=True, why=""):

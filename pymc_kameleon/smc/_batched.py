@@ -80,14 +80,13 @@ class BatchedSMCKernel(SMC_KERNEL):
     def __init__(self, *args, batch_logp="auto", executor=None, **kwargs):
         name = type(self).__name__
         self._check_keywords(kwargs)
+        draws = kwargs.get("draws", args[0] if args else 2000)
         try:  # draws=1 failed deep in PyMC's resampling with "array is 0-dimensional"
-            check_number("draws (the number of particles)", kwargs.get("draws", args[0] if args else 2000),
-                         integer=True, minimum=2, strict=False)
+            check_number("draws (the number of particles)", draws, integer=True, minimum=2, strict=False)
         except ValueError as err:
             raise ValueError(
                 f"{name}: {err} An evidence with an error bar needs a few hundred or more."
             ) from None
-        draws = kwargs.get("draws", args[0] if args else 2000)
         check_smc_threshold(name, kwargs.get("threshold", 0.5), draws)
         self.executor = as_executor_option(executor, name)
         super().__init__(*args, **kwargs)
