@@ -575,3 +575,17 @@ def test_population_cores_quick_mode(capsys):
     assert [(cost, tuning) for cost, tuning, *_ in rows] == [(0.0, "pooled"), (0.0, "per_chain")]
     assert all(same for *_, same in rows)
     assert "| cores=2 / cores=1 |" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_rescue_survey_runs(capsys):
+    """benchmarks/rescue_survey.py prints a row per rescue (the income regression, seed 2027: three chains
+    walking in are rescued at tuning step 100) and puts the pooled step's methods back."""
+    from pymc_kameleon.steps.population import PooledTuning
+
+    before = (PooledTuning._rescue, PooledTuning._wider_by)
+    _load("rescue_survey").main(["--posteriors", "regression-income", "--seeds", "2027", "--tune", "150"])
+    out = capsys.readouterr().out.splitlines()
+    rows = [line for line in out if line.startswith("| regression-income | 2027 |")]
+    assert [row.split(" | ")[2:4] for row in rows] == [["1", "100"], ["2", "100"], ["3", "100"]], rows
+    assert (PooledTuning._rescue, PooledTuning._wider_by) == before

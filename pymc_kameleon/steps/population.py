@@ -27,7 +27,9 @@ their masses: a mode :math:`k`-fold wider in each of :math:`d` coordinates holds
 :data:`RESCUE_EVERY` steps, so from the first check on) are compared too: the difference of their half
 log-volumes, :math:`\tfrac12 \log|S_c|` (:func:`~pymc_kameleon.core.adaptation.mode_mass.half_log_volumes`),
 is added to the threshold where this chain's region is the wider, unless this chain is still climbing
-(walking in: its path is no mode's width; decision record 0057). The statistic ``rescued`` records a
+toward that chain (walking in: its path is no mode's width; decision record 0057). A chain that barely
+moved is no destination for one that moves: a funnel's neck has the highest log density and little
+mass, and a chain sent there sticks (decision record 0062). The statistic ``rescued`` records a
 jump.
 """
 
@@ -42,7 +44,7 @@ import pymc as pm
 from pymc.blocking import DictToArrayBijection, RaveledVars
 
 from pymc_kameleon.core.adaptation.diagnostics import log_density_climb
-from pymc_kameleon.core.adaptation.mode_mass import half_log_volumes
+from pymc_kameleon.core.adaptation.mode_mass import MIN_MOVED, half_log_volumes, moved_shares
 from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
 from pymc_kameleon.steps.reporting import CLIMB_LIMIT
@@ -208,7 +210,8 @@ class PooledTuning:
         if not above:
             return None
         # The widths only where a chain is that far above: 1-2 ms a check (1000 steps of 4 chains, d = 10-50).
-        wider = self._wider_by(adaptation.windows, above)
+        deficits = np.array([exact[k] - own_logp for k in above])
+        wider = self._wider_by(adaptation.windows, above, deficits)
         far_above = [k for k, credit in zip(above, wider, strict=True) if exact[k] > own_logp + credit + gap]
         if not far_above:
             return None
@@ -219,20 +222,37 @@ class PooledTuning:
         adaptation.blocks.restart()
         return state, evaluation
 
-    def _wider_by(self, windows, others) -> np.ndarray:
+    def _wider_by(self, windows, others, deficits) -> np.ndarray:
         """Per other chain, how many nats of mass this chain's region holds beyond what its log density
         shows, against that chain's: the difference of their half log-volumes when this one is wider, else
-        0 (and 0 where either width is unmeasured). A chain still climbing (its log density rose by more
-        than CLIMB_LIMIT sqrt(d/2) between the halves of its recent states, or fewer than RESCUE_EVERY of
-        them) is walking in, not sampling a wide mode: its path's spread earns nothing."""
+        0 (and 0 where either width is unmeasured). Infinite where that chain is no destination: it moved
+        in fewer than MIN_MOVED of the recent steps and this one, not walking in toward it, moved in more
+        (a stuck chain's log density is one point's, whose region nobody measured, and a chain sent there
+        sticks too: a funnel's neck).
+
+        ``deficits``: how far each other chain's log density is above this chain's. A chain still
+        climbing (its log density rose by more than CLIMB_LIMIT sqrt(d/2) between the halves of its
+        recent states, or fewer than RESCUE_EVERY of them) is walking in, not sampling a wide mode: its
+        path's spread earns nothing against a chain whose deficit it rose by more than. One that rose by
+        less is not closing the deficit at that pace: a chain drifting in a funnel's mouth, whose log
+        density moves by many sqrt(d/2), against one in its neck.
+        """
         climb = log_density_climb(windows.recent_log_density, self.dim, min_states=RESCUE_EVERY)
-        volumes = None
-        if windows.recent_population and climb <= CLIMB_LIMIT:  # NaN: unknown, no credit
-            volumes = half_log_volumes(np.array(windows.recent_population), RESCUE_EVERY)
+        walking = np.asarray(deficits) < climb * np.sqrt(self.dim / 2.0)
+        walking |= np.isnan(climb)  # unknown: no credit
+        if climb <= CLIMB_LIMIT:
+            walking[:] = False
+        if walking.all() or not windows.recent_population:
+            return np.zeros(len(others))
+        states = np.array(windows.recent_population)
+        volumes = half_log_volumes(states, RESCUE_EVERY)
         if volumes is None:
             return np.zeros(len(others))
         wider = volumes[self.this_chain] - volumes[others]
-        return np.where(np.isfinite(wider), np.maximum(wider, 0.0), 0.0)
+        credit = np.where(np.isfinite(wider) & ~walking, np.maximum(wider, 0.0), 0.0)
+        moved = moved_shares(states)
+        stuck = (moved[others] < MIN_MOVED) & (moved[self.this_chain] >= MIN_MOVED) & ~walking
+        return np.where(stuck, np.inf, credit)
 
 
 def pooled_class_for(cls, args, kwargs, default: str):

@@ -411,6 +411,77 @@ def test_a_chain_still_walking_in_is_rescued_whatever_its_paths_spread(monkeypat
     assert _income_rescues() == {0: [], 1: [], 2: [], 3: [99]}
 
 
+def _credit_windows(own_log_density):
+    """Four chains' recent states in 2-d (200 steps): chain 0 (this one) and chain 3 spread with sd 1,
+    chain 1 with sd 0.1, chain 2 stuck; ``own_log_density`` is chain 0's recent log density."""
+    rng = np.random.default_rng(3)
+    states = rng.standard_normal((200, 4, 2)) * np.array([1.0, 0.1, 0.0, 1.0])[None, :, None]
+    states[:, 2, :] = 5.0
+    windows = type("Windows", (), {})()
+    windows.recent_population, windows.recent_log_density = list(states), list(own_log_density)
+    step = type("Step", (), {"dim": 2, "this_chain": 0})()
+    half_log_det = [0.5 * np.linalg.slogdet(np.cov(states[:, c, :], rowvar=False))[1] for c in range(4)]
+    return step, windows, half_log_det
+
+
+def test_the_width_credit_by_hand():
+    """The rescue's credit against each chain above (decision records 0057 and 0062), from fixed states:
+    against the narrower chain 1 the difference of half log-determinants of the states' covariances
+    (the whitening cancels in it), against the as wide chain 3 nothing below 0; the stuck chain 2 is no
+    destination (infinite). A chain climbing by 3 sqrt(d/2) nats a half earns nothing against a
+    chain whose deficit it rose by more than, and its credit against a chain further above than its
+    rise; with too few states to judge a climb, nothing."""
+    flat = np.zeros(200)
+    step, windows, half_log_det = _credit_windows(flat)
+    credit = PooledTuning._wider_by(step, windows, [1, 2, 3], np.array([30.0, 30.0, 30.0]))
+    assert credit[1] == np.inf
+    np.testing.assert_allclose(credit[0], half_log_det[0] - half_log_det[1], rtol=1e-9)
+    assert 4.4 < credit[0] < 4.8  # about 2 log 10
+    np.testing.assert_allclose(credit[2], max(0.0, half_log_det[0] - half_log_det[3]), rtol=1e-9)
+    rise = 3.5 * np.sqrt(2 / 2)  # a climb of 3.5 sqrt(d/2) between the halves
+    step, windows, _ = _credit_windows(np.r_[flat[:100], flat[100:] + rise])
+    credit = PooledTuning._wider_by(step, windows, [1, 2], np.array([rise + 1.0, rise - 1.0]))
+    np.testing.assert_allclose(credit[0], half_log_det[0] - half_log_det[1], rtol=1e-9)
+    assert credit[1] == 0.0  # walking in toward it: neither a credit nor the stuck rule
+    step, windows, _ = _credit_windows(flat[:99])
+    np.testing.assert_array_equal(
+        PooledTuning._wider_by(step, windows, [1, 2], np.array([30.0, 30.0])), [0.0, 0.0]
+    )
+
+
+def _neck_rescues(seed):
+    """Centred eight schools, one chain started in the funnel's neck (tau = 0.005, the effects equal to
+    mu), three in its mouth (tau = 3): the rescued steps per chain and each chain's last log tau."""
+    from pymc_kameleon.problems.hierarchical import eight_schools_centred
+
+    neck = {"mu": 4.4, "tau": 0.005, "theta": 4.4 + 0.001 * np.linspace(-1.0, 1.0, 8)}
+    mouth = {"mu": 4.4, "tau": 3.0, "theta": np.array([8.0, 5, 2, 5, 3, 4, 7, 6])}
+    with eight_schools_centred()[0], warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        idata = pm.sample(step=KameleonMetropolis(start="initial_point"), tune=1000, draws=20, chains=4,
+                          cores=1, random_seed=seed, initvals=[neck, mouth, mouth, mouth],
+                          discard_tuned_samples=False, **SAMPLE_KW)
+    rescued = idata.warmup_sample_stats["rescued"].values
+    return rescued.any(axis=1), np.log(idata.warmup_posterior["tau"].values[:, -1])
+
+
+def test_no_chain_is_sent_into_a_funnels_neck(monkeypatch):
+    """A funnel's neck has the highest log density and little mass: the chain there is 20-40 nats above
+    the others, but barely moves, so it is no destination, and a chain drifting in the mouth climbs less
+    than its deficit, so its spread counts (decision record 0062). No chain is rescued; the neck chain
+    stays (log tau below -4), the others do not go there. Negative control, the rule before: a climbing
+    chain earns no credit and a stuck chain is a destination; then the chains of the mouth are moved
+    into the neck (a new user's case: R-hat 1.64 against 1.12 per chain)."""
+    for seed in (1, 2):
+        rescued, log_tau = _neck_rescues(seed)
+        assert not rescued.any() and log_tau[0] < -4.0 and (log_tau[1:] > -2.5).all(), (seed, log_tau)
+    everyone_moved = lambda states: np.ones(states.shape[1])  # noqa: E731
+    monkeypatch.setattr("pymc_kameleon.steps.population.moved_shares", everyone_moved)
+    monkeypatch.setattr("pymc_kameleon.steps.population.log_density_climb", lambda *args, **kwargs: np.inf)
+    rescued, log_tau = _neck_rescues(1)
+    assert rescued[1:].all() and (log_tau < -2.5).all(), log_tau
+
+
 def test_a_chain_less_than_the_threshold_below_is_left_alone():
     """A local mode 10 nats below (less than RESCUE_NATS + RESCUE_SDS sqrt(d/2) = 15 at d = 2) keeps
     its chain: rescue is for chains far below, not for every chain below the others."""
