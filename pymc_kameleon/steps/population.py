@@ -123,6 +123,7 @@ class PooledTuning:
         (so ``cores=1`` and ``cores>1`` give the same draws), keep its result where every chain's copy of
         the step finds it, and start each chain at a distinct particle (PyMC's population is the chains'
         first states)."""
+        self._say_initvals_unused()
         shared = self._smc_start
         seed = int(self.rng.integers(2**31))
         result = self.start.run(shared["model"], shared["var_names"], seed, type(self).__name__)

@@ -40,7 +40,7 @@ from pymc.vartypes import discrete_types
 
 from pymc_kameleon.core.validation import unexpected_keyword_error
 from pymc_kameleon.core.warning_categories import KameleonWarning
-from pymc_kameleon.steps.population import variables_outside_block
+from pymc_kameleon.steps.population import _sample_argument, variables_outside_block
 from pymc_kameleon.steps.starts import STARTS, has_improper_prior
 from pymc_kameleon.steps.variables import coordinate_names
 
@@ -393,6 +393,23 @@ class SMCStarting:
         shared["last"] = result
         return result, True
 
+    def _say_initvals_unused(self) -> None:
+        """Say that ``pm.sample``'s ``initvals`` are not used when they were given: each chain starts at
+        a particle (a new user's initvals were set aside with nothing said). Said once for the same
+        initvals."""
+        shared = self._smc_start
+        initvals = _sample_argument("initvals")
+        if initvals is None or shared.get("initvals_said") is initvals:
+            return
+        shared["initvals_said"] = initvals
+        warnings.warn(
+            f"{type(self).__name__}: start='smc' starts each chain at one of the SMC run's particles, so "
+            "pm.sample's initvals are not used; to start the chains there, pass start='initial_point' (or "
+            "start='search' to search from them).",
+            KameleonWarning,
+            stacklevel=2,
+        )
+
     def _start_from_smc(self, y):
         """``start="smc"``, at the chain's first tuning step: seed the tuning with the run's particles and,
         tuning alone, move to one of them. Returns the new state and its evaluation, or None if the chain
@@ -406,6 +423,7 @@ class SMCStarting:
             self._propose_through_map(adaptation.state)
         if not own:
             return None
+        self._say_initvals_unused()
         state = result.starts(1, self.rng)[0]
         evaluation = self._target.evaluate(state)
         self._target.accept(state, evaluation)

@@ -286,6 +286,25 @@ def test_a_posterior_a_million_times_narrower_than_its_prior_starts():
     assert np.abs(idata.posterior["x"].values[..., 0] - 0.3).max() < 1e-3
 
 
+@pytest.mark.parametrize("tuning", ["pooled", "per_chain"])
+def test_initvals_the_start_does_not_use_are_said(tuning):
+    """Each chain starts at a particle, so pm.sample's initvals are not used: a new user's were set aside
+    with nothing said. Said once, naming the remedy; the first draws are particles, not the initvals.
+    Without initvals (the control) nothing is said."""
+    starts = {"mu": np.array([5.0, 5.0])}
+    for initvals in (starts, None):
+        with gaussian_data_model(), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            idata = pm.sample(step=KameleonMetropolis(start=SMCStart(PARTICLES), tuning=tuning), tune=60,
+                              draws=10, chains=2, cores=1, random_seed=3, initvals=initvals,
+                              discard_tuned_samples=False, **SAMPLE_KW)
+        said = [str(w.message) for w in caught if "initvals are not used" in str(w.message)]
+        assert len(said) == (1 if initvals else 0), said
+        if initvals:
+            assert "pass start='initial_point'" in said[0]
+            assert (np.abs(idata.warmup_posterior["mu"].values[:, 0] - 5.0) > 1e-6).all()
+
+
 def test_without_tuning_there_is_no_run():
     """tune=0: the chains sample from where PyMC starts them, and no SMC run is made or counted."""
     made = []
