@@ -589,3 +589,13 @@ def test_rescue_survey_runs(capsys):
     rows = [line for line in out if line.startswith("| regression-income | 2027 |")]
     assert [row.split(" | ")[2:4] for row in rows] == [["1", "100"], ["2", "100"], ["3", "100"]], rows
     assert (PooledTuning._rescue, PooledTuning._wider_by) == before
+
+
+@pytest.mark.slow
+def test_kass_logz_decay_runs(capsys):
+    """benchmarks/kass_logz_decay.py runs end to end (tiny budget): the reference, two KASS runs and the
+    summary."""
+    z = _load("kass_logz_decay").main(["--seeds", "2", "--particles", "200", "--is-draws", "2000"])
+    out = capsys.readouterr().out
+    assert "reference log Z" in out and "within +-2 SE" in out
+    assert z.shape == (2,) and np.isfinite(z).all()
