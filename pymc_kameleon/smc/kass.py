@@ -21,7 +21,6 @@ import math
 
 import numpy as np
 from pymc.model import modelcontext
-from pymc.smc.kernels import Pearson
 
 from pymc_kameleon.core.kameleon.family import check_subsample_size
 from pymc_kameleon.core.kameleon.kernels import make_kernel
@@ -37,25 +36,20 @@ from pymc_kameleon.core.smc.rejuvenation import (
     PoorMixingLog,
     check_rejuvenation_options,
     fit_stage_proposal,
-    rejuvenate,
 )
 from pymc_kameleon.core.smc.waste_free import (
     check_waste_free_options,
-    run_chains,
     waste_free_chain_length,
-    waste_free_chains,
     waste_free_final_thinning,
 )
 from pymc_kameleon.smc._batched import BatchedSMCKernel, check_continuous, coordinate_labels
 from pymc_kameleon.smc.kass_checks import KASSChecks
+from pymc_kameleon.smc.kass_moves import KASSMoves
 
 __all__ = ["ASMC", "KASS"]
 
-# The proposal factors of the current particles are kept between sweeps below this size.
-_FACTOR_CACHE_BYTES = 256 * 2**20
 
-
-class KASS(KASSChecks, BatchedSMCKernel):
+class KASS(KASSChecks, KASSMoves, BatchedSMCKernel):
     r"""Kernel Adaptive SMC: ``pm.sample_smc(kernel=KASS, ...)`` with Kameleon rejuvenation moves.
 
     At every stage, after PyMC has reweighted to the new temperature :math:`\beta_t` and resampled:
@@ -454,48 +448,6 @@ class KASS(KASSChecks, BatchedSMCKernel):
         self._poor_stages.record(self.iteration, self.beta, moved.mean_accept, steps, moved.unmoved)
         if self.beta >= 1:
             self._warn_at_the_last_stage()
-
-    def _sweep(self, N: int, d: int):
-        """The stage's sweeps over all particles, in place
-        (:func:`~pymc_kameleon.core.smc.rejuvenation.rejuvenate`)."""
-        rule = self.n_steps_rule
-        return rejuvenate(
-            self.tempered_posterior,
-            self.prior_logp,
-            self.likelihood_logp,
-            self.tempered_posterior_logp,
-            self._family,
-            self._evaluate,
-            self.beta,
-            self.rng,
-            n_steps=rule,
-            max_steps=self.max_steps,
-            move_probability=self.move_probability,
-            correlation=Pearson(self.tempered_posterior) if rule == "correlation" else None,
-            correlation_threshold=self.correlation_threshold,
-            chunk_size=self.chunk_size,
-            cache_factors=N * d * d * 8 <= _FACTOR_CACHE_BYTES,
-        )
-
-    def _run_chains(self):
-        """Waste-free: :math:`M = \\lceil N/P \\rceil` chains from the first resampled particles, all states
-        kept (:func:`~pymc_kameleon.core.smc.waste_free.run_chains`). Returns the chains, and each
-        state's chain-start log-likelihood and chain index (for the log-likelihood rise)."""
-        N, d = self.tempered_posterior.shape
-        M = waste_free_chains(N, self.chain_length)
-        chains = run_chains(
-            self.tempered_posterior[:M], self.prior_logp[:M], self.likelihood_logp[:M],
-            self.tempered_posterior_logp[:M], N, self._family, self._evaluate, self.beta, self.rng,
-            chunk_size=self.chunk_size, cache_factors=M * d * d * 8 <= _FACTOR_CACHE_BYTES,
-            thin=self.final_thinning if self.beta >= 1 else 1,
-        )
-        chain = np.arange(N) % M
-        loglik_start = self.likelihood_logp[:M][chain]
-        self.tempered_posterior, self.prior_logp = chains.X, chains.log_prior
-        self.likelihood_logp, self.tempered_posterior_logp = chains.loglik, chains.log_target
-        self._eve = self._eve[:M][chain]
-        self._n_chains = M
-        return chains, loglik_start, chain
 
 
 class ASMC(KASS):

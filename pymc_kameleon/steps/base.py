@@ -117,7 +117,7 @@ def side_stream(rng: np.random.Generator) -> np.random.Generator:
 class ChainState:
     """What a step keeps per chain, made afresh by ``_reset_chain_state`` (and pickled with the step).
 
-    Each step declares its own subclass (:class:`~pymc_kameleon.steps.kameleon.KameleonChain`,
+    Each step declares its own subclass (:class:`~pymc_kameleon.steps.kameleon_chain.KameleonChain`,
     :class:`~pymc_kameleon.steps.delayed_acceptance.base.DelayedAcceptanceChain`) and keeps it in
     ``self._chain``; these two fields every continuous step of ours has.
 

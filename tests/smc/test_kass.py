@@ -582,10 +582,10 @@ def test_subsample_and_step_rules():
 
 def test_factor_cache_does_not_change_the_draws(monkeypatch):
     """Keeping accepted proposals' factors between sweeps must give the draws of recomputing them."""
-    import pymc_kameleon.smc.kass as kass_module
+    import pymc_kameleon.smc.kass_moves as kass_moves
 
     cached, _, _ = run_smc(linear_model(), KASS, chains=1, draws=150, n_steps=4)
-    monkeypatch.setattr(kass_module, "_FACTOR_CACHE_BYTES", 0)
+    monkeypatch.setattr(kass_moves, "_FACTOR_CACHE_BYTES", 0)
     recomputed, _, _ = run_smc(linear_model(), KASS, chains=1, draws=150, n_steps=4)
     np.testing.assert_allclose(cached, recomputed, rtol=1e-10)
 

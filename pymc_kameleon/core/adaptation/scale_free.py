@@ -48,6 +48,7 @@ from pymc_kameleon.core.adaptation.diagnostics import (
     whitened_drift,
 )
 from pymc_kameleon.core.adaptation.independence import IndependenceTuning
+from pymc_kameleon.core.adaptation.kameleon_component import KameleonComponentTuning
 from pymc_kameleon.core.adaptation.left_regions import TuningBlocks
 from pymc_kameleon.core.adaptation.scales import RobbinsMonro
 from pymc_kameleon.core.adaptation.scan import MAX_LOG_STEP, CoordinateScan, scan_steps_for
@@ -55,7 +56,7 @@ from pymc_kameleon.core.adaptation.state import ScaleFreeState, TuningDraw
 from pymc_kameleon.core.adaptation.transport_map import INDEPENDENT_COMPONENTS, TriangularMap
 from pymc_kameleon.core.adaptation.whitening import Whitening
 from pymc_kameleon.core.adaptation.windows import AdaptationWindow
-from pymc_kameleon.core.kameleon.family import check_subsample_size, fit_proposal, matched_nu2
+from pymc_kameleon.core.kameleon.family import check_subsample_size
 from pymc_kameleon.core.linalg import SingularCovarianceError
 
 __all__ = ["UNCOVERED_LIMIT", "ScaleFreeAdaptation"]
@@ -71,7 +72,7 @@ def _bounded_update(rm: RobbinsMonro, signal: float) -> None:
     rm.update(min(signal, rm.target + MAX_LOG_STEP / gain))
 
 
-class ScaleFreeAdaptation:
+class ScaleFreeAdaptation(KameleonComponentTuning):
     r"""The scan, the doubling windows and the Robbins-Monro scales that learn a :class:`ScaleFreeState`.
 
     Parameters
@@ -366,31 +367,6 @@ class ScaleFreeAdaptation:
             state.set_kameleon_scales()
         return True
 
-    def _uncovered_fraction(self) -> float:
-        """Fraction of the window's (last 500) states beyond 3 bandwidths (whitened) of every point of
-        Z, where the Kameleon term vanishes (NaN before the first Z or with no draws)."""
-        state, windows = self.state, self._windows
-        if state.family is None or not math.isfinite(state.bandwidth) or len(windows.draws) == 0:
-            return math.nan
-        W = state.whiten(windows.draws.points[-500:])
-        Zw = state.family.Z
-        sq = (W * W).sum(1)[:, None] - 2.0 * W @ Zw.T + (Zw * Zw).sum(1)[None, :]
-        nearest = np.sqrt(np.maximum(sq.min(axis=1), 0.0))
-        return float(np.mean(nearest > 3.0 * state.bandwidth))
-
-    def _matched_nu2(self) -> float:
-        r""":math:`\nu^2` whose Kameleon component has the AM step's average variance :math:`\lambda^2`
-        per whitened coordinate at Z (:func:`~pymc_kameleon.core.kameleon.family.matched_nu2`).
-
-        With ``gamma="auto"``, :math:`\gamma^2 = r \nu^2 \bar v` is tied to :math:`\nu^2`, so
-        :math:`\nu^2 \bar v (1 + r) = \lambda^2`.
-        """
-        state = self.state
-        s2 = state.am_scale.value**2
-        if state.gamma_ratio is not None:
-            return s2 / (state.probe_variance * (1.0 + state.gamma_ratio))
-        return matched_nu2(s2, state.gamma, state.probe_variance)
-
     def _whitening_is_off(self) -> bool:
         """Whether the window's draws say the learned covariance is off (never in the scan)."""
         return self.state.phase != "scan" and self._windows.whitening_is_off(self.state.whitening)
@@ -449,34 +425,6 @@ class ScaleFreeAdaptation:
         self.state.whitening = whitening
         self.state.family = None  # redrawn on the new whitened subsample by _refresh_kameleon
         return True
-
-    def _refresh_kameleon(self, points, rng) -> None:
-        if self.kernel is None:
-            return
-        state = self.state
-        Z = points
-        if Z.shape[0] > self.n_subsample:
-            idx = np.sort(rng.choice(Z.shape[0], size=self.n_subsample, replace=False))
-            Z = Z[idx]
-        probe_nu2 = 1.0 if state.nu2 is None else state.nu2.value
-        fit = fit_proposal(state.whiten(Z), self.kernel, self.bandwidth_spec, self.gamma_spec, probe_nu2, rng)
-        if fit is None:
-            return
-        if state.nu2 is None:
-            nu2 = self.nu2_initial
-            if nu2 is None:
-                nu2 = matched_nu2(state.am_scale.value**2, fit.gamma, fit.probe_variance)
-            state.nu2 = RobbinsMonro(nu2, self.target_accept, self.learning_rate)
-        elif fit.probe_variance > 0 and state.probe_variance > 0:
-            state.nu2.rescale(state.probe_variance / fit.probe_variance)
-        state.probe_variance = fit.probe_variance
-        state.bandwidth = fit.bandwidth
-        # With gamma="auto", gamma^2 is tied to nu^2: where the kernel term vanishes (far from Z, or
-        # nearly constant weights in high dimension) the component is still a tuned random walk.
-        if self.gamma_spec == "auto" and state.gamma_ratio is None:
-            state.gamma_ratio = fit.gamma**2 / (state.nu2.value * fit.probe_variance)
-        state.family = fit.family
-        state.set_kameleon_scales()
 
     # ------------------------------------------------------------------ diagnostics
     def report(self) -> TuningReport:

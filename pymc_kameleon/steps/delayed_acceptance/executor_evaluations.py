@@ -1,0 +1,163 @@
+"""What :class:`~pymc_kameleon.GPDelayedAcceptanceMH` does with ``executor=``: the checks that the
+likelihood can run on workers, the start search's runs on them, and, after tuning, the chain's likely next
+proposals evaluated ahead there (speculation, with
+:class:`~pymc_kameleon.core.delayed_acceptance.speculation.Prefetch`), given up when the executor closes,
+and said once when most of those evaluations fail.
+
+:class:`ExecutorEvaluations` is a mixin of ``GPDelayedAcceptanceMH``, apart from
+:mod:`pymc_kameleon.steps.delayed_acceptance.mh` (the 500-line rule), which keeps the step's options, its
+kernel and its statistics; the mixin reads the step's ``executor``, target, chain and warnings.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from functools import partial
+
+import numpy as np
+
+from pymc_kameleon.core.delayed_acceptance.speculation import Prefetch
+from pymc_kameleon.core.starts import powell_run
+from pymc_kameleon.core.warning_categories import KameleonWarning
+from pymc_kameleon.executors import ExecutorClosedError
+
+__all__ = ["ExecutorEvaluations"]
+
+# Warn once this many guesses the chain needed failed on the workers, and more than it used.
+_SPECULATION_FAILURES_TO_WARN = 10
+
+
+class ExecutorEvaluations:
+    """The evaluations of :class:`~pymc_kameleon.GPDelayedAcceptanceMH` on its ``executor=`` (a mixin)."""
+
+    def _check_speculation(self) -> None:
+        """``executor=`` evaluates the likelihood on workers from a copy of the compiled function: only
+        where that copy is the likelihood of this step's variables alone, and deterministic."""
+        target, name = self._target, type(self).__name__
+        if target.has_estimates:
+            raise ValueError(
+                f"{name}: executor= evaluates likely next proposals ahead on workers and uses a value only "
+                "where the chain would compute the same one; a PseudoMarginalPotential's estimates are "
+                "random, so nothing could be reused. Drop executor=, or give the estimator its own "
+                "(PseudoMarginalPotential(..., executor=...))."
+            )
+        if target.shared:
+            others = sorted(v.name for v in target.shared)
+            raise ValueError(
+                f"{name}: executor= evaluates the likelihood on workers as a function of this step's "
+                f"variables, but the model also has {others}, which other steps sample: the workers' copy "
+                "would use stale values. Sample every continuous variable with this step, or drop "
+                "executor=."
+            )
+
+    def _search_elsewhere(self):
+        """With ``executor=``, the start search's candidates after the first run on workers (the same
+        runs, so the same start); their evaluations join the step's count when they come back."""
+        if self.executor is None:
+            return None
+        target, executor = self._target, self.executor
+        search = _SearchOnWorker(target)
+
+        def run_elsewhere(x0, max_evals):
+            try:
+                future = executor.submit_row(search, (np.array(x0, dtype=float), int(max_evals)))
+            except ExecutorClosedError:
+                return None  # made here (the same run); the draws' speculation says it stopped
+            return _CountedRun(future, target)
+
+        return run_elsewhere
+
+    def _start_speculating(self) -> None:
+        """At the end of tuning, with ``executor=`` and a likelihood that took at least
+        ``_speculation_min_ms`` (:data:`~pymc_kameleon.steps.delayed_acceptance.mh.SPECULATION_MIN_MS`) on
+        average during tuning: evaluate the chain's likely next proposals ahead on the workers for the
+        draws."""
+        target = self._target
+        if self.executor is None:
+            return
+        if target.n_timed_evals:
+            self.likelihood_ms = 1e3 * target.loglik_seconds / target.n_timed_evals
+        if self.likelihood_ms is None or self.likelihood_ms < self._speculation_min_ms:
+            return
+
+        # The draws: a fixed kernel, so the chain can be run ahead.
+        def as_input(theta):
+            return np.asarray(theta, dtype=target.dtype)
+
+        def submit(theta):
+            try:
+                return self.executor.submit_row(target._fn, (as_input(theta),))
+            except ExecutorClosedError as err:
+                self._stop_speculating(err)
+                lost = Future()
+                lost.set_result(err)  # a failed guess: the chain evaluates it here if it needs it
+                return lost
+
+        try:
+            slots = self.executor.n_workers()
+        except ExecutorClosedError as err:
+            self._stop_speculating(err)
+            return
+        prefetch = Prefetch(
+            submit, lambda theta: target._fn(as_input(theta)), slots=slots, in_flight=self.executor.in_flight
+        )
+        prefetch.on_failure = partial(self._speculation_failed, prefetch)
+        target.prefetch = self._chain.kernel.prefetch = prefetch
+
+    def _stop_speculating(self, err: ExecutorClosedError) -> None:
+        """The executor was closed under the chain: go on without evaluations made ahead (the draws are
+        the same), and say so once."""
+        self._target.prefetch = self._chain.kernel.prefetch = None
+        if not self._speculation_warned:
+            self._speculation_warned = True
+            said = str(err).removeprefix(f"{self.executor.owner}: ")
+            self._warnings.warn(
+                f"{type(self).__name__}: no more evaluations made ahead: {said} The draws are the same "
+                "without them.",
+                KameleonWarning,
+            )
+
+    def _speculation_failed(self, prefetch: Prefetch) -> None:
+        """A guess made ahead failed on its worker, or was lost: ship the function afresh (the executor
+        may have lost its copy) and, once most guesses the chain needed have failed, say so once:
+        the draws are right (each is evaluated again here), but the executor only costs time."""
+        self.executor.forget_shipped()
+        if self._speculation_warned:
+            return
+        if prefetch.given_up >= _SPECULATION_FAILURES_TO_WARN and prefetch.given_up > prefetch.used:
+            self._speculation_warned = True
+            why = prefetch.last_failure or "lost, or not back in time"
+            self._warnings.warn(
+                f"{type(self).__name__}: {prefetch.given_up} of the {prefetch.given_up + prefetch.used} "
+                f"evaluations made ahead on the executor and needed failed there (the last: {why}), and "
+                "were made again in this process: the draws are right, but the executor saves no time. "
+                "Make the likelihood run on the workers (evaluate it there once to see the error, e.g. "
+                "client.submit(...)), or drop executor=.",
+                KameleonWarning,
+            )
+
+
+class _SearchOnWorker:
+    """One start-search run (:func:`~pymc_kameleon.core.starts.powell_run`) on a worker, on a copy of
+    the chain's target."""
+
+    def __init__(self, target):
+        self.target = target
+
+    def __call__(self, x0, max_evals):
+        return powell_run(lambda x: self.target.evaluate(x).logp, x0, max_evals)
+
+
+class _CountedRun:
+    """A worker's start-search run whose evaluations join the target's count when it is collected."""
+
+    def __init__(self, future, target):
+        self.future, self.target = future, target
+
+    def result(self):
+        run = self.future.result()
+        if isinstance(run, BaseException):  # it raised on the worker: run again here, which raises
+            return None
+        if run is not None:
+            self.target.n_evals += run[2]
+        return run
