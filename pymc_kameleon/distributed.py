@@ -185,7 +185,10 @@ def _results(client, futures) -> list:
                 break
             except TimeoutError:
                 if future.done():
-                    raise  # the chain's own TimeoutError (a solver's, say), not the wait's
+                    # Finished as the wait ran out (a CI run raised the wait's TimeoutError here), or the
+                    # chain's own TimeoutError (a solver's, say): its result, or its own error, now.
+                    results.append(future.result())
+                    break
                 if client.nthreads():
                     no_worker_since = None
                     continue
