@@ -36,6 +36,7 @@ jump.
 from __future__ import annotations
 
 import inspect
+import math
 import warnings
 
 import cloudpickle
@@ -44,7 +45,7 @@ import pymc as pm
 from pymc.blocking import DictToArrayBijection, RaveledVars
 
 from pymc_kameleon.core.adaptation.diagnostics import log_density_climb
-from pymc_kameleon.core.adaptation.mode_mass import MIN_MOVED, half_log_volumes, moved_shares
+from pymc_kameleon.core.adaptation.mode_mass import half_log_volumes
 from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
 from pymc_kameleon.steps.reporting import CLIMB_LIMIT
@@ -239,20 +240,19 @@ class PooledTuning:
         density moves by many sqrt(d/2), against one in its neck.
         """
         climb = log_density_climb(windows.recent_log_density, self.dim, min_states=RESCUE_EVERY)
-        walking = np.asarray(deficits) < climb * np.sqrt(self.dim / 2.0)
-        walking |= np.isnan(climb)  # unknown: no credit
-        if climb <= CLIMB_LIMIT:
-            walking[:] = False
+        if climb > CLIMB_LIMIT:  # toward the chains less far above than it rose
+            walking = np.asarray(deficits) < climb * np.sqrt(self.dim / 2.0)
+        else:  # NaN: unknown, no credit
+            walking = np.full(len(others), math.isnan(climb))
         if walking.all() or not windows.recent_population:
             return np.zeros(len(others))
-        states = np.array(windows.recent_population)
-        volumes = half_log_volumes(states, RESCUE_EVERY)
+        volumes = half_log_volumes(np.array(windows.recent_population), RESCUE_EVERY)
         if volumes is None:
             return np.zeros(len(others))
         wider = volumes[self.this_chain] - volumes[others]
         credit = np.where(np.isfinite(wider) & ~walking, np.maximum(wider, 0.0), 0.0)
-        moved = moved_shares(states)
-        stuck = (moved[others] < MIN_MOVED) & (moved[self.this_chain] >= MIN_MOVED) & ~walking
+        # A width is NaN exactly where its chain moved in fewer than MIN_MOVED of the steps.
+        stuck = np.isnan(volumes[others]) & np.isfinite(volumes[self.this_chain]) & ~walking
         return np.where(stuck, np.inf, credit)
 
 

@@ -18,9 +18,7 @@ import math
 
 import numpy as np
 
-__all__ = [
-    "MIN_MOVED", "half_log_volumes", "moved_shares", "whitened_half_log_det", "whitened_half_log_det_bound",
-]
+__all__ = ["MIN_MOVED", "half_log_volumes", "whitened_half_log_det", "whitened_half_log_det_bound"]
 
 #: A chain that moved in fewer than this share of the recent steps has no measured width (a stuck
 #: chain's states have no spread, which would credit every other chain with a huge volume).
@@ -58,7 +56,7 @@ def half_log_volumes(states, min_steps: int) -> np.ndarray | None:
     steps, chains, dim = states.shape
     if steps < max(min_steps, 2):
         return None
-    moved = moved_shares(states)
+    moved = np.any(states[1:] != states[:-1], axis=2).mean(axis=0)
     volumes = np.full(chains, np.nan)
     measured = np.flatnonzero(moved >= MIN_MOVED)
     if measured.size == 0:
@@ -72,18 +70,6 @@ def half_log_volumes(states, min_steps: int) -> np.ndarray | None:
         # S_c in the coordinates whitened by the mean covariance D L L^T D.
         volumes[c] = whitened_half_log_det(covariance / np.outer(scale, scale), factor)
     return volumes
-
-
-def moved_shares(states) -> np.ndarray:
-    """Per chain, the share of the steps after the first at which its state changed.
-
-    Parameters
-    ----------
-    states : array of shape (steps, chains, d), steps >= 2
-        Every chain's state at each recent step, in a fixed chain order.
-    """
-    states = np.asarray(states)
-    return np.any(states[1:] != states[:-1], axis=2).mean(axis=0)
 
 
 def whitened_half_log_det(covariance, factor) -> float:
