@@ -31,8 +31,8 @@ Three experiments, each printing Markdown tables (``--experiments`` picks some):
 Likelihood evaluations are counted the same way for every SMC kernel: the N evaluations of the
 initial particles plus one per proposal in the rejuvenation sweeps. KASS reports the latter in its
 ``likelihood_evals`` statistic; for PyMC's kernels a subclass wraps ``likelihood_logp_func`` with a
-counter during ``mutate`` (``_CountEvaluations``). Wall times include compilation and depend on
-the machine's load.
+counter during ``mutate`` (``_CountEvaluations``, in ``_kass_smc_kernels.py``). Wall times include
+compilation and depend on the machine's load.
 
 Usage::
 
@@ -47,163 +47,50 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/, also when loaded by path
-from _common import CountedCall, environment_line, one_blas_thread
+from _common import environment_line, one_blas_thread
 
 one_blas_thread()  # before NumPy is imported (see _common.py)
 
 import argparse
 import json
 import logging
-import math
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pymc as pm
-from pymc.smc.kernels import IMH, MH
-from scipy.cluster.vq import kmeans2
-from scipy.special import logsumexp
+
+# Split off under the 500-line rule, re-exported: other scripts, the tests and notebook 04 read them here.
+from _kass_smc_kernels import (  # the counted kernels and one SMC run
+    SMC_KW,
+    CountedIMH,
+    CountedMH,
+    FixedSweepsIMH,
+    FixedSweepsMH,
+    evidence_table,
+    kass_budget_sweeps,
+    run_smc,
+    summarise,
+)
+from _kass_smc_sensor import mode_masses, pattern_switches, sensor_reference
+from _kass_smc_sensor import random_walk_chains as random_walk_chains
 from scipy.stats import multivariate_normal
 
-from pymc_kameleon import ASMC, KASS, KameleonMetropolis, PseudoMarginalPotential, log_mean_exp
+from pymc_kameleon import ASMC, KASS, KameleonMetropolis, PseudoMarginalPotential
 from pymc_kameleon.metrics import mmd_squared
 from pymc_kameleon.problems import GPClassificationLikelihood, load_glass
-from pymc_kameleon.problems.sensor_network import sensor_network_data, sensor_network_model, side_of_base_line
+from pymc_kameleon.problems.sensor_network import sensor_network_data, sensor_network_model
 from pymc_kameleon.problems.targets import banana
-from pymc_kameleon.smc import log_evidence, stage_stats
 
-SMC_KW = dict(progressbar=False, compute_convergence_checks=False)
 EXPERIMENTS = ("banana", "sensor", "glass", "regression20")
 
 
-# ----------------------------------------------------------------- counting PyMC's kernels
-class _CountEvaluations:
-    """Counts the likelihood evaluations of a PyMC SMC kernel's ``mutate`` (its stats lack them)."""
-
-    def mutate(self):
-        compiled = self.likelihood_logp_func
-        counted = CountedCall(compiled)
-        self.likelihood_logp_func = counted
-        try:
-            super().mutate()
-        finally:
-            self.likelihood_logp_func = compiled
-        self._stage_evals = counted.calls
-
-    def sample_stats(self):
-        return {**super().sample_stats(), "likelihood_evals": self._stage_evals}
-
-
-class CountedMH(_CountEvaluations, MH):
-    """PyMC's MH kernel, unchanged, with a ``likelihood_evals`` statistic per stage."""
-
-    stats_dtypes_shapes = {**MH.stats_dtypes_shapes, "likelihood_evals": (int, [])}
-
-
-class CountedIMH(_CountEvaluations, IMH):
-    """PyMC's IMH kernel, unchanged, with a ``likelihood_evals`` statistic per stage."""
-
-    stats_dtypes_shapes = {**IMH.stats_dtypes_shapes, "likelihood_evals": (int, [])}
-
-
-class _FixedSweeps:
-    """A PyMC kernel with exactly ``n_sweeps`` sweeps per stage (a fixed likelihood budget).
-
-    Each call of PyMC's ``mutate`` with a correlation threshold above 2 makes exactly one sweep
-    (its stopping test ``2 - r > threshold`` fails at once), so the sweeps are PyMC's own code. The
-    acceptance rates of all sweeps feed PyMC's tuning, as in one multi-sweep call.
-    """
-
-    _rate_attr = "chain_acc_rate"
-
-    def __init__(self, *args, n_sweeps: int = 10, **kwargs):
-        super().__init__(*args, correlation_threshold=3.0, **kwargs)
-        self.n_sweeps = int(n_sweeps)
-
-    def mutate(self):
-        rates, evals = [], 0
-        for _ in range(self.n_sweeps):
-            super().mutate()
-            rates.append(getattr(self, self._rate_attr))
-            evals += self._stage_evals
-        setattr(self, self._rate_attr, np.mean(rates, axis=0))
-        self._stage_evals = evals
-
-
-class FixedSweepsMH(_FixedSweeps, CountedMH):
-    """PyMC's MH kernel with a fixed number of sweeps per stage."""
-
-
-class FixedSweepsIMH(_FixedSweeps, CountedIMH):
-    """PyMC's IMH kernel with a fixed number of sweeps per stage."""
-
-    _rate_attr = "acc_rate"
-
-
 # ----------------------------------------------------------------- running SMC
-def run_smc(model, kernel, draws: int, seed: int, var: str, **kernel_kwargs) -> dict:
-    """One chain of ``pm.sample_smc``: particles, log Z, stages, likelihood evaluations, seconds."""
-    start = time.perf_counter()
-    with model, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        idata = pm.sample_smc(
-            draws=draws, kernel=kernel, chains=1, cores=1, random_seed=seed, **SMC_KW, **kernel_kwargs
-        )
-    seconds = time.perf_counter() - start
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # PyMC's kernels have no error bar (NaN)
-        evidence = log_evidence(idata)
-    beta = stage_stats(idata, "beta")[0]
-    stage_evals = stage_stats(idata, "likelihood_evals")[0]
-    samples = idata.posterior[var].values.reshape(draws, -1)
-    return dict(
-        samples=samples, log_z=float(evidence.log_z[0]), se=float(evidence.std_error[0]),
-        stages=int(beta.size),
-        evals=int(draws + stage_evals.sum()), seconds=seconds, idata=idata,
-    )
-
-
-def kass_budget_sweeps(kass_runs, draws: int) -> int:
-    """Sweeps per stage with which a fixed-sweep PyMC kernel spends about KASS's likelihood evaluations
-    (equal budget), from KASS's mean evaluations and stages over its runs."""
-    kass_evals = np.mean([r["evals"] for r in kass_runs])
-    kass_stages = np.mean([r["stages"] for r in kass_runs])
-    return max(1, round((kass_evals - draws) / (draws * kass_stages)))
-
-
-def summarise(values) -> str:
-    """'mean ± sd' over repetitions."""
-    v = np.asarray(values, dtype=float)
-    return f"{v.mean():.3g} ± {v.std(ddof=1) if v.size > 1 else 0.0:.2g}"
-
-
+# (the counted kernels, run_smc and the evidence table: _kass_smc_kernels.py)
 def header(args):
     print(f"# {environment_line()}, seed {args.seed}, reps {args.reps}"
           f"{', QUICK' if args.quick else ''}")
-
-
-def evidence_table(runs, exact_log_z: float = 0.0) -> str:
-    """Bias of log Z (mean error and its standard error over runs) and the single-run error bar
-    (root-mean-square reported SE against the spread over runs; coverage of log Z ± 2 SE)."""
-    lines = [
-        "\n| sampler | mean log Z error ± SE of the mean | bias / SE | mean abs(error) | reported SE (rms) "
-        "| spread of log Z | coverage of ± 2 SE |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for name, rs in runs.items():
-        error = np.array([r["log_z"] for r in rs]) - exact_log_z
-        se = np.array([r["se"] for r in rs])
-        spread = error.std(ddof=1) if error.size > 1 else float("nan")
-        mean_se = spread / math.sqrt(error.size)
-        has_se = bool(np.all(np.isfinite(se)))
-        reported = f"{math.sqrt(np.mean(se**2)):.3g}" if has_se else "none"
-        coverage = f"{np.mean(np.abs(error) <= 2 * se):.2f}" if has_se else "none"
-        lines.append(
-            f"| {name} | {error.mean():+.3f} ± {mean_se:.3f} | {error.mean() / mean_se:+.1f} | "
-            f"{np.abs(error).mean():.3f} | {reported} | {spread:.3g} | {coverage} |"
-        )
-    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------- 1. banana bridge
@@ -361,92 +248,7 @@ def regression20_experiment(args) -> dict:
 
 
 # ----------------------------------------------------------------- 2. sensor network
-def random_walk_chains(log_density, x0, n_steps: int, rng, burn_in: float = 0.5):
-    """Independent random-walk Metropolis chains, all advanced together (vectorised log density).
-
-    The per-chain scale adapts toward acceptance 0.234 during the burn-in (the first half of the
-    steps), then stays fixed; the burn-in is discarded. Returns draws of shape (chains, kept, d).
-    """
-    x = np.array(x0, dtype=float)
-    n, d = x.shape
-    lp = log_density(x)
-    log_scale = np.full(n, math.log(2.38 / math.sqrt(d) * 0.1))
-    n_burn = int(burn_in * n_steps)
-    kept = []
-    for t in range(n_steps):
-        prop = x + np.exp(log_scale)[:, None] * rng.standard_normal((n, d))
-        lp_prop = log_density(prop)
-        alpha = np.exp(np.minimum(0.0, np.nan_to_num(lp_prop - lp, nan=-np.inf)))
-        accept = rng.random(n) < alpha
-        x[accept], lp[accept] = prop[accept], lp_prop[accept]
-        if t < n_burn:
-            log_scale += (alpha - 0.234) / math.sqrt(t + 1)
-        else:
-            kept.append(x.copy())
-    return np.stack(kept, axis=1)
-
-
-def sensor_reference(
-    data, seed: int, n_chains: int, n_steps: int, n_importance: int, n_components: int = 40
-) -> dict:
-    """Reference posterior: pooled random-walk chains, reweighted by importance sampling.
-
-    A mixture of Gaussians (k-means clusters of the pooled draws, covariances inflated by 1.5², and
-    a 5% defensive prior component) is the importance distribution; the self-normalised weights give
-    the modes their correct masses, the resampled draws are the reference sample, and the mean
-    weight estimates log Z.
-    """
-    rng = np.random.default_rng(seed)
-    x0 = data.prior_mean + data.prior_sd * rng.standard_normal((n_chains, data.dim))
-    pooled = random_walk_chains(data.log_posterior, x0, n_steps, rng).reshape(-1, data.dim)
-    thin = pooled[rng.choice(pooled.shape[0], size=min(50_000, pooled.shape[0]), replace=False)]
-    centres, labels = kmeans2(thin, n_components, seed=rng, minit="++")
-    comps, weights = [], []
-    for k in range(n_components):
-        pts = thin[labels == k]
-        if pts.shape[0] > data.dim + 1:
-            comps.append(
-                multivariate_normal(pts.mean(axis=0), 1.5**2 * np.cov(pts.T) + 1e-8 * np.eye(data.dim))
-            )
-            weights.append(pts.shape[0])
-    weights = 0.95 * np.array(weights) / np.sum(weights)
-    prior = multivariate_normal(np.full(data.dim, data.prior_mean), data.prior_sd**2 * np.eye(data.dim))
-    comps.append(prior)
-    weights = np.append(weights, 0.05)
-    which = rng.choice(len(comps), size=n_importance, p=weights)
-    draws = np.concatenate([comps[k].rvs(size=int(np.sum(which == k)), random_state=rng).reshape(-1, data.dim)
-                            for k in range(len(comps))])
-    log_q = logsumexp(np.stack([np.log(w) + c.logpdf(draws) for w, c in zip(weights, comps)]), axis=0)
-    log_w = data.log_posterior(draws) - log_q
-    w = np.exp(log_w - logsumexp(log_w))
-    sample = draws[rng.choice(draws.shape[0], size=5000, p=w)]
-    return dict(
-        sample=sample,
-        draws=draws,
-        weights=w,
-        log_z=float(log_mean_exp(log_w)),
-        ess=float(1.0 / np.sum(w**2)),
-        pooled=pooled,
-        n_chains=n_chains,
-        n_steps=n_steps,
-        n_components=len(comps),
-    )
-
-
-def mode_masses(data, samples, weights=None) -> dict:
-    """Mass of each reflection pattern (side of the base line per sensor), e.g. 'LRL'."""
-    sides = side_of_base_line(data, samples)
-    labels = np.array(["".join("L" if s else "R" for s in row) for row in sides.reshape(-1, data.n_sensors)])
-    weights = np.full(labels.size, 1.0 / labels.size) if weights is None else np.asarray(weights)
-    return {lab: float(weights[labels == lab].sum()) for lab in sorted(set(labels))}
-
-
-def pattern_switches(data, chain) -> int:
-    """How often a chain's reflection pattern changes from one draw to the next."""
-    sides = side_of_base_line(data, chain).reshape(chain.shape[0], -1)
-    return int(np.sum(np.any(sides[1:] != sides[:-1], axis=1)))
-
-
+# (its reference posterior and mode labels: _kass_smc_sensor.py)
 # --quick caps the KAMH chain of the sensor experiment (KASS's budget is ~50 000 evaluations).
 QUICK_KAMH_STEPS = 6000
 
