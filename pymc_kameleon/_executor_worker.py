@@ -3,12 +3,13 @@ rows, a block, one speculative row), the cache of unpickled functions by token, 
 garbage collection that lets a Dask worker close in time. The main process builds a :class:`_Payload`
 and submits :func:`_run_chunk`, :func:`_run_block` or :func:`_run_one` with it.
 
-This module imports neither PyMC nor Dask.
+This module imports neither PyMC nor Dask (PyTensor only to compile the warm-up's function).
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import gc
 import multiprocessing
 import uuid
@@ -107,6 +108,13 @@ def _run_block(token: str, payload: bytes, start: int, block) -> list:
         return [_failure(start, err)]
 
 
+def _unpickle(token: str, payload: bytes, index: int) -> int:
+    """Worker side: unpickle (and cache) the payload's function, call nothing; returns ``index`` (a warm-up
+    task, one per worker: :meth:`pymc_kameleon.executors.ExecutorOption.warm_up`)."""
+    _worker_function(token, payload)
+    return index
+
+
 def _run_one(token: str, payload: bytes, row: tuple):
     """Worker side: ``function(*row)``, or a RuntimeError naming the error if it raised (a speculative
     call: the caller, which may not need the value, evaluates again itself and raises the error there
@@ -125,3 +133,14 @@ class _Payload:
         self.function = function
         self.token = uuid.uuid4().hex
         self.data = cloudpickle.dumps(function)
+
+
+@functools.cache
+def _warm_up_payload() -> _Payload:
+    """The warm-up's function (:meth:`pymc_kameleon.executors.ExecutorOption.warm_up`), compiled and
+    pickled once per process: one token, so a worker that has unpickled it answers at once later."""
+    import pytensor
+    import pytensor.tensor as pt
+
+    x = pt.dscalar("x")
+    return _Payload(pytensor.function([x], x + 1.0))

@@ -247,6 +247,45 @@ def test_each_chunk_of_a_round_runs_on_its_own_worker(client):
     assert len(set(pids)) == 1 and pids[0] == client.run(os.getpid, workers=[one])[one]
 
 
+def _holds(token):
+    """Worker side: whether this worker has unpickled the payload of ``token``."""
+    from pymc_kameleon import _executor_worker
+
+    return token in _executor_worker._worker_functions
+
+
+def _forget_functions():
+    from pymc_kameleon import _executor_worker
+
+    _executor_worker._worker_functions.clear()
+
+
+def test_warm_up_has_every_worker_unpickle_a_compiled_function(client):
+    """A worker's first unpickling of any compiled PyTensor function loads PyTensor's module cache (1.7-3.3
+    s for each fresh worker of this cluster's kind on 2 cores, then 0.02 s per function): ``warm_up``
+    (called where KASS is made) has each worker do it at once with a small function, one task per worker,
+    without waiting."""
+    from pymc_kameleon._executor_worker import _warm_up_payload
+
+    token = _warm_up_payload().token
+    client.run(_forget_functions)
+    assert not any(client.run(_holds, token).values())  # the control: the check sees a cold worker
+    option = ExecutorOption(client.get_executor(), "test")
+    option.warm_up()
+    assert sorted(f.result(timeout=60) for f in option._warming) == [0, 1]
+    assert list(client.run(_holds, token).values()) == [True, True]
+    # A broken executor: nothing raised here; the first real call says what is wrong, as before.
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(1)
+    pool.shutdown()
+    broken = ExecutorOption(pool, "test")
+    broken.warm_up()
+    assert broken._warming == []
+    with pytest.raises(RuntimeError, match="shutdown"):
+        broken.map_rows(_square, [(2.0,)])
+
+
 def test_an_evaluation_that_raises_names_its_inputs(client):
     model = black_box_model(GaussianLoglik(raise_above=3.0))
     message = r"FloatingPointError: solver diverged.*\(at mu="

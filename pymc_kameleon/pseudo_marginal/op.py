@@ -107,6 +107,8 @@ class PseudoMarginalOp(Op):
         # An estimate is the mean of this many independent estimates (evaluated on the executor).
         self.replicates = int(replicates)
         self.executor = as_executor_option(executor, f"PseudoMarginalPotential {name!r}")
+        if self.executor is not None:
+            self.executor.warm_up()  # the workers load PyTensor's compiled modules while PyMC compiles
         # Correlated estimators take standard normals u of this shape instead of a generator; with
         # replicates, each replicate takes one slice u[r] of the leading axis.
         if auxiliary_shape is not None and self.split:

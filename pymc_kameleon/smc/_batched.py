@@ -89,6 +89,8 @@ class BatchedSMCKernel(SMC_KERNEL):
             ) from None
         check_smc_threshold(name, kwargs.get("threshold", 0.5), draws)
         self.executor = as_executor_option(executor, name)
+        if self.executor is not None:
+            self.executor.warm_up()  # the workers load PyTensor's compiled modules while PyMC compiles
         super().__init__(*args, **kwargs)
         self.batch_logp = batch_logp
         self._evaluations = 0  # running count of likelihood evaluations at proposals

@@ -305,6 +305,8 @@ class GPDelayedAcceptanceMH(ExecutorEvaluations, GPDelayedAcceptanceStep):
     ):
         self._check_option_names(options)
         self.executor = as_executor_option(executor, type(self).__name__)
+        if self.executor is not None:
+            self.executor.warm_up()  # the workers load PyTensor's compiled modules while PyMC compiles
         self._speculation_min_ms = SPECULATION_MIN_MS
         check_independence_weight(independence_weight)
         self.independence_weight = float(independence_weight)
