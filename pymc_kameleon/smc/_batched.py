@@ -38,8 +38,7 @@ _log = logging.getLogger("pymc_kameleon.smc.kass")
 
 # Rows per vectorised log-density call: bounds the memory of models with many observations.
 _LOGP_BATCH_ROWS = 1024
-# Particles compared between the vectorised and PyMC's per-particle log densities (per chain).
-_BATCH_CHECK_POINTS = 8
+_BATCH_CHECK_POINTS = 8  # particles compared between the vectorised and PyMC's log densities (per chain)
 
 
 class BatchedSMCKernel(SMC_KERNEL):
@@ -495,6 +494,7 @@ def batch_matches(fn, X, prior_logp, likelihood_logp, strict: bool, warnings) ->
 
 
 def same_values(a, b) -> bool:
-    """Equal up to rounding; equal infinities count as equal."""
+    """Equal up to the rounding of the model's float type (1e3 eps, at least 1e-8); equal infinities too."""
+    tol = max(1e-8, 1e3 * float(np.finfo(floatX(np.zeros(1)).dtype).eps))  # float32 sums: 1e-4 apart
     a, b = np.asarray(a, dtype=float).reshape(-1), np.asarray(b, dtype=float).reshape(-1)
-    return a.shape == b.shape and bool(np.allclose(a, b, rtol=1e-8, atol=1e-8, equal_nan=True))
+    return a.shape == b.shape and bool(np.allclose(a, b, rtol=tol, atol=tol, equal_nan=True))
