@@ -18,7 +18,6 @@ import pytensor.tensor as pt
 from pymc.model import modelcontext
 from pymc.pytensorf import compile, floatX, join_nonshared_inputs, make_shared_replacements
 from pymc.smc.kernels import SMC_KERNEL
-from pymc.vartypes import discrete_types
 from pytensor import shared
 from pytensor.graph.replace import vectorize_graph
 from pytensor.tensor.random.type import RandomGeneratorType
@@ -29,9 +28,13 @@ from pymc_kameleon.core.validation import check_number, check_smc_threshold, une
 from pymc_kameleon.core.warning_categories import KameleonRuntimeWarning, KameleonWarning
 from pymc_kameleon.executors import as_executor_option
 from pymc_kameleon.pseudo_marginal import PseudoMarginalOp
+from pymc_kameleon.smc.particle_checks import (
+    check_prior_draws,
+    constant_draw_causes,
+    nan_prior_hint,
+    variable_slices,
+)
 from pymc_kameleon.steps.reporting import StepWarnings
-from pymc_kameleon.steps.starts import has_improper_prior
-from pymc_kameleon.steps.variables import indexed_names
 
 # KASS's logger: its messages name KASS.
 _log = logging.getLogger("pymc_kameleon.smc.kass")
@@ -221,6 +224,7 @@ class BatchedSMCKernel(SMC_KERNEL):
                     f"particles (the first: {self._describe_particle(self.tempered_posterior[bad[0]])}, in "
                     "the sampler's unconstrained coordinates). Make the model return -inf where the density "
                     "is zero, and check it at those values."
+                    + (nan_prior_hint(self.variables) if what == "prior" else "")
                 )
         finite = np.isfinite(self.likelihood_logp).sum()
         if finite < 2:
@@ -298,84 +302,6 @@ class BatchedSMCKernel(SMC_KERNEL):
 def _not_evaluated(x):
     """Stands in for the likelihood while PyMC sets up the initial particles (evaluated afterwards)."""
     return np.array(0.0)
-
-
-def check_continuous(model, sampler: str) -> None:
-    """A clear error if the model has discrete variables, which the Kameleon moves cannot move."""
-    discrete = [v.name for v in model.value_vars if v.dtype in discrete_types]
-    if discrete:
-        raise ValueError(
-            f"{sampler} moves continuous variables only, but {discrete} "
-            f"{'is' if len(discrete) == 1 else 'are'} discrete. Use pm.smc.kernels.MH or IMH "
-            "for models with discrete variables."
-        )
-
-
-def variable_slices(variables, var_info):
-    """``(name, slice, shape)`` of each variable in PyMC's flat particle vector, in order."""
-    offset = 0
-    for v in variables:
-        shape, size = var_info[v.name][0], var_info[v.name][1]
-        yield v.name, slice(offset, offset + size), shape
-        offset += size
-
-
-def coordinate_labels(variables, var_info) -> list[str]:
-    """The name of each coordinate of PyMC's flat particle vector: ``mu``, ``tau_log__``, ``theta[2]``
-    (value variables, in the sampler's unconstrained coordinates)."""
-    slices = variable_slices(variables, var_info)
-    return [label for name, _, shape in slices for label in indexed_names(name, shape)]
-
-
-def check_prior_draws(X, variables, var_info, causes=None) -> None:
-    """A clear error if the initial particles do not vary. SMC starts from prior draws, but PyMC's SMC
-    puts every particle at a variable's initial value when the variable has an ``initval=``, and an
-    improper prior (``pm.Flat``, ``pm.HalfFlat``) has no draws (PyMC uses its initial value). With the
-    ``causes`` (:func:`constant_draw_causes`) the message names the variables with an ``initval=`` and
-    those with an improper prior."""
-    X = np.asarray(X, dtype=float)
-    if X.shape[0] < 2:
-        return
-    constant = np.all(X == X[0], axis=0)
-    if not constant.any():
-        return
-    names = [name for name, part, _ in variable_slices(variables, var_info) if constant[part].any()]
-    start = f"All {X.shape[0]} initial particles are identical in {names}: "
-    improper_text = (
-        "SMC starts from draws of the prior, and {these} none (an improper prior such as pm.Flat or "
-        "pm.HalfFlat, whose 'draws' are its initial value). Give {them} a proper prior (for example a "
-        "wide pm.Normal), or sample the model with pm.sample."
-    )
-    causes = causes or {}
-    improper = [causes[n][1] for n in names if causes.get(n, ("",))[0] == "improper"]
-    with_initval = [causes[n][1] for n in names if causes.get(n, ("",))[0] == "initval"]
-    if not with_initval:  # improper priors, or no model to tell
-        raise ValueError(start + improper_text.format(these="these variables have", them="them"))
-    plural = len(with_initval) > 1
-    message = (
-        f"{start}PyMC's SMC starts every particle at a variable's initial value when it has one, instead "
-        f"of drawing it from the prior, and {with_initval} {'have' if plural else 'has'} `initval=`. "
-        f"Remove `initval=` from {'them' if plural else 'it'}, so that the particles are drawn from the "
-        "prior (pm.sample takes a starting point as pm.sample(initvals=...) instead); the priors "
-        "themselves need not change."
-    )
-    if improper:
-        these = f"{improper} {'have' if len(improper) > 1 else 'has'}"
-        message += " " + improper_text.format(these=these, them="them" if len(improper) > 1 else "it")
-    raise ValueError(message)
-
-
-def constant_draw_causes(model) -> dict[str, tuple[str, str]]:
-    """Why a variable's initial particles may all be equal, by value-variable name: ``("improper",
-    rv name)`` for an improper prior (pm.Flat, pm.HalfFlat), ``("initval", rv name)`` for a variable with
-    an ``initval=`` (PyMC's SMC starts every particle there)."""
-    causes = {}
-    for value, rv in model.values_to_rvs.items():
-        if has_improper_prior(rv):
-            causes[value.name] = ("improper", rv.name)
-        elif model.rvs_to_initial_values.get(rv) is not None:
-            causes[value.name] = ("initval", rv.name)
-    return causes
 
 
 def compile_batch_logp(model, variables, compile_kwargs, strict: bool):

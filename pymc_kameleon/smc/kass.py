@@ -42,9 +42,10 @@ from pymc_kameleon.core.smc.waste_free import (
     waste_free_chain_length,
     waste_free_final_thinning,
 )
-from pymc_kameleon.smc._batched import BatchedSMCKernel, check_continuous, coordinate_labels
+from pymc_kameleon.smc._batched import BatchedSMCKernel
 from pymc_kameleon.smc.kass_checks import KASSChecks
 from pymc_kameleon.smc.kass_moves import KASSMoves
+from pymc_kameleon.smc.particle_checks import check_continuous, coordinate_labels
 
 __all__ = ["ASMC", "KASS"]
 
