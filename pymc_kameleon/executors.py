@@ -48,11 +48,7 @@ from pymc_kameleon import _executor_worker as _worker_side
 from pymc_kameleon._executor_worker import RowFailure, _Payload, _run_block, _run_chunk, _run_one
 
 __all__ = [
-    "DaskExecutor",
-    "ExecutorClosedError",
-    "ExecutorOption",
-    "ParallelEvaluationError",
-    "RowFailure",
+    "DaskExecutor", "ExecutorClosedError", "ExecutorOption", "ParallelEvaluationError", "RowFailure",
     "as_executor_option",
 ]
 
@@ -302,8 +298,11 @@ class ExecutorOption:
         A worker's first unpickling of a compiled PyTensor function loads PyTensor's module cache (1.7-3.3
         s for each fresh worker of a 2-worker ``LocalCluster`` on 2 cores, then 0.02 s per function): an
         owner calls this where it is made, so that the workers do it while the owner compiles. Nothing
-        computed depends on it; it raises nothing (the first real call reports a broken executor).
+        computed depends on it; it raises nothing (the first real call reports a broken executor). A
+        user's factory is not called for it: with ``cores > 1`` only PyMC's chain processes use its pool.
         """
+        if self._executor is None and not isinstance(self._factory, DaskExecutor):
+            return
         try:
             executor = self.get()
             payload, run = _worker_side._warm_up_payload(), _worker_side._unpickle

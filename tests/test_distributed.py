@@ -284,6 +284,13 @@ def test_warm_up_has_every_worker_unpickle_a_compiled_function(client):
     assert broken._warming == []
     with pytest.raises(RuntimeError, match="shutdown"):
         broken.map_rows(_square, [(2.0,)])
+    # A user's factory is not called: with cores > 1 only PyMC's chain processes would use what it makes.
+    made = []
+    factory = ExecutorOption(lambda: made.append(ProcessPoolExecutor(1)) or made[-1], "test")
+    factory.warm_up()
+    assert made == [] and factory._warming == []
+    assert factory.map_rows(_square, [(3.0,)]) == [9.0] and len(made) == 1  # made at its first real use
+    made[0].shutdown()
 
 
 def test_an_evaluation_that_raises_names_its_inputs(client):
