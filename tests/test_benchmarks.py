@@ -599,3 +599,20 @@ def test_kass_logz_decay_runs(capsys):
     out = capsys.readouterr().out
     assert "reference log Z" in out and "within +-2 SE" in out
     assert z.shape == (2,) and np.isfinite(z).all()
+
+
+@pytest.mark.slow
+def test_kass_linear_algebra_quick_mode(capsys):
+    rows = _load("kass_linear_algebra").main(["--quick"])
+    assert "| KASS (auto) | 1 |" in capsys.readouterr().out
+    (auto,), (vectorised,) = rows["KASS (auto)"], rows["KASS (vectorised)"]
+    # On PyMC 5's C backend "auto" loops over the particles; Numba (PyMC 6) compiles the vectorised loop.
+    assert vectorised["batch"] == 1 and auto["evals"] == vectorised["evals"]
+    assert auto["log_z"] == pytest.approx(vectorised["log_z"], abs=1e-6)
+    crossover = _load("kass_linear_algebra").main(["--crossover", "--quick"])["crossover"]
+    from pytensor.compile.mode import get_default_mode
+    from pytensor.link.basic import JITLinker
+
+    compiled = isinstance(get_default_mode().linker, JITLinker)  # PyMC 6's Numba compiles the loops
+    expected = [(1, 0), (8, 0)] if compiled else [(1, 2), (8, 9)]
+    assert [(row["rows"], row["added"]) for row in crossover] == expected

@@ -139,7 +139,10 @@ class KASS(KASSChecks, KASSMoves, BatchedSMCKernel):
         Evaluate the log densities of all proposals with one vectorised PyTensor function
         (``vectorize_graph``). ``"auto"`` uses it when the model vectorises and agrees with PyMC's
         per-particle functions on the initial particles, else falls back to a loop; models with
-        pseudo-marginal terms always loop (their estimates are random). ``True`` insists.
+        pseudo-marginal terms always loop (their estimates are random), and so do models whose
+        vectorised graph would run a Cholesky or triangular solve per particle and observation in
+        PyTensor's Python loop (a multivariate likelihood of many rows with a parameter as its
+        covariance, on PyMC 5's C backend). ``True`` insists.
     resampling : {"multinomial", "systematic"}, default "multinomial"
         How particles are resampled at each stage. Multinomial resampling is what the evidence's
         single-run standard error (:func:`~pymc_kameleon.smc.log_evidence`) needs; PyMC's systematic
