@@ -22,8 +22,8 @@ from pymc.pytensorf import compile, floatX, join_nonshared_inputs, make_shared_r
 from pymc.smc.kernels import SMC_KERNEL
 from pytensor import shared
 from pytensor.compile.sharedvalue import SharedVariable
-from pytensor.graph.basic import graph_inputs
 from pytensor.graph.replace import graph_replace, vectorize_graph
+from pytensor.graph.traversal import graph_inputs
 from pytensor.link.basic import JITLinker
 from pytensor.tensor.blockwise import Blockwise
 from pytensor.tensor.random.type import RandomGeneratorType
