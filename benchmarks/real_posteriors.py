@@ -142,6 +142,12 @@ EXTRA_SAMPLERS = {
     "KameleonMetropolis-smc": Sampler(partial(KameleonMetropolis, start=SMCStart(transport_map=False))),
     "KameleonMetropolis-smc-map": Sampler(partial(KameleonMetropolis, start=SMCStart(transport_map=True))),
     "GPDelayedAcceptanceMH-smc": Sampler(partial(GPDelayedAcceptanceMH, start="smc"), needs_likelihood=True),
+    # Cheaper runs for the map: waste-free KASS (its automatic chains), and 500 particles.
+    "KameleonMetropolis-smc-map-waste-free": Sampler(
+        partial(KameleonMetropolis, start=SMCStart(kernel_options={"waste_free": True}))
+    ),
+    "KameleonMetropolis-smc-map-500": Sampler(partial(KameleonMetropolis, start=SMCStart(particles=500))),
+    "KameleonMetropolis-smc-map-1000": Sampler(partial(KameleonMetropolis, start=SMCStart(particles=1000))),
     # Tempered from a wide Gaussian around the mode instead of the prior (the default where the prior cannot
     # be drawn from: pm.Flat, an initval).
     "KameleonMetropolis-smc-mode": Sampler(
