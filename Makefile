@@ -38,7 +38,7 @@ $(VENV)/.docs-installed: $(VENV)/.installed pyproject.toml
 	$(PY) -m pip install -q -e '.[docs]'
 	touch $@
 
-## demo: sample the 8-d banana with KameleonMetropolis and pm.Metropolis, print ArviZ summaries and quantile errors
+## demo: sample the 8-d banana with KameleonMetropolis, pm.Metropolis and KameleonMetropolis(start='smc'), print ArviZ summaries and quantile errors
 demo: $(VENV)/.installed
 	$(PY) examples/demo.py
 

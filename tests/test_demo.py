@@ -25,7 +25,14 @@ def test_demo_shows_the_steps_warnings(demo):
     too short (or its chains disagreed) went unheard. Two chains in two processes: the warnings come
     back from the workers."""
     with pytest.warns(UserWarning, match=r"^KameleonMetropolis: tuning took 100 steps, fewer than"):
-        demo.run(banana(dim=8, b=0.1, v=100.0), KameleonMetropolis, "short", chains=2, tune=100, draws=20)
+        idata = demo.run(
+            banana(dim=8, b=0.1, v=100.0), KameleonMetropolis, "short", chains=2, tune=100, draws=20
+        )
+    # The demo's count of our evaluations: every tuning step and draw of both chains, one each at least.
+    evaluations = demo.log_density_evaluations("KameleonMetropolis", idata, 8)
+    assert evaluations == idata.sample_stats["cumulative_logp_evals"].values[:, -1].sum() >= 2 * (100 + 20)
+    metropolis = demo.log_density_evaluations("pm.Metropolis", idata, 8)
+    assert metropolis == 2 * 8 * demo.CHAINS * (demo.TUNE + demo.DRAWS)
 
 
 def test_demo_hides_other_libraries_user_warnings_and_prints_ours_without_a_file(demo):
