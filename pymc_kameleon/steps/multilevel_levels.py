@@ -35,7 +35,7 @@ from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
 from pymc_kameleon.core.linalg import same_array
 from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
 from pymc_kameleon.steps.multilevel_checks import matching_value_vars
-from pymc_kameleon.steps.target_density import Evaluation, TargetDensity
+from pymc_kameleon.steps.target_density import Evaluation, TargetDensity, refuse_random_log_density
 
 __all__ = [
     "CoarseLevel",
@@ -354,6 +354,7 @@ def coarse_level(coarse, vars, model, compile_kwargs, k: int, corrected=(), cova
         logp = coarse.logp()
     # The variables outside the fine block (sampled by other steps of a CompoundStep) as shared inputs.
     shared = make_shared_replacements(coarse.initial_point(), coarse_vars, coarse)
+    refuse_random_log_density([logp], f"MLDA: coarse_models[{k}]", coarse)
     fns = _joined(coarse, [logp, *outputs], coarse_vars, compile_kwargs, shared)
     by_name = {value.name: variable for value, variable in shared.items()}
     return CoarseLevel(fns[0], fns[1] if corrected else None, bias, error_cov, by_name)

@@ -13,7 +13,7 @@ from pymc.pytensorf import compile as compile_pytensor
 from pymc.pytensorf import join_nonshared_inputs
 from pytensor.graph.traversal import ancestors
 
-from pymc_kameleon.steps.target_density import Evaluation, TargetDensity
+from pymc_kameleon.steps.target_density import Evaluation, TargetDensity, refuse_random_log_density
 
 __all__ = ["GradientUnavailableError", "SplitTargetDensity"]
 
@@ -113,6 +113,7 @@ class SplitTargetDensity(TargetDensity):
         prior = model.logp(vars=model.free_RVs)
         loglik = model.logp(vars=lik_terms) if lik_terms else pt.constant(0.0, dtype="float64")
         other = model.logp(vars=other_terms) if other_terms else pt.constant(0.0, dtype="float64")
+        refuse_random_log_density([prior, loglik, other], self.step_name, model)
         estimator_inputs = model.replace_rvs_by_values([x for t in self.terms for x in t.inputs])
         outputs, inarray = join_nonshared_inputs(
             point=initial_point,

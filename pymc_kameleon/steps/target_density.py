@@ -19,6 +19,8 @@ import pytensor
 import pytensor.tensor as pt
 from pymc.pytensorf import compile as compile_pytensor
 from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
+from pytensor.graph.traversal import graph_inputs
+from pytensor.tensor.random.type import RandomGeneratorType
 
 from pymc_kameleon.core.linalg import same_array
 from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
@@ -28,6 +30,7 @@ __all__ = [
     "TargetDensity",
     "describe_point",
     "has_gradient",
+    "refuse_random_log_density",
 ]
 
 
@@ -81,6 +84,43 @@ class Evaluation:
         return self.grad_log_prior + self.grad_exact_loglik
 
 
+def refuse_random_log_density(graphs, step_name: str, model) -> None:
+    """Raise a ValueError if the log density's ``graphs`` (PyTensor variables) draw random numbers.
+
+    Such a density (a ``pm.Simulator``'s ABC likelihood, a Potential or CustomDist logp that simulates)
+    gives another value at every evaluation of the same point, from a generator that ``pm.sample``'s
+    ``random_seed`` does not seed: a new user's chains on a ``pm.Simulator`` gave posterior means of 0.75
+    and 0.99 in two runs with the same seed. A likelihood known only through an unbiased estimate is
+    what :func:`~pymc_kameleon.PseudoMarginalPotential` is for (the steps keep the estimate at the
+    current state and draw its random numbers from their own seeded stream).
+    """
+    if not any(isinstance(v.type, RandomGeneratorType) for v in graph_inputs(graphs)):
+        return
+    from pymc.distributions.simulator import SimulatorRV
+
+    simulators = [rv.name for rv in model.observed_RVs if isinstance(rv.owner.op, SimulatorRV)]
+    if simulators:
+        names = ", ".join(repr(n) for n in simulators)
+        what = f"pm.Simulator {names}, an approximate Bayesian computation (ABC) likelihood"
+        remedy = (
+            "Sample a pm.Simulator with pm.sample_smc(), PyMC's sampler for it (kernel=KASS is one of its "
+            "kernels); a likelihood you can compute belongs in observed variables or a pm.Potential."
+        )
+    else:
+        what = "a random variable inside a pm.Potential or a CustomDist's logp"
+        remedy = (
+            "Make the log density a deterministic function of the parameters; for a likelihood that can "
+            "only be estimated without bias, wrap the estimator in PseudoMarginalPotential, which these "
+            "steps sample exactly, with random numbers from their own seeded stream."
+        )
+    raise ValueError(
+        f"{step_name}: the model's log density draws random numbers ({what}), so it takes another value "
+        "at every evaluation of the same point, from a generator pm.sample's random_seed does not seed: "
+        "the draws could not be reproduced, and Metropolis-Hastings on it targets a noisy likelihood "
+        f"that this step does not handle as one. {remedy}"
+    )
+
+
 class TargetDensity:
     r"""The model's log density as a function of a step's raveled block, with exact pseudo-marginal terms.
 
@@ -125,6 +165,7 @@ class TargetDensity:
             estimator_inputs = model.replace_rvs_by_values([x for t in self.terms for x in t.inputs])
         else:
             exact_logp, estimator_inputs = model.logp(), []
+        refuse_random_log_density([exact_logp], self.step_name, model)
         outputs, inarray = join_nonshared_inputs(
             point=initial_point,
             outputs=[exact_logp, *estimator_inputs],
