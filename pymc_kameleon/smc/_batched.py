@@ -122,7 +122,24 @@ class BatchedSMCKernel(SMC_KERNEL):
         self._draw_causes = constant_draw_causes(model)  # for check_prior_draws's message
         self._batch_logp_func = None
         self._batch_on_worker = None  # evaluate_batch bound to _batch_logp_func, for the executor
-        if batch_logp is True or (batch_logp == "auto" and not self._pseudo_marginal_ops):
+        random = draws_random_numbers(self.prior_logp_func) or draws_random_numbers(self.likelihood_logp_func)
+        if random and self.executor is not None:
+            raise ValueError(
+                f"{name}: an executor cannot evaluate a model whose log density draws random numbers (a "
+                "pm.Simulator): the workers' simulations would depend on how the particles are split among "
+                "them, so the draws would not be those of the serial run. Sample it without executor=."
+            )
+        if random and batch_logp is True:
+            raise ValueError(
+                f"{name}: batch_logp=True, but the model's log density draws random numbers (a "
+                "pm.Simulator): a vectorised function would simulate for all particles at once, not as "
+                "PyMC's per-particle functions do. Leave batch_logp at 'auto', which evaluates such a "
+                "model particle by particle."
+            )
+        if random:  # a pm.Simulator (ABC): PyMC's per-particle functions, each on this chain's stream
+            _log.info("%s: the model's log density draws random numbers; evaluating particles one by one.",
+                      name)
+        elif batch_logp is True or (batch_logp == "auto" and not self._pseudo_marginal_ops):
             self._batch_logp_func = compile_batch_logp(
                 model,
                 self.variables,
@@ -425,6 +442,11 @@ def with_rng(fn, rng: np.random.Generator):
     rngs = [v for v in fn.get_shared() if isinstance(v.type, RandomGeneratorType)]
     swaps = {old: shared(new, borrow=True) for old, new in zip(rngs, rng.spawn(len(rngs)), strict=True)}
     return fn.copy(swap=swaps) if swaps else fn
+
+
+def draws_random_numbers(fn) -> bool:
+    """Whether the compiled PyTensor function ``fn`` draws random numbers (a ``pm.Simulator``'s)."""
+    return any(isinstance(v.type, RandomGeneratorType) for v in fn.get_shared())
 
 
 def pseudo_marginal_ops(fn) -> list:

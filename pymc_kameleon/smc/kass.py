@@ -142,7 +142,8 @@ class KASS(KASSChecks, KASSMoves, BatchedSMCKernel):
         pseudo-marginal terms always loop (their estimates are random), and so do models whose
         vectorised graph would run a Cholesky or triangular solve per particle and observation in
         PyTensor's Python loop (a multivariate likelihood of many rows with a parameter as its
-        covariance, on PyMC 5's C backend). ``True`` insists.
+        covariance, on PyMC 5's C backend). ``True`` insists, except for a log density that draws
+        random numbers (a ``pm.Simulator``), which is always evaluated particle by particle.
     resampling : {"multinomial", "systematic"}, default "multinomial"
         How particles are resampled at each stage. Multinomial resampling is what the evidence's
         single-run standard error (:func:`~pymc_kameleon.smc.log_evidence`) needs; PyMC's systematic

@@ -3,6 +3,10 @@ refused by the MCMC steps with the remedy: a new user's KameleonMetropolis chain
 gave posterior means of 0.75 and 0.99 in two runs with the same seed. KASS, a pm.sample_smc kernel like
 PyMC's own for a Simulator, still samples it, reproducibly."""
 
+import logging
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pymc as pm
 import pytest
@@ -85,3 +89,19 @@ def test_kass_samples_a_simulator_reproducibly():
         means.append(float(idata.posterior["mu"].mean()))
     assert means[0] == means[1]
     assert abs(means[0] - DATA.mean()) < 1.0
+
+
+def test_kass_evaluates_a_simulator_one_by_one_without_a_disagreement_warning(caplog):
+    with simulator_model():
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # KASS's "disagrees" was a KameleonRuntimeWarning
+            with caplog.at_level(logging.INFO, logger="pymc_kameleon"):
+                idata = pm.sample_smc(kernel=KASS, draws=100, chains=1, progressbar=False, random_seed=3)
+        assert idata.sample_stats.attrs["batch_logp"] == 0
+        assert "draws random numbers; evaluating particles one by one" in caplog.text
+        with pytest.raises(ValueError, match="batch_logp=True, but the model's log density draws random"):
+            pm.sample_smc(kernel=KASS, draws=100, chains=1, progressbar=False, batch_logp=True)
+        with ThreadPoolExecutor(1) as executor:
+            with pytest.raises(ValueError, match="an executor cannot evaluate a model whose log density"):
+                pm.sample_smc(kernel=KASS, draws=100, chains=1, progressbar=False, executor=executor)
+
