@@ -8,10 +8,13 @@ all rows. ``batch_logp="auto"`` now evaluates such a model's particles one by on
 Each run is scored against a NUTS reference of the same model (every scalar's mean, in posterior sds)
 and reports its wall time, likelihood evaluations and log evidence, beside PyMC's own SMC kernel (IMH).
 ``--crossover`` times instead the two evaluations of 1000 particles against the number of rows, beside
-the Python-loop calls per particle that ``"auto"`` compares with its threshold of 8.
+the Python-loop calls per particle that ``"auto"`` compares with its threshold of 8. ``--scan`` runs an
+AR(1) likelihood written with ``pytensor.scan`` instead, whose vectorised graph runs one Scan per particle
+in that loop (``smc._batched.looped_inner_graphs``): KASS with ``"auto"`` and vectorised, and PyMC's IMH.
 
     OPENBLAS_NUM_THREADS=1 python -W ignore benchmarks/kass_linear_algebra.py --seeds 1 2 3
     OPENBLAS_NUM_THREADS=1 python -W ignore benchmarks/kass_linear_algebra.py --crossover
+    OPENBLAS_NUM_THREADS=1 python -W ignore benchmarks/kass_linear_algebra.py --scan --seeds 1 2 3
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import numpy as np  # noqa: E402
 import pymc as pm  # noqa: E402
 
 from pymc_kameleon import KASS  # noqa: E402
-from pymc_kameleon.smc import log_evidence  # noqa: E402
+from pymc_kameleon.smc import log_evidence, stage_stats  # noqa: E402
 
 KERNELS = {
     "KASS (auto)": {"kernel": KASS},
@@ -73,8 +76,7 @@ def run(model, options: dict, draws: int, seed: int) -> dict:
     stats = idata.sample_stats
     row = {"wall": wall, "scalars": scalars(idata), "log_z": float("nan"), "se": float("nan"), "evals": None}
     if "likelihood_evals" in stats:
-        evals = np.asarray(stats["likelihood_evals"].values[0], dtype=float)
-        row["evals"] = int(np.nansum(evals)) + draws
+        row["evals"] = int(np.nansum(stage_stats(idata, "likelihood_evals")[0])) + draws
         estimate = log_evidence(idata)
         row["log_z"], row["se"] = float(estimate.log_z[0]), float(estimate.std_error[0])
         row["batch"] = int(stats.attrs["batch_logp"])
@@ -85,6 +87,57 @@ def run(model, options: dict, draws: int, seed: int) -> dict:
         finite = values[np.isfinite(values)]
         row["log_z"] = float(finite[-1]) if finite.size else float("nan")
     return row
+
+
+def ar1_scan_model(steps: int = 60) -> pm.Model:
+    """An AR(1) series of ``steps`` values, its likelihood written with ``pytensor.scan``."""
+    import pytensor
+    import pytensor.tensor as pt
+
+    rng = np.random.default_rng(1)
+    y = np.zeros(steps)
+    for t in range(1, steps):
+        y[t] = 0.7 * y[t - 1] + rng.normal(0, 0.5)
+    with pm.Model() as model:
+        phi = pm.Uniform("phi", -1, 1)
+        s = pm.HalfNormal("s", 1.0)
+        means, _ = pytensor.scan(lambda y_prev, phi: phi * y_prev, sequences=[pt.as_tensor(y[:-1])],
+                                 non_sequences=[phi])
+        pm.Potential("likelihood", pm.logp(pm.Normal.dist(means, s), y[1:]).sum())
+    return model
+
+
+def scan_runs(seeds, particles: int) -> dict:
+    """KASS ("auto" and vectorised) and PyMC's IMH on :func:`ar1_scan_model`: wall times, posterior means."""
+    model = ar1_scan_model()
+    print(f"\nAR(1) likelihood with pytensor.scan, 59 steps, {particles} particles\n")
+    print("| kernel | seed | wall (s) | vectorised | likelihood evals | mean phi | mean s | log Z |")
+    print("|---|---|---|---|---|---|---|---|")
+    rows: dict[str, list[dict]] = {k: [] for k in KERNELS}
+    for seed in seeds:
+        for name, options in KERNELS.items():
+            with model, warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                start = time.perf_counter()
+                idata = pm.sample_smc(draws=particles, chains=1, cores=1, random_seed=seed, progressbar=False,
+                                      **options)
+                wall = time.perf_counter() - start
+            stats = idata.sample_stats
+            means = [float(idata.posterior[v].mean()) for v in ("phi", "s")]
+            row = {"wall": wall, "phi": means[0], "s": means[1]}
+            if "likelihood_evals" in stats:
+                row["evals"] = int(np.nansum(stage_stats(idata, "likelihood_evals")[0])) + particles
+                row["log_z"] = float(log_evidence(idata).log_z[0])
+                row["batch"] = int(stats.attrs["batch_logp"])
+            rows[name].append(row)
+            evals = f"{row['evals']:,}" if "evals" in row else "–"
+            vectorised = {0: "no", 1: "yes"}.get(row.get("batch"), "–")
+            log_z = f"{row['log_z']:.3f}" if "log_z" in row else "–"
+            print(f"| {name} | {seed} | {wall:.1f} | {vectorised} | {evals} | {means[0]:.4f} "
+                  f"| {means[1]:.4f} | {log_z} |", flush=True)
+    print("\nmedian wall over seeds: " + ", ".join(
+        f"{name} {np.median([r['wall'] for r in rs]):.1f} s" for name, rs in rows.items()))
+    return rows
 
 
 def crossover(row_counts=(1, 4, 8, 16, 32), particles: int = 1000, repeats: int = 5) -> list[dict]:
@@ -130,8 +183,14 @@ def main(argv=None) -> dict:
     parser.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=list(KERNELS))
     parser.add_argument("--quick", action="store_true", help="100 particles, 20 rows, seed 1, short NUTS")
     parser.add_argument("--crossover", action="store_true", help="time both evaluations against the rows")
+    parser.add_argument("--scan", action="store_true", help="an AR(1) likelihood written with pytensor.scan")
     args = parser.parse_args(argv)
     logging.getLogger("pymc").setLevel(logging.WARNING)
+    if args.scan:
+        print(environment_line())
+        print(f"# command: python benchmarks/kass_linear_algebra.py {' '.join(argv or sys.argv[1:])}")
+        seeds, particles = ([1], 100) if args.quick else (args.seeds, 1000)
+        return {"scan": scan_runs(seeds, particles)}
     if args.crossover:
         print(environment_line())
         print(f"# command: python benchmarks/kass_linear_algebra.py {' '.join(argv or sys.argv[1:])}\n")

@@ -616,3 +616,8 @@ def test_kass_linear_algebra_quick_mode(capsys):
     compiled = isinstance(get_default_mode().linker, JITLinker)  # PyMC 6's Numba compiles the loops
     expected = [(1, 0), (8, 0)] if compiled else [(1, 2), (8, 9)]
     assert [(row["rows"], row["added"]) for row in crossover] == expected
+    scan = _load("kass_linear_algebra").main(["--scan", "--quick"])["scan"]
+    (auto,), (vectorised,) = scan["KASS (auto)"], scan["KASS (vectorised)"]
+    assert auto["batch"] == int(compiled) and vectorised["batch"] == 1  # a Scan in the loop: one by one
+    assert (auto["evals"], auto["phi"], auto["log_z"]) == pytest.approx(
+        (vectorised["evals"], vectorised["phi"], vectorised["log_z"]), abs=1e-6)
