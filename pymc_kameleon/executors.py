@@ -87,6 +87,13 @@ def _dask_status(executor) -> str:
     return getattr(executor._client, "status", "running") if _is_dask_executor(executor) else "running"
 
 
+# Seconds between two looks at whether the executor is gone, while waiting for a task's result.
+_GONE_POLL_SECONDS = 1.0
+# A Dask client's statuses once it can no longer deliver results: closed, or (its cluster closed while it
+# was running) trying to reconnect.
+_CUT_OFF = ("closing", "closed", "connecting")
+
+
 def _dask_client_closed(executor) -> bool:
     """Whether ``executor`` is a Dask executor whose client was closed (Dask then fails with its internals:
     ``'NoneType' object has no attribute 'scatter'``, ``IOLoop is closed``)."""
@@ -217,7 +224,7 @@ class ExecutorOption:
             status = _dask_status(executor)
             # Closed: the next get() connects a new client, if it can. "connecting": the scheduler went
             # away under a client that was running (its cluster closed), and it is trying to reconnect.
-            if status in ("closing", "closed", "connecting"):
+            if status in _CUT_OFF:
                 what = "closed" if status != "connecting" else "cut off from its scheduler"
                 error = self._closed_error(err, f"the executor's Dask client was {what} while in use")
                 if status == "connecting":  # kept: another call would wait for the reconnection again
@@ -290,6 +297,30 @@ class ExecutorOption:
             n = getattr(executor, "_max_workers", None) or os.cpu_count() or 1
         self._n_workers = (max(int(n), 1), now)
         return self._n_workers[0]
+
+    def gone(self) -> bool:
+        """Whether the executor can no longer deliver the results of tasks already submitted: its Dask
+        client closed or cut off from its scheduler (a future of such a task may then never complete)."""
+        if self._closed is not None:
+            return True
+        return self._executor is not None and _dask_status(self._executor) in _CUT_OFF
+
+    def result_of(self, future):
+        """``future.result()`` of a task submitted here, or an :class:`ExecutorClosedError` once the
+        executor is :meth:`gone` before it completed: CI once waited 40 minutes for a task of a Dask
+        cluster closed meanwhile, whose future never completed."""
+        while True:
+            try:
+                return future.result(timeout=_GONE_POLL_SECONDS)
+            except TimeoutError:
+                if future.done():  # done as the wait ran out, or the task's own TimeoutError
+                    return future.result()
+                if self.gone():
+                    future.cancel()
+                    raise self._closed or self._closed_error(
+                        TimeoutError("a task's result did not come back"),
+                        "the executor's Dask client was closed while in use",
+                    ) from None
 
     # ------------------------------------------------------------ evaluation
     def warm_up(self) -> None:
@@ -374,7 +405,9 @@ class ExecutorOption:
         try:
             for a, b, future in futures:
                 try:
-                    chunk = future.result()
+                    chunk = self.result_of(future)
+                except ExecutorClosedError:
+                    raise
                 except Exception as err:
                     where = f" (first row: {describe(items[a])})" if describe is not None else ""
                     said = str(err).strip() or "no message"

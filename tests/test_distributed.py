@@ -654,6 +654,38 @@ def test_a_cluster_closed_in_use_gets_a_clear_error_or_none(after):
             assert time.monotonic() - start < 1.0
 
 
+def test_a_search_run_whose_cluster_closed_is_made_here_not_awaited_for_ever():
+    """CI once waited 40 minutes in the start search for a run sent to a worker of a cluster closed
+    meanwhile: the future of its task never completed. The wait now gives up once the executor is gone
+    (ExecutorOption.result_of, which map_rows's rounds wait with too), and the chain makes the run itself
+    (the same run)."""
+    from concurrent.futures import Future
+
+    from pymc_kameleon.steps.delayed_acceptance.executor_evaluations import _CountedRun
+
+    cluster = distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
+    )
+    client = distributed.Client(cluster, set_as_default=False)
+    option = ExecutorOption(client.get_executor(), "test")
+    assert option.map_rows(_square, [(2.0,)]) == [4.0] and not option.gone()
+    run = _CountedRun(Future(), None, option)  # a task whose result never comes back
+    outcome = []
+    waiting = threading.Thread(target=lambda: outcome.append(run.result()), daemon=True)
+    waiting.start()
+    time.sleep(0.5)
+    assert waiting.is_alive()  # it waits while the cluster is there
+    client.close()
+    cluster.close()
+    waiting.join(timeout=10.0)
+    assert not waiting.is_alive() and outcome == [None] and option.gone()
+    # What a round of map_rows waits with: the executor's own error, at once.
+    start = time.monotonic()
+    with pytest.raises(ExecutorClosedError, match="closed while in use.*Keep a Dask client"):
+        option.result_of(Future())
+    assert time.monotonic() - start < 3.0
+
+
 class SlowToCollect:
     """An object in a reference cycle whose finaliser takes 6 s: what the garbage collector does at a
     worker's exit, on a worker that holds PyMC and compiled models (1.5-4 s measured on a loaded 2-core

@@ -63,7 +63,7 @@ class ExecutorEvaluations:
                 future = executor.submit_row(search, (np.array(x0, dtype=float), int(max_evals)))
             except ExecutorClosedError:
                 return None  # made here (the same run); the draws' speculation says it stopped
-            return _CountedRun(future, target)
+            return _CountedRun(future, target, executor)
 
         return run_elsewhere
 
@@ -151,11 +151,16 @@ class _SearchOnWorker:
 class _CountedRun:
     """A worker's start-search run whose evaluations join the target's count when it is collected."""
 
-    def __init__(self, future, target):
-        self.future, self.target = future, target
+    def __init__(self, future, target, executor):
+        self.future, self.target, self.executor = future, target, executor
 
     def result(self):
-        run = self.future.result()
+        """The run, or None (run it here instead: the same run) if it failed there or the executor is
+        gone (:meth:`~pymc_kameleon.executors.ExecutorOption.result_of`)."""
+        try:
+            run = self.executor.result_of(self.future)
+        except ExecutorClosedError:
+            return None
         if isinstance(run, BaseException):  # it raised on the worker: run again here, which raises
             return None
         if run is not None:
