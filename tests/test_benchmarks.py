@@ -621,3 +621,12 @@ def test_kass_linear_algebra_quick_mode(capsys):
     assert auto["batch"] == int(compiled) and vectorised["batch"] == 1  # a Scan in the loop: one by one
     assert (auto["evals"], auto["phi"], auto["log_z"]) == pytest.approx(
         (vectorised["evals"], vectorised["phi"], vectorised["log_z"]), abs=1e-6)
+
+
+@pytest.mark.slow
+def test_gpda_default_tune_benchmark_smoke(capsys):
+    bench = _load("gpda_default_tune")
+    rows = bench.main(["--models", "normal2", "--seeds", "1", "--chains", "2", "--draws", "100"])
+    assert "| normal2 | one window more (4) | 1600 | 1 |" in capsys.readouterr().out
+    assert [r["tune"] for r in rows] == [800, 1600]
+    assert all(r["evals"] > 0 and r["ess"] > 0 for r in rows)

@@ -113,6 +113,34 @@ def test_samples_with_defaults_and_declares_stats(cls):
     assert np.all(np.abs(post.mean(0) - [0.5, -1.0]) < 0.6)
 
 
+def test_mh_tunes_one_window_more_by_default_where_its_independence_component_may_switch_on():
+    # PyMC 6's tune=None: the minimum (a scan of 25 d + 50 steps and windows of 100, 200 and 400) for
+    # MALA and for MH without the component; MH with it gets the window of 800 too.
+    with tiny_model():
+        scan = scan_steps_for(1)
+        assert GPDelayedAcceptanceMALA().default_tune_steps == scan + 700
+        assert GPDelayedAcceptanceMH(independence_weight=0).default_tune_steps == scan + 700
+        assert GPDelayedAcceptanceMH().default_tune_steps == scan + 1500
+
+
+@pytest.mark.slow
+def test_at_the_default_tuning_length_the_independence_component_is_on_and_at_the_minimum_it_is_not():
+    """Why MH's default is one window more: the component switches on only on a window's verdict, and at
+    the minimum the third window's comes as tuning ends (a 2-d normal; benchmarks/gpda_default_tune.py)."""
+    y = np.random.default_rng(0).normal(1.0, 2.0, size=50)
+    shares = {}
+    for length in ("minimum", "default"):
+        with pm.Model():
+            mu = pm.Normal("mu", 0, 10)
+            sigma = pm.HalfNormal("sigma", 5)
+            pm.Normal("y", mu, sigma, observed=y)
+            step = GPDelayedAcceptanceMH()
+            tune = step.default_tune_steps if length == "default" else step.default_tune_steps - 800
+            idata = pm.sample(step=step, tune=tune, draws=300, chains=2, random_seed=1, **SAMPLE_KW)
+        shares[length] = float(idata.sample_stats["independence"].mean())
+    assert shares["minimum"] < 0.1 < 0.3 < shares["default"], shares
+
+
 def test_evaluations_are_saved_on_an_easy_target():
     """On a smooth 2-d posterior most proposals are screened out for free."""
     fractions = {}

@@ -228,9 +228,11 @@ class ScaleFreeAdaptation(KameleonComponentTuning):
         self._windows.seed(points, self.first_window)
         return True
 
-    def required_tune_steps(self) -> int:
-        """Tuning steps for the scan and three windows (AM, then two Kameleon refreshes)."""
-        return self.state.scan_steps + 7 * self.first_window
+    def required_tune_steps(self, windows: int = 3) -> int:
+        r"""Tuning steps for the scan and ``windows`` doubling windows: the scan's steps plus
+        :math:`(2^{windows} - 1)` ``first_window``. Three (AM, then two Kameleon refreshes) are the
+        minimum, below which the steps warn."""
+        return self.state.scan_steps + (2**windows - 1) * self.first_window
 
     # ------------------------------------------------------------------ adaptation
     def adapt(self, draw: TuningDraw, rng) -> bool:

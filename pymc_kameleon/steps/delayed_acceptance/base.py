@@ -230,7 +230,11 @@ class GPDelayedAcceptanceStep(DelayedAcceptanceChecks, AdaptiveStep):
         self._chain = DelayedAcceptanceChain(
             kernel=kernel, evals_at_reset=self._target.n_evals, warnings=chain_warnings
         )
-        self.default_tune_steps = adaptation.required_tune_steps()
+        self.default_tune_steps = self._default_tune_steps(adaptation)
+
+    def _default_tune_steps(self, adaptation: ScaleFreeAdaptation) -> int:
+        """PyMC 6's ``tune`` where ``pm.sample`` is given none: the minimum, the scan and three windows."""
+        return adaptation.required_tune_steps()
 
     @property
     def _start_adaptation(self) -> ScaleFreeAdaptation:

@@ -136,7 +136,9 @@ class GPDelayedAcceptanceMH(ExecutorEvaluations, GPDelayedAcceptanceStep):
         1000), 3 seeds) it raised the ESS per exact evaluation 2.3-15 times on 13 (7.3 times the
         min-ESS per second on PyMC's gallery Lotka-Volterra model) and lowered it only where the step
         fails either way. 0 turns it off.
-        Off with a pseudo-marginal term.
+        Off with a pseudo-marginal term. It switches on only at an adaptation window's end, so with it
+        ``default_tune_steps`` (PyMC 6's ``tune`` when none is given) is one window more than the
+        minimum: :math:`25 d + 1550` against :math:`25 d + 750`.
     target_accept : float, default 0.234
         Target acceptance rate of the scale adaptation (for plain MH on the exact target, see
         *Adaptation signal*).
@@ -354,6 +356,17 @@ class GPDelayedAcceptanceMH(ExecutorEvaluations, GPDelayedAcceptanceStep):
             n_subsample=self.n_subsample,
             independence_weight=self._independence_weight_in_use,
         )
+
+    def _default_tune_steps(self, adaptation: ScaleFreeAdaptation) -> int:
+        # One window more than the minimum where the independence component may switch on: it does so
+        # only on a window's verdict (no exam at the end of tuning, whose new shapes the GP has not
+        # seen), the third window's verdict comes when the minimum's tuning ends, unused, and the
+        # second's rests on too few probes. At the minimum, on a 2-d normal, a 5-d logistic and a 10-d
+        # regression (4 chains, 1000 draws, seeds 1-3), R-hat 1.012-1.101 and min ESS 38-609; with the
+        # window R-hat <= 1.012 and min ESS 867-1653, 1.4-21 times the ESS per exact evaluation
+        # (tuning included; benchmarks/results/gpda_default_tune.md).
+        windows = 4 if adaptation.independence.enabled else 3
+        return adaptation.required_tune_steps(windows)
 
     def _extra_stats(self, result) -> dict:
         state = self._chain.kernel.adaptation.state  # the chain this step moved
