@@ -77,9 +77,11 @@ class MultilevelChecks:
             f"{self._error_model_remedy()}a coarse model closer to the fine one"
             f"{self._smaller_rate_remedy(self.n_levels - 2)}"
         )
+        tails = self._in_the_tails()
+        cause = f". {tails}Otherwise the" if tails else ": the"
         self._warnings.warn(
             f"MLDA: at the end of tuning the finest level accepted {rate:.0%} of the last {len(decisions)} "
-            "coarse subchain ends it judged: the coarse posterior is far from the fine one (in posterior "
+            f"coarse subchain ends it judged{cause} coarse posterior is far from the fine one (in posterior "
             f"sds), so the chain will mix slowly (its draws stay exact). Try {remedy}.",
             KameleonWarning,
             stacklevel=3,
@@ -147,12 +149,38 @@ class MultilevelChecks:
                 stacklevel=3,
             )
 
+    def _in_the_tails(self) -> str:
+        """Where the chain sits far below the best fine log density it has evaluated (beyond the posterior
+        bulk's range), the likelier cause of a low fine acceptance and its remedy, as a sentence; else "".
+
+        A new user's chain started at far initvals (``start="initial_point"``) stopped at a fine log density
+        of -433 against the mode's -106, where the coarse model (rounded data) lay 49 nats below the fine
+        one, against 2 in the posterior: the fine level rejected every subchain's end, and the error model
+        (a constant shift) and longer tuning changed nothing; the start search did."""
+        chain = self._chain
+        own = -math.inf if chain.current is None else chain.current.at(self.n_levels - 1)
+        best = max(self._fine_level.best, own)
+        if not own < best - bulk_log_density_range(self.dim):
+            return ""
+        start = (
+            "let the start search find the posterior (start='search', the default)"
+            if self.start == "initial_point" else "pass initvals nearer the posterior"
+        )
+        return (
+            f"The chain sits at a fine log density of {own:.6g}, {best - own:.3g} below the best it has "
+            f"evaluated ({best:.6g}), in the tails, where a coarse model that falls off faster than the fine "
+            "one makes the fine level reject every subchain's end however close the posteriors are; neither "
+            f"the error model nor longer tuning frees it: {start}. "
+        )
+
     def _stuck_remedy(self) -> str:
         """MLDA's likeliest cause of a stuck chain is a coarse posterior far from the fine one, or (when few
         of the stuck iterations reached the fine level) a coarse or middle level that does not move."""
         error_model = self._error_model_remedy()
         rates = "" if max(self.subsampling_rates) == 1 else ", or smaller subsampling_rates"
         judged = self._chain.judged_since_move
+        tails = self._in_the_tails()
+        tails = f"{tails}Otherwise: " if tails else ""
         if judged < STUCK_DRAWS // 2:
             # A new user's three levels without the error model: 36 fine evaluations in a whole run, the
             # middle level rejecting; "the finest level's acceptance" pointed at the wrong level.
@@ -161,13 +189,13 @@ class MultilevelChecks:
                 "level{k}_accept_rate statistic)"
             )
             return (
-                f"Only {judged} of these iterations reached the fine level: {stopped}, so a coarse posterior "
-                f"is far from the one above it. Try {error_model}coarse models closer to the fine one"
-                f"{rates}; otherwise increase `tune`."
+                f"{tails}Only {judged} of these iterations reached the fine level: {stopped}, so a coarse "
+                f"posterior is far from the one above it. Try {error_model}coarse models closer to the fine "
+                f"one{rates}; otherwise increase `tune`."
             )
         return (
-            f"With MLDA the likeliest cause is a coarse posterior far from the fine one ({judged} of these "
-            f"proposals reached the fine level and it rejected them): try {error_model}a coarse model "
+            f"{tails}With MLDA the likeliest cause is a coarse posterior far from the fine one ({judged} of "
+            f"these proposals reached the fine level and it rejected them): try {error_model}a coarse model "
             f"closer to the fine one{rates}; otherwise increase `tune`."
         )
 

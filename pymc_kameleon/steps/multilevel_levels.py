@@ -137,12 +137,15 @@ class FineLevel:
         self.target = target
         self._last = None  # (x, Evaluation)
         self.timing = CallTiming()
+        self.best = -math.inf  # the highest log density evaluated (how far down a stuck chain sits)
 
     def __call__(self, x) -> float:
         start = time.perf_counter()
         evaluation = self.target.evaluate(x)
         self.timing.add(self.target, time.perf_counter() - start)
         self._last = (x, evaluation)
+        if evaluation.logp > self.best:  # NaN never
+            self.best = evaluation.logp
         return evaluation.logp
 
     def evaluation_at(self, x) -> Evaluation | None:

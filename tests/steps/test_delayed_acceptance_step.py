@@ -141,6 +141,25 @@ def test_at_the_default_tuning_length_the_independence_component_is_on_and_at_th
     assert shares["minimum"] < 0.1 < 0.3 < shares["default"], shares
 
 
+@pytest.mark.parametrize("initial_points, said", [
+    (10, r"lasts until the coordinate scan \(100 steps\) has ended.*Increase `tune`"),
+    (500, r"of initial_points=500 GP points.*lower `initial_points`"),
+])
+def test_tuning_that_ends_in_the_warm_up_names_what_held_it(initial_points, said):
+    # tune=100 in 2-d ends with the scan: with 10 initial points the GP had them, and lowering them would
+    # not help (a new user was told to); with 500 it had not.
+    y = np.random.default_rng(0).normal(1.0, 2.0, size=20)
+    with pm.Model():
+        mu = pm.Normal("mu", 0, 10)
+        sigma = pm.HalfNormal("sigma", 5)
+        pm.Normal("y", mu, sigma, observed=y)
+        with pytest.warns(UserWarning, match=said) as record:
+            pm.sample(step=GPDelayedAcceptanceMH(initial_points=initial_points), tune=100, draws=20, chains=1,
+                      random_seed=1, **SAMPLE_KW)
+    warm = [str(w.message) for w in record if "exact warm-up" in str(w.message)]
+    assert len(warm) == 1 and ("lower `initial_points`" in warm[0]) == (initial_points == 500), warm
+
+
 def test_evaluations_are_saved_on_an_easy_target():
     """On a smooth 2-d posterior most proposals are screened out for free."""
     fractions = {}

@@ -748,3 +748,40 @@ def test_a_middle_level_that_rejects_with_the_error_model_names_the_coarsest_mod
     assert "the middle level (level 1) accepted 0.0%" in said[True] and "subsampling_rates[0]" in said[True]
     assert "without coarse_models[0]" in said[True] and "adaptive_error_model=True" not in said[True]
     assert "without coarse_models[0]" not in said[False] and "adaptive_error_model=True" in said[False]
+
+
+def _rounded_data_models():
+    y = np.random.default_rng(0).normal(1.0, 2.0, size=50)
+
+    def build(data):
+        with pm.Model() as model:
+            mu = pm.Normal("mu", 0, 10)
+            sigma = pm.HalfNormal("sigma", 5)
+            pm.Normal("y", mu, sigma, observed=data)
+        return model
+
+    return build(y), build(np.round(y))
+
+
+@pytest.mark.parametrize("start", ["initial_point", "search"])
+def test_a_chain_trapped_in_the_tails_is_told_to_start_elsewhere(start):
+    """A new user's chain from far initvals (start="initial_point") stopped where the coarse model (rounded
+    data) lies 49 nats below the fine one, against 2 in the posterior: the fine level rejected every end, and
+    the warnings named the error model and longer tuning, which changed nothing. They now name the tails and
+    the start search; with the search (the control) the chains find the posterior and nothing is said."""
+    fine, coarse = _rounded_data_models()
+    with fine, warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        idata = pm.sample(
+            step=MLDA(coarse_models=[coarse], subsampling_rates=3, start=start),
+            initvals=[{"mu": -3.0, "sigma": 1.0}, {"mu": 4.0, "sigma": 6.0}],
+            tune=1000, draws=600, chains=2, random_seed=2, **SAMPLE_KW,
+        )
+    told = [str(w.message) for w in record if "in the tails" in str(w.message)]
+    sigma = idata.posterior["sigma"].mean("draw").values
+    if start == "search":
+        assert not told and np.all(np.abs(sigma - 1.89) < 0.15), (told, sigma)
+    else:
+        assert sigma.min() < 1.0  # the trap (NUTS: 1.885)
+        assert len(told) == 2 and all("start='search', the default" in message for message in told), told
+        assert any(m.startswith("MLDA: at the end of tuning the finest level accepted") for m in told)

@@ -56,6 +56,17 @@ class DelayedAcceptanceChecks:
                 "walk with the scan's step sizes. Increase `tune` (the end-of-tuning warning gives "
                 "the steps this model needs)."
             )
+        if schedule.warm and self.gp.n_points >= self.initial_points:
+            # The GP had its points: the scan's end, which came with tuning's, held the warm-up (a new
+            # user's tune=100 in 2-d had been told to lower initial_points, with 102 points of 10).
+            return (
+                f"{type(self).__name__}: tuning ended after {adaptation.tune_steps} steps, still in "
+                f"the exact warm-up: the warm-up lasts until the coordinate scan ({planned} steps) has "
+                "ended, and here it ended with tuning, so the GP never screened a tuning step and "
+                f"screens the draws with the warm-up's heuristic hyperparameters ({self.gp.n_points} "
+                "points), never fitted. Increase `tune` (the end-of-tuning warning gives the steps "
+                "this model needs)."
+            )
         if schedule.warm:
             return (
                 f"{type(self).__name__}: tuning ended after {adaptation.tune_steps} steps, still in "
