@@ -44,11 +44,12 @@ def mh_log_ratio(logp_proposal, logp_current, log_q_reverse=0.0, log_q_forward=0
     Returns
     -------
     float
-        :math:`\log\alpha`, or ``-inf`` when the proposal's log density is NaN or
-        :math:`-\infty`, or when any term is NaN.
+        :math:`\log\alpha`, or ``-inf`` when the proposal's log density is not finite (NaN,
+        :math:`-\infty`, or :math:`+\infty`, which no density takes: a model bug, rejected rather than
+        letting a chain run into it and stay), or when any term is NaN.
     """
     logp_proposal = float(logp_proposal)
-    if math.isnan(logp_proposal) or logp_proposal == -math.inf:
+    if not math.isfinite(logp_proposal):
         return -math.inf
     log_ratio = logp_proposal - float(logp_current) + float(log_q_reverse) - float(log_q_forward)
     if math.isnan(log_ratio):
@@ -62,15 +63,13 @@ def mh_log_ratio_batch(logp_proposal, logp_current, log_q_reverse=0.0, log_q_for
     Returns
     -------
     array of shape (N,)
-        :math:`\log\alpha_i`, with ``-inf`` where the proposal's log density is NaN or
-        :math:`-\infty`, or where any term is NaN.
+        :math:`\log\alpha_i`, with ``-inf`` where the proposal's log density is not finite (NaN,
+        :math:`\pm\infty`), or where any term is NaN.
     """
     logp_proposal = np.asarray(logp_proposal, dtype=float)
     with np.errstate(invalid="ignore"):
         log_ratio = logp_proposal - np.asarray(logp_current, dtype=float) + log_q_reverse - log_q_forward
-    return np.where(
-        np.isnan(log_ratio) | np.isnan(logp_proposal) | (logp_proposal == -np.inf), -np.inf, log_ratio
-    )
+    return np.where(np.isnan(log_ratio) | ~np.isfinite(logp_proposal), -np.inf, log_ratio)
 
 
 def accept_probability(log_ratio) -> float:

@@ -42,6 +42,7 @@ from pymc_kameleon.smc.particle_checks import (
     variable_slices,
 )
 from pymc_kameleon.steps.reporting import StepWarnings
+from pymc_kameleon.steps.target_density import FLAT_ESTIMATE_CALLS, FLAT_ESTIMATE_NATS
 
 # KASS's logger: its messages name KASS.
 _log = logging.getLogger("pymc_kameleon.smc.kass")
@@ -214,6 +215,7 @@ class BatchedSMCKernel(SMC_KERNEL):
         self.prior_logp = np.asarray(self.prior_logp, dtype=np.float64).reshape(self.draws)
         self.likelihood_logp = np.asarray(self.likelihood_logp, dtype=np.float64).reshape(self.draws)
         self._check_initial_densities()
+        self._warn_flat_estimates()
         # The check below evaluates the likelihood again at the first particles (KASS's settings say so).
         self._check_evaluations = 0 if self._batch_logp_func is None else batch_check_points(self.draws)
         self._use_batch = self._batch_logp_func is not None and batch_matches(
@@ -275,13 +277,14 @@ class BatchedSMCKernel(SMC_KERNEL):
         finite at fewer than two: PyMC's tempering would fail later with 'cannot convert float NaN to
         integer' (or, with one, every particle would be a copy of it), naming nothing."""
         for what, values in (("prior", self.prior_logp), ("likelihood", self.likelihood_logp)):
-            bad = np.flatnonzero(np.isnan(values))
+            bad = np.flatnonzero(np.isnan(values) | (values == np.inf))  # +inf: no density takes it
             if bad.size:
+                value = "NaN" if np.isnan(values[bad[0]]) else "+inf"
+                first = self._describe_particle(self.tempered_posterior[bad[0]])
                 raise ValueError(
-                    f"{type(self).__name__}: the log {what} is NaN at {bad.size} of the {self.draws} initial "
-                    f"particles (the first: {self._describe_particle(self.tempered_posterior[bad[0]])}, in "
-                    "the sampler's unconstrained coordinates). Make the model return -inf where the density "
-                    "is zero, and check it at those values."
+                    f"{type(self).__name__}: the log {what} is {value} at {bad.size} of the {self.draws} "
+                    f"initial particles (the first: {first}, in the sampler's unconstrained coordinates). "
+                    "Make the model return -inf where the density is zero, and check it at those values."
                     + (nan_prior_hint(self.variables) if what == "prior" else "")
                 )
         finite = np.isfinite(self.likelihood_logp).sum()
@@ -302,6 +305,28 @@ class BatchedSMCKernel(SMC_KERNEL):
                 "more particles (draws=) so that more start where the likelihood is finite, or start= "
                 "particles there."
             )
+
+    def _warn_flat_estimates(self) -> None:
+        """With a pseudo-marginal likelihood, say if its log-estimates at the initial particles (prior
+        draws) spanned less than FLAT_ESTIMATE_NATS or all lay in [0, 1], as likelihoods returned in place
+        of their logs do: KAMH and GP-DA say so after tuning, KASS had returned the prior without a word
+        (a new user's sd 0.95 against the posterior's 0.63)."""
+        values = self.likelihood_logp[np.isfinite(self.likelihood_logp)]
+        if not self._pseudo_marginal_ops or values.size < FLAT_ESTIMATE_CALLS:
+            return
+        low, high = float(values.min()), float(values.max())
+        if high - low >= FLAT_ESTIMATE_NATS and not (low >= 0.0 and high <= 1.0):
+            return
+        self._warnings.warn(
+            f"{type(self).__name__}: at the {values.size} initial particles (prior draws) the "
+            f"log-likelihood, pseudo-marginal estimates included, lay between {low:.4g} and {high:.4g}: a "
+            "likelihood that barely changes over the prior, as an estimator returning the likelihood "
+            "estimate in place of its log gives, so the particles stay close to the prior. If log_estimator "
+            "returns the likelihood estimate itself, return its log (np.log of a mean of likelihoods, or "
+            "scipy.special.logsumexp of log weights minus log N).",
+            KameleonWarning,
+            stacklevel=1,
+        )
 
     def _describe_particle(self, x) -> str:
         """A particle as ``name=value`` pairs (values of the transformed variables), for error messages."""

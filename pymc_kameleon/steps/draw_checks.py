@@ -96,11 +96,11 @@ class DrawChecks:
             return
         self._chain.nan_said = True
         self._warnings.warn(
-            f"{type(self).__name__}: after tuning, the model's log density was NaN at a proposal "
-            f"({self._describe_point(x)}); it is rejected, as a point of zero density. If the model "
-            "fails there for numerical reasons (an ODE solver, an overflow) rather than having zero "
-            "density, the draws miss that part of the posterior: make the model finite there, or -inf "
-            "where the density really is zero. Said once per chain.",
+            f"{type(self).__name__}: after tuning, the model's log density was {self._target.nan_value} at a "
+            f"proposal ({self._describe_point(x)}); it is rejected, as a point of zero density. If the model "
+            "fails there for numerical reasons (an ODE solver, an overflow, a division by zero) rather than "
+            "having zero density, the draws miss that part of the posterior: make the model finite there, "
+            "or -inf where the density really is zero. Said once per chain.",
             KameleonWarning,
             stacklevel=4,
         )

@@ -251,6 +251,7 @@ class TargetDensity:
         self._cur = None
         self._cur_shared = ()
         self.nan_at = None  # a proposal whose log density was NaN, until the step has looked (_check_draws)
+        self.nan_value = "NaN"  # or "+inf": what it was there
         # per term: lowest and highest finite log-estimate, and their count (flat_estimate_message)
         self._estimates_seen = {}
         # Seeded from the step's generator at the chain's first step (see `current`): PyMC sets
@@ -349,6 +350,7 @@ class TargetDensity:
         """Keep ``x`` if the log density there is NaN (or +inf, which is rejected as NaN is)."""
         if self.nan_at is None and (math.isnan(value) or value == math.inf):
             self.nan_at = np.array(x, dtype=float, copy=True)
+            self.nan_value = "+inf" if value == math.inf else "NaN"
 
     # ---------------------------------------------------------- current state
     def accept(self, x, evaluation: Evaluation):

@@ -9,7 +9,7 @@ from pymc_kameleon.core.adaptation.scales import RobbinsMonro, VanishingProbabil
 from pymc_kameleon.core.kameleon.family import KameleonProposal
 from pymc_kameleon.core.kameleon.kernels import GaussianKernel
 from pymc_kameleon.core.linalg import SingularCovarianceError, gaussian_logpdf_chol, jittered_cholesky
-from pymc_kameleon.core.mh import accept_probability, metropolis_accept, mh_log_ratio
+from pymc_kameleon.core.mh import accept_probability, metropolis_accept, mh_log_ratio, mh_log_ratio_batch
 
 
 def test_exact_log_acceptance_ratio_with_asymmetric_proposal():
@@ -43,9 +43,12 @@ def test_exact_log_acceptance_ratio_with_asymmetric_proposal():
     assert got == pytest.approx(-0.82548659839693, rel=1e-10)
 
 
-@pytest.mark.parametrize("bad", [np.nan, -np.inf])
+@pytest.mark.parametrize("bad", [np.nan, -np.inf, np.inf])
 def test_nonfinite_proposal_is_rejected(bad):
+    # +inf too: no density takes it, and accepting it let a new user's chain run into a region where a
+    # Potential was +inf and stay there (every draw inside it)
     assert mh_log_ratio(bad, 0.0) == -math.inf
+    assert mh_log_ratio_batch(np.array([bad, 0.5]), np.zeros(2)).tolist() == [-math.inf, 0.5]
     assert accept_probability(mh_log_ratio(bad, 0.0)) == 0.0
     accepted, prob = metropolis_accept(mh_log_ratio(bad, 0.0), np.random.default_rng(0))
     assert not accepted and prob == 0.0

@@ -1110,3 +1110,25 @@ def test_evidence_lags_needs_the_statistics():
         idata = pm.sample_smc(draws=100, kernel=IMH, chains=1, cores=1, random_seed=1, **SMC_KW)
     with pytest.raises(ValueError, match="no loglik_rise.*KASS"):
         evidence_lags(idata)
+
+
+@pytest.mark.parametrize("returns_log", [False, True])
+def test_an_estimator_returning_the_likelihood_not_its_log_is_named(returns_log):
+    """A new user's estimator returned exp(log-likelihood): KAMH and GP-DA say so after tuning, KASS gave the
+    prior (sd 0.95 against 0.63) without a word. The control returns the log, and nothing is said."""
+    y = np.array([0.3, -1.2, 0.8])
+
+    def log_lik(th):
+        return -0.25 * ((y - th) ** 2).sum() - 1.5 * np.log(4 * np.pi)
+
+    def estimator(th, rng):
+        return float(log_lik(th) if returns_log else np.exp(log_lik(th)))
+
+    with pm.Model():
+        th = pm.Normal("th", 0, 1)
+        PseudoMarginalPotential("lik", estimator, inputs=[th])
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            pm.sample_smc(draws=300, kernel=KASS, chains=1, random_seed=1, progressbar=False)
+    said = [str(w.message) for w in record if "return its log" in str(w.message)]
+    assert len(said) == (0 if returns_log else 1), said

@@ -503,3 +503,27 @@ def test_start_search_keeps_numpy_error_settings_of_the_user():
             warnings.simplefilter("ignore", UserWarning)  # the short tuning's own warnings
             pm.sample(step=KameleonMetropolis(blocked=False), tune=5, draws=5, chains=2, cores=1,
                       random_seed=1, progressbar=False, compute_convergence_checks=False)
+
+
+def _potential_infinite_above(threshold):
+    import pytensor.tensor as pt
+
+    with pm.Model() as model:
+        x = pm.Normal("x", 0, 1)
+        pm.Potential("p", pt.switch(x > threshold, np.inf, 0.0))
+    return model
+
+
+def test_a_log_density_of_plus_inf_is_rejected_and_named():
+    """A new user's Potential was +inf for x > 1.5 (a model bug: no density takes it); KameleonMetropolis
+    accepted those proposals and every draw stayed inside, with warnings that called it NaN. Now it is
+    rejected like NaN and the warning says +inf; KASS names it at the initial particles (PyMC's tempering
+    had failed with 'cannot convert float NaN to integer')."""
+    with _potential_infinite_above(1.5), warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        idata = pm.sample(step=KameleonMetropolis(), tune=1000, draws=500, chains=2, cores=1, random_seed=1,
+                          progressbar=False, compute_convergence_checks=False)
+    assert float(idata.posterior["x"].max()) <= 1.5
+    assert any("log density was +inf at a proposal" in str(w.message) for w in record)
+    with _potential_infinite_above(1.5), pytest.raises(ValueError, match=r"likelihood is \+inf at \d+ of"):
+        pm.sample_smc(draws=300, kernel=KASS, chains=1, progressbar=False, random_seed=1)
