@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import difflib
+import inspect
 
 import numpy as np
 
 __all__ = [
     "check_independence_weight", "check_kameleon_options", "check_number", "check_probability",
-    "check_smc_threshold", "check_weight", "unexpected_keyword_error",
+    "check_smc_threshold", "check_weight", "refuse_unused_options", "unexpected_keyword_error",
 ]
 
 
@@ -18,6 +19,26 @@ def unexpected_keyword_error(callee: str, name, known, where: str = "") -> TypeE
     close = difflib.get_close_matches(str(name), list(known), n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     return TypeError(f"{callee}() got an unexpected keyword argument {name!r}{where}{hint}")
+
+
+def refuse_unused_options(signature_of, given: dict, *, unused_when: str, remedy: str) -> None:
+    """Raise a ValueError naming the options in ``given`` that differ from their defaults in the
+    signature of ``signature_of`` where another choice (``unused_when``, as the user wrote it) leaves
+    them without effect: ignored silently, a typo or a misreading would go unnoticed. ``remedy``
+    ends the message, ``{them}`` in it standing for "it" or "them"."""
+    parameters = inspect.signature(signature_of).parameters
+    changed = [name for name, value in given.items() if not _is_default(value, parameters[name].default)]
+    if changed:
+        listed = ", ".join(f"{name}={given[name]!r}" for name in changed)
+        verb, them = ("has", "it") if len(changed) == 1 else ("have", "them")
+        raise ValueError(f"{listed} {verb} no effect with {unused_when}: {remedy.format(them=them)}.")
+
+
+def _is_default(value, default) -> bool:
+    if value is default:
+        return True
+    plain = (str, int, float, np.number)  # a kernel object, say, is never the default string
+    return isinstance(value, plain) and isinstance(default, plain) and value == default
 
 
 def check_number(name, value, *, integer=False, minimum=None, strict=True):

@@ -123,7 +123,8 @@ class KASS(KASSChecks, KASSMoves, BatchedSMCKernel):
         ``"correlation"`` is the rule of PyMC's ``MH`` kernel: sweep while more than 90% of the
         coordinates' correlations with the stage's starting particles still drop by more than
         ``correlation_threshold``; it stops early when acceptance is low, because then the
-        correlations hardly move. Both are capped by ``max_steps``.
+        correlations hardly move. Both are capped by ``max_steps``. An option of a rule not in use
+        (``correlation_threshold``, ``move_probability``, ``max_steps``) is refused unless at its default.
     correlation_threshold : float, default 0.01
         The drop in a coordinate's correlation below which ``n_steps="correlation"`` counts it as
         settled.
@@ -296,6 +297,10 @@ class KASS(KASSChecks, KASSMoves, BatchedSMCKernel):
             resampling=resampling,
             am_weight=am_weight,
             independence_weight=independence_weight,
+        )
+        self._refuse_unused_sweep_options(
+            n_steps, waste_free, correlation_threshold=correlation_threshold,
+            move_probability=move_probability, max_steps=max_steps,
         )
 
         super().__init__(*args, batch_logp=batch_logp, **kwargs)

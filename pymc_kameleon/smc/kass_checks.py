@@ -17,6 +17,7 @@ import numpy as np
 
 from pymc_kameleon.core.smc.evidence import beta_increments, evidence_lag
 from pymc_kameleon.core.smc.waste_free import waste_free_chains
+from pymc_kameleon.core.validation import refuse_unused_options
 from pymc_kameleon.core.warning_categories import KameleonRuntimeWarning, KameleonWarning
 from pymc_kameleon.smc.results import (
     LINEAGES_CHECKED,
@@ -42,6 +43,23 @@ class KASSChecks:
     """The checks at set-up and at the last stage, and the statistics of :class:`~pymc_kameleon.KASS` (a
     mixin: it reads the kernel's per-chain state, ``_poor_stages``, ``_rises``, ``_autocorrelation``,
     ``_evidence`` and ``_stage``)."""
+
+    def _refuse_unused_sweep_options(self, n_steps, waste_free, **given):
+        """At set-up: the options of a sweep rule not in use (``given``: name to value) are refused, not
+        ignored (``n_steps`` the rule in use, the default filled in)."""
+        if waste_free:
+            used, rule = (), "waste_free=True (chains of chain_length states, no sweep rule)"
+        elif not isinstance(n_steps, str):
+            used, rule = (), f"n_steps={n_steps!r} (a fixed number of sweeps)"
+        else:
+            used = {"correlation": ("correlation_threshold", "max_steps")}.get(
+                n_steps, ("move_probability", "max_steps")
+            )
+            rule = f"n_steps={n_steps!r}"
+        refuse_unused_options(
+            type(self).__init__, {name: value for name, value in given.items() if name not in used},
+            unused_when=rule, remedy="drop {them}, or choose the rule they set (see n_steps in help(KASS))",
+        )
 
     def _warn_if_few_waste_free_chains(self):
         """At set-up: waste-free with fewer than :data:`FEW_WASTE_FREE_CHAINS` chains a stage loses a mode

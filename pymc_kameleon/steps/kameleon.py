@@ -28,6 +28,7 @@ from pymc_kameleon.core.validation import (
     check_number,
     check_probability,
     check_weight,
+    refuse_unused_options,
 )
 from pymc_kameleon.core.warning_categories import KameleonRuntimeWarning
 from pymc_kameleon.steps.base import AdaptiveStep
@@ -171,7 +172,7 @@ class KameleonMetropolis(KameleonChainTuning, AdaptiveStep):
         pooled population, counted in chain 0's ``cumulative_logp_evals``
         (:mod:`pymc_kameleon.steps.smc_start`, :attr:`smc_start_result`).
     vanishing_decay : float, default 1.0
-        :math:`\kappa \in (0, 1]` for ``adaptation="vanishing"``.
+        :math:`\kappa \in (0, 1]` for ``adaptation="vanishing"`` (another value without it is refused).
     adapt_interval : int, default 100
         Length of the first adaptation window after the coordinate scan; each later window is
         twice the previous one. The step needs about ``25 d + 50 + 7 * adapt_interval`` tuning
@@ -310,6 +311,12 @@ class KameleonMetropolis(KameleonChainTuning, AdaptiveStep):
         if tuning not in TUNINGS:
             raise ValueError(f"tuning must be one of {TUNINGS}, got {tuning!r}.")
         self._vanishing = VanishingProbability(vanishing_decay)  # validates the decay
+        if adaptation == "freeze":
+            refuse_unused_options(
+                type(self).__init__, dict(vanishing_decay=vanishing_decay),
+                unused_when="adaptation='freeze' (nothing adapts after tuning)",
+                remedy="pass adaptation='vanishing' as well, or drop {them}",
+            )
         if history_size is None:
             history_size = max(10 * int(n_subsample), 10_000)
         check_number("history_size", history_size, integer=True, minimum=2, strict=False)

@@ -859,6 +859,33 @@ def test_numpy_scalar_options_are_accepted_and_small_subsamples_refused():
         KASS(draws=20, model=linear_model(), n_subsample=2)
 
 
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(correlation_threshold=0.05), r"correlation_threshold=0\.05 has no effect with n_steps='moved'"),
+        (dict(n_steps=5, max_steps=10, move_probability=0.9),
+         r"move_probability=0\.9, max_steps=10 have no effect with n_steps=5 \(a fixed number of sweeps\)"),
+        (dict(waste_free=True, move_probability=0.9),
+         r"move_probability=0\.9 has no effect with waste_free=True"),
+        (dict(n_steps="correlation", move_probability=0.9), r"move_probability=0\.9 has no effect"),
+    ],
+)
+def test_the_options_of_a_sweep_rule_not_in_use_are_refused(options, message):
+    """KASS(correlation_threshold=0.05) with the default rule "moved" ignored the threshold silently."""
+    with pytest.raises(ValueError, match=message + r".*drop (it|them), or choose the rule they set"):
+        KASS(draws=200, model=linear_model(), **options)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [dict(n_steps="correlation", correlation_threshold=0.05, max_steps=20),
+     dict(move_probability=0.9, max_steps=20), dict(n_steps=5, correlation_threshold=0.01)],
+)
+def test_the_options_of_the_sweep_rule_in_use_are_accepted(options):
+    """Controls: a rule's own options, and another rule's at their defaults."""
+    KASS(draws=200, model=linear_model(), **options)
+
+
 def test_a_misspelt_option_names_the_kernel_and_the_closest_option():
     """pm.sample_smc(kernel=KASS, learnin_rate=3) failed inside PyMC, naming SMC_KERNEL and no option."""
     with linear_model():

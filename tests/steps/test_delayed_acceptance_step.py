@@ -1051,3 +1051,18 @@ def test_noise_from_another_steps_variable_is_not_blamed_on_the_estimates():
     assert len(said) == 1, said
     assert "part of which may come from ['s'], which other steps move" in said[0]
     assert "estimates are noisy" not in said[0] and "more samples" not in said[0]
+
+
+def test_kameleon_options_without_the_kameleon_proposal_are_refused():
+    """GPDelayedAcceptanceMH(kernel=..., gamma=...) with the default proposal='random_walk' ignored them
+    silently; the defaults, and the same options with proposal='kameleon', are accepted (controls)."""
+    with gaussian_data_model():
+        message = (r"n_subsample=200, gamma=0\.3 have no effect with proposal='random_walk' \(they set the "
+                   r"Kameleon proposal\): pass proposal='kameleon' as well, or drop them\.")
+        with pytest.raises(ValueError, match=message):
+            GPDelayedAcceptanceMH(n_subsample=200, gamma=0.3)
+        with pytest.raises(ValueError, match=r"kernel='matern32' has no effect"):
+            GPDelayedAcceptanceMH(kernel="matern32")
+        GPDelayedAcceptanceMH(kernel="gaussian", bandwidth="median")  # the defaults, spelt out
+        step = GPDelayedAcceptanceMH(proposal="kameleon", kernel="matern32", n_subsample=200, gamma=0.3)
+        assert (step.kernel_spec, step.n_subsample, step.gamma_spec) == ("matern32", 200, 0.3)

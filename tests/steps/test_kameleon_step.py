@@ -521,6 +521,9 @@ def test_independence_weight_is_checked(bad):
         (dict(am_weight=2), r"am_weight must be a number in \[0, 1\], got 2"),
         (dict(vanishing_decay=1.5), r"vanishing_decay must be in \(0, 1\]"),
         (dict(blocked="yes"), r"blocked must be True or False, got 'yes'"),
+        # Ignored before: a decay only the vanishing adaptation reads.
+        (dict(vanishing_decay=0.5), r"vanishing_decay=0.5 has no effect with adaptation='freeze'.*"
+                                    r"pass adaptation='vanishing' as well, or drop it\."),
     ],
 )
 def test_bad_options_get_one_message_that_names_them(kw, match):

@@ -12,7 +12,11 @@ from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
 from pymc_kameleon.core.delayed_acceptance.kernel import DelayedAcceptanceMH
 from pymc_kameleon.core.kameleon.kernels import make_kernel
 from pymc_kameleon.core.kameleon.scale_free import ScaleFreeProposal
-from pymc_kameleon.core.validation import check_independence_weight, check_kameleon_options
+from pymc_kameleon.core.validation import (
+    check_independence_weight,
+    check_kameleon_options,
+    refuse_unused_options,
+)
 from pymc_kameleon.executors import as_executor_option
 from pymc_kameleon.steps.delayed_acceptance.base import GPDelayedAcceptanceStep
 from pymc_kameleon.steps.delayed_acceptance.executor_evaluations import ExecutorEvaluations
@@ -193,7 +197,7 @@ class GPDelayedAcceptanceMH(ExecutorEvaluations, GPDelayedAcceptanceStep):
         ``logp_evals``, and the start is the GP's first point.
     kernel, bandwidth, n_subsample, gamma : optional
         Kameleon proposal options, as for :class:`~pymc_kameleon.KameleonMetropolis`
-        (``proposal="kameleon"`` only).
+        (``proposal="kameleon"`` only: a value other than the default is refused without it).
     executor : concurrent.futures.Executor or callable, optional
         Put idle cores to work during the draws (*speculative delayed acceptance*): while the chain
         evaluates the likelihood at a proposal that passed stage 1, a worker evaluates it at the point
@@ -317,6 +321,13 @@ class GPDelayedAcceptanceMH(ExecutorEvaluations, GPDelayedAcceptanceStep):
         self.proposal = proposal
         self._kernel_template = make_kernel(kernel)
         check_kameleon_options(bandwidth, gamma, n_subsample)
+        if proposal == "random_walk":
+            refuse_unused_options(
+                type(self).__init__,
+                dict(kernel=kernel, bandwidth=bandwidth, n_subsample=n_subsample, gamma=gamma),
+                unused_when="proposal='random_walk' (they set the Kameleon proposal)",
+                remedy="pass proposal='kameleon' as well, or drop {them}",
+            )
         self.kernel_spec = kernel
         self.bandwidth_spec = bandwidth
         self.n_subsample = int(n_subsample) if isinstance(n_subsample, (int, np.integer)) else n_subsample
