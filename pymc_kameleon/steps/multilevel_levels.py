@@ -35,7 +35,12 @@ from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
 from pymc_kameleon.core.linalg import same_array
 from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
 from pymc_kameleon.steps.multilevel_checks import matching_value_vars
-from pymc_kameleon.steps.target_density import Evaluation, TargetDensity, refuse_random_log_density
+from pymc_kameleon.steps.target_density import (
+    Evaluation,
+    TargetDensity,
+    note_model_error,
+    refuse_random_log_density,
+)
 
 __all__ = [
     "CoarseLevel",
@@ -108,7 +113,11 @@ class CoarseLevel:
     def log_density(self, x) -> float:
         self.n_evals += 1
         start = time.perf_counter()
-        value = float(self._fn(np.asarray(x, dtype=float)))
+        try:
+            value = float(self._fn(np.asarray(x, dtype=float)))
+        except Exception as err:
+            note_model_error(err, "MLDA (a coarse level)", x)
+            raise
         self.timing.add(self._fn, time.perf_counter() - start)
         if not value > -np.inf:  # NaN or -inf: MLDA checks the fine model there (MLDA._check_coarse_failure)
             self.failed_at = (np.array(x, dtype=float, copy=True), value)

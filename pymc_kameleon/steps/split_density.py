@@ -13,7 +13,12 @@ from pymc.pytensorf import compile as compile_pytensor
 from pymc.pytensorf import join_nonshared_inputs
 from pytensor.graph.traversal import ancestors
 
-from pymc_kameleon.steps.target_density import Evaluation, TargetDensity, refuse_random_log_density
+from pymc_kameleon.steps.target_density import (
+    Evaluation,
+    TargetDensity,
+    note_model_error,
+    refuse_random_log_density,
+)
 
 __all__ = ["GradientUnavailableError", "SplitTargetDensity"]
 
@@ -171,7 +176,11 @@ class SplitTargetDensity(TargetDensity):
         self.dtype = inarray.type.dtype
 
     def _exact_quietly(self, x) -> float:
-        prior, out = self._prior_fn(x), self._fn(x)
+        try:
+            prior, out = self._prior_fn(x), self._fn(x)
+        except Exception as err:
+            note_model_error(err, self.step_name, x)
+            raise
         prior = prior[0] if self.prior_gradient else prior
         return float(prior) + float(out if self._single_output else out[0])
 
@@ -184,7 +193,11 @@ class SplitTargetDensity(TargetDensity):
     def prior(self, x):
         """Log prior at ``x`` (and its gradient, or None): ``(log_prior, grad_log_prior)``."""
         self.n_prior_evals += 1
-        out = self._prior_fn(np.asarray(x, dtype=self.dtype))
+        try:
+            out = self._prior_fn(np.asarray(x, dtype=self.dtype))
+        except Exception as err:
+            note_model_error(err, self.step_name, x)
+            raise
         if self.prior_gradient:
             return float(out[0]), np.array(out[1], dtype=float, copy=True)
         return float(out), None
@@ -196,7 +209,11 @@ class SplitTargetDensity(TargetDensity):
         out = None if self.prefetch is None else self.prefetch.take(x)
         if out is None:
             start = time.perf_counter()
-            out = self._fn(x)
+            try:
+                out = self._fn(x)
+            except Exception as err:
+                note_model_error(err, self.step_name, x)
+                raise
             self.loglik_seconds += time.perf_counter() - start
             self.n_timed_evals += 1
         if self._single_output:

@@ -263,7 +263,11 @@ class TargetDensity:
     # ------------------------------------------------------------- evaluation
     def _exact_and_inputs(self, x):
         self.n_evals += 1
-        out = self._fn(np.asarray(x, dtype=self.dtype))
+        try:
+            out = self._fn(np.asarray(x, dtype=self.dtype))
+        except Exception as err:
+            note_model_error(err, self.step_name, x)
+            raise
         if not self.terms:
             return float(out), ()
         grouped, start = [], 1
@@ -450,7 +454,11 @@ class TargetDensity:
             raise ValueError(self._zero_density_start(logp, y, point_map_info))
 
     def _exact_quietly(self, x) -> float:
-        out = self._fn(x)
+        try:
+            out = self._fn(x)
+        except Exception as err:
+            note_model_error(err, self.step_name, x)
+            raise
         return float(out[0] if self.terms else out)
 
     def _current_parts(self, y):
@@ -468,6 +476,23 @@ class TargetDensity:
             np.array_equal(old, s.get_value(borrow=True))
             for old, s in zip(self._cur_shared, self.shared.values())
         )
+
+
+def note_model_error(err: Exception, step_name: str, x) -> None:
+    """Add to an error the model's log density raised at ``x`` during sampling, once, what it means and
+    the remedy (its type and message stay the user's: code that catches it still does)."""
+    if any(MODEL_ERROR_NOTE in note for note in getattr(err, "__notes__", ())):
+        return
+    point = np.array2string(np.asarray(x, dtype=float), precision=4, threshold=12)
+    err.add_note(
+        f"{step_name}: {MODEL_ERROR_NOTE} at the point {point} (the free variables on PyMC's unconstrained "
+        "scale, joined). If the model cannot be evaluated at some parameter values (an ODE solver that "
+        "fails, a simulator that diverges), catch the failure in the Op and return -inf there: every "
+        "pymc-kameleon step rejects such a proposal, as it does a NaN."
+    )
+
+
+MODEL_ERROR_NOTE = "the model's log density raised this error"
 
 
 def has_gradient(graph, wrt) -> bool:
