@@ -118,13 +118,19 @@ class DrawsAgreement:
     differentiable : callable, optional
         Whether the model's log density has gradients (asked only when the warning is due): then the
         warning names NUTS too.
+    improper : set of int, optional
+        The coordinates with an improper prior (``pm.Flat``, ``pm.HalfFlat``): where the chains disagree
+        most in one of them, the warning first names an improper posterior, which no longer tuning cures
+        (collinear predictors under flat priors: the chains drifted apart by 1e5 sds).
     """
 
-    def __init__(self, step_name: str, tuning=None, coordinate_names=None, differentiable=None):
+    def __init__(self, step_name: str, tuning=None, coordinate_names=None, differentiable=None,
+                 improper=frozenset()):
         self.step_name = step_name
         self.tuning = tuning
         self.coordinate_names = coordinate_names
         self.differentiable = differentiable
+        self.improper = improper
         self.rows = []
         self.done = False
 
@@ -146,6 +152,7 @@ class DrawsAgreement:
         if n == CROSS_CHAIN_DRAWS and CROSS_CHAIN_RHAT < rhat <= CROSS_CHAIN_CLEAR_RHAT:
             return None  # judged again over CROSS_CHAIN_MORE_DRAWS
         self.done = True
+        spread = np.concatenate([rows[:, j] for rows in self.rows]) if j in self.improper else None
         self.rows = []
         if not rhat > CROSS_CHAIN_RHAT:  # NaN: nothing to compare
             return None
@@ -159,6 +166,13 @@ class DrawsAgreement:
                 f"tuning states is {_rhat_text(tuning_rhat)} in {self._name(tuning_j)}) and still disagree "
                 f"over their first {n} draws ({draws})"
             )
+        improper = "" if spread is None else (
+            f" {self._name(j)} has an improper prior (pm.Flat or pm.HalfFlat) and its draws spread from "
+            f"{spread.min():.3g} to {spread.max():.3g}: if the data do not identify it (collinear "
+            "predictors, an intercept given twice, a parameter the likelihood does not depend on), the "
+            "posterior is improper and no sampler converges on it, however long it tunes. Give it a proper "
+            "prior (a wide pm.Normal, pm.HalfNormal), or remove what the data cannot tell apart."
+        )
         gradients = self.differentiable is not None and self.differentiable()
         nuts = (
             " This model's log density has gradients (no black-box Op): sample it with NUTS, pm.sample's "
@@ -168,7 +182,8 @@ class DrawsAgreement:
         )
         return (
             f"{self.step_name}: {said}, so the chains mix too slowly for the tuning they had, or one is "
-            f"stuck in a mode of its own, and the draws do not agree yet.{nuts} increase `tune` and "
+            f"stuck in a mode of its own, and the draws do not agree yet.{improper}{nuts} increase `tune` "
+            "and "
             "`draws`; or reparameterise (a hierarchy whose groups the data barely inform samples better "
             "non-centred, one they determine well centred); or start the chains closer to the posterior "
             "(initvals); for a curved posterior that longer tuning does not fix, start from a tempered SMC "

@@ -5,10 +5,11 @@ the steps' warnings, statistics and plots use."""
 from __future__ import annotations
 
 import numpy as np
+from pymc.distributions.continuous import FlatRV, HalfFlatRV
 from pymc.util import get_value_vars_from_user_vars
 from pymc.vartypes import discrete_types
 
-__all__ = ["continuous_value_vars", "coordinate_names", "indexed_names"]
+__all__ = ["continuous_value_vars", "coordinate_names", "improper_prior_coordinates", "indexed_names"]
 
 
 def coordinate_names(vars, initial_point, model=None) -> list[str]:
@@ -24,6 +25,20 @@ def coordinate_names(vars, initial_point, model=None) -> list[str]:
             label = rv.name if transform is None else f"{transform.name}({rv.name})"
         names.extend(indexed_names(label, np.shape(initial_point[v.name])))
     return names
+
+
+def improper_prior_coordinates(vars, initial_point, model) -> frozenset[int]:
+    """The raveled block's coordinates (indices, in :func:`coordinate_names`' order) whose variable has
+    an improper prior, ``pm.Flat`` or ``pm.HalfFlat``: where the data do not identify such a variable the
+    posterior is improper, and no sampler converges on it."""
+    improper, start = set(), 0
+    for v in vars:
+        size = int(np.prod(np.shape(initial_point[v.name]), dtype=int))
+        rv = model.values_to_rvs.get(v)
+        if rv is not None and isinstance(rv.owner.op, FlatRV | HalfFlatRV):
+            improper.update(range(start, start + size))
+        start += size
+    return frozenset(improper)
 
 
 def indexed_names(label: str, shape) -> list[str]:

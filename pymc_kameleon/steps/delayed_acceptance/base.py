@@ -61,7 +61,7 @@ from pymc_kameleon.steps.reporting import (
     warn_after_tuning,
 )
 from pymc_kameleon.steps.split_density import GradientUnavailableError, SplitTargetDensity
-from pymc_kameleon.steps.variables import continuous_value_vars, coordinate_names
+from pymc_kameleon.steps.variables import continuous_value_vars, coordinate_names, improper_prior_coordinates
 
 __all__ = ["DelayedAcceptanceChain", "GPDelayedAcceptanceStep"]
 
@@ -145,6 +145,7 @@ class GPDelayedAcceptanceStep(DelayedAcceptanceChecks, AdaptiveStep):
         vars = continuous_value_vars(vars, model, name)
         self.dim = d = int(sum(np.size(initial_point[v.name]) for v in vars))
         self._coordinate_names = coordinate_names(vars, initial_point, model)
+        self._improper_coordinates = improper_prior_coordinates(vars, initial_point, model)
         target = self._split_target(model, vars, initial_point, compile_kwargs)
         if target.likelihood_outside_vars:
             message = outside_vars_message(name, vars, target.likelihood_outside_vars, model)
@@ -287,6 +288,7 @@ class GPDelayedAcceptanceStep(DelayedAcceptanceChecks, AdaptiveStep):
                 type(self).__name__, adaptation, self.target_accept, self._warnings, names,
                 across_chains=self._speaks_for_population,
                 differentiable=lambda: self._target.differentiable, chain=self._chain_index,
+                improper=self._improper_coordinates,
                 # Other steps' moves change the likelihood under the GP, whose stage 1 then misjudges
                 # proposals (a change-point model beside a discrete step: an acceptance estimate of 1.04).
                 accept_remedy=(
