@@ -375,6 +375,17 @@ def test_inputs_must_depend_on_a_free_variable():
         PseudoMarginalPotential("lik3", lambda a, c, rng: 0.0, inputs=[2 * theta, 1.0])
 
 
+def test_a_variable_given_by_its_name_is_named():
+    """inputs="theta" failed inside PyTensor: "Cannot convert 'theta' to a tensor variable"."""
+    with pm.Model():
+        pm.Normal("theta")
+        message = r"inputs\[0\] is the string 'theta': pass the model variable itself \(inputs=\[theta\]\)"
+        with pytest.raises(TypeError, match=message):
+            PseudoMarginalPotential("lik", lambda th, rng: 0.0, inputs="theta")
+        with pytest.raises(TypeError, match=r"inputs\[0\] is not a model variable"):  # not a string
+            PseudoMarginalPotential("lik", lambda th, rng: 0.0, inputs=[object()])
+
+
 def test_a_zero_estimate_at_the_start_is_named_as_an_estimate_not_a_zero_density():
     """A new user's estimator returned 0 at its first call and was told the chain cannot start from a point
     of zero density: the exact part is finite there, so the error says an estimate of 0 made it -inf."""

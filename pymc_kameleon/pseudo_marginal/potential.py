@@ -158,9 +158,14 @@ def PseudoMarginalPotential(
         raise ValueError("inputs must name at least one model variable the estimator depends on.")
     tensors = []
     for i, x in enumerate(inputs):
+        if isinstance(x, str):
+            raise TypeError(
+                f"inputs[{i}] is the string {x!r}: pass the model variable itself (inputs=[{x}]), not its "
+                "name."
+            )
         try:
             tensors.append(pt.as_tensor_variable(x))
-        except (TypeError, ValueError) as err:
+        except (TypeError, ValueError, NotImplementedError) as err:
             raise TypeError(f"inputs[{i}] is not a model variable or tensor expression: {err}") from None
     _check_inputs_depend_on_variables(tensors, pm.modelcontext(model))
     input_names = [t.name or f"inputs[{i}]" for i, t in enumerate(tensors)]

@@ -38,6 +38,7 @@ from pymc_kameleon.pseudo_marginal import PseudoMarginalOp
 from pymc_kameleon.smc.particle_checks import (
     check_prior_draws,
     constant_draw_causes,
+    improper_prior_error,
     nan_prior_hint,
     variable_slices,
 )
@@ -122,6 +123,7 @@ class BatchedSMCKernel(SMC_KERNEL):
             )
         model = modelcontext(kwargs.get("model"))
         self._draw_causes = constant_draw_causes(model)  # for check_prior_draws's message
+        self._improper_prior_error = improper_prior_error(name, model)  # for initialize_population's
         self._batch_logp_func = None
         self._batch_on_worker = None  # evaluate_batch bound to _batch_logp_func, for the executor
         random = draws_random_numbers(self.prior_logp_func) or draws_random_numbers(self.likelihood_logp_func)
@@ -226,6 +228,15 @@ class BatchedSMCKernel(SMC_KERNEL):
             strict=self.batch_logp is True,
             warnings=self._warnings,
         )
+
+    def initialize_population(self):
+        """PyMC's prior draws, with a clear error where an improper prior has none."""
+        try:
+            return super().initialize_population()
+        except NotImplementedError as err:
+            if self._improper_prior_error is None:
+                raise
+            raise self._improper_prior_error from err
 
     def _initialize_kernel(self):
         """PyMC's initialisation; with an executor, the initial likelihoods are evaluated on it."""

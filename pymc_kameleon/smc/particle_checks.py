@@ -9,11 +9,11 @@ from __future__ import annotations
 import numpy as np
 from pymc.vartypes import discrete_types
 
-from pymc_kameleon.steps.starts import has_improper_prior
-from pymc_kameleon.steps.variables import indexed_names
+from pymc_kameleon.steps.variables import has_improper_prior, indexed_names
 
 __all__ = [
     "check_continuous",
+    "improper_prior_error",
     "check_prior_draws",
     "constant_draw_causes",
     "coordinate_labels",
@@ -23,7 +23,14 @@ __all__ = [
 
 
 def check_continuous(model, sampler: str) -> None:
-    """A clear error if the model has discrete variables, which the Kameleon moves cannot move."""
+    """A clear error if the model has no free variables (PyMC's was "Empty list of input variables") or
+    discrete ones, which the Kameleon moves cannot move."""
+    if not model.value_vars:
+        raise ValueError(
+            f"{sampler}: this model has no free random variables (every variable is observed or "
+            "deterministic), so there is nothing to sample. Give the parameters priors without observed=; "
+            "for the model's log likelihood at fixed values, use model.compile_logp()."
+        )
     discrete = [v.name for v in model.value_vars if v.dtype in discrete_types]
     if discrete:
         raise ValueError(
@@ -85,6 +92,24 @@ def check_prior_draws(X, variables, var_info, causes=None) -> None:
         these = f"{improper} {'have' if len(improper) > 1 else 'has'}"
         message += " " + improper_text.format(these=these, them="them" if len(improper) > 1 else "it")
     raise ValueError(message + nan_prior_hint([v for v in variables if v.name in names]))
+
+
+def improper_prior_error(sampler: str, model) -> ValueError | None:
+    """The error for a model whose free variables include an improper prior (``pm.Flat``,
+    ``pm.HalfFlat``), from which SMC cannot draw its initial particles (PyMC raised "Cannot sample from
+    flat variable"); None for a model without one."""
+    improper = [rv.name for rv in model.free_RVs if has_improper_prior(rv)]
+    if not improper:
+        return None
+    these = f"{improper} {'have' if len(improper) > 1 else 'has'}"
+    return ValueError(
+        f"{sampler}: SMC starts from draws of the prior, and {these} an improper prior (pm.Flat or "
+        "pm.HalfFlat), which has no draws. Give "
+        f"{'them' if len(improper) > 1 else 'it'} a proper prior (for example a wide pm.Normal or "
+        "pm.HalfNormal); or sample with pm.sample(step=KameleonMetropolis(start='smc')), whose SMC run "
+        "tempers from a wide Gaussian around the mode for such a model; or pass the initial particles "
+        "as pm.sample_smc(start=...)."
+    )
 
 
 def constant_draw_causes(model) -> dict[str, tuple[str, str]]:

@@ -294,6 +294,13 @@ class AdaptiveStep(PerChainReset, SMCStarting, DrawChecks, ArrayStepShared):
         PyMC's step, reset."""
         if not isinstance(blocked, bool | np.bool_):  # "yes" passed as truthy, without a word
             raise ValueError(f"blocked must be True or False, got {blocked!r}.")
+        if rng is not None:
+            try:
+                get_random_generator(rng, copy=True)  # what PyMC makes of it, on a copy
+            except (TypeError, ValueError) as err:  # NumPy's "SeedSequence expects int ..." named no option
+                raise ValueError(
+                    f"rng must be None, an integer seed or a numpy.random.Generator, got {rng!r} ({err})."
+                ) from None
         start = resolve_start(start, type(self).__name__, self._smc_start_supported)
         self.start = start
         # Only a searching step keeps the model (pickled with the step to every worker process).

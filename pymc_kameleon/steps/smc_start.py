@@ -41,8 +41,8 @@ from pymc.vartypes import discrete_types
 from pymc_kameleon.core.validation import unexpected_keyword_error
 from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.steps.population import _sample_argument, variables_outside_block
-from pymc_kameleon.steps.starts import STARTS, has_improper_prior
-from pymc_kameleon.steps.variables import coordinate_names
+from pymc_kameleon.steps.starts import STARTS
+from pymc_kameleon.steps.variables import coordinate_names, has_improper_prior
 
 __all__ = [
     "REFERENCES", "SMC_START_PARTICLES", "SMCStart", "SMCStartResult", "SMCStarting", "improper_variables",

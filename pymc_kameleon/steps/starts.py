@@ -12,7 +12,6 @@ start jittered by U(-1, 1) (PyMC's jitter) and its coordinates are not bounded.
 from __future__ import annotations
 
 import numpy as np
-from pymc.distributions.continuous import FlatRV, HalfFlatRV
 from pymc.initial_point import make_initial_point_fn
 
 from pymc_kameleon.core.starts import (
@@ -23,8 +22,9 @@ from pymc_kameleon.core.starts import (
     search_start,
 )
 from pymc_kameleon.steps.population import variables_outside_block
+from pymc_kameleon.steps.variables import has_improper_prior
 
-__all__ = ["BLOCK_BOX_DRAWS", "BOX_DRAWS", "SEARCH_CANDIDATES", "STARTS", "StartSearch", "has_improper_prior"]
+__all__ = ["BLOCK_BOX_DRAWS", "BOX_DRAWS", "SEARCH_CANDIDATES", "STARTS", "StartSearch"]
 
 STARTS = ("search", "initial_point")
 #: Prior draws each chain searches from (besides keeping its given start).
@@ -45,12 +45,6 @@ BOX_DRAWS = 100
 #: per process.
 BLOCK_BOX_DRAWS = 1000
 _BOX_SEED = 20261127
-
-
-def has_improper_prior(rv) -> bool:
-    """Whether ``rv`` is a ``pm.Flat`` or ``pm.HalfFlat``: its prior has no draws (PyMC uses its initial
-    value)."""
-    return rv.owner is not None and isinstance(rv.owner.op, FlatRV | HalfFlatRV)
 
 
 class StartSearch:

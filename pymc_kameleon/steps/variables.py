@@ -9,7 +9,10 @@ from pymc.distributions.continuous import FlatRV, HalfFlatRV
 from pymc.util import get_value_vars_from_user_vars
 from pymc.vartypes import discrete_types
 
-__all__ = ["continuous_value_vars", "coordinate_names", "improper_prior_coordinates", "indexed_names"]
+__all__ = [
+    "continuous_value_vars", "coordinate_names", "has_improper_prior", "improper_prior_coordinates",
+    "indexed_names",
+]
 
 
 def coordinate_names(vars, initial_point, model=None) -> list[str]:
@@ -27,6 +30,12 @@ def coordinate_names(vars, initial_point, model=None) -> list[str]:
     return names
 
 
+def has_improper_prior(rv) -> bool:
+    """Whether ``rv`` is a ``pm.Flat`` or ``pm.HalfFlat``: its prior has no draws (PyMC uses its initial
+    value)."""
+    return rv.owner is not None and isinstance(rv.owner.op, FlatRV | HalfFlatRV)
+
+
 def improper_prior_coordinates(vars, initial_point, model) -> frozenset[int]:
     """The raveled block's coordinates (indices, in :func:`coordinate_names`' order) whose variable has
     an improper prior, ``pm.Flat`` or ``pm.HalfFlat``: where the data do not identify such a variable the
@@ -35,7 +44,7 @@ def improper_prior_coordinates(vars, initial_point, model) -> frozenset[int]:
     for v in vars:
         size = int(np.prod(np.shape(initial_point[v.name]), dtype=int))
         rv = model.values_to_rvs.get(v)
-        if rv is not None and isinstance(rv.owner.op, FlatRV | HalfFlatRV):
+        if rv is not None and has_improper_prior(rv):
             improper.update(range(start, start + size))
         start += size
     return frozenset(improper)

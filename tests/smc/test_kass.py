@@ -706,6 +706,30 @@ def test_improper_prior_gives_a_clear_error():
         run_smc(model, KASS, chains=1, draws=50, var="x")
 
 
+def test_improper_prior_without_initval_gives_a_clear_error():
+    """Without an initval PyMC's prior draw raised 'Cannot sample from flat variable' (a
+    NotImplementedError from inside PyTensor); KASS names the variable and the remedies. Control: the
+    same model with a proper prior samples."""
+    def model(flat):
+        with pm.Model() as m:
+            x = pm.Flat("x") if flat else pm.Normal("x", 0, 10)
+            pm.Normal("y", x, 1, observed=np.array([0.1, 0.2, 0.5]))
+        return m
+
+    message = r"KASS: SMC starts from draws of the prior, and \['x'\] has an improper prior.*start='smc'"
+    with pytest.raises(ValueError, match=message):
+        run_smc(model(True), KASS, chains=1, draws=50, var="x")
+    run_smc(model(False), KASS, chains=1, draws=50, var="x")
+
+
+def test_a_model_without_free_variables_gives_a_clear_error():
+    """PyMC's message was 'Empty list of input variables'."""
+    with pm.Model() as model:
+        pm.Normal("y", 0, 1, observed=np.array([0.1, 0.2]))
+    with pytest.raises(ValueError, match="KASS: this model has no free random variables"):
+        KASS(draws=50, model=model)
+
+
 def test_initval_on_a_proper_prior_is_named_as_the_cause():
     """PyMC's SMC starts every particle at a variable's initval (its gallery ODE examples set them): the
     error blamed an improper prior although the priors are proper, and told the user to change them."""

@@ -521,6 +521,8 @@ def test_independence_weight_is_checked(bad):
         (dict(am_weight=2), r"am_weight must be a number in \[0, 1\], got 2"),
         (dict(vanishing_decay=1.5), r"vanishing_decay must be in \(0, 1\]"),
         (dict(blocked="yes"), r"blocked must be True or False, got 'yes'"),
+        # NumPy's "SeedSequence expects int or sequence of ints for entropy not seed" named no option.
+        (dict(rng="seed"), r"rng must be None, an integer seed or a numpy.random.Generator, got 'seed'"),
         # Ignored before: a decay only the vanishing adaptation reads.
         (dict(vanishing_decay=0.5), r"vanishing_decay=0.5 has no effect with adaptation='freeze'.*"
                                     r"pass adaptation='vanishing' as well, or drop it\."),
