@@ -367,21 +367,22 @@ class BatchedSMCKernel(SMC_KERNEL):
         return prior, loglik
 
     def _note_nan_likelihoods(self, proposals, prior, loglik) -> None:
-        nan = np.isnan(loglik) & np.isfinite(prior)
+        # +inf, which no density takes, is rejected as NaN is (mh_log_ratio_batch), and said with it.
+        nan = (np.isnan(loglik) | (loglik == np.inf)) & np.isfinite(prior)
         if nan.any():
             if self._first_nan is None:
                 self._first_nan = np.array(proposals[np.flatnonzero(nan)[0]], copy=True)
             self._nan_likelihoods += int(nan.sum())
 
     def _warn_nan_likelihoods(self) -> None:
-        """At the chain's end: say once if the log-likelihood was NaN at proposals inside the prior's
+        """At the chain's end: say once if the log-likelihood was NaN or +inf at proposals inside the prior's
         support. They were rejected, as points of zero density; a model that fails there numerically (an
         ODE solver) cuts that region out of the particles, which nothing else would show."""
         if not self._nan_likelihoods:
             return
         self._warnings.warn(
-            f"{type(self).__name__}: the model's log-likelihood was NaN at {self._nan_likelihoods} of this "
-            f"chain's {self._evaluations - self._evaluations_before_chain} proposals (the first: "
+            f"{type(self).__name__}: the model's log-likelihood was NaN or +inf at {self._nan_likelihoods} "
+            f"of this chain's {self._evaluations - self._evaluations_before_chain} proposals (the first: "
             f"{self._describe_particle(self._first_nan)}, in the sampler's unconstrained coordinates); they "
             "were rejected, as points of zero density. If the model fails there for numerical reasons (an "
             "ODE solver, an overflow) rather than having zero density, the particles and the evidence miss "
