@@ -88,10 +88,32 @@ def chain_words(chain: int | None) -> tuple[str, str]:
     return ("the chain", "the") if chain is None else (f"chain {chain}", f"chain {chain}'s")
 
 
+def _improper_drift_hint(report, improper) -> str:
+    """What to add to the still-moving sentence where the model has improper priors and the chain moved
+    without climbing: a walk along a direction the data do not identify, which no tuning ends."""
+    if not improper or (math.isfinite(report.climb) and report.climb > CLIMB_LIMIT):
+        return ""
+    listed = ", ".join(improper)
+    return (
+        f". It moved without its log density rising, and {listed} {'has' if len(improper) == 1 else 'have'} "
+        "an improper prior (pm.Flat or pm.HalfFlat): if the data do not identify "
+        f"{'it' if len(improper) == 1 else 'them'} (collinear predictors, an intercept given twice), the "
+        "posterior is improper and no tuning helps; give a proper prior (a wide pm.Normal, pm.HalfNormal)"
+    )
+
+
+def improper_variable_labels(coordinate_names, improper) -> tuple[str, ...]:
+    """The labels of the variables whose coordinates (indices into ``coordinate_names``) are in
+    ``improper``, in order, each once (``b`` for ``b[0]`` and ``b[1]``, ``s`` for ``log(s)``)."""
+    labels = [coordinate_name(coordinate_names, j).split("[")[0] for j in sorted(improper)]
+    labels = [label[label.index("(") + 1 : -1] if label.endswith(")") else label for label in labels]
+    return tuple(dict.fromkeys(labels))
+
+
 def tuning_problems(
     report, target_accept: float, required_steps: int, dim: int, coordinate_names=None,
     steps_per_iteration: int = 1, accept_remedy: str | None = None, chain: int | None = None,
-    iteration_budget: tuple[int, int] | None = None,
+    iteration_budget: tuple[int, int] | None = None, improper: tuple[str, ...] = (),
 ) -> list[str]:
     """Sentences describing what went wrong in tuning (empty if nothing did).
 
@@ -104,7 +126,9 @@ def tuning_problems(
     about the tuning budget, the same for every chain, do not name it, so that Python shows them once.
     ``iteration_budget``: ``(iterations tuned, iterations needed)`` for a step whose proposal tunes on
     densities that learn once an iteration (MLDA's error model and GP levels), judged instead of
-    ``required_steps``.
+    ``required_steps``. ``improper``: the variables with an improper prior (``pm.Flat``,
+    ``pm.HalfFlat``), named where a chain still moved at the end of tuning without climbing, as in a
+    direction the data do not identify.
     """
     subject, whose = chain_words(chain)
     problems = []
@@ -192,6 +216,7 @@ def tuning_problems(
             f"by {report.drift:.1f} learned posterior sds (root mean square over coordinates) between their "
             "two halves, so the proposal was learned on the way to the posterior and the draws may not "
             "be from it yet; increase `tune` or start closer to the posterior"
+            + _improper_drift_hint(report, improper)
         )
     arrived_early = _arrived_early(report.late_climb, report.climb, _LATE_CLIMB_LIMIT)
     if math.isfinite(report.climb) and report.climb > CLIMB_LIMIT and not arrived_early:
@@ -344,7 +369,7 @@ def warn_after_tuning(
     required = adaptation.required_tune_steps()
     problems = tuning_problems(
         adaptation.report(), target_accept, required, adaptation.dim, coordinate_names, steps_per_iteration,
-        accept_remedy, chain, iteration_budget,
+        accept_remedy, chain, iteration_budget, improper_variable_labels(coordinate_names, improper),
     )
     pending = None
     if across_chains:

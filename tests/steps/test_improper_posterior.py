@@ -68,3 +68,28 @@ def test_the_improper_coordinates_follow_the_raveled_block():
         pm.Flat("f", shape=2)
         pm.HalfNormal("h")
     assert improper_prior_coordinates(mixed.value_vars, mixed.initial_point(), mixed) == frozenset({3, 4})
+
+
+def _moving_warnings(model, tune=3000, **step_options):
+    with model, warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        pm.sample(step=KameleonMetropolis(tuning="per_chain", **step_options), tune=tune, draws=200, chains=4,
+                  cores=1, random_seed=1, **SAMPLE_KW)
+    return [str(w.message) for w in record if "still moving at the end of tuning" in str(w.message)]
+
+
+def test_per_chain_a_drift_without_a_climb_names_the_improper_priors():
+    """Tuned per chain there is no cross-chain warning; the chains that still moved say that they moved
+    without climbing, and name the variables with flat priors."""
+    said = _moving_warnings(_regression(collinear=True))
+    assert said and all("It moved without its log density rising, and a, b, s have an improper prior" in s
+                        for s in said), said
+
+
+def test_control_a_chain_walking_in_from_far_away_is_not_called_improper():
+    """The identified flat regression from a start 2000 residual sds away, without the start search, with
+    too little tuning: its chains still move at the end of tuning, climbing, and nothing names the priors."""
+    model = _regression(collinear=False)
+    model.set_initval(model["a"], 1000.0)
+    said = _moving_warnings(model, tune=700, start="initial_point")
+    assert said and not any(IMPROPER in s for s in said), said
