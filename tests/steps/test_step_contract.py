@@ -178,9 +178,13 @@ def test_subsample_smaller_than_d_plus_1_is_refused(cls, kwargs, n_subsample):
         cls(n_subsample=4, **kwargs)  # the smallest valid size
 
 
-def test_random_walk_gp_da_ignores_n_subsample():
+def test_random_walk_gp_da_refuses_a_subsample_it_would_not_use():
+    """No Kameleon component, so no subsample: n_subsample=1 was accepted and ignored; now it is refused,
+    and the subsample check (at least d + 1) does not run for a proposal without one."""
     with regression_model():
-        GPDelayedAcceptanceMH(n_subsample=1)  # no Kameleon component, so no subsample
+        with pytest.raises(ValueError, match=r"n_subsample=1 has no effect with proposal='random_walk'"):
+            GPDelayedAcceptanceMH(n_subsample=1)
+        GPDelayedAcceptanceMH()
 
 
 # ---------------------------------------------------------------- warnings from worker processes
