@@ -8,10 +8,12 @@ import numpy as np
 from pymc.distributions.continuous import FlatRV, HalfFlatRV
 from pymc.util import get_value_vars_from_user_vars
 from pymc.vartypes import discrete_types
+from pytensor.graph.traversal import graph_inputs
+from pytensor.tensor.random.type import RandomGeneratorType
 
 __all__ = [
     "continuous_value_vars", "coordinate_names", "has_improper_prior", "improper_prior_coordinates",
-    "indexed_names",
+    "indexed_names", "minibatch_message", "minibatch_observed",
 ]
 
 
@@ -48,6 +50,33 @@ def improper_prior_coordinates(vars, initial_point, model) -> frozenset[int]:
             improper.update(range(start, start + size))
         start += size
     return frozenset(improper)
+
+
+def minibatch_observed(model) -> list[str]:
+    """Names of the observed variables whose data draw random numbers: a ``pm.Minibatch`` slice (with
+    ``total_size`` PyMC wraps the variable in a ``MinibatchRandomVariable``), which takes another random
+    batch of the data at every evaluation of the log density."""
+    names = []
+    for rv in model.observed_RVs:
+        data = model.rvs_to_values.get(rv)
+        wrapped = rv.owner is not None and type(rv.owner.op).__name__ == "MinibatchRandomVariable"
+        random_data = data is not None and any(
+            isinstance(v.type, RandomGeneratorType) for v in graph_inputs([data])
+        )
+        if wrapped or random_data:
+            names.append(rv.name)
+    return names
+
+
+def minibatch_message(names) -> str:
+    """What ``pm.Minibatch`` data do to a sampler, and the remedy (for a step's or KASS's error)."""
+    quoted = ", ".join(repr(n) for n in names)
+    return (
+        f"the data of {quoted} come from pm.Minibatch, which draws another random batch at every evaluation "
+        "of the log density, so the posterior a sampler sees changes from one step to the next. "
+        "pm.Minibatch is for variational inference (pm.fit); to sample, pass the full data (the arrays "
+        "themselves, or pm.Data to change them later) and drop total_size."
+    )
 
 
 def indexed_names(label: str, shape) -> list[str]:

@@ -105,3 +105,37 @@ def test_kass_evaluates_a_simulator_one_by_one_without_a_disagreement_warning(ca
             with pytest.raises(ValueError, match="an executor cannot evaluate a model whose log density"):
                 pm.sample_smc(kernel=KASS, draws=100, chains=1, progressbar=False, executor=executor)
 
+
+
+def minibatch_model(total_size: bool):
+    """A regression on pm.Minibatch slices (a new user's: KASS ran 12 stages and then failed with "the
+    particles do not vary ... after resampling", the steps named a Potential or a CustomDist)."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=500)
+    y = 1.0 + 2.0 * x + rng.normal(size=500)
+    x_batch, y_batch = pm.Minibatch(x, y, batch_size=50)
+    with pm.Model() as model:
+        a = pm.Normal("a", 0, 10)
+        b = pm.Normal("b", 0, 10)
+        pm.Normal("y", a + b * x_batch, 1.0, observed=y_batch, total_size=500 if total_size else None)
+    return model
+
+
+MINIBATCH_ERROR = r"the data of 'y' come from pm\.Minibatch.*pass the full data"
+
+
+@pytest.mark.parametrize("total_size", [True, False], ids=["total_size", "plain"])
+@pytest.mark.parametrize("cls", STEPS)
+def test_minibatch_data_are_named_with_the_full_data_as_the_remedy(cls, total_size):
+    with minibatch_model(total_size):
+        with pytest.raises(ValueError, match=MINIBATCH_ERROR):
+            cls()
+
+
+@pytest.mark.parametrize("total_size", [True, False], ids=["total_size", "plain"])
+def test_kass_refuses_minibatch_data_before_the_first_stage(total_size):
+    with minibatch_model(total_size):
+        with pytest.raises(ValueError, match=r"^KASS: " + MINIBATCH_ERROR):
+            pm.sample_smc(kernel=KASS, draws=100, chains=1, progressbar=False, random_seed=3)
+    with normal_model():  # the control: full data
+        pm.sample_smc(kernel=KASS, draws=100, chains=1, progressbar=False, random_seed=3)
