@@ -186,6 +186,20 @@ def plot_target_density(
     return ax
 
 
+def _coordinate_labels(proposal, d, model=None) -> list[str]:
+    r"""Axis labels: the sampled coordinates' names for a step or a run's InferenceData (``mu``,
+    ``log(sigma)``, ``b[2]``), else :math:`x_1, \dots, x_d`."""
+    if hasattr(proposal, "posterior") and hasattr(proposal, "sample_stats"):
+        from pymc_kameleon.steps.tuned import value_space_labels
+
+        names = value_space_labels(model)
+    else:
+        names = getattr(proposal, "_coordinate_names", None)
+    if names is None or len(names) != d:
+        return [f"$x_{{{k + 1}}}$" for k in range(d)]
+    return list(names)
+
+
 def _resolve_proposal(proposal, chain=0, model=None):
     """Accept a core KameleonProposal, a step exposing ``.proposal``, or a tuned run's InferenceData."""
     if hasattr(proposal, "posterior") and hasattr(proposal, "sample_stats"):
@@ -355,6 +369,7 @@ def plot_proposal_contours(
     ax.plot(pts[:, i], pts[:, j], "o", color=color, markersize=3, label=f"{level:.0%} proposal contours")
     ax.set_xlim(lo[0], hi[0])
     ax.set_ylim(lo[1], hi[1])
-    ax.set_xlabel(f"$x_{{{i + 1}}}$")
-    ax.set_ylabel(f"$x_{{{j + 1}}}$")
+    labels = _coordinate_labels(proposal, d, model)
+    ax.set_xlabel(labels[i])
+    ax.set_ylabel(labels[j])
     return ax

@@ -22,9 +22,9 @@ from pymc_kameleon.core.kameleon.family import KameleonProposal, mean_rkhs_varia
 from pymc_kameleon.core.kameleon.kernels import make_kernel
 from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
 from pymc_kameleon.core.warning_categories import KameleonWarning
-from pymc_kameleon.steps.variables import continuous_value_vars
+from pymc_kameleon.steps.variables import continuous_value_vars, coordinate_names
 
-__all__ = ["rebuild_proposal", "value_space_draws"]
+__all__ = ["rebuild_proposal", "value_space_draws", "value_space_labels"]
 
 _TUNED_STATS = ("bandwidth", "gamma", "nu2", "subsample_size")
 _PROBE_POINTS = 20  # points of Z at which the kernel term's variance is averaged
@@ -59,11 +59,8 @@ def value_space_draws(idata, chain: int = 0, *, model=None, var_names=None) -> n
     -------
     array of shape (draws, d)
     """
-    model = pm.modelcontext(model)
-    if var_names is None:
-        value_vars = continuous_value_vars(None, model, "rebuild_proposal")
-    else:
-        value_vars = [model.rvs_to_values[model[name]] for name in var_names]
+    model = _sampled_model(model)
+    value_vars = _value_vars(model, var_names)
     rvs = [model.values_to_rvs[v] for v in value_vars]
     outputs = []
     for rv in rvs:
@@ -105,6 +102,31 @@ def _frozen_stat(stats, name: str, chain: int) -> float:
             "steps); rebuild_proposal supports one KameleonMetropolis step per model."
         )
     return float(values[-1])
+
+
+def value_space_labels(model=None, var_names=None) -> list[str]:
+    """Names of the coordinates of :func:`value_space_draws`' rows, as the steps' warnings give them:
+    ``mu``, ``log(sigma)``, ``b[2]``."""
+    model = _sampled_model(model)
+    return coordinate_names(_value_vars(model, var_names), model.initial_point(), model)
+
+
+def _value_vars(model, var_names):
+    if var_names is None:
+        return continuous_value_vars(None, model, "rebuild_proposal")
+    return [model.rvs_to_values[model[name]] for name in var_names]
+
+
+def _sampled_model(model):
+    """``model``, or the model in context; outside one, an error that says what to pass (PyMC's is "No
+    model on context stack")."""
+    try:
+        return pm.modelcontext(model)
+    except TypeError:
+        raise TypeError(
+            "Rebuilding a chain's proposal from InferenceData needs the model that was sampled: call it "
+            "inside `with model:` or pass model=model."
+        ) from None
 
 
 def rebuild_proposal(
