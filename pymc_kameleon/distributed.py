@@ -82,6 +82,9 @@ def _concat_chains(results):
     def joined(datasets):
         if "chain" not in datasets[0].dims:
             return datasets[0]
+        # A pooled step's "rescued" (a jump to another chain's state) means nothing for chains that
+        # tune alone: the statistics are those of per-chain tuning, as pm.sample's with tuning="per_chain".
+        datasets = [ds.drop_vars("rescued", errors="ignore") for ds in datasets]
         ds = xr.concat(datasets, dim="chain", combine_attrs="drop_conflicts")
         return ds.assign_coords(chain=np.arange(ds.sizes["chain"]))
 

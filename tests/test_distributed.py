@@ -492,6 +492,8 @@ def test_sample_chains_equals_pm_sample(client):
         on_dask.sample_stats["accepted"].values, reference.sample_stats["accepted"].values
     )
     assert list(on_dask.posterior["chain"].values) == [0, 1, 2]
+    # The same statistics as per-chain tuning's: no pooled "rescued", which chains tuning alone never set.
+    assert set(on_dask.sample_stats.data_vars) == set(reference.sample_stats.data_vars)
     # Negative control: another seed gives other chains.
     other = sample_chains(model, KameleonMetropolis, client, chains=3, draws=40, tune=40, random_seed=8)
     assert not np.array_equal(other.posterior["x"].values, reference.posterior["x"].values)
