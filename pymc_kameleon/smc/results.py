@@ -189,6 +189,15 @@ def collapsed_genealogy_message(counts: str, draws: int, fewest: int) -> str:
     can be off by many nats, and why."""
     # Lineages grow about in proportion to the particles (8-d banana: 11, 27, 52 at 200, 500, 1000).
     suggested = int(math.ceil(2 * MIN_DISTINCT_ANCESTORS * draws / max(fewest, 1) / 100.0)) * 100
+    if draws < MIN_DISTINCT_ANCESTORS:
+        # Too few particles to judge a collapse (2 particles, both surviving, were blamed on the prior).
+        return (
+            f"With draws={draws} particles the final particles cannot descend from {MIN_DISTINCT_ANCESTORS} "
+            f"distinct initial draws ({counts}), so the standard error of log Z is not to be trusted (with "
+            "one ancestor it is sqrt(log 2) = 0.83 whatever the error), and the posterior is "
+            f"{draws} points. Use draws={max(suggested, 500)} or more for an evidence with an error bar "
+            "(a few hundred for posterior summaries)."
+        )
     if fewest < FEW_LINEAGES:
         return (
             f"The final particles descend from fewer than {MIN_DISTINCT_ANCESTORS} of the initial draws "
