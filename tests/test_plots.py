@@ -328,49 +328,37 @@ def test_a_chain_that_never_built_a_kameleon_proposal_gets_a_clear_error():
         plot_proposal_contours(step)
 
 
-def _scale_model():
-    import pymc as pm
-
-    with pm.Model() as model:
-        pm.Normal("mu", 0, 1)
-        pm.HalfNormal("sigma", 1)
-    return model
-
-
-def test_contours_label_the_axes_with_the_sampled_coordinates():
-    """A new user's plot read $x_1$ and $x_4$ in a model that had a variable x: the axes name the step's
-    coordinates as its warnings do (a positive scale is sampled as its log). A core proposal, which
-    knows no names, keeps x_1, x_2 (the control)."""
+def _sampled_scale_model():
+    """A model with a positive scale (sampled as its log), its KameleonMetropolis step and its run."""
     import pymc as pm
 
     from pymc_kameleon import KameleonMetropolis
 
-    model = _scale_model()
+    with pm.Model() as model:
+        pm.Normal("mu", 0, 1)
+        pm.HalfNormal("sigma", 1)
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         step = KameleonMetropolis(kameleon_after=0, adapt_interval=50)
         idata = pm.sample(step=step, tune=400, draws=300, chains=1, cores=1, random_seed=2,
                           progressbar=False, compute_convergence_checks=False)
+    return model, step, idata
+
+
+def test_contours_label_the_axes_with_the_sampled_coordinates():
+    """A new user's plot read $x_1$ and $x_4$ in a model that had a variable x: the axes name the step's
+    coordinates as its warnings do (a positive scale is sampled as its log). A core proposal, which
+    knows no names, keeps x_1, x_2 (the control). Outside the model, rebuilding from the InferenceData
+    says to pass it (PyMC's error was a bare 'No model on context stack')."""
+    from pymc_kameleon import rebuild_proposal
+
+    model, step, idata = _sampled_scale_model()
     for source in (step, idata):
         with model:
             ax = plot_proposal_contours(source, n_grid=10)
         assert (ax.get_xlabel(), ax.get_ylabel()) == ("mu", "log(sigma)")
     ax = plot_proposal_contours(step.proposal, n_grid=10, dims=(1, 0))
     assert (ax.get_xlabel(), ax.get_ylabel()) == ("$x_{2}$", "$x_{1}$")
-
-
-def test_rebuilding_outside_the_model_says_to_pass_it():
-    """PyMC's own error was a bare 'No model on context stack'."""
-    import pymc as pm
-
-    from pymc_kameleon import KameleonMetropolis, rebuild_proposal
-
-    model = _scale_model()
-    with model, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        step = KameleonMetropolis(kameleon_after=0, adapt_interval=50)
-        idata = pm.sample(step=step, tune=400, draws=300, chains=1, cores=1, random_seed=2,
-                          progressbar=False, compute_convergence_checks=False)
     for call in (lambda: rebuild_proposal(idata), lambda: plot_proposal_contours(idata)):
         with pytest.raises(TypeError, match=r"inside `with model:` or pass model=model"):
             call()

@@ -1,7 +1,9 @@
 """More tuning is not worse: tuning that ends a few dozen steps into an adaptation window changes
 nothing in the frozen proposal (decision record 0064)."""
 
+import importlib.util
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pymc as pm
@@ -11,15 +13,12 @@ from pymc_kameleon import GPDelayedAcceptanceMH
 
 
 def _regression3():
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=50)
-    y = 1.0 + 2.0 * x + rng.normal(scale=0.5, size=50)
-    with pm.Model() as model:
-        a = pm.Normal("a", 0, 10)
-        b = pm.Normal("b", 0, 10)
-        s = pm.HalfNormal("s", 5)
-        pm.Normal("y", a + b * x, s, observed=y)
-    return model
+    """The benchmark's 3-parameter regression (benchmarks/tune_past_window.py)."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "tune_past_window.py"
+    spec = importlib.util.spec_from_file_location("tune_past_window", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.regression3()
 
 
 def _acceptance_and_scales(tune, seed):
