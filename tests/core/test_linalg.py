@@ -213,8 +213,9 @@ def test_same_array():
     assert not same_array(None, a)
     assert not same_array(a, np.array([1.0, 2.0, 3.0]))
     assert not same_array(a, np.array([1.0, 2.5]))
-    assert not same_array(np.array([np.nan]), np.array([np.nan]))  # NaN never equals itself
-    assert same_array(np.array([0.0, 1.0]), np.array([-0.0, 1.0]))  # as ==, whatever the bytes
+    assert same_array(np.array([np.nan]), np.array([np.nan]))  # the same bytes give the same results
+    assert not same_array(np.array([0.0, 1.0]), np.array([-0.0, 1.0]))  # other bytes: another state
+    assert same_array(np.array([1.0, 2.0]), np.array([1, 2]))  # other dtypes: by value
     assert not same_array(np.array([0.0, 1.0]), np.array([0.0, 1.0 + 1e-16 * 2]))
 
 
