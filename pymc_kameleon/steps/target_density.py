@@ -477,6 +477,8 @@ class TargetDensity:
         return tuple(np.array(s.get_value(borrow=True), copy=True) for s in self.shared.values())
 
     def _shared_unchanged(self) -> bool:
+        if not self.shared:  # the step samples every free variable: nothing else can change
+            return True
         return all(
             np.array_equal(old, s.get_value(borrow=True))
             for old, s in zip(self._cur_shared, self.shared.values())
