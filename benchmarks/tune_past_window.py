@@ -6,13 +6,13 @@ next window, too few to end it. This script samples a model with 2 chains at the
 window (25 d + 1550, GP-DA-MH's default ``tune``) and at 25-875 steps past it, and reports per step and
 ``tune``,
 over the seeds: the median smallest bulk ESS, the largest R-hat, the lowest acceptance rate of any
-chain in the draws, and the seeds at which a chain's acceptance is below half the other's (a chain
+chain in the draws, and the seeds at which a chain's acceptance is below half the best chain's (a chain
 crippled by its frozen proposal). Models: ``regression3``, a 3-parameter linear regression (intercept,
 slope, noise sd; 50 points); ``gaussian50``, a 50-d Gaussian with sds from 1e-2 to 1e2 and correlation
 0.5 between neighbours (``tune=3000`` is 200 steps past its fourth window).
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/tune_past_window.py [--steps gpda kamh] [--seeds 0 1 ... 10]
-        [--past 0 25 75 175 375 875] [--draws 1000] [--model regression3]
+        [--past 0 25 75 175 375 875] [--draws 1000] [--model regression3] [--chains 2]
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def make_step(name: str):
     return {"gpda": GPDelayedAcceptanceMH, "kamh": KameleonMetropolis}[name]()
 
 
-def run(model_name: str, step_name: str, tune: int, seed: int, draws: int) -> dict:
+def run(model_name: str, step_name: str, tune: int, seed: int, draws: int, chains: int = 2) -> dict:
     import arviz as az
     import pymc as pm
 
@@ -77,7 +77,7 @@ def run(model_name: str, step_name: str, tune: int, seed: int, draws: int) -> di
         step = make_step(step_name)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            idata = pm.sample(step=step, tune=tune, draws=draws, chains=2, cores=1, random_seed=seed,
+            idata = pm.sample(step=step, tune=tune, draws=draws, chains=chains, cores=1, random_seed=seed,
                               progressbar=False, compute_convergence_checks=False)
     accept = idata.sample_stats["accepted"].mean("draw").values
     return {
@@ -93,16 +93,17 @@ def main(argv=None):
     parser.add_argument("--past", nargs="+", type=int, default=[0, 25, 75, 175, 375, 875])
     parser.add_argument("--draws", type=int, default=1000)
     parser.add_argument("--model", default="regression3", choices=list(MODELS))
+    parser.add_argument("--chains", type=int, default=2)
     args = parser.parse_args(argv)
     print(environment_line())
-    print(f"# {args.model}, 2 chains x (tune + {args.draws}), cores=1, seeds {args.seeds}")
+    print(f"# {args.model}, {args.chains} chains x (tune + {args.draws}), cores=1, seeds {args.seeds}")
     print("| step | tune | median min ESS | lowest min ESS | max R-hat | lowest chain acceptance "
           "| seeds with a crippled chain |")
     print("|---|---|---|---|---|---|---|")
     for step_name in args.steps:
         for past in args.past:
             tune = window_end(MODELS[args.model][1]) + past
-            runs = [run(args.model, step_name, tune, seed, args.draws) for seed in args.seeds]
+            runs = [run(args.model, step_name, tune, seed, args.draws, args.chains) for seed in args.seeds]
             ess = [r["ess"] for r in runs]
             crippled = [seed for seed, r in zip(args.seeds, runs) if r["crippled"]]
             print(f"| {step_name} | {tune} | {np.median(ess):.0f} | {min(ess):.0f} | "
