@@ -19,6 +19,7 @@ from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 
 from pymc_kameleon import MLDA, PseudoMarginalPotential
+from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.testing import SAMPLE_KW, assert_same_records, mcse_of_mean, recorded
 
 N_OBS = 20
@@ -272,6 +273,28 @@ def test_the_error_model_needs_a_normal_likelihood_at_every_level():
         pm.Normal("y", mu, 1, observed=DATA[:10])
     with offset_model(), pytest.raises(ValueError, match=r"'y' \(20, 2\) in the model, \(10, 2\) in coarse"):
         MLDA(coarse_models=[fewer], adaptive_error_model=True)
+
+
+def test_an_observed_variable_the_error_model_cannot_correct_is_named():
+    """A new user's fine model observed y and z, the coarse one y and z_coarse: only y was corrected, in
+    silence, 0.5% of iterations moved and the warnings blamed the coarse model's distance. The control:
+    both named alike, no warning."""
+
+    def model(second):
+        with pm.Model() as m:
+            mu = pm.Normal("mu", 0, 10, shape=2)
+            pm.Normal("y", mu, 1, observed=DATA)
+            pm.Normal(second, mu, 1, observed=DATA)
+        return m
+
+    skipped = r"corrects \['y'\] but not \['z'\].*'z' \(20, 2\) in the model, none in coarse_models\[0\]"
+    renamed, alike = model("z_coarse"), model("z")
+    with model("z"):
+        with pytest.warns(KameleonWarning, match=skipped):
+            MLDA(coarse_models=[renamed], adaptive_error_model=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", KameleonWarning)
+            MLDA(coarse_models=[alike], adaptive_error_model=True)
 
 
 # ------------------------------------------------------------------------------------ bad input
