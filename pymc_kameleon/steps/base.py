@@ -170,7 +170,10 @@ def _check_keywords(cls, kwargs) -> None:
     params = inspect.signature(cls.__init__).parameters
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
         return
+    foreign = getattr(cls, "_foreign_options", {})
     for name in kwargs:
+        if name in foreign and name not in params:
+            raise TypeError(f"{cls.__name__}() takes no {name!r}: {foreign[name]}")
         if name not in params:
             raise unexpected_keyword_error(cls.__name__, name, [n for n in params if n != "self"])
 

@@ -137,6 +137,24 @@ class MLDA(MultilevelChecks, MultilevelGPLevels, AdaptiveStep):
 
     _default_tuning = "per_chain"
     name = "mlda"
+    # Options of PyMC 3's and pymc-experimental's MLDA that this one does not take, with what it does
+    # instead (a new user's raised a bare "unexpected keyword argument").
+    _foreign_options = {
+        **dict.fromkeys(
+            ("base_sampler", "base_S", "base_proposal_dist", "base_scaling", "base_lamb", "base_tune_target",
+             "base_tune_drop_fraction", "base_blocked", "S", "proposal_dist", "scaling", "mu_B", "Sigma_B"),
+            "that is an option of PyMC 3's (pymc-experimental's) MLDA. Here the coarsest level moves with "
+            "the package's scale-free adaptive proposal, which learns its covariance and scale while "
+            "tuning, and adaptive_error_model=True learns the levels' bias; see the multilevel guide.",
+        ),
+        "base_tune_interval": "PyMC 3's name for adapt_interval (the first adaptation window's length).",
+        **dict.fromkeys(
+            ("variance_reduction", "store_Q_fine"),
+            "PyMC 3's (pymc-experimental's) MLDA estimated a quantity of interest with variance reduction "
+            "across levels; this MLDA does not. Compute the quantity from the draws (idata.posterior), "
+            "or as a pm.Deterministic.",
+        ),
+    }
 
     def __init__(
         self,

@@ -297,6 +297,25 @@ def test_an_observed_variable_the_error_model_cannot_correct_is_named():
             MLDA(coarse_models=[alike], adaptive_error_model=True)
 
 
+@pytest.mark.parametrize(
+    ("option", "says"),
+    [
+        ("base_sampler", r"an option of PyMC 3's \(pymc-experimental's\) MLDA.*scale-free adaptive proposal"),
+        ("variance_reduction", r"quantity of interest.*Compute the quantity from the draws"),
+        ("base_tune_interval", r"PyMC 3's name for adapt_interval"),
+    ],
+)
+def test_options_of_pymc3s_mlda_say_what_this_one_does_instead(option, says):
+    """A new user coming from pymc-experimental's MLDA got a bare 'unexpected keyword argument'. A
+    misspelt option of ours still gets the closest name (the control)."""
+    coarse = conjugate_model()
+    with conjugate_model():
+        with pytest.raises(TypeError, match=rf"^MLDA\(\) takes no '{option}': .*{says}"):
+            MLDA(coarse_models=[coarse], **{option: 1})
+        with pytest.raises(TypeError, match=r"did you mean 'subsampling_rates'"):
+            MLDA(coarse_models=[coarse], subsampling_rate=2)
+
+
 # ------------------------------------------------------------------------------------ bad input
 def test_coarse_models_with_other_variables_are_refused():
     with pm.Model() as other:
