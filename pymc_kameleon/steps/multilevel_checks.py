@@ -6,6 +6,7 @@ try."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pymc as pm
@@ -16,6 +17,7 @@ from pymc_kameleon.core.multilevel import LevelPoint
 from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.steps.multilevel_gp import GPLevel
 from pymc_kameleon.steps.reporting import STUCK_DRAWS
+from pymc_kameleon.steps.session_warnings import user_stacklevel
 from pymc_kameleon.steps.target_density import describe_point
 
 __all__ = [
@@ -323,7 +325,44 @@ def checked_coarse_models(coarse_models, model) -> list:
                 f"MLDA: coarse_models[{k}] has no likelihood (no observed variables, no potentials): "
                 "its density would be the prior alone, a useless approximation of the posterior."
             )
+        _warn_if_other_data(coarse, model, k)
     return coarse_models
+
+
+def _observed_data(model, rv) -> np.ndarray | None:
+    """The data ``rv`` observes in ``model`` (a constant or a ``pm.Data``), None if not readable."""
+    value = model.rvs_to_values.get(rv)
+    if hasattr(value, "data"):
+        return np.asarray(value.data)
+    if hasattr(value, "get_value"):
+        return np.asarray(value.get_value())
+    return None
+
+
+def _warn_if_other_data(coarse, model, k: int) -> None:
+    """Warn where an observed variable of the model in context and one of ``coarse`` of the same name and
+    shape observe other values: ``pm.set_data`` on one level only (a new user's acceptance fell to 0 and
+    the warnings blamed the coarse model's distance)."""
+    theirs = {rv.name: rv for rv in coarse.observed_RVs}
+    for rv in model.observed_RVs:
+        other = theirs.get(rv.name)
+        if other is None:
+            continue
+        mine, data = _observed_data(model, rv), _observed_data(coarse, other)
+        if mine is None or data is None or mine.shape != data.shape or mine.dtype.kind not in "biuf":
+            continue
+        same = mine == data
+        if mine.dtype.kind == "f" and data.dtype.kind == "f":
+            same |= np.isnan(mine) & np.isnan(data)
+        if not same.all():
+            warnings.warn(
+                f"MLDA: the data observed by {rv.name!r} differ between the model in context and "
+                f"coarse_models[{k}] ({np.count_nonzero(~same)} of {mine.size} values): the coarse "
+                "level then approximates another posterior, and the fine level rejects its proposals. Give "
+                "every level the same data (after pm.set_data on one model, set it on the others too).",
+                KameleonWarning,
+                stacklevel=user_stacklevel(4),
+            )
 
 
 def checked_gp_positions(specs) -> None:

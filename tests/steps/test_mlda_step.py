@@ -297,6 +297,29 @@ def test_an_observed_variable_the_error_model_cannot_correct_is_named():
             MLDA(coarse_models=[alike], adaptive_error_model=True)
 
 
+def test_data_that_differ_between_levels_are_named():
+    """pm.set_data on the fine model only: the acceptance fell to 0 and the warnings blamed the coarse
+    model's distance (a new user's). The control: the same data at both levels, no warning."""
+
+    def model(data):
+        with pm.Model() as m:
+            y_obs = pm.Data("y_obs", data)
+            mu = pm.Normal("mu", 0, 10, shape=2)
+            pm.Normal("y", mu, 1, observed=y_obs)
+        return m
+
+    coarse, fine = model(DATA), model(DATA)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", KameleonWarning)
+        with fine:
+            MLDA(coarse_models=[coarse])
+    with fine:
+        pm.set_data({"y_obs": DATA + 1.0})
+        other = r"data observed by 'y' differ .* coarse_models\[0\] \(40 of 40"
+        with pytest.warns(KameleonWarning, match=other):
+            MLDA(coarse_models=[coarse])
+
+
 @pytest.mark.parametrize(
     ("option", "says"),
     [
