@@ -329,26 +329,25 @@ def checked_coarse_models(coarse_models, model) -> list:
     return coarse_models
 
 
-def _observed_data(model, rv) -> np.ndarray | None:
-    """The data ``rv`` observes in ``model`` (a constant or a ``pm.Data``), None if not readable."""
+def _observed_data_container(model, rv) -> np.ndarray | None:
+    """The values of the ``pm.Data`` container ``rv`` observes in ``model``; None for constant data (a
+    coarse model may observe deliberately other constants: a test's biased level does)."""
     value = model.rvs_to_values.get(rv)
-    if hasattr(value, "data"):
-        return np.asarray(value.data)
-    if hasattr(value, "get_value"):
-        return np.asarray(value.get_value())
-    return None
+    if not hasattr(value, "get_value"):
+        return None
+    return np.asarray(value.get_value())
 
 
 def _warn_if_other_data(coarse, model, k: int) -> None:
     """Warn where an observed variable of the model in context and one of ``coarse`` of the same name and
-    shape observe other values: ``pm.set_data`` on one level only (a new user's acceptance fell to 0 and
-    the warnings blamed the coarse model's distance)."""
+    shape observe ``pm.Data`` containers with other values: ``pm.set_data`` on one level only (a new
+    user's acceptance fell to 0 and the warnings blamed the coarse model's distance)."""
     theirs = {rv.name: rv for rv in coarse.observed_RVs}
     for rv in model.observed_RVs:
         other = theirs.get(rv.name)
         if other is None:
             continue
-        mine, data = _observed_data(model, rv), _observed_data(coarse, other)
+        mine, data = _observed_data_container(model, rv), _observed_data_container(coarse, other)
         if mine is None or data is None or mine.shape != data.shape or mine.dtype.kind not in "biuf":
             continue
         same = mine == data
