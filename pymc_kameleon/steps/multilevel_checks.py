@@ -81,10 +81,14 @@ class MultilevelChecks:
         )
         tails = self._in_the_tails()
         cause = f". {tails}Otherwise the" if tails else ": the"
+        # With several coarse levels, name the one the finest judges (a new user's three-level run did not
+        # say which model was off).
+        below = self.n_levels - 2
+        which = f" (coarse_models[{below}]'s)" if self.n_levels > 2 else ""
         self._warnings.warn(
             f"MLDA: at the end of tuning the finest level accepted {rate:.0%} of the last {len(decisions)} "
-            f"coarse subchain ends it judged{cause} coarse posterior is far from the fine one (in posterior "
-            f"sds), so the chain will mix slowly (its draws stay exact). Try {remedy}.",
+            f"coarse subchain ends it judged{cause} coarse posterior{which} is far from the fine one (in "
+            f"posterior sds), so the chain will mix slowly (its draws stay exact). Try {remedy}.",
             KameleonWarning,
             stacklevel=3,
         )
@@ -105,7 +109,7 @@ class MultilevelChecks:
             why = (
                 ": it filters the coarse subchains' ends, but they still walk towards the coarse model's "
                 "posterior, far from the fine one"
-                if gp else ": the coarse posterior below it is far from its own"
+                if gp else f": the coarse posterior below it (coarse_models[{k - 1}]'s) is far from its own"
             )
             dropped = (
                 # The error model's correction is a constant shift (decision 0056: learned between adjacent

@@ -10,6 +10,7 @@ import math
 import re
 import time
 import warnings
+from collections import deque
 
 import numpy as np
 import pymc as pm
@@ -20,6 +21,7 @@ from pytensor.graph.op import Op
 
 from pymc_kameleon import MLDA, PseudoMarginalPotential
 from pymc_kameleon.core.warning_categories import KameleonWarning
+from pymc_kameleon.steps.multilevel_checks import FINE_DECISIONS_KEPT
 from pymc_kameleon.testing import SAMPLE_KW, assert_same_records, mcse_of_mean, recorded
 
 N_OBS = 20
@@ -813,6 +815,24 @@ def test_a_middle_level_that_rejects_with_the_error_model_names_the_coarsest_mod
     assert "the middle level (level 1) accepted 0.0%" in said[True] and "subsampling_rates[0]" in said[True]
     assert "without coarse_models[0]" in said[True] and "adaptive_error_model=True" not in said[True]
     assert "without coarse_models[0]" not in said[False] and "adaptive_error_model=True" in said[False]
+    assert "the coarse posterior below it (coarse_models[0]'s)" in said[False]
+
+
+def test_the_finest_levels_warning_names_the_coarse_model_below_it():
+    """With three levels the finest level's low-acceptance warning named no model (a new user's run, whose
+    middle model was the biased one); two levels keep the plain wording (the control)."""
+    fine = conjugate_model()
+    three, two = [conjugate_model(0.1), conjugate_model(8.0)], [conjugate_model(8.0)]
+    for coarse_models, named in ((three, True), (two, False)):
+        with fine:
+            step = MLDA(coarse_models=coarse_models, subsampling_rates=2)
+        step._chain.fine_decisions = deque([0] * FINE_DECISIONS_KEPT, maxlen=FINE_DECISIONS_KEPT)
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            step._warn_low_fine_acceptance()
+        (message,) = [str(w.message) for w in record]
+        assert ("coarse posterior (coarse_models[1]'s) is far" in message) == named, message
+        assert "coarse posterior" in message
 
 
 def _rounded_data_models():
