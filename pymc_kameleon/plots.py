@@ -186,10 +186,15 @@ def plot_target_density(
     return ax
 
 
+def _is_inference_data(obj) -> bool:
+    """Whether ``obj`` is a run's InferenceData (ArviZ 0) or DataTree (ArviZ 1)."""
+    return hasattr(obj, "posterior") and hasattr(obj, "sample_stats")
+
+
 def _coordinate_labels(proposal, d, model=None) -> list[str]:
     r"""Axis labels: the sampled coordinates' names for a step or a run's InferenceData (``mu``,
     ``log(sigma)``, ``b[2]``), else :math:`x_1, \dots, x_d`."""
-    if hasattr(proposal, "posterior") and hasattr(proposal, "sample_stats"):
+    if _is_inference_data(proposal):
         from pymc_kameleon.steps.tuned import value_space_labels
 
         names = value_space_labels(model)
@@ -202,7 +207,7 @@ def _coordinate_labels(proposal, d, model=None) -> list[str]:
 
 def _resolve_proposal(proposal, chain=0, model=None):
     """Accept a core KameleonProposal, a step exposing ``.proposal``, or a tuned run's InferenceData."""
-    if hasattr(proposal, "posterior") and hasattr(proposal, "sample_stats"):
+    if _is_inference_data(proposal):
         from pymc_kameleon.steps.tuned import rebuild_proposal
 
         return rebuild_proposal(proposal, chain, model=model)

@@ -44,7 +44,7 @@ from pymc_kameleon.smc.particle_checks import (
 )
 from pymc_kameleon.steps.reporting import StepWarnings
 from pymc_kameleon.steps.target_density import FLAT_ESTIMATE_CALLS, FLAT_ESTIMATE_NATS
-from pymc_kameleon.steps.variables import minibatch_message, minibatch_observed
+from pymc_kameleon.steps.variables import refuse_minibatch_data
 
 # KASS's logger: its messages name KASS.
 _log = logging.getLogger("pymc_kameleon.smc.kass")
@@ -123,9 +123,7 @@ class BatchedSMCKernel(SMC_KERNEL):
                 "every estimate into k independent parts evaluated in parallel."
             )
         model = modelcontext(kwargs.get("model"))
-        minibatch = minibatch_observed(model)
-        if minibatch:  # else stages later: "do not vary in every coordinate after resampling"
-            raise ValueError(f"{name}: {minibatch_message(minibatch)}")
+        refuse_minibatch_data(model, name)  # else stages later: "do not vary in every coordinate ..."
         self._draw_causes = constant_draw_causes(model)  # for check_prior_draws's message
         self._improper_prior_error = improper_prior_error(name, model)  # for initialize_population's
         self._batch_logp_func = None

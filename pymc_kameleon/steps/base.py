@@ -172,10 +172,11 @@ def _check_keywords(cls, kwargs) -> None:
         return
     foreign = getattr(cls, "_foreign_options", {})
     for name in kwargs:
-        if name in foreign and name not in params:
+        if name in params:
+            continue
+        if name in foreign:
             raise TypeError(f"{cls.__name__}() takes no {name!r}: {foreign[name]}")
-        if name not in params:
-            raise unexpected_keyword_error(cls.__name__, name, [n for n in params if n != "self"])
+        raise unexpected_keyword_error(cls.__name__, name, [n for n in params if n != "self"])
 
 
 # Where PyMC's BlockedStep.__new__ keeps the constructor's arguments (name-mangled).

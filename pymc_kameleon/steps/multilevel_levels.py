@@ -275,20 +275,21 @@ def _observed_shape(value) -> tuple:
 
 def corrected_names(fine, coarse_models) -> list[str]:
     """The observed variables the error model corrects: ``pm.Normal`` in every level, same name and shape."""
-    names, seen = [], []
+    names, seen = [], {}  # seen: each fine pm.Normal's name -> what every level has under it
+    coarse_normals = [_normal_observed(coarse) for coarse in coarse_models]
     for name, rv in _normal_observed(fine).items():
         shape = _observed_shape(fine.rvs_to_values[rv])
-        theirs = [_normal_observed(coarse).get(name) for coarse in coarse_models]
+        theirs = [normals.get(name) for normals in coarse_normals]
         shapes = [
             None if t is None else _observed_shape(c.rvs_to_values[t]) for t, c in zip(theirs, coarse_models)
         ]
         if all(s == shape for s in shapes):
             names.append(name)
-        seen.append(f"{name!r} {shape} in the model, " + ", ".join(
+        seen[name] = f"{name!r} {shape} in the model, " + ", ".join(
             f"{_found(c, name) if s is None else s} in coarse_models[{k}]"
-            for k, (s, c) in enumerate(zip(shapes, coarse_models))))
+            for k, (s, c) in enumerate(zip(shapes, coarse_models)))
     if not names:
-        found = "; ".join(seen) if seen else "the model in context has no observed pm.Normal"
+        found = "; ".join(seen.values()) if seen else "the model in context has no observed pm.Normal"
         raise ValueError(
             "MLDA(adaptive_error_model=True) corrects observed pm.Normal variables that the model in context "
             f"and every coarse model have under the same name and shape; there is none ({found}). Write the "
@@ -299,7 +300,7 @@ def corrected_names(fine, coarse_models) -> list[str]:
     if skipped:
         # A new user's fine model observed z where the coarse one observed z_coarse: only y was corrected,
         # 0.5% of iterations moved, and the warnings blamed the coarse model's distance.
-        details = "; ".join(part for part in seen if part.split(" ", 1)[0].strip("'") in skipped)
+        details = "; ".join(seen[name] for name in skipped if name in seen)
         warnings.warn(
             f"MLDA(adaptive_error_model=True) corrects {names} but not {skipped}: the error model corrects "
             "observed pm.Normal variables that the model in context and every coarse model have under the "

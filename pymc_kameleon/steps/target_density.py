@@ -24,7 +24,7 @@ from pytensor.tensor.random.type import RandomGeneratorType
 
 from pymc_kameleon.core.linalg import same_array
 from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
-from pymc_kameleon.steps.variables import minibatch_message, minibatch_observed
+from pymc_kameleon.steps.variables import refuse_minibatch_data
 
 __all__ = [
     "Evaluation",
@@ -99,9 +99,7 @@ def refuse_random_log_density(graphs, step_name: str, model) -> None:
         return
     from pymc.distributions.simulator import SimulatorRV
 
-    minibatch = minibatch_observed(model)
-    if minibatch:
-        raise ValueError(f"{step_name}: {minibatch_message(minibatch)}")
+    refuse_minibatch_data(model, step_name)
 
     simulators = [rv.name for rv in model.observed_RVs if isinstance(rv.owner.op, SimulatorRV)]
     if simulators:

@@ -13,7 +13,7 @@ from pytensor.tensor.random.type import RandomGeneratorType
 
 __all__ = [
     "continuous_value_vars", "coordinate_names", "has_improper_prior", "improper_prior_coordinates",
-    "indexed_names", "minibatch_message", "minibatch_observed",
+    "indexed_names", "minibatch_observed", "refuse_minibatch_data",
 ]
 
 
@@ -68,12 +68,16 @@ def minibatch_observed(model) -> list[str]:
     return names
 
 
-def minibatch_message(names) -> str:
-    """What ``pm.Minibatch`` data do to a sampler, and the remedy (for a step's or KASS's error)."""
-    quoted = ", ".join(repr(n) for n in names)
-    return (
-        f"the data of {quoted} come from pm.Minibatch, which draws another random batch at every evaluation "
-        "of the log density, so the posterior a sampler sees changes from one step to the next. "
+def refuse_minibatch_data(model, name: str) -> None:
+    """Raise a ValueError, naming the variables and the remedy, if ``model`` observes ``pm.Minibatch``
+    data (:func:`minibatch_observed`): the steps and KASS alike."""
+    observed = minibatch_observed(model)
+    if not observed:
+        return
+    quoted = ", ".join(repr(n) for n in observed)
+    raise ValueError(
+        f"{name}: the data of {quoted} come from pm.Minibatch, which draws another random batch at every "
+        "evaluation of the log density, so the posterior a sampler sees changes from one step to the next. "
         "pm.Minibatch is for variational inference (pm.fit); to sample, pass the full data (the arrays "
         "themselves, or pm.Data to change them later) and drop total_size."
     )
