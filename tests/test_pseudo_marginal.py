@@ -235,6 +235,19 @@ def test_estimator_that_raises_names_the_parameter_values():
         _sample(simple_model(fails_above_half), draws=2000, tune=200)
 
 
+def test_an_rng_estimator_given_auxiliary_shape_is_told_it_receives_u():
+    """A new user passed auxiliary_shape to an estimator written for rng and read only "'numpy.ndarray'
+    object has no attribute 'standard_normal'" (helper-70). The error now says what the argument is."""
+    def rng_estimator(theta, rng):
+        return float(norm.logpdf(0.3, theta, 1.0) + 0.1 * rng.standard_normal())
+
+    with pytest.raises(PseudoMarginalEstimatorError, match=r"(?s)standard_normal.*with auxiliary_shape the "
+                       r"estimator's last argument is u, standard normals of shape \(4,\), not a Generator"):
+        _sample(simple_model(rng_estimator, auxiliary_shape=4))
+    # Without auxiliary_shape the same estimator samples.
+    assert _sample(simple_model(rng_estimator), draws=20, tune=20).posterior["theta"].shape == (1, 20)
+
+
 @pytest.mark.parametrize("bad", [np.nan, np.inf])
 def test_nan_or_plus_inf_estimate_is_an_error(bad):
     def returns_bad_above_half(theta, rng):
@@ -395,7 +408,7 @@ def test_a_zero_estimate_at_the_start_is_named_as_an_estimate_not_a_zero_density
 
     def first_zero(theta, rng):
         calls[0] += 1
-        return -math.inf if calls[0] == 1 else float(-0.5 * theta**2)
+        return -math.inf if calls[0] <= 2 else float(-0.5 * theta**2)  # 2: the randomness check's call too
 
     with pm.Model():
         theta = pm.Normal("theta", 0, 1)

@@ -220,7 +220,15 @@ class PseudoMarginalOp(Op):
         try:
             return self.log_estimator(*inputs, randomness)
         except Exception as err:
-            raise self._raised(f"{type(err).__name__}: {err}", inputs) from err
+            hint = ""
+            if self.correlated and isinstance(err, AttributeError) and "numpy.ndarray" in str(err):
+                # A new user gave auxiliary_shape to an estimator written for rng (helper-70).
+                hint = (
+                    f"with auxiliary_shape the estimator's last argument is u, standard normals of shape "
+                    f"{self.auxiliary_shape}, not a Generator: draw its randomness from u (or leave out "
+                    "auxiliary_shape and correlation to be given rng)"
+                )
+            raise self._raised(f"{type(err).__name__}: {err}", inputs, hint) from err
 
     def _replicated_estimate(self, inputs, rng, auxiliary) -> float:
         """The log of the mean of ``replicates`` estimates, on the executor if there is one."""

@@ -418,11 +418,16 @@ class AdaptiveStep(PerChainReset, SMCStarting, DrawChecks, ArrayStepShared):
 
     def stop_tuning(self):
         super().stop_tuning()
-        # A flat estimate is the model's, not a chain's: said by the first chain of a process that has it.
+        # Said here, so checked only in tuning (with tune=0 PyMC stops tuning before the first step).
+        self._target.check_randomness = False
+        # A flat or irreproducible estimate is the model's, not a chain's: said by the first chain of a
+        # process that has it.
         if getattr(self, "_said_flat_estimate", False):
             return
-        message = self._target.flat_estimate_message(type(self).__name__)
-        if message:
+        name = type(self).__name__
+        target = self._target
+        messages = (target.flat_estimate_message(name), target.irreproducible_estimate_message(name))
+        for message in filter(None, messages):
             self._said_flat_estimate = True
             self._warnings.warn(message, KameleonWarning, stacklevel=3)
 

@@ -257,6 +257,8 @@ class TargetDensity:
         self.nan_value = "NaN"  # or "+inf": what it was there
         # per term: lowest and highest finite log-estimate, and their count (flat_estimate_message)
         self._estimates_seen = {}
+        self.irreproducible = {}  # term name -> (two values, correlated?) where a same-seed call differed
+        self.check_randomness = True  # the chain's first estimate of a term is made twice (tuning only)
         # Seeded from the step's generator at the chain's first step (see `current`): PyMC sets
         # each chain's generator after the per-chain reset (or without one, in worker processes).
         self.estimator_rng = None
@@ -281,7 +283,14 @@ class TargetDensity:
 
     def _estimate(self, term, inputs, auxiliary) -> float:
         self.n_estimates += 1
+        seen = self._estimates_seen.get(term.name)
+        twin = None
+        if seen is None and self.check_randomness:  # the chain's first estimate: twice, same randomness
+            self.n_estimates += 1
+            twin = term.op.estimate(inputs, copy.deepcopy(self.estimator_rng), auxiliary)
         value = term.op.estimate(inputs, self.estimator_rng, auxiliary)
+        if twin is not None and not _same_estimate(twin, value):
+            self.irreproducible[term.name] = (twin, value, term.op.correlated)
         seen = self._estimates_seen.setdefault(term.name, [math.inf, -math.inf, 0])
         if math.isfinite(value):
             seen[0], seen[1], seen[2] = min(seen[0], value), max(seen[1], value), seen[2] + 1
@@ -313,6 +322,28 @@ class TargetDensity:
                     "return its log (np.log of a mean of likelihoods, or scipy.special.logsumexp of log "
                     "weights minus log N)."
                 )
+        return None
+
+    def irreproducible_estimate_message(self, step_name: str) -> str | None:
+        """A warning if a pseudo-marginal term's estimator, called twice with the same inputs and the same
+        randomness (a copy of its generator, or the same auxiliary normals ``u``) at the chain's first
+        estimate, returned two values: it draws random numbers from elsewhere (``np.random``, a
+        Generator of its own), so ``random_seed`` does not reproduce the run (a new user's did so,
+        silently). None otherwise."""
+        for name, (first, second, correlated) in self.irreproducible.items():
+            given = "auxiliary normals u" if correlated else "generator state"
+            lost = (
+                "; and the correlated move's correlation lives in u, so randomness from elsewhere is "
+                "fresh at every estimate and the correlation gains less" if correlated else ""
+            )
+            return (
+                f"{step_name}: the log_estimator of the pseudo-marginal term {name!r}, called twice at the "
+                f"chain's first estimate with the same inputs and the same {given}, returned {first:.6g} "
+                f"and {second:.6g}: it draws random numbers from somewhere else (np.random, a Generator of "
+                f"its own, another library's global state). The draws stay exact, but random_seed does not "
+                f"reproduce them{lost}. Draw every random number from the "
+                f"{'u' if correlated else 'rng'} argument it is given."
+            )
         return None
 
     def _proposal_estimates(self, inputs) -> tuple[tuple, tuple]:
@@ -525,3 +556,8 @@ def describe_point(q, point_map_info, max_len: int = 200) -> str:
         parts.append(f"{name}={np.array2string(value, precision=4, threshold=6)}")
     text = ", ".join(parts)
     return text if len(text) <= max_len else text[: max_len - 3] + "..."
+
+
+def _same_estimate(a: float, b: float) -> bool:
+    """Whether two log-estimates from the same randomness agree (up to a threaded reduction's rounding)."""
+    return a == b or math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)

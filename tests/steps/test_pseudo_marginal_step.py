@@ -7,6 +7,7 @@ with a pseudo-marginal model are in the step contract (test_step_contract.py), f
 
 import math
 import warnings
+from functools import partial
 
 import numpy as np
 import pymc as pm
@@ -63,7 +64,8 @@ def test_exact_acceptance_ratio_uses_the_kept_estimate():
         step = KameleonMetropolis(adapt_interval=10_000, rng=0)
     rows = drive(model, step, 80)
     calls = iter(recorder.calls)
-    y, kept = next(calls)  # one estimate at the start
+    twin, (y, kept) = next(calls), next(calls)  # two estimates at the start: the randomness check's, kept's
+    assert twin[0] == y
     n_accepted = n_refreshed = in_a_row = 0
     for i, (point, stats) in enumerate(rows):
         x, est_x = next(calls)  # one per proposal
@@ -80,7 +82,7 @@ def test_exact_acceptance_ratio_uses_the_kept_estimate():
         assert point["theta"] == y
         assert stats["loglik_estimate"] == kept  # the estimate kept at the current state
         refreshed = in_a_row == 0 and not stats["accepted"]
-        assert stats["estimator_calls"] == 1 + (i == 0) + refreshed
+        assert stats["estimator_calls"] == 1 + 2 * (i == 0) + refreshed
     assert next(calls, None) is None
     assert 10 < n_accepted < 70
     assert n_refreshed > 0
@@ -100,8 +102,8 @@ def test_never_re_estimates_at_the_current_state_after_tuning():
         rows = drive(model, step, 600, stop_tuning_at=300)
     stats = [s for _, s in rows]
     assert any(s["kameleon"] for s in stats[300:])  # Kameleon proposals were in use too
-    calls = iter(recorder.calls[1:])
-    current = recorder.calls[0][0]
+    calls = iter(recorder.calls[2:])  # after the randomness check's estimate and the kept one at the start
+    current = recorder.calls[1][0]
     in_a_row, refreshes = 0, 0
     for i, (point, s) in enumerate(rows):
         x, value = next(calls)
@@ -324,6 +326,41 @@ def test_an_estimator_that_returns_the_likelihood_instead_of_its_log_is_named(st
     assert len(said["likelihood"]) == 1
     assert "'lik'" in said["likelihood"][0] and "varied by only" in said["likelihood"][0]
     assert said["log"] == []
+
+
+# -------------------------------------------------------------- an estimator with randomness of its own
+@pytest.mark.parametrize("step_class", [KameleonMetropolis, GPDelayedAcceptanceMH])
+@pytest.mark.parametrize("correlated", [False, True], ids=["rng", "u"])
+def test_an_estimator_that_ignores_its_randomness_is_named(step_class, correlated):
+    """A new user's estimator drew from np.random.default_rng() of its own instead of the rng it was given:
+    two runs with one random_seed differed, silently (helper-70). At the chain's first estimate the step
+    calls it twice from the same randomness; the end of tuning names a term whose two values differ. The
+    control (randomness only from what it is given) is silent, and its draws repeat under one seed."""
+    own = np.random.default_rng()
+
+    def log_est(theta, randomness, ignore):
+        noise = own.standard_normal() if ignore else (
+            randomness[0] if correlated else randomness.standard_normal())
+        return float(norm.logpdf(0.3, theta, 1.0) + 0.5 * noise - 0.125)
+
+    said, draws = {}, {}
+    for ignore in (True, False):
+        for run in range(2 - ignore):
+            with pm.Model():
+                theta = pm.Normal("theta", 0, 2)
+                options = {"auxiliary_shape": 1} if correlated else {}
+                PseudoMarginalPotential("lik", partial(log_est, ignore=ignore), inputs=[theta], **options)
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    idata = pm.sample(draws=50, tune=200, chains=2, cores=1, step=step_class(),
+                                      random_seed=5, **SAMPLE_KW)
+            said[ignore] = [str(w.message) for w in caught if "draws random numbers from" in str(w.message)]
+            draws[ignore, run] = idata.posterior["theta"].values
+    assert len(said[True]) == 1, said[True]
+    given = "the same auxiliary normals u" if correlated else "the same generator state"
+    assert "'lik'" in said[True][0] and given in said[True][0] and "random_seed" in said[True][0]
+    assert said[False] == []
+    np.testing.assert_array_equal(draws[False, 0], draws[False, 1])
 
 
 @pytest.mark.parametrize("step_class", [KameleonMetropolis, GPDelayedAcceptanceMH])
