@@ -1,10 +1,11 @@
-"""GP-DA-MH at the tuning length PyMC 6 gives it without ``tune``: the minimum against one window more.
+"""GP-DA-MH at the tuning length PyMC 6 gives it without ``tune``, at PyMC 5's default, and one window more.
 
-``GPDelayedAcceptanceMH.default_tune_steps`` is what ``pm.sample(tune=None)`` uses on PyMC 6. The minimum,
-a coordinate scan and three doubling windows (``required_tune_steps()``, 25 d + 750), is too short for the
-independence component to switch on: it does so only on a window's verdict, and the third window's
-comes as tuning ends. With one window more (``required_tune_steps(4)``, 25 d + 1550) the third window's
-verdict holds for the last window. Both lengths are passed explicitly, so the script runs on PyMC 5 too.
+``GPDelayedAcceptanceMH.default_tune_steps`` is what ``pm.sample(tune=None)`` uses on PyMC 6: the minimum, a
+coordinate scan and three doubling windows (``required_tune_steps()``, 25 d + 750). Its independence
+component switches on only on a window's verdict; until decision record 0065 the third window's rested
+on 20 probes per shape, too few, so the default was one window more (``required_tune_steps(4)``, 25 d +
+1550) and at PyMC 5's default ``tune=1000`` the component stayed off. All lengths are passed explicitly,
+so the script runs on PyMC 5 too.
 
 Models (ordinary ones a user would start with): a 2-d normal mean and sd (the GP-DA guide's first
 example), a 5-d logistic regression, a 10-d linear regression with correlated predictors. Per seed:
@@ -13,7 +14,7 @@ share of draws the independence component proposed, the exact evaluations of the
 start search included, ``cumulative_logp_evals``) and the ESS per exact evaluation.
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/gpda_default_tune.py [--models normal2 logistic5 regression10]
-        [--seeds 1 2 3] [--chains 4] [--draws 1000]
+        [--seeds 1 2 3] [--chains 4] [--draws 1000] [--lengths "minimum (3 windows)" ...]
 """
 
 from __future__ import annotations
@@ -70,10 +71,12 @@ def regression10():
 
 
 MODELS = {"normal2": normal2, "logistic5": logistic5, "regression10": regression10}
-LENGTHS = {"minimum (3 windows)": 3, "one window more (4)": 4}
+#: Tuning lengths: a number of windows (``required_tune_steps``), or ``tune`` itself (PyMC 5's default).
+LENGTHS = {"minimum (3 windows)": ("windows", 3), "one window more (4)": ("windows", 4),
+           "PyMC 5's default": ("steps", 1000)}
 
 
-def run(model_name: str, windows: int, seed: int, chains: int, draws: int) -> dict:
+def run(model_name: str, length: tuple[str, int], seed: int, chains: int, draws: int) -> dict:
     import arviz as az
     import pymc as pm
 
@@ -81,7 +84,8 @@ def run(model_name: str, windows: int, seed: int, chains: int, draws: int) -> di
 
     with MODELS[model_name]():
         step = GPDelayedAcceptanceMH()
-        tune = step._chain.kernel.adaptation.required_tune_steps(windows)
+        kind, value = length
+        tune = step._chain.kernel.adaptation.required_tune_steps(value) if kind == "windows" else value
         start = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -108,6 +112,7 @@ def main(argv=None):
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     parser.add_argument("--chains", type=int, default=4)
     parser.add_argument("--draws", type=int, default=1000)
+    parser.add_argument("--lengths", nargs="+", default=list(LENGTHS)[:2], choices=list(LENGTHS))
     args = parser.parse_args(argv)
     print(environment_line())
     print(f"# {args.chains} chains x (tune + {args.draws}), cores=1, seeds {args.seeds}")
@@ -116,10 +121,10 @@ def main(argv=None):
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     rows = []
     for model_name in args.models:
-        for label, windows in LENGTHS.items():
+        for label in args.lengths:
             for seed in args.seeds:
-                r = run(model_name, windows, seed, args.chains, args.draws)
-                rows.append({"model": model_name, "windows": windows, "seed": seed, **r})
+                r = run(model_name, LENGTHS[label], seed, args.chains, args.draws)
+                rows.append({"model": model_name, "length": label, "seed": seed, **r})
                 print(f"| {model_name} | {label} | {r['tune']} | {seed} | {r['ess']:.0f} | {r['rhat']:.3f} | "
                       f"{r['exact']:.2f} | {r['independence']:.2f} | {r['evals']:.0f} | "
                       f"{r['ess_per_eval']:.3f} | {r['wall']:.1f} |", flush=True)

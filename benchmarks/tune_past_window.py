@@ -3,8 +3,8 @@
 The windows double after the coordinate scan of 25 d + 50 steps (for 3 parameters they end at tuning
 steps 225, 425, 825, 1625, 3225). A ``tune`` just past a window's end leaves a few dozen steps in the
 next window, too few to end it. This script samples a model with 2 chains at the end of the fourth
-window (25 d + 1550, GP-DA-MH's default ``tune``) and at 25-875 steps past it, and reports per step and
-``tune``,
+window (25 d + 1550, GP-DA-MH's default ``tune`` until decision record 0065) and at 25-875 steps past
+it, and reports per step and ``tune``,
 over the seeds: the median smallest bulk ESS, the largest R-hat, the lowest acceptance rate of any
 chain in the draws, and the seeds at which a chain's acceptance is below half the best chain's (a chain
 crippled by its frozen proposal). Models: ``regression3``, a 3-parameter linear regression (intercept,

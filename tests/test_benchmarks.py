@@ -1,6 +1,7 @@
 """The benchmark scripts run (tiny budget), so they never rot."""
 
 import importlib.util
+import json
 import math
 from pathlib import Path
 
@@ -630,3 +631,19 @@ def test_gpda_default_tune_benchmark_smoke(capsys):
     assert "| normal2 | one window more (4) | 1600 | 1 |" in capsys.readouterr().out
     assert [r["tune"] for r in rows] == [800, 1600]
     assert all(r["evals"] > 0 and r["ess"] > 0 for r in rows)
+    rows = bench.main(["--models", "normal2", "--seeds", "1", "--chains", "2", "--draws", "100",
+                       "--lengths", "PyMC 5's default"])
+    assert [r["tune"] for r in rows] == [1000]
+
+
+def test_compare_runs_pairs_posteriors_and_ratios(tmp_path):
+    bench = _load("compare_runs")
+    run = {"ess_per_eval": 0.1, "min_ess": 100.0, "max_rhat": 1.01, "mean_err": 0.1}
+    before = {"a": {"S": [run, run]}, "b": {"S": [{"skipped": "no likelihood"}]}}
+    after = {"a": {"S": [dict(run, ess_per_eval=0.3, min_ess=300.0)] * 2}, "b": {"S": []}}
+    (tmp_path / "b.json").write_text(json.dumps(before))
+    (tmp_path / "a.json").write_text(json.dumps(after))
+    lines = bench.main([str(tmp_path / "b.json"), str(tmp_path / "a.json"), "--sampler", "S"])
+    assert "| a | 100–100 | 300–300 | 1.010 | 1.010 | 0.10 | 0.10 | 0.1 | 0.3 | 3.00 |" in lines
+    assert "| b | skipped | | | | | | | | |" in lines
+    assert lines[-1].endswith("geometric mean 3.00, smallest 3.00, largest 3.00 over 1 posteriors")

@@ -10,7 +10,14 @@ from scipy.stats import multivariate_normal, multivariate_t
 
 from pymc_kameleon.core.adaptation.covariance import shrunk_covariance
 from pymc_kameleon.core.adaptation.diagnostics import TuningReport, pareto_tail_index
-from pymc_kameleon.core.adaptation.independence import EXAM_DRAWS, INDEPENDENCE_MAX_KHAT, INDEPENDENCE_PROBE
+from pymc_kameleon.core.adaptation.independence import (
+    BOOSTED_FROM,
+    EXAM_DRAWS,
+    INDEPENDENCE_MAX_KHAT,
+    INDEPENDENCE_PROBE,
+    PROBE_CAP,
+    IndependenceTuning,
+)
 from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
 from pymc_kameleon.core.adaptation.scales import RobbinsMonro
 from pymc_kameleon.core.adaptation.state import TuningDraw
@@ -1210,6 +1217,39 @@ def test_independence_is_probed_without_moving_from_the_first_window_after_the_s
     assert abs(np.mean(due) - INDEPENDENCE_PROBE) < 0.02
     assert adaptation.state.independence_weight == 0.0
     assert not ScaleFreeAdaptation(2, None).probe_due(rng)  # without the component: no uniform drawn
+
+
+def test_probes_per_shape_raise_the_probe_rate_in_short_windows():
+    """With ``independence_probes`` a window of n steps, from the BOOSTED_FROM-th after the scan, probes
+    at max(INDEPENDENCE_PROBE, min(PROBE_CAP, shapes * probes / n)): each shape measured gets about that
+    many probes however short the window (GP-DA-MH, which has no exam). Earlier windows, and any
+    window without the option (the control), probe at the fixed rate."""
+    adaptation = ScaleFreeAdaptation(
+        2, None, first_window=50, independence_weight=0.5, independence_probes=40
+    )
+    rng = np.random.default_rng(3)
+    _tune_gaussian(adaptation, adaptation.state.scan_steps, rng)
+    state, tuning = adaptation.state, adaptation.independence
+
+    def rate(length, tuning=tuning, window=BOOSTED_FROM):
+        return np.mean([tuning.probe_due(state, window, rng, length) for _ in range(4000)])
+
+    assert adaptation.state.independence_weight == 0.0
+    state.independence_fit = None  # off without a fit: one shape probed
+    assert rate(800) == pytest.approx(INDEPENDENCE_PROBE, abs=0.02)
+    assert rate(200) == pytest.approx(0.2, abs=0.02)
+    assert rate(40) == pytest.approx(PROBE_CAP, abs=0.03)
+    assert rate(40, window=BOOSTED_FROM - 1) == pytest.approx(INDEPENDENCE_PROBE, abs=0.02)
+    # The first window after the scan (first_window = 50 steps) keeps the fixed rate.
+    first = np.mean([adaptation.probe_due(rng) for _ in range(4000)])
+    assert first == pytest.approx(INDEPENDENCE_PROBE, abs=0.02)
+    state.independence_fit = object()  # off with a fit: the two shapes take turns
+    assert rate(400) == pytest.approx(0.2, abs=0.02)
+    assert rate(800) == pytest.approx(INDEPENDENCE_PROBE, abs=0.02)
+    state.independence_weight = 0.5  # on: its moves measure its shape, probes the other one
+    assert rate(200) == pytest.approx(0.2, abs=0.02)
+    fixed = IndependenceTuning(0.5, 2)
+    assert rate(200, fixed) == pytest.approx(INDEPENDENCE_PROBE, abs=0.02)
 
 
 def test_a_probe_records_the_independence_samplers_jump_and_weight():

@@ -41,8 +41,9 @@ def test_the_bound_decides_many_rejections_and_changes_no_draw(monkeypatch):
 
     monkeypatch.setattr(GPSurrogate, "predict_with_variance_bound", no_bound)
     plain = _sample()
-    # Here 81% of the draws' proposals fail stage 1 and the bound decides all of them.
-    _check_the_bound_changed_no_decision(bounded, plain, 0.5)
+    # Here the bound decides 46% of the draws' proposals (all rejections); the independence component's
+    # draws, on since decision record 0065 at this tuning length, pass stage 1 more often than the walk's.
+    _check_the_bound_changed_no_decision(bounded, plain, 0.4)
 
 
 def _check_the_bound_changed_no_decision(bounded, plain, decided_at_least):

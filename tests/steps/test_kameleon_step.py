@@ -401,8 +401,7 @@ def test_a_chain_stuck_after_tuning_warns(step_name, broken, monkeypatch):
     if broken:
         _blow_up_scales_as_tuning_ends(monkeypatch)
     # Without the independence component, whose draws ignore the blown-up scales.
-    options = {"independence_weight": 0} if step_name == "KameleonMetropolis" else {}
-    stuck, idata = _stuck_warnings(lambda: getattr(pymc_kameleon, step_name)(**options), chains=1)
+    stuck, idata = _stuck_warnings(lambda: getattr(pymc_kameleon, step_name)(independence_weight=0), chains=1)
     assert len(stuck) == (1 if broken else 0), stuck
     if broken:
         assert stuck[0].startswith(f"{step_name}: after tuning the chain rejected 500 proposals in a row")

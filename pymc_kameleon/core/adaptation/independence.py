@@ -8,8 +8,9 @@ the Gaussian fitted to those log densities (:mod:`~pymc_kameleon.core.adaptation
 ``ScaleFreeState.independence_fit``). :class:`IndependenceTuning` decides, per chain and per window,
 whether the component is on (``ScaleFreeState.independence_weight`` :math:`\in \{0, \iota_{max}\}`)
 and with which shape (``ScaleFreeState.independence_uses_fit``). Each shape is *measured before it is
-used*: while the component is off, a share :data:`INDEPENDENCE_PROBE` of the tuning steps also
-evaluates the target at one draw of a shape without moving (a *probe*; the shapes take turns); while
+used*: while the component is off, a share :data:`INDEPENDENCE_PROBE` of the tuning steps (more in
+short windows, for a step without the exam: ``probes_per_shape``) also evaluates the target at one draw
+of a shape without moving (a *probe*; the shapes take turns); while
 it is on, its own moves measure its shape, and probes at the same rate measure the other one. At each
 window's end the component is on for the next window, with the shape that jumped further (the fitted
 one only by a margin, :data:`FIT_MARGIN`), if in this window that shape's draws
@@ -48,9 +49,11 @@ from pymc_kameleon.core.proposals import standard_t_draw
 from pymc_kameleon.core.validation import check_independence_weight
 
 __all__ = [
+    "BOOSTED_FROM",
     "EXAM_DRAWS",
     "INDEPENDENCE_MAX_KHAT",
     "INDEPENDENCE_PROBE",
+    "PROBE_CAP",
     "IndependenceDecision",
     "IndependenceTuning",
 ]
@@ -60,6 +63,11 @@ __all__ = [
 INDEPENDENCE_PROBE = 0.1
 # Fewer moves than this of either kind in a window leave the independence weight as it was.
 _MIN_JUMPS = 20
+#: Largest share of a window's tuning steps that probe, where ``probes_per_shape`` raises the share.
+PROBE_CAP = 0.5
+#: The first window (counted from the scan's end, 1 the first) whose rate ``probes_per_shape`` raises:
+#: the one the minimum tuning ends with. Earlier windows, often a chain's walk in, keep the fixed rate.
+BOOSTED_FROM = 3
 #: Where both shapes pass, the fitted one is used only if its draws jumped this many times further than
 #: the learned one's: near ties are noise, and on the lynx-hare ODE, where they went to the fitted shape
 #: (7.6-7.9 against 7.0-7.7), min ESS fell from 4548 to 3529 (decision record 0039).
@@ -122,6 +130,14 @@ class IndependenceTuning:
         no uniform for it.
     dim : int
         The state's dimension (of the evaluations kept for the fitted shape).
+    probes_per_shape : int, optional
+        Probes each shape measured should get in a window from the :data:`BOOSTED_FROM`-th on: a
+        window of :math:`n` steps probes at the rate :math:`\max(` :data:`INDEPENDENCE_PROBE`
+        :math:`, \min(` :data:`PROBE_CAP` :math:`, s \cdot` ``probes_per_shape`` :math:`/ n))`,
+        :math:`s` the shapes probed. For a step without the exam, whose windows' verdicts are all it
+        has: at the rate alone the third window (400 steps) gives each of two shapes 20 probes, fewer
+        than the 25 :func:`pareto_tail_index` needs, and tuning of PyMC 5's default length ends in
+        the next one. None: the rate alone (decision record 0065).
 
     Attributes
     ----------
@@ -129,9 +145,10 @@ class IndependenceTuning:
         Every window's verdict on each shape it measured, in order.
     """
 
-    def __init__(self, weight: float, dim: int):
+    def __init__(self, weight: float, dim: int, probes_per_shape: int | None = None):
         check_independence_weight(weight)
         self.weight = float(weight)
+        self.probes_per_shape = probes_per_shape
         # Per window: [sum of min(1, alpha) |w_x - w_y|^2, draws] of the learned shape's independent
         # draws, the fitted shape's, and the walk's moves.
         self._jumps = np.zeros((3, 2))
@@ -167,17 +184,23 @@ class IndependenceTuning:
         """A point at which tuning evaluated the target, for the fitted shape."""
         self._evaluated.add(x, log_density)
 
-    def probe_due(self, state: ScaleFreeState, windows_completed: int, rng) -> bool:
+    def probe_due(self, state: ScaleFreeState, windows_completed: int, rng, window_length: int = 0) -> bool:
         """Whether this tuning step should also evaluate the target at an independent draw, of the shape
-        :attr:`probe_fitted`: with probability :data:`INDEPENDENCE_PROBE`, from the first window after
-        the scan, while the component is off (the shapes take turns) or, with a fit, while it is on
-        (the shape it does not use). No uniform is drawn otherwise."""
+        :attr:`probe_fitted`: with probability :data:`INDEPENDENCE_PROBE` (or more in a short window of
+        ``window_length`` steps, with ``probes_per_shape``), from the first window after the scan,
+        while the component is off (the shapes take turns) or, with a fit, while it is on (the shape
+        it does not use). No uniform is drawn otherwise."""
         if not self.enabled or state.phase == "scan" or windows_completed < 1:
             return False
         has_fit = state.independence_fit is not None
-        if state.independence_weight > 0.0 and not has_fit:
+        on = state.independence_weight > 0.0
+        if on and not has_fit:
             return False
-        if not rng.random() < INDEPENDENCE_PROBE:
+        rate = INDEPENDENCE_PROBE
+        if self.probes_per_shape is not None and window_length > 0 and windows_completed >= BOOSTED_FROM:
+            shapes = 2 if has_fit and not on else 1
+            rate = max(rate, min(PROBE_CAP, shapes * self.probes_per_shape / window_length))
+        if not rng.random() < rate:
             return False
         if state.independence_weight > 0.0:
             self._probe_fitted = not state.independence_uses_fit

@@ -109,6 +109,12 @@ class ScaleFreeAdaptation(KameleonComponentTuning):
         Tuning steps before the Kameleon component may join: its first :math:`Z` is drawn at the first
         window end at or after this step (or where tuning ends, as when tuning ends in the first
         window). Until then the walk is Adaptive Metropolis alone.
+    independence_weight : float
+        :math:`\iota_{max}`, the independence component's weight when on (item 4); 0: never on.
+    independence_probes : int, optional
+        Probes each of its shapes should get in a window, for a step whose windows' verdicts are all
+        it has (``probes_per_shape`` of
+        :class:`~pymc_kameleon.core.adaptation.independence.IndependenceTuning`). None: the fixed rate.
 
     Attributes
     ----------
@@ -137,6 +143,7 @@ class ScaleFreeAdaptation(KameleonComponentTuning):
         initial_scan_scale: float = 1.0,
         kameleon_after: int = 0,
         independence_weight: float = 0.0,
+        independence_probes: int | None = None,
     ):
         d = int(dim)
         if kernel is not None:
@@ -151,7 +158,7 @@ class ScaleFreeAdaptation(KameleonComponentTuning):
         self.learning_rate = float(learning_rate)
         self.first_window = max(int(first_window), 2)
         self.kameleon_after = int(kameleon_after)
-        self.independence = IndependenceTuning(independence_weight, d)
+        self.independence = IndependenceTuning(independence_weight, d, independence_probes)
         scan_steps = scan_steps_for(d) if scan_steps is None else int(scan_steps)
         self.state = ScaleFreeState(
             dim=d,
@@ -317,7 +324,9 @@ class ScaleFreeAdaptation(KameleonComponentTuning):
         """Whether this tuning step should also evaluate the target at an independent draw and pass it to
         :meth:`record_probe`
         (:meth:`~pymc_kameleon.core.adaptation.independence.IndependenceTuning.probe_due`)."""
-        return self.independence.probe_due(self.state, self._windows.index, rng)
+        windows = self._windows
+        length = windows.end - self.state.tune_steps + len(windows.accept)
+        return self.independence.probe_due(self.state, windows.index, rng, length)
 
     @property
     def probe_fitted(self) -> bool:

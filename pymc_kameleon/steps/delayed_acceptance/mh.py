@@ -25,6 +25,11 @@ from pymc_kameleon.steps.population import PooledTuning
 __all__ = ["GPDelayedAcceptanceMH"]
 
 _PROPOSALS = ("random_walk", "kameleon")
+#: Probes of each independence shape per tuning window from the third on (a higher rate in the short
+#: ones): the step has no end-of-tuning exam, so a window's verdict is all the component gets, and at
+#: the fixed rate the third window gave each shape 20, too few to judge; PyMC 5's default
+#: ``tune=1000`` ends in the next one (up to 10 dimensions), so its draws ran without the component.
+INDEPENDENCE_PROBES = 40
 #: Speculation runs only where the likelihood took at least this long on average during tuning (ms):
 #: on PyMC's gallery Lotka-Volterra model the draws were 0.8 times as fast at 1.1 ms, 1.25 times at
 #: 3.1 ms and 1.5-1.6 times at 11 ms (benchmarks/speculative_da.py).
@@ -140,9 +145,14 @@ class GPDelayedAcceptanceMH(ExecutorEvaluations, GPDelayedAcceptanceStep):
         1000), 3 seeds) it raised the ESS per exact evaluation 2.3-15 times on 13 (7.3 times the
         min-ESS per second on PyMC's gallery Lotka-Volterra model) and lowered it only where the step
         fails either way. 0 turns it off.
-        Off with a pseudo-marginal term. It switches on only at an adaptation window's end, so with it
-        ``default_tune_steps`` (PyMC 6's ``tune`` when none is given) is one window more than the
-        minimum: :math:`25 d + 1550` against :math:`25 d + 750`.
+        Off with a pseudo-marginal term. It switches on only at an adaptation window's end, on that
+        window's measure; without an exam at the end of tuning (the GP has not seen the shapes it would
+        judge) a window's verdict is all it gets, so from the third window on the windows probe each
+        shape about 40 times (decision record 0065). At PyMC 5's default ``tune=1000`` the component
+        then switches on as at longer tuning: on 19 real posteriors with a likelihood (2 x (1000 +
+        1000), 3 seeds) the ESS per exact evaluation rose 2-12 times on 14, the other five failing
+        either way; at ``tune=2000`` it was 0.6-1.9 times (median 0.9), tuning's evaluations
+        included.
     target_accept : float, default 0.234
         Target acceptance rate of the scale adaptation (for plain MH on the exact target, see
         *Adaptation signal*).
@@ -359,25 +369,18 @@ class GPDelayedAcceptanceMH(ExecutorEvaluations, GPDelayedAcceptanceStep):
 
     def _new_adaptation(self) -> ScaleFreeAdaptation:
         if self.proposal != "kameleon":
-            return super()._new_adaptation(None, independence_weight=self._independence_weight_in_use)
+            return super()._new_adaptation(
+                None, independence_weight=self._independence_weight_in_use,
+                independence_probes=INDEPENDENCE_PROBES,
+            )
         return super()._new_adaptation(
             self._kernel_template,
             bandwidth=self.bandwidth_spec,
             gamma=self.gamma_spec,
             n_subsample=self.n_subsample,
             independence_weight=self._independence_weight_in_use,
+            independence_probes=INDEPENDENCE_PROBES,
         )
-
-    def _default_tune_steps(self, adaptation: ScaleFreeAdaptation) -> int:
-        # One window more than the minimum where the independence component may switch on: it does so
-        # only on a window's verdict (no exam at the end of tuning, whose new shapes the GP has not
-        # seen), the third window's verdict comes when the minimum's tuning ends, unused, and the
-        # second's rests on too few probes. At the minimum, on a 2-d normal, a 5-d logistic and a 10-d
-        # regression (4 chains, 1000 draws, seeds 1-3), R-hat 1.012-1.101 and min ESS 38-609; with the
-        # window R-hat <= 1.012 and min ESS 867-1653, 1.4-21 times the ESS per exact evaluation
-        # (tuning included; benchmarks/results/gpda_default_tune.md).
-        windows = 4 if adaptation.independence.enabled else 3
-        return adaptation.required_tune_steps(windows)
 
     def _extra_stats(self, result) -> dict:
         state = self._chain.kernel.adaptation.state  # the chain this step moved
