@@ -636,6 +636,14 @@ def test_gpda_default_tune_benchmark_smoke(capsys):
     assert [r["tune"] for r in rows] == [1000]
 
 
+@pytest.mark.slow
+def test_mlda_narrow_coarse_benchmark_smoke(capsys):
+    bench = _load("mlda_narrow_coarse")
+    rows = bench.main(["--ratios", "0.8", "--seeds", "1", "--tune", "300", "--draws", "200"])
+    assert "| 0.8 | 1.56 | 1 |" in capsys.readouterr().out
+    assert 0.5 < rows[0]["sd"] < 1.5 and rows[0]["accept"] > 0
+
+
 def test_compare_runs_pairs_posteriors_and_ratios(tmp_path):
     bench = _load("compare_runs")
     run = {"ess_per_eval": 0.1, "min_ess": 100.0, "max_rhat": 1.01, "mean_err": 0.1}
