@@ -1022,12 +1022,12 @@ def test_likelihood_terms_of_other_blocks_only_stay_out_of_the_gp():
     assert kept._target.other_likelihood_terms == []
 
 
-@pytest.mark.parametrize("noise_sd, warns", [(1.2, True), (0.3, False)])
+@pytest.mark.parametrize("noise_sd, warns", [(1.3, True), (0.8, False), (0.3, False)])
 def test_noisy_likelihood_estimates_are_named_at_the_end_of_tuning(noise_sd, warns):
     """A new user's GP-DA chain on a latent model estimated with 3 importance samples (log-estimate sd
     about 1.1) stuck for thousands of steps with sds up to 22% low and no warning. The step now names
-    the GP's fitted noise sd above 0.7 and the remedies; an estimator of sd 0.3 (the negative control)
-    is not named."""
+    the GP's fitted noise sd above 1.0 and the remedies; estimators of sd 0.8 (another user's runs were
+    right at 0.76-0.93, and the warning at 0.7 had cried wolf) and 0.3 are not named."""
 
     def estimate(theta, rng):  # unbiased: log-normal noise of sd noise_sd on the likelihood
         return float(norm.logpdf(0.3, theta, 1.0) - 0.5 * noise_sd**2 + noise_sd * rng.standard_normal())
