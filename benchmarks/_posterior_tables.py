@@ -10,7 +10,9 @@ import math
 
 import numpy as np
 
-__all__ = ["COLUMNS", "GRADIENT_FREE_PEERS", "LEGEND", "markdown_table", "table_row", "verdict"]
+__all__ = [
+    "COLUMNS", "GRADIENT_FREE_PEERS", "LEGEND", "completed_runs", "markdown_table", "table_row", "verdict",
+]
 
 
 # ============================================================================ table
@@ -40,6 +42,11 @@ _METRICS = {
 }
 
 
+def completed_runs(results: list[dict]) -> list[dict]:
+    """The seeds' results that ran (neither skipped nor failed)."""
+    return [r for r in results if "skipped" not in r and "error" not in r]
+
+
 def _median_worst(values, worst_is_max, fmt) -> str:
     values = np.asarray(values, dtype=float)
     if np.isnan(values).any():  # a NaN R-hat: some chain never moved, the worst case
@@ -55,7 +62,7 @@ def _median_worst(values, worst_is_max, fmt) -> str:
 
 def table_row(name: str, sampler_name: str, results: list[dict]) -> list[str]:
     """One markdown row: medians over seeds with the worst seed in brackets."""
-    done = [r for r in results if "skipped" not in r and "error" not in r]
+    done = completed_runs(results)
     notes = []
     if not done:
         reason = results[0].get("skipped") or f"failed: {results[0]['error']}"
@@ -80,7 +87,7 @@ GRADIENT_FREE_PEERS = ("Metropolis", "DEMetropolisZ")
 
 
 def _median(results: list[dict], key: str) -> float:
-    done = [r[key] for r in results if "skipped" not in r and "error" not in r]
+    done = [r[key] for r in completed_runs(results)]
     return float(np.median(done)) if done else math.nan
 
 

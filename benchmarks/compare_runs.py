@@ -13,9 +13,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import sys
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/, also when loaded by path
+from _posterior_tables import completed_runs  # noqa: E402
 
 
 def compare(before: dict, after: dict, sampler: str) -> list[str]:
@@ -29,7 +34,7 @@ def compare(before: dict, after: dict, sampler: str) -> list[str]:
     for name, runs in before.items():
         if name not in after:
             continue
-        old, new = ([r for r in rs[sampler] if "ess_per_eval" in r] for rs in (runs, after[name]))
+        old, new = (completed_runs(rs[sampler]) for rs in (runs, after[name]))
         if not old or not new:
             lines.append(f"| {name} | skipped | | | | | | | | |")
             continue

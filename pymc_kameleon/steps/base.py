@@ -422,13 +422,13 @@ class AdaptiveStep(PerChainReset, SMCStarting, DrawChecks, ArrayStepShared):
         self._target.check_randomness = False
         # A flat or irreproducible estimate is the model's, not a chain's: said by the first chain of a
         # process that has it.
-        if getattr(self, "_said_flat_estimate", False):
+        if getattr(self, "_said_estimate_warning", False):
             return
         name = type(self).__name__
         target = self._target
         messages = (target.flat_estimate_message(name), target.irreproducible_estimate_message(name))
         for message in filter(None, messages):
-            self._said_flat_estimate = True
+            self._said_estimate_warning = True
             self._warnings.warn(message, KameleonWarning, stacklevel=3)
 
     @staticmethod

@@ -202,7 +202,7 @@ class IndependenceTuning:
             rate = max(rate, min(PROBE_CAP, shapes * self.probes_per_shape / window_length))
         if not rng.random() < rate:
             return False
-        if state.independence_weight > 0.0:
+        if on:
             self._probe_fitted = not state.independence_uses_fit
         else:
             self._probe_fitted = has_fit and self._probes % 2 == 1
