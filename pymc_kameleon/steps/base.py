@@ -305,7 +305,7 @@ class AdaptiveStep(PerChainReset, SMCStarting, DrawChecks, ArrayStepShared):
                 raise ValueError(
                     f"rng must be None, an integer seed or a numpy.random.Generator, got {rng!r} ({err})."
                 ) from None
-        start = resolve_start(start, type(self).__name__, self._smc_start_supported)
+        start = resolve_start(start, type(self).__name__, self._smc_start_supported, target.has_estimates)
         self.start = start
         # Only a searching step keeps the model (pickled with the step to every worker process).
         self._start_search = StartSearch(model, vars) if start == "search" else None
@@ -379,7 +379,7 @@ class AdaptiveStep(PerChainReset, SMCStarting, DrawChecks, ArrayStepShared):
             return None
         if self._smc_start is not None:
             return self._start_from_smc(y)
-        if self.start != "search" or self._target.has_estimates:
+        if self.start != "search":  # with a PseudoMarginalPotential never "search" (resolve_start)
             return None
         elsewhere = self._search_elsewhere()
         found = self._start_search.run(self._search_density, y, log_density, self.rng, elsewhere)

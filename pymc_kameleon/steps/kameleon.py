@@ -155,22 +155,21 @@ class KameleonMetropolis(KameleonChainTuning, AdaptiveStep):
         :mod:`pymc_kameleon.steps.population`. With one chain, and for models with a
         :func:`~pymc_kameleon.PseudoMarginalPotential`, tuning is per chain. ``"per_chain"``: each
         chain tunes alone (PyMC's ordinary sampler, chains in parallel processes with ``cores>1``).
-    start : {"search", "initial_point", "smc"} or SMCStart, default "search"
-        Where each chain starts tuning. ``"search"``: before its first step the chain runs Powell's
-        method (no gradients) for ``min(50 d, 1000)`` log-density evaluations from each of two prior
-        draws and moves to the best point reached, if it beats the start PyMC gave it and lies within
-        the range of 100 prior draws (a funnel's neck, where a hierarchical model's density is
-        unbounded, does not); with pooled tuning the chains that found the posterior then rescue the
-        others. These evaluations are counted in ``logp_evals``; see :mod:`pymc_kameleon.core.starts`.
-        ``"initial_point"``: start where ``pm.sample`` starts the chain (``initvals``). A model with
-        a :func:`~pymc_kameleon.PseudoMarginalPotential` always starts there (a noisy estimate is no
-        objective for a search). ``"smc"`` (``SMCStart()``) or an :class:`~pymc_kameleon.SMCStart`:
-        start from a ``pm.sample_smc(kernel=KASS)`` run, whose particles give the chains their starts
-        (``pm.sample``'s ``initvals`` are not used) and
-        the tuning its first mean, covariance and :math:`Z`, and propose through a triangular map
-        fitted to them, for a thin curved posterior the default does not converge on; one run for a
-        pooled population, counted in chain 0's ``cumulative_logp_evals``
-        (:mod:`pymc_kameleon.steps.smc_start`, :attr:`smc_start_result`).
+    start : {"search", "initial_point", "smc"} or SMCStart, optional
+        Where each chain starts tuning. The default is ``"search"``, or ``"initial_point"`` for a model with a
+        :func:`~pymc_kameleon.PseudoMarginalPotential` (a noisy estimate is no objective for a search;
+        ``"search"`` or ``"smc"`` is refused there). ``"search"``: before its first step the chain runs
+        Powell's method (no gradients) for ``min(50 d, 1000)`` log-density evaluations from each of two prior
+        draws and moves to the best point reached, if it beats the start PyMC gave it and lies within the
+        range of 100 prior draws (a funnel's neck, where a hierarchical model's density is unbounded, does
+        not); with pooled tuning the chains that found the posterior then rescue the others. These evaluations
+        are counted in ``logp_evals``; see :mod:`pymc_kameleon.core.starts`. ``"initial_point"``: start where
+        ``pm.sample`` starts the chain (``initvals``). ``"smc"`` (``SMCStart()``) or an
+        :class:`~pymc_kameleon.SMCStart`: start from a ``pm.sample_smc(kernel=KASS)`` run, whose particles
+        give the chains their starts (``pm.sample``'s ``initvals`` are not used) and the tuning its first
+        mean, covariance and :math:`Z`, and propose through a triangular map fitted to them, for a thin curved
+        posterior the default does not converge on; one run for a pooled population, counted in chain 0's
+        ``cumulative_logp_evals`` (:mod:`pymc_kameleon.steps.smc_start`, :attr:`smc_start_result`).
     vanishing_decay : float, default 1.0
         :math:`\kappa \in (0, 1]` for ``adaptation="vanishing"`` (another value without it is refused).
     adapt_interval : int, default 100
@@ -284,7 +283,7 @@ class KameleonMetropolis(KameleonChainTuning, AdaptiveStep):
         independence_weight: float = 0.5,
         adaptation: str = "freeze",
         tuning: str = "pooled",
-        start="search",
+        start=None,
         vanishing_decay: float = 1.0,
         adapt_interval: int = 100,
         learning_rate: float = 1.0,

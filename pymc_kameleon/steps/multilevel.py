@@ -114,8 +114,9 @@ class MLDA(MultilevelChecks, MultilevelGPLevels, AdaptiveStep):
         coarsest-level tuning step :math:`t`).
     history_size : int, default 10000
         Most coarsest-level tuning states an adaptation window keeps (evenly thinned beyond that).
-    start : {"search", "initial_point"}, default "search"
-        Search for a start before tuning, on the coarsest level's density (cheap).
+    start : {"search", "initial_point"}, optional
+        Search for a start before tuning, on the coarsest level's density (cheap): the default, except
+        with a :func:`~pymc_kameleon.PseudoMarginalPotential`, where ``"search"`` is refused.
     model, initial_point, compile_kwargs, rng, blocked
         As for PyMC's steps.
 
@@ -170,7 +171,7 @@ class MLDA(MultilevelChecks, MultilevelGPLevels, AdaptiveStep):
         adapt_interval: int = 100,
         learning_rate: float = 1.0,
         history_size: int = 10_000,
-        start: str = "search",
+        start: str | None = None,
         model=None,
         initial_point=None,
         compile_kwargs=None,

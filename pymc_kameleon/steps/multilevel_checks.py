@@ -170,7 +170,8 @@ class MultilevelChecks:
             return ""
         start = (
             "let the start search find the posterior (start='search', the default)"
-            if self.start == "initial_point" else "pass initvals nearer the posterior"
+            if self.start == "initial_point" and not self._target.has_estimates
+            else "pass initvals nearer the posterior"
         )
         return (
             f"The chain sits at a fine log density of {own:.6g}, {best - own:.3g} below the best it has "

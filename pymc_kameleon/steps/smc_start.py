@@ -449,14 +449,26 @@ class SMCStarting:
         KameleonMetropolis offers it; the others refuse the option when they are made)."""
 
 
-def resolve_start(start, step_name: str = "start", smc_supported: bool = True):
+def resolve_start(start, step_name: str = "start", smc_supported: bool = True, estimated: bool = False):
     """``start`` as the step keeps it: ``"search"``, ``"initial_point"`` or an :class:`SMCStart`
     (``"smc"`` is ``SMCStart()``); anything else raises a ValueError naming the choices ``step_name``
-    offers (without ``"smc"`` where ``smc_supported`` is False; the step refuses it later, saying why)."""
+    offers (without ``"smc"`` where ``smc_supported`` is False; the step refuses it later, saying why).
+
+    None (the steps' default) is ``"search"``, or ``"initial_point"`` where the model has a
+    PseudoMarginalPotential (``estimated``): a noisy estimate is no objective for a search, so asking
+    for one there is refused rather than silently not made."""
+    if start is None:
+        return "initial_point" if estimated else "search"
     if isinstance(start, SMCStart):
         return start
     if start == "smc":
         return SMCStart()
+    if start == "search" and estimated:
+        raise ValueError(
+            f"{step_name}: start='search' is not available with a PseudoMarginalPotential (a noisy estimate "
+            "is no objective for a search); leave start unset or use start='initial_point', and pass "
+            "initvals near the posterior if the prior's are far from it."
+        )
     if start in STARTS:
         return start
     choices = f"one of {(*STARTS, 'smc')} or an SMCStart(...)" if smc_supported else f"one of {STARTS}"

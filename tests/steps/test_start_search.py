@@ -138,7 +138,20 @@ def test_a_nonsensical_start_option_is_refused():
     with gaussian_data_model(), pytest.raises(ValueError, match="Metropolis: start must be one of.*smc"):
         KameleonMetropolis(start="optimise")
     with gaussian_data_model(), pytest.raises(ValueError, match="MH: start must be one of"):
-        GPDelayedAcceptanceMH(start=None)
+        GPDelayedAcceptanceMH(start=3)
+
+
+def test_a_search_asked_for_with_a_pseudo_marginal_term_is_refused():
+    """The default keeps the start without a word (above); asking for the search there is refused, not
+    silently ignored, and so is it for MLDA."""
+    with latent_gaussian_model():
+        assert KameleonMetropolis().start == "initial_point"
+        with pytest.raises(ValueError, match="start='search' is not available with a Pseudo"):
+            KameleonMetropolis(start="search")
+        with pytest.raises(ValueError, match="MH: start='search' is not available"):
+            GPDelayedAcceptanceMH(start="search")
+    with gaussian_data_model():
+        assert KameleonMetropolis().start == "search"
 
 
 def test_a_prior_draw_that_raises_leaves_the_chain_at_its_start(monkeypatch):

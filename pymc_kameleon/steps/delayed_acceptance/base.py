@@ -119,7 +119,7 @@ class GPDelayedAcceptanceStep(DelayedAcceptanceChecks, AdaptiveStep):
         learning_rate=1.0,
         history_size=10_000,
         tuning="pooled",
-        start="search",
+        start=None,
         model=None,
         initial_point=None,
         compile_kwargs=None,

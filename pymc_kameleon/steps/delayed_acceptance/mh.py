@@ -201,7 +201,7 @@ class GPDelayedAcceptanceMH(ExecutorEvaluations, GPDelayedAcceptanceStep):
         own GP, scales and random stream (:mod:`pymc_kameleon.steps.population`). With one chain,
         and for models with a PseudoMarginalPotential, tuning is per chain. ``"per_chain"``: each
         chain tunes alone.
-    start : {"search", "initial_point", "smc"} or SMCStart, default "search"
+    start : {"search", "initial_point", "smc"} or SMCStart, optional
         Where each chain starts tuning, as for :class:`~pymc_kameleon.KameleonMetropolis` (not with
         ``SMCStart(transport_map=True)``); the search's (or the SMC run's) evaluations count in
         ``logp_evals``, and the start is the GP's first point.
