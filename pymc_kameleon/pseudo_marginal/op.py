@@ -33,6 +33,15 @@ class PseudoMarginalEstimatorError(RuntimeError):
 class PseudoMarginalMisuseError(RuntimeError):
     """A sampler that would treat the random estimate inexactly tried to use it."""
 
+    def __str__(self) -> str:
+        # PyTensor re-raises an Op's error with the node's debug print appended (raise_with_op): about
+        # 20 lines after the message that names the step and the remedy, which the user reads last.
+        return super().__str__().split(_PYTENSOR_NODE_PRINT, 1)[0]
+
+
+# Where PyTensor's debug print of the node begins in an error it re-raised from an Op's perform.
+_PYTENSOR_NODE_PRINT = "\nApply node that caused the error"
+
 
 def _right_step_advice(name: str) -> str:
     return (

@@ -9,6 +9,7 @@ pseudo-marginal statistics when the model has a PseudoMarginalPotential.
 from __future__ import annotations
 
 import inspect
+import uuid
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -76,9 +77,18 @@ class PerChainReset:
     there with ``tune=False`` and its old adaptation. ``_reset_chain_state`` also runs in ``__init__``.
     """
 
+    def _start_chain(self) -> None:
+        """``_reset_chain_state``, then the new chain's warnings told which sampling run they belong to
+        (``_warning_session``, made with the step and pickled with it), so that a warning another chain
+        of the run gave already, with other figures, is shown in short (``session_warnings.show``)."""
+        self._reset_chain_state()
+        chain_warnings = getattr(getattr(self, "_chain", None), "warnings", None)
+        if isinstance(chain_warnings, StepWarnings):
+            chain_warnings.session = getattr(self, "_warning_session", None)
+
     def reset_tuning(self):
         """Reset per-chain state (PyMC 5 calls this before each chain in this process)."""
-        self._reset_chain_state()
+        self._start_chain()
 
     def set_rng(self, rng):
         """PyMC 5 hook before each chain (the only one in a worker process): set the rng, reset.
@@ -92,14 +102,14 @@ class PerChainReset:
         else:  # PyMC 6 has no set_rng
             self.rng = get_random_generator(rng, copy=False)
         self.tune = True
-        self._reset_chain_state()
+        self._start_chain()
 
     def setup_chain(self, rng, tune, draws):
         """PyMC 6 hook before each chain, here and in workers: set the rng and ``tune``, reset."""
         parent = getattr(super(), "setup_chain", None)
         if parent is not None:
             parent(rng, tune, draws)
-            self._reset_chain_state()
+            self._start_chain()
         else:
             self.set_rng(rng)  # resets too
         self.tune = bool(tune)
@@ -320,8 +330,10 @@ class AdaptiveStep(PerChainReset, SMCStarting, DrawChecks, ArrayStepShared):
             self._population_steps = {}  # chain -> PyMC's copy of this step (steps/population.py)
         declare_pseudo_marginal_stats(self, target)
         self.tune = True
+        # Not from the random stream: the draws stay as they were.
+        self._warning_session = uuid.uuid4().hex
         super().__init__(vars, target.shared, blocked=blocked, rng=rng)
-        self._reset_chain_state()
+        self._start_chain()
 
     @property
     def _independence_weight_in_use(self) -> float:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import re
 import sys
 import threading
 import warnings
@@ -27,7 +28,7 @@ import pytensor
 
 from pymc_kameleon.core.warning_categories import KameleonWarning
 
-__all__ = ["StepWarnings", "carry_warnings", "in_pymc_worker", "user_stacklevel"]
+__all__ = ["StepWarnings", "carry_warnings", "in_pymc_worker", "shown_text", "user_stacklevel"]
 
 # pm.sample(cores>1) and pm.sample_smc(cores>1) name their worker processes so (PyMC 5.28 and 6), and
 # the population sampler (pooled tuning with cores>1) its chains' processes.
@@ -61,9 +62,32 @@ def user_stacklevel(default: int) -> int:
     return default
 
 
+# Per sampling run (a step's ``_warning_session``): each kind of warning shown so far -> its first text.
+_SHOWN: dict[str, dict[str, str]] = {}
+# A figure in a message: what differs between two chains' warnings of one kind.
+_FIGURE = re.compile(r"[-+]?(?:\d[\d_,]*\.?\d*|\.\d+)(?:e[-+]?\d+)?%?")
+# The end of a message's first sentence: a full stop before a capital (not "pm.sample", not "e.g. x").
+_FIRST_SENTENCE_END = re.compile(r"\.\s+(?=[A-Z])")
+
+
+def shown_text(message: str, session: str | None) -> str:
+    """What to show of ``message`` in a sampling run: all of it, unless another chain of the run
+    (``session``) has shown a warning of the same kind (the same text but for its figures), then its
+    first sentence, with its own figures, and a pointer to the other: four chains' long warnings of one
+    kind read as one."""
+    if session is None:
+        return message
+    first_of_kind = _SHOWN.setdefault(session, {}).setdefault(_FIGURE.sub("#", message), message)
+    if message == first_of_kind:  # shown once: Python's filter keeps an identical text from repeating
+        return message
+    first = _FIRST_SENTENCE_END.split(message, maxsplit=1)[0].rstrip(".")
+    return f"{first}. (Another chain said the same above, with its remedy.)"
+
+
 def _warn_in_session(value, messages):
-    for message, category in messages:
-        warnings.warn(message, category, stacklevel=user_stacklevel(2))
+    for message, category, *session in messages:
+        text = shown_text(message, session[0] if session else None)
+        warnings.warn(text, category, stacklevel=user_stacklevel(2))
     return value
 
 
@@ -101,16 +125,19 @@ def carry_warnings(value, messages):
 class StepWarnings:
     """A step's warnings: raised at once in the session, kept for the next statistics in a worker."""
 
-    def __init__(self):
+    def __init__(self, session: str | None = None):
         self.pending = []
         self.n_warned = 0  # this chain's warnings so far
+        #: The sampling run the chain belongs to (its step's), for :func:`shown_text`; None: show all.
+        self.session = session
 
     def warn(self, message: str, category=KameleonWarning, stacklevel: int = 2) -> None:
         self.n_warned += 1
         if in_pymc_worker():
-            self.pending.append((message, category))
+            self.pending.append((message, category, self.session))
         else:
-            warnings.warn(message, category, stacklevel=user_stacklevel(stacklevel + 1))
+            text = shown_text(message, self.session)
+            warnings.warn(text, category, stacklevel=user_stacklevel(stacklevel + 1))
 
     def attach(self, stats: dict, key: str) -> dict:
         """Attach the kept warnings to ``stats[key]`` (they are raised when the session unpickles it)."""

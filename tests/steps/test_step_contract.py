@@ -204,6 +204,33 @@ def test_a_carried_warning_is_raised_when_unpickled_and_leaves_a_plain_number():
     assert carry_warnings(1.5, []) == 1.5 and type(carry_warnings(1.5, [])) is float
 
 
+def test_a_warning_another_chain_gave_with_other_figures_is_shown_in_short():
+    """One sampling run's chains: the first warning of a kind in full, the same kind with other figures as
+    its first sentence (its own figures kept); an identical text and another run's warning in full. The
+    control: without a run (session None) every text is shown in full."""
+    import pickle
+
+    from pymc_kameleon.steps.session_warnings import StepWarnings, carry_warnings, shown_text
+
+    def said(chain_noise):
+        return (f"Step: the estimates are noisy: a noise sd of {chain_noise} nats (above 1.0). Make the "
+                "estimator more precise (pm.sample's draws stay exact).")
+
+    assert shown_text(said(1.1), "run a") == said(1.1)
+    assert shown_text(said(1.1), "run a") == said(1.1)
+    short = shown_text(said(1.25), "run a")
+    assert short == ("Step: the estimates are noisy: a noise sd of 1.25 nats (above 1.0). (Another chain "
+                     "said the same above, with its remedy.)")
+    assert shown_text(said(1.25), "run b") == said(1.25)
+    assert shown_text(said(1.3), None) == said(1.3)
+    # Carried from a worker process: shortened where the session shows it.
+    worker = StepWarnings("run a")
+    value = carry_warnings(0.5, [(said(1.4), UserWarning, worker.session)])
+    with pytest.warns(UserWarning) as caught:
+        pickle.loads(pickle.dumps(value))
+    assert "1.4 nats (above 1.0). (Another chain" in str(caught[0].message)
+
+
 # Not DiscreteMetropolis: its tuning (one Robbins-Monro scale per element) has no warnings to carry.
 @pytest.mark.parametrize(
     "cls, kwargs, message",
