@@ -82,8 +82,10 @@ def test_per_chain_a_drift_without_a_climb_names_the_improper_priors():
     """Tuned per chain there is no cross-chain warning; the chains that still moved say that they moved
     without climbing, and name the variables with flat priors."""
     said = _moving_warnings(_regression(collinear=True))
-    assert said and all("It moved without its log density rising, and a, b, s have an improper prior" in s
-                        for s in said), said
+    # The first chain in full; the others too, or in short where only their figures differ.
+    assert said and "It moved without its log density rising, and a, b, s have an improper prior" in said[0]
+    assert all("It moved without its log density rising, and a, b, s have an improper prior" in s
+               or "(Another chain said the same above" in s for s in said), said
 
 
 def test_control_a_chain_walking_in_from_far_away_is_not_called_improper():

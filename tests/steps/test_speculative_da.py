@@ -2,23 +2,28 @@
 serial chain's draws bit for bit, the stats count what the workers did, and misuse gets clear errors.
 (On a Dask cluster, with ``cores=2`` too: tests/test_distributed.py.)"""
 
+import time
+import warnings
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 import pymc as pm
+import pytensor.tensor as pt
 import pytest
+from pytensor.graph.op import Op
 
-from pymc_kameleon import GPDelayedAcceptanceMH, PseudoMarginalPotential
+from pymc_kameleon import GPDelayedAcceptanceMH, KameleonWarning, PseudoMarginalPotential
+from pymc_kameleon.steps.delayed_acceptance.executor_evaluations import SPECULATION_JUDGED_AFTER
 from pymc_kameleon.steps.delayed_acceptance.mh import SPECULATION_MIN_MS
 from pymc_kameleon.testing import SAMPLE_KW, gaussian_data_model
 
 
-def sample(executor=None, tuning="pooled", seed=7, min_ms=0.0):
+def sample(executor=None, tuning="pooled", seed=7, min_ms=0.0, draws=400):
     """``min_ms=0``: speculate at this model's microsecond likelihood (the step's rule is 2 ms)."""
     with gaussian_data_model():
         step = GPDelayedAcceptanceMH(executor=executor, tuning=tuning)
         step._speculation_min_ms = min_ms
-        return pm.sample(tune=800, draws=400, chains=2, cores=1, step=step, random_seed=seed, **SAMPLE_KW)
+        return pm.sample(tune=800, draws=draws, chains=2, cores=1, step=step, random_seed=seed, **SAMPLE_KW)
 
 
 @pytest.fixture(scope="module")
@@ -80,3 +85,38 @@ def test_misuse_gets_clear_errors():
     assert model  # the step for all variables is fine
     with model:
         GPDelayedAcceptanceMH(executor=lambda: None)
+
+
+class _SleepingLikelihood(Op):
+    """A normal likelihood of ``mu`` that takes ``ms`` milliseconds (asleep: a worker runs beside it)."""
+
+    itypes, otypes = [pt.dscalar], [pt.dscalar]
+
+    def __init__(self, ms: float):
+        self.ms = ms
+
+    def perform(self, node, inputs, outputs):
+        time.sleep(1e-3 * self.ms)
+        outputs[0][0] = np.asarray(-0.5 * np.sum((OBSERVED - inputs[0]) ** 2))
+
+
+OBSERVED = np.array([0.3, -0.1, 0.8, 0.4])
+
+
+def test_speculation_that_costs_more_time_than_it_saves_says_so(pool):
+    """At a microsecond likelihood (speculation forced on) the chain's time on its guesses exceeds the
+    evaluations they spare: one warning naming the figures and the remedy. The control: at 6 ms per
+    likelihood on the same pool it pays, and nothing is said."""
+    with pytest.warns(KameleonWarning, match=r"costs more time than it saves: over its first 1\d\d guesses.*"
+                      r"ProcessPoolExecutor\(1\), or drop executor=") as said:
+        sample(pool)
+    assert sum("costs more time than it saves" in str(w.message) for w in said) == 2  # one per chain
+    assert sum("Another chain said the same above" in str(w.message) for w in said) == 1
+    with pm.Model():
+        mu = pm.Normal("mu", 0, 3)
+        pm.Potential("lik", _SleepingLikelihood(6.0)(mu))
+        step = GPDelayedAcceptanceMH(executor=pool, tuning="per_chain")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", KameleonWarning)
+            idata = pm.sample(tune=800, draws=1200, chains=1, cores=1, step=step, random_seed=3, **SAMPLE_KW)
+    assert idata.sample_stats["speculative_evals"].values.sum() >= SPECULATION_JUDGED_AFTER

@@ -18,6 +18,7 @@ the current state and :math:`y` for the proposal (the GP-DA paper's notation).
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -344,7 +345,9 @@ class DelayedAcceptanceMH(DelayedAcceptanceKernel):
         before_exact = None
         if self.prefetch is not None:
             def before_exact(rng_now):
+                prefetch, start = self.prefetch, time.perf_counter()
                 self._speculate(current, current_eval, proposed, proposed_point, lq_f, lq_r, density, rng_now)
+                prefetch.seconds_spent += time.perf_counter() - start
         proposed_eval, a1, rejected = self._stage1_then_exact(
             current, proposed, la1, prior, density, rng, component, gp_sd, before_exact, u
         )

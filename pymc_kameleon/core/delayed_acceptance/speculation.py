@@ -147,6 +147,9 @@ class Prefetch:
         but had to evaluate again itself.
     last_failure : str or None
         Why the last guess given up failed (the worker's error, or that it was lost or late).
+    seconds_spent, seconds_waited : float
+        The chain's time on speculating (the dry runs, submitting, guesses evaluated here; added by the
+        caller, which times its rounds) and waiting in :meth:`take` for a worker's value.
     """
 
     def __init__(self, submit, evaluate_here, slots: int = 1, on_failure=None, in_flight=None):
@@ -162,7 +165,15 @@ class Prefetch:
         self.used = 0
         self.given_up = 0
         self.last_failure = None
+        self.seconds_spent = 0.0
+        self.seconds_waited = 0.0
         _fast_switching(self)
+
+    def seconds_saved(self, seconds_per_evaluation: float) -> float:
+        r"""The chain's time saved so far: :math:`n_\text{used}\, t_\text{eval} - t_\text{spent} -
+        t_\text{waited}`, negative where speculating cost more than the evaluations it spared (a
+        lower bound on the cost: the executor's threads also take the chain's GIL)."""
+        return self.used * seconds_per_evaluation - self.seconds_spent - self.seconds_waited
 
     def wait_limit(self) -> float:
         """How long :meth:`take` waits for a guess: ten times the slowest guess so far, at least a second
@@ -223,11 +234,13 @@ class Prefetch:
         future = self._guesses.pop(_key(theta), None)
         if future is None:
             return None
+        start = time.perf_counter()
         try:
             value = future.result(timeout=self.wait_limit())
         except Exception as err:  # noqa: BLE001 - lost, cancelled or late: evaluated again in the main process
             future.cancel()
             value = RuntimeError(f"lost or late ({type(err).__name__})")
+        self.seconds_waited += time.perf_counter() - start
         if value is None or isinstance(value, BaseException):  # lost, or the function raised there
             self.given_up += 1
             self.last_failure = None if value is None else str(value)

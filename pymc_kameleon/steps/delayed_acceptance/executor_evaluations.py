@@ -21,10 +21,12 @@ from pymc_kameleon.core.starts import powell_run
 from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.executors import ExecutorClosedError
 
-__all__ = ["ExecutorEvaluations"]
+__all__ = ["SPECULATION_JUDGED_AFTER", "ExecutorEvaluations"]
 
 # Warn once this many guesses the chain needed failed on the workers, and more than it used.
 _SPECULATION_FAILURES_TO_WARN = 10
+# Judge whether evaluating ahead saves the chain time once it has made this many guesses.
+SPECULATION_JUDGED_AFTER = 100
 
 
 class ExecutorEvaluations:
@@ -135,6 +137,34 @@ class ExecutorEvaluations:
                 "client.submit(...)), or drop executor=.",
                 KameleonWarning,
             )
+
+
+    def _check_speculation_pays(self, prefetch: Prefetch) -> None:
+        """Once, after :data:`SPECULATION_JUDGED_AFTER` guesses: say so if making them and waiting for
+        them cost the chain more time than the evaluations they spared (a Dask scheduler's round trip of
+        10-20 ms against a likelihood of a few ms; a new user's 7.5 ms likelihood took 51 s on a 2-worker
+        LocalCluster and 43 s serially). The draws are the same either way."""
+        if self._speculation_judged or prefetch.submitted < SPECULATION_JUDGED_AFTER:
+            return
+        self._speculation_judged = True
+        if self._speculation_warned or self.likelihood_ms is None:
+            return
+        if prefetch.seconds_saved(1e-3 * self.likelihood_ms) >= 0.0:
+            return
+        self._speculation_warned = True
+        spent = 1e3 * prefetch.seconds_spent / prefetch.submitted
+        waited = 1e3 * prefetch.seconds_waited / max(prefetch.used, 1)
+        here = self.likelihood_ms
+        self._warnings.warn(
+            f"{type(self).__name__}: evaluating ahead on the executor costs more time than it saves: over "
+            f"its first {prefetch.submitted} guesses the chain spent {spent:.2g} ms per guess making them "
+            f"and waited {waited:.2g} ms per guess it used for the workers' values, against {here:.2g} ms "
+            f"per likelihood evaluation here ({prefetch.used} used), so the draws (the same either way) "
+            "take longer than without executor=. A distributed executor's round trip (Dask's: 10-20 ms) "
+            "pays only for a dearer likelihood; on one machine pass "
+            "concurrent.futures.ProcessPoolExecutor(1), or drop executor=.",
+            KameleonWarning,
+        )
 
 
 class _SearchOnWorker:

@@ -352,6 +352,7 @@ class GPDelayedAcceptanceMH(ExecutorEvaluations, GPDelayedAcceptanceStep):
         self.likelihood_ms = None  # the mean cost of a likelihood evaluation during tuning (ms), once known
         self._prefetch_counts = (0, 0)
         self._speculation_warned = False
+        self._speculation_judged = False  # whether it was judged if evaluating ahead pays
 
     def stop_tuning(self):
         super().stop_tuning()
@@ -387,6 +388,8 @@ class GPDelayedAcceptanceMH(ExecutorEvaluations, GPDelayedAcceptanceStep):
         nu2 = state.nu2
         prefetch = self._chain.kernel.prefetch
         counts = (0, 0) if prefetch is None else (prefetch.submitted, prefetch.used)
+        if prefetch is not None:
+            self._check_speculation_pays(prefetch)
         seen, self._prefetch_counts = self._prefetch_counts, counts
         return {
             "nu2": math.nan if nu2 is None else nu2.value,
