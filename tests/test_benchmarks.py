@@ -380,6 +380,14 @@ def test_speculative_da_quick_mode(capsys):
 
 
 @pytest.mark.slow
+def test_speculation_pays_quick_mode():
+    """benchmarks/speculation_pays.py runs serially, on a process pool and on a Dask LocalCluster, and the
+    draws equal the serial ones (whether the step warns depends on the machine's load)."""
+    rows = _load("speculation_pays").main(["--quick"])
+    assert len(rows) == 3 and all("| True |" in row for row in rows[1:])
+
+
+@pytest.mark.slow
 def test_mlda_benchmarks_quick_mode(capsys):
     """benchmarks/mlda_bias.py, mlda_ode.py and mlda_three_levels.py run end to end and print their
     tables."""
