@@ -5,7 +5,8 @@ The fine model is a normal mean, mu ~ N(0, 10^2), 20 observations y_i ~ N(mu, 1)
 same prior and data with observation sd ``r``, so its posterior sd is about r times the fine one's (the
 importance weights pi_fine / pi_coarse then have a tail of Pareto shape 1 - r^2, heavy above r = 0.71).
 Reported per r and seed: the posterior sd and the 99% quantile of |mu - posterior mean| over their exact
-values, the fine level's acceptance, R-hat, bulk ESS, and MLDA's own warnings (their count).
+values, the fine level's acceptance, R-hat, bulk ESS, and MLDA's own warnings (their count, and how many
+of them say that the coarse posterior is narrower: one per chain at most).
 
     OPENBLAS_NUM_THREADS=1 python -W ignore benchmarks/mlda_narrow_coarse.py [--ratios 0.5 0.6 0.66 0.8 1.25]
         [--seeds 1 2 3] [--tune 1000] [--draws 3000] [--chains 2]
@@ -30,6 +31,8 @@ from scipy.stats import norm  # noqa: E402
 
 from pymc_kameleon import MLDA  # noqa: E402
 
+# The start of MLDA's warning of a coarse posterior narrower than the fine one (steps/multilevel_spread.py).
+NARROW_SAID = "MLDA: the coarsest model's posterior is narrower than the fine one's"
 N_OBS = 20
 DATA = np.random.default_rng(0).normal(1.0, 1.0, size=N_OBS)
 POST_SD = (N_OBS + 1.0 / 100.0) ** -0.5
@@ -51,11 +54,13 @@ def run(ratio: float, seed: int, tune: int, draws: int, chains: int) -> dict:
                           random_seed=seed, progressbar=False, compute_convergence_checks=False)
     mu = idata.posterior["mu"].values
     said = [w for w in caught if str(w.message).startswith("MLDA")]
+    narrow = [w for w in said if str(w.message).startswith(NARROW_SAID)]
     q99 = np.quantile(np.abs(mu - POST_MEAN), 0.99) / (norm.ppf(0.995) * POST_SD)
     return {
         "sd": float(mu.std()) / POST_SD, "q99": float(q99),
         "accept": float(idata.sample_stats["accepted"].mean()),
         "rhat": float(az.rhat(idata)["mu"]), "ess": float(az.ess(idata)["mu"]), "warned": len(said),
+        "narrow": len(narrow),
     }
 
 
@@ -71,15 +76,16 @@ def main(argv=None):
     print(f"# normal mean, coarse observation sd r, {args.chains} chains x ({args.tune} + {args.draws}), "
           f"seeds {args.seeds}")
     print("| r | 1 / r^2 | seed | sd / exact | 99% quantile / exact | acceptance | R-hat | min ESS | "
-          "MLDA warnings |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "MLDA warnings | of them: narrower coarse posterior |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     rows = []
     for ratio in args.ratios:
         for seed in args.seeds:
             r = run(ratio, seed, args.tune, args.draws, args.chains)
             rows.append({"ratio": ratio, "seed": seed, **r})
             print(f"| {ratio} | {ratio**-2:.2f} | {seed} | {r['sd']:.3f} | {r['q99']:.3f} | "
-                  f"{r['accept']:.2f} | {r['rhat']:.3f} | {r['ess']:.0f} | {r['warned']} |", flush=True)
+                  f"{r['accept']:.2f} | {r['rhat']:.3f} | {r['ess']:.0f} | {r['warned']} | {r['narrow']} |",
+                  flush=True)
     return rows
 
 

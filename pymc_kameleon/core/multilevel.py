@@ -51,6 +51,7 @@ __all__ = [
     "MultilevelDelayedAcceptance",
     "RelativeLevel",
     "multilevel_log_ratio",
+    "narrowest_variance_ratio",
 ]
 
 
@@ -214,6 +215,17 @@ class MultilevelDelayedAcceptance:
         self._on_state = on_state
         return self._step(self.finest, current, rng, counts, on_base_step), counts
 
+    def coarsest_run(self, start: LevelPoint, steps: int, rng) -> np.ndarray:
+        """The states of ``steps`` level-0 Metropolis-Hastings steps from ``start`` with the base proposal:
+        a chain of the coarsest density alone (shape ``(steps, d)``)."""
+        counts = MultilevelCounts.zeros(self.n_levels)
+        current = LevelPoint(np.asarray(start.x, dtype=float), (start.at(0),) + (math.nan,) * self.finest)
+        states = np.empty((int(steps), current.x.size))
+        for i in range(int(steps)):
+            current = self._base_step(current, rng, counts, None)
+            states[i] = current.x
+        return states
+
     def _subchain_length(self, level: int, rng) -> int:
         length = self.subchain_lengths[level]
         if self.randomize_lengths and length > 1:
@@ -262,6 +274,30 @@ class MultilevelDelayedAcceptance:
         counts.accepted[0] += 1
         nan = (math.nan,) * (self.n_levels - 1)
         return LevelPoint(result.state, (result.evaluation.logp, *nan))
+
+
+def narrowest_variance_ratio(coarse_states, fine_states) -> tuple[float, np.ndarray]:
+    r"""The smallest ratio of the coarse states' variance to the fine states' over a fixed set of
+    directions: the coordinate axes and the eigenvectors of the fine states' covariance :math:`S_f`,
+    :math:`\min_v v^\top S_c v / v^\top S_f v`, with its direction :math:`v` (unit length).
+
+    Fixed directions, not the generalised eigenvalues of :math:`(S_c, S_f)`: their smallest is the
+    minimum over every direction, which sampling noise alone pulls down as the dimension grows.
+
+    Parameters
+    ----------
+    coarse_states, fine_states : arrays of shape (n, d)
+    """
+    coarse = np.atleast_2d(np.cov(np.asarray(coarse_states, dtype=float), rowvar=False))
+    fine = np.atleast_2d(np.cov(np.asarray(fine_states, dtype=float), rowvar=False))
+    _, vectors = np.linalg.eigh(fine)
+    directions = np.concatenate([np.eye(fine.shape[0]), vectors.T])
+    fine_var = np.einsum("ij,jk,ik->i", directions, fine, directions)
+    coarse_var = np.einsum("ij,jk,ik->i", directions, coarse, directions)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = np.where(fine_var > 0, coarse_var / fine_var, np.inf)
+    k = int(np.argmin(ratios))
+    return float(ratios[k]), directions[k]
 
 
 @dataclass(frozen=True)

@@ -320,6 +320,7 @@ class AdaptiveStep(PerChainReset, SMCStarting, DrawChecks, ArrayStepShared):
         # Only a searching step keeps the model (pickled with the step to every worker process).
         self._start_search = StartSearch(model, vars) if start == "search" else None
         self._target = target
+        target.coordinate_names = getattr(self, "_coordinate_names", None)
         self._smc_start = None
         if isinstance(start, SMCStart):
             self._check_smc_start(model, vars, target)

@@ -45,6 +45,7 @@ from pymc_kameleon.steps.multilevel_levels import (
     corrected_names,
     fine_outputs,
 )
+from pymc_kameleon.steps.multilevel_spread import CoarseSpreadChecks
 from pymc_kameleon.steps.reporting import warn_after_tuning
 from pymc_kameleon.steps.target_density import Evaluation, TargetDensity
 from pymc_kameleon.steps.variables import continuous_value_vars, coordinate_names
@@ -53,7 +54,7 @@ __all__ = ["LOW_FINE_ACCEPTANCE", "MLDA"]
 
 
 
-class MLDA(MultilevelChecks, MultilevelGPLevels, AdaptiveStep):
+class MLDA(MultilevelChecks, CoarseSpreadChecks, MultilevelGPLevels, AdaptiveStep):
     r"""Multilevel delayed acceptance (Lykkegaard et al. 2023) with the user's coarse models.
 
     Each iteration runs a subchain of ``subsampling_rates[-1]`` steps on the next coarser level (each
@@ -231,6 +232,8 @@ class MLDA(MultilevelChecks, MultilevelGPLevels, AdaptiveStep):
             coarse_level(coarse, vars, model, compile_kwargs, k, corrected, error_covariance)
             for k, coarse in enumerate(coarse_models)
         ]
+        for level in self._model_levels:
+            level.coordinate_names = self._coordinate_names
         # By position, coarsest first: a model's CoarseLevel, or a GP level's options (its GP is per chain).
         models = iter(self._model_levels)
         self._coarse_levels = [
@@ -316,6 +319,7 @@ class MLDA(MultilevelChecks, MultilevelGPLevels, AdaptiveStep):
         adaptation.end_tuning(self.rng)
         if chain.gp_levels:
             self._freeze_gp_levels()
+        self._start_coarse_spread_check()
 
     @property
     def _base_steps_per_iteration(self) -> int:
@@ -412,6 +416,7 @@ class MLDA(MultilevelChecks, MultilevelGPLevels, AdaptiveStep):
         self._add_running_stats(stats, target.n_evals - evals_before + output_evals, rate_of="accepted")
         self._add_estimate_stats(stats, target, estimates_before)
         self._check_draws(accepted)
+        self._check_coarse_spread()
         self._warnings.attach(stats, "accept")
         return RaveledVars(new.x, q0.point_map_info), [stats]
 

@@ -18,6 +18,7 @@ from pymc_kameleon.core.multilevel import LevelPoint, MultilevelDelayedAcceptanc
 from pymc_kameleon.steps.base import ChainState
 from pymc_kameleon.steps.multilevel_checks import FINE_DECISIONS_KEPT
 from pymc_kameleon.steps.multilevel_levels import ErrorModel
+from pymc_kameleon.steps.multilevel_spread import CoarseSpreadCheck
 
 __all__ = ["MultilevelChain"]
 
@@ -54,6 +55,8 @@ class MultilevelChain(ChainState):
     whitening_changed : bool
         Whether an adaptation window ended with a new whitening in the current step (the GP levels then
         move to it).
+    coarse_spread : CoarseSpreadCheck or None
+        The coarsest level's run at the end of tuning, until the draws have been compared with it.
     """
 
     adaptation: ScaleFreeAdaptation
@@ -69,3 +72,4 @@ class MultilevelChain(ChainState):
     judged_since_move: int = 0
     tune_iterations: int = 0
     coarse_counted: list | None = None
+    coarse_spread: CoarseSpreadCheck | None = None

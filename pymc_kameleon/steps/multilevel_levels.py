@@ -106,6 +106,7 @@ class CoarseLevel:
         self.n_evals = 0
         self.timing = CallTiming()
         self.failed_at = None  # (x, value) where the log density was last NaN or -inf, until MLDA has looked
+        self.coordinate_names = None  # for the note on an error the model raised (set by MLDA)
 
     def follow(self, values: dict) -> None:
         """Set the variables outside the block to ``values`` (value-variable name -> value): the
@@ -119,7 +120,7 @@ class CoarseLevel:
         try:
             value = float(self._fn(np.asarray(x, dtype=float)))
         except Exception as err:
-            note_model_error(err, "MLDA (a coarse level)", x)
+            note_model_error(err, "MLDA (a coarse level)", x, self.coordinate_names)
             raise
         self.timing.add(self._fn, time.perf_counter() - start)
         if not value > -np.inf:  # NaN or -inf: MLDA checks the fine model there (MLDA._check_coarse_failure)

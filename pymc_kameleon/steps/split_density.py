@@ -179,7 +179,7 @@ class SplitTargetDensity(TargetDensity):
         try:
             prior, out = self._prior_fn(x), self._fn(x)
         except Exception as err:
-            note_model_error(err, self.step_name, x)
+            note_model_error(err, self.step_name, x, self.coordinate_names)
             raise
         prior = prior[0] if self.prior_gradient else prior
         return float(prior) + float(out if self._single_output else out[0])
@@ -196,7 +196,7 @@ class SplitTargetDensity(TargetDensity):
         try:
             out = self._prior_fn(np.asarray(x, dtype=self.dtype))
         except Exception as err:
-            note_model_error(err, self.step_name, x)
+            note_model_error(err, self.step_name, x, self.coordinate_names)
             raise
         if self.prior_gradient:
             return float(out[0]), np.array(out[1], dtype=float, copy=True)
@@ -212,7 +212,7 @@ class SplitTargetDensity(TargetDensity):
             try:
                 out = self._fn(x)
             except Exception as err:
-                note_model_error(err, self.step_name, x)
+                note_model_error(err, self.step_name, x, self.coordinate_names)
                 raise
             self.loglik_seconds += time.perf_counter() - start
             self.n_timed_evals += 1

@@ -146,6 +146,9 @@ class TargetDensity:
     pseudo-marginal chain exact.
     """
 
+    #: The coordinates' names, for the note on an error the model raised (set by the step).
+    coordinate_names = None
+
     def __init__(self, model, vars, initial_point, compile_kwargs=None, step_name: str = "step"):
         self.step_name = step_name
         self.terms = pseudo_marginal_terms(model)
@@ -271,7 +274,7 @@ class TargetDensity:
         try:
             out = self._fn(np.asarray(x, dtype=self.dtype))
         except Exception as err:
-            note_model_error(err, self.step_name, x)
+            note_model_error(err, self.step_name, x, self.coordinate_names)
             raise
         if not self.terms:
             return float(out), ()
@@ -491,7 +494,7 @@ class TargetDensity:
         try:
             out = self._fn(x)
         except Exception as err:
-            note_model_error(err, self.step_name, x)
+            note_model_error(err, self.step_name, x, self.coordinate_names)
             raise
         return float(out[0] if self.terms else out)
 
@@ -514,15 +517,24 @@ class TargetDensity:
         )
 
 
-def note_model_error(err: Exception, step_name: str, x) -> None:
+def note_model_error(err: Exception, step_name: str, x, names=None) -> None:
     """Add to an error the model's log density raised at ``x`` during sampling, once, what it means and
-    the remedy (its type and message stay the user's: code that catches it still does)."""
+    the remedy (its type and message stay the user's: code that catches it still does); ``names``: the
+    coordinates' names (:func:`~pymc_kameleon.steps.variables.coordinate_names`), if known."""
     if any(MODEL_ERROR_NOTE in note for note in getattr(err, "__notes__", ())):
         return
-    point = np.array2string(np.asarray(x, dtype=float), precision=4, threshold=12)
+    x = np.asarray(x, dtype=float)
+    if names is not None and len(names) == x.size:
+        # By name, as the NaN warning gives it (a new user printed a bare array of four numbers).
+        point = ", ".join(f"{name}={value:.4g}" for name, value in zip(names[:12], x[:12]))
+        point += f", ... ({x.size} coordinates)" if x.size > 12 else ""
+        scale = "a transformed variable by its transform, log(sigma), on PyMC's unconstrained scale"
+    else:
+        point = np.array2string(x, precision=4, threshold=12)
+        scale = "the free variables on PyMC's unconstrained scale, joined"
     err.add_note(
-        f"{step_name}: {MODEL_ERROR_NOTE} at the point {point} (the free variables on PyMC's unconstrained "
-        "scale, joined). If the model cannot be evaluated at some parameter values (an ODE solver that "
+        f"{step_name}: {MODEL_ERROR_NOTE} at the point {point} ({scale}). If the model cannot be "
+        "evaluated at some parameter values (an ODE solver that "
         "fails, a simulator that diverges), catch the failure in the Op and return -inf there: every "
         "pymc-kameleon step rejects such a proposal, as it does a NaN."
     )

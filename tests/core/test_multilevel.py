@@ -11,6 +11,7 @@ from pymc_kameleon.core.multilevel import (
     MultilevelDelayedAcceptance,
     RelativeLevel,
     multilevel_log_ratio,
+    narrowest_variance_ratio,
 )
 from pymc_kameleon.core.proposals import Move, Proposal, RandomWalkProposal
 from pymc_kameleon.testing import mcse_of_mean
@@ -195,3 +196,41 @@ def test_each_evaluation_above_the_coarsest_is_reported_with_the_levels_below():
     for level, p in seen:
         assert all(math.isfinite(p.at(k)) for k in range(level + 1))
         assert p.at(level) == THREE_LEVELS[level](p.x)
+
+
+# ------------------------------------------------------------ the coarsest level alone, and its spread
+def test_the_coarsest_run_is_level_zeros_chain_alone():
+    """StepBy from x = 0 under pi_0 = N(3, 1): the run climbs 1, 2, 3 (uphill), takes the step to 4
+    (log a = -0.5) with the uniform 0.5 < e^-0.5 and refuses the step to 5 (log a = -1.5) with 0.9; the
+    finest level is never evaluated."""
+    def never(x):
+        raise AssertionError("the finest level was evaluated")
+
+    mlda = MultilevelDelayedAcceptance([normal_logpdf(3.0, 1.0), never], [2], StepBy())
+    start = LevelPoint(np.zeros(1), (normal_logpdf(3.0, 1.0)(np.zeros(1)), math.nan))
+    states = mlda.coarsest_run(start, 5, FixedUniforms([0.99, 0.99, 0.99, 0.5, 0.9]))
+    np.testing.assert_array_equal(states[:, 0], [1.0, 2.0, 3.0, 4.0, 4.0])
+
+
+def test_the_coarsest_run_samples_the_coarsest_density():
+    """Monte Carlo: the run's mean and variance on pi_0 = N(1, 0.5^2) agree with them within 4 MCSEs."""
+    mlda = MultilevelDelayedAcceptance([normal_logpdf(1.0, 0.5), normal_logpdf(0.0, 1.0)], [3],
+                                       RandomWalkProposal(1.2, dim=1))
+    start = LevelPoint(np.zeros(1), (normal_logpdf(1.0, 0.5)(np.zeros(1)), math.nan))
+    x = mlda.coarsest_run(start, 40_000, np.random.default_rng(3))[1000:, 0]
+    assert abs(x.mean() - 1.0) < 4 * mcse_of_mean(x)
+    assert abs(np.mean((x - 1.0) ** 2) - 0.25) < 4 * mcse_of_mean((x - 1.0) ** 2)
+
+
+def test_the_narrowest_variance_ratio_by_hand():
+    """Fine states with covariance diag(2/3, 8/3), coarse diag(2/3, 2/3): the ratio along x is 1, along y
+    1/4, the minimum; rotated by 45 degrees, the same along the fine covariance's eigenvector."""
+    fine = np.array([[1.0, 0.0], [-1.0, 0.0], [0.0, 2.0], [0.0, -2.0]])
+    coarse = np.array([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0], [0.0, -1.0]])
+    ratio, direction = narrowest_variance_ratio(coarse, fine)
+    assert ratio == pytest.approx(0.25) and abs(direction[1]) == pytest.approx(1.0)
+    rotation = np.array([[1.0, -1.0], [1.0, 1.0]]) / math.sqrt(2.0)
+    ratio, direction = narrowest_variance_ratio(coarse @ rotation.T, fine @ rotation.T)
+    assert ratio == pytest.approx(0.25) and np.abs(direction) == pytest.approx([2**-0.5, 2**-0.5])
+    # Along the axes alone the rotated ratio is (1/3 + 1/3) / (1/3 + 4/3) = 0.4: the eigenvectors count.
+    assert narrowest_variance_ratio(coarse, coarse)[0] == pytest.approx(1.0)

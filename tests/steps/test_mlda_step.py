@@ -22,6 +22,7 @@ from pytensor.graph.op import Op
 from pymc_kameleon import MLDA, PseudoMarginalPotential
 from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.steps.multilevel_checks import FINE_DECISIONS_KEPT
+from pymc_kameleon.steps.multilevel_spread import COARSE_SPREAD_DRAWS, coarse_probe_steps
 from pymc_kameleon.testing import SAMPLE_KW, assert_same_records, mcse_of_mean, recorded
 
 N_OBS = 20
@@ -73,7 +74,10 @@ def test_statistics_count_each_level():
     assert set(np.unique(fine)) <= {0, 1}  # at most one fine evaluation per iteration
     assert np.all(stats["level0_subchain_length"].values == 4)
     coarse = stats["level0_logp_evals"].values
-    assert np.all((coarse >= 0) & (coarse <= 4))  # one per coarsest step, none for an infeasible move
+    # One per coarsest step, none for an infeasible move; the first draw's also counts the coarsest level's
+    # run when tuning ended (coarse_probe_steps: 2000 in 2-d).
+    assert np.all((coarse[:, 1:] >= 0) & (coarse[:, 1:] <= 4))
+    assert np.all((coarse[:, 0] >= coarse_probe_steps(2)) & (coarse[:, 0] <= coarse_probe_steps(2) + 4))
     rate = stats["level0_accept_rate"].values
     assert np.all((rate >= 0) & (rate <= 1))
     assert 0.0 < stats["accepted"].values.mean() < 1.0
@@ -115,7 +119,8 @@ def test_three_levels_and_their_statistics():
     stats = idata.sample_stats
     assert np.all(stats["level0_subchain_length"].values == 2)
     assert np.all(stats["level1_subchain_length"].values == 3)
-    assert np.all(stats["level0_logp_evals"].values <= 6)
+    # The first draw's count also has the coarsest level's run at the end of tuning.
+    assert np.all(stats["level0_logp_evals"].values[:, 1:] <= 6)
 
 
 def test_same_seed_same_draws_and_cores_2_equals_sequential():
@@ -870,3 +875,37 @@ def test_a_chain_trapped_in_the_tails_is_told_to_start_elsewhere(start):
         assert sigma.min() < 1.0  # the trap (NUTS: 1.885)
         assert len(told) == 2 and all("start='search', the default" in message for message in told), told
         assert any(m.startswith("MLDA: at the end of tuning the finest level accepted") for m in told)
+
+
+def _normal_mean(obs_sd: float) -> pm.Model:
+    """mu ~ N(0, 10^2), 20 observations y_i ~ N(mu, obs_sd): a coarse model with obs_sd r has a posterior
+    about r times as wide as the fine one's (obs_sd 1)."""
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 10)
+        pm.Normal("y", mu, obs_sd, observed=DATA[:, 0])
+    return model
+
+
+def _said_narrower(coarse, fine, seed=1):
+    with fine, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        step = MLDA(coarse_models=[coarse])
+        idata = pm.sample(draws=4 * COARSE_SPREAD_DRAWS, tune=600, chains=2, step=step, random_seed=seed,
+                          **SAMPLE_KW)
+    said = [str(w.message) for w in caught if "coarsest model's posterior is narrower" in str(w.message)]
+    return said, idata
+
+
+def test_a_coarse_posterior_narrower_than_the_fine_one_is_said():
+    """A coarse observation sd half the fine one: each chain says so once its draws can tell, naming
+    the coordinate and its figure (about 0.5), the second chain in short. Controls: a coarse model as wide
+    as the fine one but 1 sd off (2-d), and a wider one, say nothing; and the run's evaluations at the end
+    of tuning are the first draw's."""
+    said, idata = _said_narrower(_normal_mean(0.5), _normal_mean(1.0))
+    assert len(said) == 2
+    assert "along mu the coarsest level alone (3600 steps after tuning) spreads 0." in said[0]
+    assert "(Another chain said the same above" in said[1]
+    assert "a fixed noise sd no smaller than the fine model's" in said[0]
+    assert int(idata.sample_stats["level0_logp_evals"].values[0, 0]) >= coarse_probe_steps(1)
+    assert not _said_narrower(_normal_mean(1.3), _normal_mean(1.0))[0]
+    assert not _said_narrower(conjugate_model(1.0), conjugate_model(), seed=2)[0]

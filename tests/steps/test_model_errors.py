@@ -57,8 +57,10 @@ def test_an_error_of_the_model_keeps_its_type_and_gets_the_point_and_the_remedy(
     ours = [note for note in getattr(caught.value, "__notes__", []) if MODEL_ERROR_NOTE in note]
     assert len(ours) == 1, caught.value.__notes__  # PyTensor 3 adds a note of its own
     assert "return -inf there" in ours[0]
-    point = [float(v) for v in ours[0].split("at the point [")[1].split("]")[0].split()]
-    assert point[0] > 1.5  # where the Op raised
+    # The point by the coordinates' names (a new user's coarse level gave a bare array).
+    point = ours[0].split("at the point ")[1].split(" (")[0]
+    assert point.startswith("theta[0]=") and ", theta[1]=" in point
+    assert float(point.split("theta[0]=")[1].split(",")[0]) > 1.5  # where the Op raised
 
 
 @pytest.mark.parametrize("name", STEPS)
@@ -72,3 +74,7 @@ def test_the_note_is_added_once():
     note_model_error(err, "KameleonMetropolis", np.array([1.0, 2.0]))
     note_model_error(err, "KameleonMetropolis", np.array([1.0, 2.0]))  # raised on through a second layer
     assert len(err.__notes__) == 1 and "[1. 2.]" in err.__notes__[0]
+    # Without names (or with the wrong number) the point is the raveled array.
+    named = SolverFailure("boom")
+    note_model_error(named, "MLDA", np.array([1.0, 2.0]), ["log(sigma)", "mu"])
+    assert "at the point log(sigma)=1, mu=2 (a transformed variable by its transform" in named.__notes__[0]
