@@ -58,7 +58,9 @@ class KameleonMetropolis(KameleonChainTuning, AdaptiveStep):
         q_Z(\cdot \mid y) = \mathcal N\!\left(y,\ \gamma^2 I + \nu^2 M_y H M_y^\top\right),
         \qquad M_y = 2\,[\nabla_x k(x, z_i)]_{x=y,\ i=1..n},
 
-    and accepts with the Metropolis-Hastings probability, including the asymmetric
+    (:math:`k` a kernel, :math:`Z = \{z_1, \dots, z_n\}` a subsample of past states,
+    :math:`H = I - \tfrac{1}{n} \mathbf 1 \mathbf 1^\top` the centring matrix) and accepts with the
+    Metropolis-Hastings probability, including the asymmetric
     proposal terms :math:`q(y \mid x^*) / q(x^* \mid y)`. It needs neither gradients nor
     a tractable likelihood, so it suits strongly nonlinear posteriors and black-box
     or estimated likelihoods.
