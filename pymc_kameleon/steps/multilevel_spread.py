@@ -54,10 +54,13 @@ SPREAD_VERDICT_Z = 1.0
 NARROW_VARIANCE_RATIO = 0.5
 
 
-def coarse_probe_steps(dim: int) -> int:
+def coarse_probe_steps(dim: int, tuning_steps: int | None = None) -> int:
     """Coarsest-level steps of the run at the end of tuning: 1000 per dimension (a tuned walk's
-    effective sample is about a third of its steps over d), between 4000 and 20 000."""
-    return int(min(max(1000 * dim, 4000), 20_000))
+    effective sample is about a third of its steps over d), between 4000 and 20 000, and at most the
+    ``tuning_steps`` tuning made on the coarsest level (so the check at most doubles tuning's coarse
+    cost; fewer steps only widen the verdict's standard error)."""
+    steps = int(min(max(1000 * dim, 4000), 20_000))
+    return steps if tuning_steps is None else max(min(steps, int(tuning_steps)), 1)
 
 
 class CoarseSpreadCheck:
@@ -144,7 +147,8 @@ class CoarseSpreadChecks:
         chain.coarse_spread = None
         if chain.current is None or chain.adaptation.tune_steps == 0:
             return
-        states = chain.move.coarsest_run(chain.current, coarse_probe_steps(self.dim), side_stream(self.rng))
+        steps = coarse_probe_steps(self.dim, chain.adaptation.tune_steps)
+        states = chain.move.coarsest_run(chain.current, steps, side_stream(self.rng))
         chain.coarse_spread = CoarseSpreadCheck(states, self._coordinate_names)
 
     def _check_coarse_spread(self) -> None:

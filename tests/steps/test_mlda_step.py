@@ -75,9 +75,10 @@ def test_statistics_count_each_level():
     assert np.all(stats["level0_subchain_length"].values == 4)
     coarse = stats["level0_logp_evals"].values
     # One per coarsest step, none for an infeasible move; the first draw's also counts the coarsest level's
-    # run when tuning ended (coarse_probe_steps: 2000 in 2-d).
+    # run when tuning ended (coarse_probe_steps: at most tuning's 300 x 4 coarsest steps).
     assert np.all((coarse[:, 1:] >= 0) & (coarse[:, 1:] <= 4))
-    assert np.all((coarse[:, 0] >= coarse_probe_steps(2)) & (coarse[:, 0] <= coarse_probe_steps(2) + 4))
+    probe = coarse_probe_steps(2, 300 * 4)
+    assert probe == 1200 and np.all((coarse[:, 0] >= probe) & (coarse[:, 0] <= probe + 4))
     rate = stats["level0_accept_rate"].values
     assert np.all((rate >= 0) & (rate <= 1))
     assert 0.0 < stats["accepted"].values.mean() < 1.0
@@ -903,9 +904,9 @@ def test_a_coarse_posterior_narrower_than_the_fine_one_is_said():
     of tuning are the first draw's."""
     said, idata = _said_narrower(_normal_mean(0.5), _normal_mean(1.0))
     assert len(said) == 2
-    assert "along mu the coarsest level alone (3600 steps after tuning) spreads 0." in said[0]
+    assert "along mu the coarsest level alone (2700 steps after tuning) spreads 0." in said[0]
     assert "(Another chain said the same above" in said[1]
     assert "a fixed noise sd no smaller than the fine model's" in said[0]
-    assert int(idata.sample_stats["level0_logp_evals"].values[0, 0]) >= coarse_probe_steps(1)
+    assert int(idata.sample_stats["level0_logp_evals"].values[0, 0]) >= coarse_probe_steps(1, 600 * 5) == 3000
     assert not _said_narrower(_normal_mean(1.3), _normal_mean(1.0))[0]
     assert not _said_narrower(conjugate_model(1.0), conjugate_model(), seed=2)[0]
