@@ -8,7 +8,8 @@ the fine one gave sds 5-13% and 99% quantiles about 20% too small, with R-hat <=
 Pareto shape :math:`1 - r^2` for a sd ratio :math:`r`: infinite variance below :math:`r = 0.71`.
 
 At the end of tuning the chain runs the coarsest level alone (its frozen base proposal, a side stream:
-the draws are unchanged; the evaluations count in the first draw's ``level0_logp_evals``), and compares
+the draws are unchanged; the evaluations count in the first draw's ``level0_logp_evals``; not in a
+``CompoundStep`` with other variables, whose values the run would hold fixed), and compares
 that run's spread with its own first :data:`COARSE_SPREAD_DRAWS` draws (or more, until their effective
 sample is large enough to judge by) along the coordinates and the draws' principal axes
 (:func:`~pymc_kameleon.core.multilevel.narrowest_variance_ratio`). Two detections were tried before and
@@ -145,7 +146,10 @@ class CoarseSpreadChecks:
         """When tuning ends (the base proposal frozen): run the coarsest level alone, on a side stream."""
         chain = self._chain
         chain.coarse_spread = None
-        if chain.current is None or chain.adaptation.tune_steps == 0:
+        # In a CompoundStep the run would hold the other steps' variables at their current values, while
+        # the draws move with them: a discrete switch between two means made the draws of x 1.6 times as
+        # wide as the run, with the coarse model as wide as the fine one.
+        if chain.current is None or chain.adaptation.tune_steps == 0 or self._target.shared:
             return
         steps = coarse_probe_steps(self.dim, chain.adaptation.tune_steps)
         states = chain.move.coarsest_run(chain.current, steps, side_stream(self.rng))
