@@ -27,7 +27,7 @@ import numpy as np
 
 from pymc_kameleon.core.multilevel import narrowest_variance_ratio
 from pymc_kameleon.core.warning_categories import KameleonWarning
-from pymc_kameleon.steps.agreement import CROSS_CHAIN_MORE_DRAWS
+from pymc_kameleon.steps.agreement import CROSS_CHAIN_MORE_DRAWS, coordinate_name
 from pymc_kameleon.steps.base import side_stream
 
 __all__ = [
@@ -101,7 +101,6 @@ class CoarseSpreadCheck:
         self.done = self.n == COARSE_SPREAD_CHECKPOINTS[-1] or abs(log_gap) > margin
         if not log_gap < -margin:
             return None  # as wide, or not yet sure: look again at the next checkpoint, if any
-        self.done = True
         where, steps, wide = self._where(direction), len(self.coarse_states), np.sqrt(ratio)
         return (
             f"MLDA: the coarsest model's posterior is narrower than the fine one's: along {where} the "
@@ -119,10 +118,10 @@ class CoarseSpreadCheck:
         """The direction in the user's words: a coordinate, or the ones that lead a combination."""
         weights = np.abs(direction)
         order = np.argsort(weights)[::-1]
-        names = self.names if len(self.names) == len(direction) else [f"x{i}" for i in range(len(direction))]
+        names = self.names if len(self.names) == len(direction) else None
         if weights[order[0]] >= 0.95:
-            return names[order[0]]
-        led = " and ".join(names[i] for i in order[:2])
+            return coordinate_name(names, order[0])
+        led = " and ".join(coordinate_name(names, i) for i in order[:2])
         return f"a combination led by {led}"
 
 
