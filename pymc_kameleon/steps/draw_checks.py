@@ -9,10 +9,9 @@ step's chain state (``self._chain``), target and warnings.
 
 from __future__ import annotations
 
-import numpy as np
-
 from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.steps.left_regions import LeftRegionsCheck
+from pymc_kameleon.steps.variables import describe_coordinates
 
 __all__ = ["DrawChecks"]
 
@@ -105,15 +104,9 @@ class DrawChecks:
             stacklevel=4,
         )
 
-    def _describe_point(self, x, max_coordinates: int = 12) -> str:
-        """``x`` by the user's coordinate names (``log(sigma)=-1.92, x0=1.65``), its first
-        ``max_coordinates`` only (a 50-d point filled a warning)."""
-        names = getattr(self, "_coordinate_names", None) or []
-        if len(names) != len(x):
-            values = np.array2string(np.asarray(x), precision=4, threshold=max_coordinates, edgeitems=3)
-            return f"x = {values}"
-        shown = ", ".join(f"{name}={value:.4g}" for name, value in zip(names[:max_coordinates], x))
-        return shown if len(x) <= max_coordinates else f"{shown}, ... ({len(x)} coordinates)"
+    def _describe_point(self, x) -> str:
+        """``x`` by the user's coordinate names (:func:`.variables.describe_coordinates`)."""
+        return describe_coordinates(x, getattr(self, "_coordinate_names", None))
 
     def _stuck_remedy(self) -> str | None:
         """The advice of the after-tuning warning of a stuck chain (None: more tuning, a closer start)."""

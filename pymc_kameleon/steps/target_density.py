@@ -24,7 +24,7 @@ from pytensor.tensor.random.type import RandomGeneratorType
 
 from pymc_kameleon.core.linalg import same_array
 from pymc_kameleon.pseudo_marginal import pseudo_marginal_terms
-from pymc_kameleon.steps.variables import refuse_minibatch_data
+from pymc_kameleon.steps.variables import describe_coordinates, refuse_minibatch_data
 
 __all__ = [
     "Evaluation",
@@ -523,14 +523,12 @@ def note_model_error(err: Exception, step_name: str, x, names=None) -> None:
     coordinates' names (:func:`~pymc_kameleon.steps.variables.coordinate_names`), if known."""
     if any(MODEL_ERROR_NOTE in note for note in getattr(err, "__notes__", ())):
         return
-    x = np.asarray(x, dtype=float)
-    if names is not None and len(names) == x.size:
-        # By name, as the NaN warning gives it (a new user printed a bare array of four numbers).
-        point = ", ".join(f"{name}={value:.4g}" for name, value in zip(names[:12], x[:12]))
-        point += f", ... ({x.size} coordinates)" if x.size > 12 else ""
+    named = names is not None and len(names) == np.size(x)
+    # By name, as the NaN warning gives it (a new user printed a bare array of four numbers).
+    point = describe_coordinates(x, names)
+    if named:
         scale = "a transformed variable by its transform, log(sigma), on PyMC's unconstrained scale"
     else:
-        point = np.array2string(x, precision=4, threshold=12)
         scale = "the free variables on PyMC's unconstrained scale, joined"
     err.add_note(
         f"{step_name}: {MODEL_ERROR_NOTE} at the point {point} ({scale}). If the model cannot be "

@@ -32,6 +32,19 @@ def coordinate_names(vars, initial_point, model=None) -> list[str]:
     return names
 
 
+def describe_coordinates(x, names=None, max_coordinates: int = 12) -> str:
+    """``x`` by its coordinates' names (``log(sigma)=-1.92, x0=1.65``; :func:`coordinate_names`), its
+    first ``max_coordinates`` only (a 50-d point filled a warning); the values alone, summarised, where
+    ``names`` do not fit ``x``. How warnings and error notes name a point."""
+    x = np.asarray(x, dtype=float).ravel()
+    names = names or []
+    if len(names) != x.size:
+        values = np.array2string(x, precision=4, threshold=max_coordinates, edgeitems=3)
+        return f"x = {values}"
+    shown = ", ".join(f"{name}={value:.4g}" for name, value in zip(names[:max_coordinates], x))
+    return shown if x.size <= max_coordinates else f"{shown}, ... ({x.size} coordinates)"
+
+
 def has_improper_prior(rv) -> bool:
     """Whether ``rv`` is a ``pm.Flat`` or ``pm.HalfFlat``: its prior has no draws (PyMC uses its initial
     value)."""
