@@ -340,7 +340,9 @@ class KASS(KASSChecks, KASSMoves, BatchedSMCKernel):
         self.n_steps = 0
         # The stages that barely mixed, for the chain's warning and the collapse error.
         adaptive = isinstance(self.n_steps_rule, str) and not self.waste_free
-        self._poor_stages = PoorMixingLog(self.max_steps, adaptive=adaptive)
+        self._poor_stages = PoorMixingLog(
+            self.max_steps, adaptive=adaptive, estimated=bool(self._pseudo_marginal_ops)
+        )
         self._eve = np.arange(self.draws)  # the initial draw each particle descends from
         self._rises = []  # (stage, beta, loglik_rise, its se): for the evidence-lag warning
         self._autocorrelation = []  # waste-free: (stage, beta, tau, of what), for the short-chains warning

@@ -222,6 +222,19 @@ def test_poor_mixing_log_capped_stages_that_accepted():
     assert "non-centred" in message
     log.record(4, 1.0, 0.0, 100, 1.0)
     assert "barely mixed in 3 of 4 stages" in log.warning("KASS", 4)
+    assert "estimated" not in message and "estimated" not in log.warning("KASS", 4)
+
+
+def test_poor_mixing_log_names_noisy_estimates_where_the_likelihood_is_estimated():
+    """A pseudo-marginal likelihood: both warnings name the estimates' noise and the remedy (a new user's
+    random-intercept model reached the cap at its last stages and was told of funnels and modes only)."""
+    log = PoorMixingLog(max_steps=100, adaptive=True, estimated=True)
+    log.record(7, 0.9, 0.18, 100, 0.02)
+    capped = log.warning("KASS", 8)
+    assert capped.startswith("KASS: 1 of 8 stage reached the cap") and "non-centred" in capped
+    assert "The likelihood here is estimated" in capped and "log_estimate_spread" in capped
+    log.record(8, 1.0, 0.0, 100, 1.0)
+    assert "barely mixed" in log.warning("KASS", 8) and "log_estimate_spread" in log.warning("KASS", 8)
 
 
 VALID = dict(

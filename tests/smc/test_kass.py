@@ -208,6 +208,8 @@ def test_pseudo_marginal_posterior_evidence_and_estimator_bookkeeping():
     proposals = int(sum(chain.sum() for chain in stage_stats(idata, "likelihood_evals")))
     assert estimator.calls == chains * draws + proposals
     assert idata.sample_stats.attrs["batch_logp"] == 0
+    with pseudo_marginal_model(estimator):  # its sweep-cap warnings would name the estimates' noise
+        assert KASS(draws=50, random_seed=1)._poor_stages.estimated
 
 
 def test_correlated_estimator_gets_fresh_normals_in_smc():

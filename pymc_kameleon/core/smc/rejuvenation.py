@@ -324,9 +324,10 @@ class PoorMixingLog:
     fraction), so the warning says that instead of calling the whole run unreliable.
     """
 
-    def __init__(self, max_steps: int, adaptive: bool):
+    def __init__(self, max_steps: int, adaptive: bool, estimated: bool = False):
         self.max_steps = max_steps
         self.adaptive = adaptive
+        self.estimated = estimated  # the likelihood has pseudo-marginal estimates: name their noise too
         self.stages = []  # (stage, beta, mean acceptance, sweeps)
         self.unmoved = {}  # stage -> expected fraction of particles never moved, where known
 
@@ -376,6 +377,7 @@ class PoorMixingLog:
             "stage's (or of the prior draws), so the posterior and the evidence are unreliable. Use more "
             "draws, threshold=0.8 (more, gentler stages) or a larger max_steps, let the proposal scale "
             "adapt (learning_rate > 0, initial_scale near 1), or reparametrise the model."
+            + self._estimates_cause()
         )
 
     def _stragglers_warning(self, sampler: str, n_stages: int) -> str:
@@ -395,4 +397,19 @@ class PoorMixingLog:
             "particles (draws), which weigh them better (a new user's narrow and wide modes: weights "
             "0.29-0.58 at 2000 particles, 0.51 at 5000, exact 0.505); or raise max_steps. If log Z "
             "suffered, the evidence-lag warning says so."
+            + self._estimates_cause()
+        )
+
+    def _estimates_cause(self) -> str:
+        """With pseudo-marginal estimates, their noise as a cause of its own (a new user's random-intercept
+        model, 10 importance samples per estimate: 70-100 sweeps at the last stages, the cap reached, and
+        only funnels and modes named)."""
+        if not self.estimated:
+            return ""
+        return (
+            " The likelihood here is estimated, and noisy estimates hold particles as well: near beta=1 a "
+            "particle whose estimate came out high accepts only proposals whose estimates come out as high, "
+            "so its acceptance falls stage by stage. If the stages that mixed worst are the last ones, use "
+            "more samples per estimate (log_estimate_spread: aim for a log-estimate sd of about 1 or less "
+            "near the posterior)."
         )
