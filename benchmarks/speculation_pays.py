@@ -55,10 +55,10 @@ def main(argv=None) -> list[str]:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--tune", type=int, default=1600)
     parser.add_argument("--draws", type=int, default=2000)
-    parser.add_argument("--quick", action="store_true", help="a smoke test: 2 ms, 1000 + 300")
+    parser.add_argument("--quick", action="store_true", help="a smoke test: 2 ms, 400 + 200")
     args = parser.parse_args(argv)
     if args.quick:
-        args.extra_ms, args.tune, args.draws = 2.0, 1000, 300
+        args.extra_ms, args.tune, args.draws = 2.0, 400, 200
     print(environment_line())
     print(f"# gallery Lotka-Volterra + {args.extra_ms} ms per likelihood, 2 chains x ({args.tune} + "
           f"{args.draws}), cores=1, seed {args.seed}")
