@@ -63,7 +63,7 @@ class DrawChecks:
         if self._chain.stuck.count(accepted, self.tune, estimated):
             message = self._chain.stuck.text(
                 type(self).__name__, self._warnings.n_warned > 0, pseudo_marginal=self._target.has_estimates,
-                remedy=self._stuck_remedy(), chain=self._chain_index,
+                remedy=self._stuck_remedy(), chain=self._chain_index, lucky_estimate=self._lucky_estimate(),
             )
             self._warnings.warn(message, KameleonWarning, stacklevel=3)
         left, agreement = self._chain.left_regions, self._chain.draws_agreement
@@ -110,4 +110,9 @@ class DrawChecks:
 
     def _stuck_remedy(self) -> str | None:
         """The advice of the after-tuning warning of a stuck chain (None: more tuning, a closer start)."""
+        return None
+
+    def _lucky_estimate(self) -> str | None:
+        """A stuck chain's measured sign that its kept likelihood estimate came out high, as a phrase with
+        the figure (None: none measured; a step with a surrogate of the likelihood can tell)."""
         return None

@@ -307,11 +307,25 @@ class StuckAfterTuning:
 
     def text(
         self, step_name: str, warned_before: bool = False, pseudo_marginal: bool = False,
-        remedy: str | None = None, chain: int | None = None,
+        remedy: str | None = None, chain: int | None = None, lucky_estimate: str | None = None,
     ) -> str:
         """The warning of a stuck chain (the arguments as :meth:`message`'s; ``chain``: the chain's index
-        in a population, which the text names)."""
+        in a population, which the text names; ``lucky_estimate``: a step's measured sign that the kept
+        estimate came out high, with its figure, which then is the cause named)."""
         subject, _ = chain_words(chain)
+        if pseudo_marginal and lucky_estimate is not None:
+            # A new user's GP-DA chain (20 samples per estimate) rejected 500 proposals in a row at stage 1
+            # with its kept estimate 1.4 nats above the likelihood, and was told the estimate was not the
+            # cause.
+            return (
+                f"{step_name}: after tuning {subject} rejected {STUCK_DRAWS} proposals in a row, and "
+                f"{lucky_estimate}: an estimate that came out high holds a chain until a proposal's estimate "
+                "comes out as high, and stage 1 rejects the proposals before drawing theirs, since it "
+                "compares them with the kept estimate (its draws repeat one point meanwhile; the chain "
+                "stays exact, but mixes slowly). Use more samples per estimate (log_estimate_spread: a "
+                "log-estimate sd of 0.8 or less for delayed acceptance), or sample with "
+                "KameleonMetropolis, which copes with an sd of 1-1.7."
+            )
         if pseudo_marginal and self.estimated_in_a_row < STUCK_DRAWS // 10:
             # A new user's GP-DA chain rejected 1349 proposals in a row of which 7 drew an estimate, and a
             # KameleonMetropolis chain whose scale had collapsed drew none: the estimate was not the cause.

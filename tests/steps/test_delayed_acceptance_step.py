@@ -1082,3 +1082,36 @@ def test_kameleon_options_without_the_kameleon_proposal_are_refused():
         GPDelayedAcceptanceMH(kernel="gaussian", bandwidth="median")  # the defaults, spelt out
         step = GPDelayedAcceptanceMH(proposal="kameleon", kernel="matern32", n_subsample=200, gamma=0.3)
         assert (step.kernel_spec, step.n_subsample, step.gamma_spec) == ("matern32", 200, 0.3)
+
+
+def test_a_stuck_chain_s_lucky_estimate_is_measured_against_the_gp():
+    """A new user's GP-DA chain stuck after tuning on a kept estimate 1.4 nats above the likelihood was told
+    the estimate was not the cause: stage 1 compares every proposal with it and rejects them before they
+    draw an estimate. The step measures the kept estimate against the GP's mean at the state: 3 nats added
+    to it are named, with the noise sd, and the stuck warning then names the estimate and its remedies.
+    Control: the estimate the chain kept (200 samples per estimate, log-estimate sd about 0.1) is not."""
+    import dataclasses
+
+    from pymc_kameleon.steps.reporting import STUCK_DRAWS
+
+    model = latent_gaussian_model(n_importance=200)
+    with model:
+        step = GPDelayedAcceptanceMH(rng=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        drive(model, step, 400, stop_tuning_at=300)
+    target = step._target
+    assert step._lucky_estimate() is None
+    lucky = dataclasses.replace(
+        target._cur, log_estimates=(target._cur.log_estimates[0] + 3.0,), logp=target._cur.logp + 3.0
+    )
+    target._cur = lucky
+    phrase = step._lucky_estimate()
+    assert phrase is not None and "nats above the GP's prediction" in phrase, phrase
+    excess = float(phrase.split("keeps is ")[1].split(" nats")[0])
+    assert 2.5 < excess < 3.5, phrase
+    stuck = step._chain.stuck
+    stuck.estimated_in_a_row = 1  # as in the new user's chain: stage 1 rejected nearly every proposal
+    said = stuck.text("GPDelayedAcceptanceMH", pseudo_marginal=True, lucky_estimate=phrase)
+    assert f"rejected {STUCK_DRAWS} proposals in a row, and {phrase}" in said
+    assert "log_estimate_spread" in said and "not what holds it" not in said

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from pymc_kameleon.core.gp.training import MAX_STAGE1_ACCEPT, MIN_STAGE1_ACCEPT, SCREENING_CHECK_STEPS
 
-__all__ = ["NOISY_ESTIMATE_SD", "DelayedAcceptanceChecks"]
+__all__ = ["LUCKY_ESTIMATE_NATS", "NOISY_ESTIMATE_SD", "DelayedAcceptanceChecks"]
 
 # The sd (nats) of the log-likelihood estimates, as the GP's fitted noise, above which the step warns
 # at the end of tuning. A 12-group latent model estimated by importance sampling, 2 x (3000 + 8000),
@@ -24,6 +26,9 @@ __all__ = ["NOISY_ESTIMATE_SD", "DelayedAcceptanceChecks"]
 # (5 samples, 4 seeds): ESS 289-546, sds 0.91-1.04 of the reference
 # (benchmarks/results/gpda_noise_threshold.md).
 NOISY_ESTIMATE_SD = 1.0
+#: A stuck chain's kept estimate this far (and twice the GP's noise sd) above the GP's mean at the state
+#: is named as what holds it.
+LUCKY_ESTIMATE_NATS = 1.0
 
 
 class DelayedAcceptanceChecks:
@@ -138,6 +143,27 @@ class DelayedAcceptanceChecks:
             f"{self._untuned_proposal()}, and the GP surrogate has no tuning points or fitted "
             "hyperparameters to screen its proposals with; "
             f"pass tune >= {self.default_tune_steps} to pm.sample."
+        )
+
+    def _lucky_estimate(self) -> str | None:
+        """The kept estimate's excess over the GP's mean at the state, where it is above
+        :data:`LUCKY_ESTIMATE_NATS` and twice the GP's fitted noise sd (the GP has learned the
+        likelihood around the state from many estimates, so it sees one that came out high)."""
+        target = self._target
+        current = getattr(target, "_cur", None)
+        if not target.has_estimates or current is None or not math.isfinite(current.loglik):
+            return None
+        gp = self._chain.kernel.gp
+        if gp.n_points < 2:
+            return None
+        mean, _ = gp.predict(np.asarray(target._cur_q, dtype=float))
+        excess = current.loglik - mean
+        noise_sd = math.sqrt(max(gp.noise_variance, 0.0))
+        if not excess > max(LUCKY_ESTIMATE_NATS, 2.0 * noise_sd):
+            return None
+        return (
+            f"the likelihood estimate it keeps is {excess:.2g} nats above the GP's prediction there (the "
+            f"GP's fitted noise sd: {noise_sd:.2g} nats)"
         )
 
     def _stuck_remedy(self) -> str | None:
