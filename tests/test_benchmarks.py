@@ -601,6 +601,20 @@ def test_rescue_survey_runs(capsys):
 
 
 @pytest.mark.slow
+def test_kass_random_intercepts_runs(capsys):
+    """benchmarks/kass_random_intercepts.py runs end to end (200 particles, one seed): the quadrature
+    reference, a KASS run scored against it, and the pooled last-stage rise."""
+    bench = _load("kass_random_intercepts")
+    x, sign = bench.make_data()
+    u = np.array([[-0.3, 0.86, np.log(0.44)]])  # near the posterior mean
+    assert np.isfinite(bench.marginal_log_density(u, x, sign)).all()
+    (row,) = bench.main(["--quick"])
+    out = capsys.readouterr().out
+    assert "| KASS | 1 |" in out and "exact log Z -20" in out
+    assert row["err"].shape == (2,) and np.isfinite(row["climb"]).all()
+
+
+@pytest.mark.slow
 def test_kass_logz_decay_runs(capsys):
     """benchmarks/kass_logz_decay.py runs end to end (tiny budget): the reference, two KASS runs and the
     summary."""

@@ -1141,6 +1141,35 @@ def test_evidence_lag_warning_rule():
     assert "stage 5 (beta=0.0123)" in message
 
 
+def test_final_climb_rule_pools_the_chains_last_rises():
+    """The last stage's rises of the chains pooled (hand-computed): a new user's 43-parameter random-intercept
+    model rose 0.66 +- 0.19 and 0.64 +- 0.24 at beta=1 with log Z 0.6 nats low: 4.4 pooled SEs, warned.
+    One such chain alone (3.5 SEs) warns, and so does a fall beyond 3 SEs (200 particles on that model:
+    survivors of a harsh reweighting ahead of their target, log Z 2 nats low). Controls: rises or falls of
+    2 SEs do not, NaN is no rise."""
+    from pymc_kameleon.smc.results import FINAL_RISE_Z, _warn_final_climb, final_climb
+
+    rises, ses = [np.array([2.6, 0.1, 0.66]), np.array([0.5, 0.2, 0.64])], [np.array([4.0, 0.2, 0.19])] * 2
+    ses[1] = np.array([4.0, 0.2, 0.24])
+    rise, se = final_climb(rises, ses)
+    assert rise == pytest.approx(0.65) and se == pytest.approx(math.hypot(0.19, 0.24) / 2)
+    assert rise / se == pytest.approx(4.24, abs=0.01) and FINAL_RISE_Z == 3.0
+    with pytest.warns(UserWarning, match=r"still climbing at the last stage.*0\.65 \+- 0\.15") as record:
+        _warn_final_climb(rises, ses, np.array([0.096, 0.094]))
+    assert "standard error (0.096) says" in str(record[0].message) and "n_steps=50" in str(record[0].message)
+    with pytest.warns(UserWarning, match="still climbing"):
+        _warn_final_climb(rises[:1], ses[:1], np.array([0.096]))
+    with pytest.warns(UserWarning, match=r"falling at the last stage.*fell by 0\.79 \+- 0\.24"):
+        _warn_final_climb([np.array([-0.79])], [np.array([0.24])], np.array([0.26]))
+    assert final_climb([np.array([0.4])], [np.array([0.2])]) == (0.4, 0.2)
+    assert np.isnan(final_climb([np.array([np.nan])], [np.array([0.2])])[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _warn_final_climb([np.array([0.4])], [np.array([0.2])], np.array([0.1]))  # 2 SEs
+        _warn_final_climb([np.array([-0.4])], [np.array([0.2])], np.array([0.1]))  # a fall of 2 SEs
+        _warn_final_climb([np.array([np.nan])], [np.array([0.2])], np.array([0.1]))
+
+
 def test_tempering_steps_below_pymcs_beta_resolution():
     """A slope on income in dollars (x about 36 000) with a N(0, 10^2) prior: log L varies by about 1e12
     nats over the prior draws, so PyMC's smallest step, beta = 2**-20 = 9.5e-7 (its bisection stops at a
