@@ -99,7 +99,7 @@ def test_samples_with_defaults_and_declares_stats(cls):
     declared = cls.stats_dtypes_shapes
     for name in ["accept", "accepted", "stage1_accept", "stage2_accept", "exact_eval", "logp_evals",
                  "cumulative_logp_evals",
-                 "gp_sd", "gp_points", "tune", "scaling"]:
+                 "gp_sd", "gp_points", "gp_noise_sd", "tune", "scaling"]:
         assert name in declared, name
         assert name == "tune" or name in stats, name
     assert declared["accepted"][0] == np.float64  # like pm.Metropolis, for CompoundSteps
@@ -109,6 +109,7 @@ def test_samples_with_defaults_and_declares_stats(cls):
     # without it
     assert np.all(np.isfinite(gp_sd[stats["exact_eval"].values]))
     assert not stats["accepted"].values[np.isnan(gp_sd)].any()
+    assert np.all(stats["gp_noise_sd"].values == 0.0)  # an exact likelihood: the GP interpolates
     s2 = stats["stage2_accept"].values
     assert np.all(np.isnan(s2) == ~stats["exact_eval"].values)  # NaN exactly when stage 2 not reached
     post = idata.posterior["mu"].values.reshape(-1, 2)
@@ -1099,9 +1100,12 @@ def test_a_stuck_chain_s_lucky_estimate_is_measured_against_the_gp():
         step = GPDelayedAcceptanceMH(rng=3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        drive(model, step, 400, stop_tuning_at=300)
+        rows = drive(model, step, 400, stop_tuning_at=300)
     target = step._target
     assert step._lucky_estimate() is None
+    # The GP's fitted noise sd is a statistic (the guide's rule for delayed acceptance: 0.8 or less).
+    noise_sd = math.sqrt(step._chain.kernel.gp.noise_variance)
+    assert 0 < noise_sd < 0.8 and rows[-1][-1]["gp_noise_sd"] == noise_sd
     lucky = dataclasses.replace(
         target._cur, log_estimates=(target._cur.log_estimates[0] + 3.0,), logp=target._cur.logp + 3.0
     )

@@ -87,6 +87,9 @@ class GPDelayedAcceptanceStep(DelayedAcceptanceChecks, AdaptiveStep):
         "exact_eval": (bool, []),
         "gp_sd": (np.float64, []),
         "gp_points": (np.int64, []),
+        # The GP's fitted sd of the observation noise, in nats (0 for an exact likelihood): with a
+        # PseudoMarginalPotential the noise of the log estimates, which should be about 0.8 or less.
+        "gp_noise_sd": (np.float64, []),
         "screened": (bool, []),
         "gp_refit": (bool, []),
         # The share of steps with an exact evaluation over about the last 100 (the progress bar shows it).
@@ -380,6 +383,7 @@ class GPDelayedAcceptanceStep(DelayedAcceptanceChecks, AdaptiveStep):
             "exact_eval": target.n_evals > evals_before,
             "gp_sd": result.gp_sd,
             "gp_points": kernel.gp.n_points,
+            "gp_noise_sd": math.sqrt(max(kernel.gp.noise_variance, 0.0)),
             "screened": result.screened,
             "gp_refit": bool(result.refit or refit),
             "tune": self.tune,
