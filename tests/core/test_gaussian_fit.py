@@ -52,26 +52,6 @@ def test_no_fit_without_a_clear_curvature_or_enough_points_near_the_top():
     assert fit_gaussian(z, values, INDEPENDENCE_DF) is None
 
 
-def test_no_fit_whose_mode_or_spread_reaches_beyond_the_points_fitted():
-    """A new user's SIR ODE: the quadratic through tuning's evaluations put its mode 30-50 whitened sds out
-    (a weak curvature), and probes of that shape asked the likelihood for gamma = 3.3e6, where one ODE
-    solve never finished. Points in the box [-2, 2]^2 (farthest 2.5 out): a mode at (30, 0), or an sd of 20
-    along z1, is no fit; control: a mode at (1, 0) with unit sds, and an sd of 2.4, are fitted."""
-    z = np.random.default_rng(4).uniform(-2, 2, size=(60, 2))
-    reach = np.sqrt((z**2).sum(axis=1).max())
-    assert 2.5 < reach < 2.83
-
-    def log_density(mean, sds):
-        return -0.5 * (((z - mean) / sds) ** 2).sum(axis=1)
-
-    assert fit_gaussian(z, log_density([30.0, 0.0], [10.0, 1.0]), INDEPENDENCE_DF) is None
-    assert fit_gaussian(z, log_density([0.0, 0.0], [20.0, 1.0]), INDEPENDENCE_DF) is None
-    near = fit_gaussian(z, log_density([1.0, 0.0], [1.0, 1.0]), INDEPENDENCE_DF)
-    np.testing.assert_allclose(near.mean, [1.0, 0.0], atol=1e-9)
-    wide = fit_gaussian(z, log_density([0.0, 0.0], [2.4, 1.0]), INDEPENDENCE_DF)
-    np.testing.assert_allclose(np.diag(wide.chol @ wide.chol.T), [5.76, 1.0], atol=1e-9)
-
-
 def test_the_fitted_shape_draws_what_its_density_states():
     """The shape (an IndependenceProposal) draws z = b + A u, u ~ t_10: mean b, covariance A A' 10 / 8
     within Monte Carlo error; point_log_density is the t density of A^-1 (z - b) with the Jacobian."""

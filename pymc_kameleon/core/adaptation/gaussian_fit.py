@@ -129,9 +129,7 @@ def fit_gaussian(z, log_density, df: float) -> IndependenceProposal | None:
     Cholesky factor :math:`A`, :math:`A A^\top = H^{-1}`, where :math:`H_{ii} = -2 q_{ii}`,
     :math:`H_{ij} = -q_{ij}`. Where an eigenvalue of :math:`H` is
     below 1e-4 (no clear curvature) that direction keeps the whitening's, curvature 1 about
-    :math:`z = 0`. None if the fit is rank deficient, if no direction has a clear curvature, or if the
-    shape reaches beyond the points fitted (its mean, or an sd, farther out than the farthest point: an
-    extrapolated mode).
+    :math:`z = 0`. None if the fit is rank deficient or no direction has a clear curvature.
 
     Parameters
     ----------
@@ -173,12 +171,6 @@ def fit_gaussian(z, log_density, df: float) -> IndependenceProposal | None:
         return None
     curvature = np.where(kept, curvature, 1.0)
     mean = vectors @ np.where(kept, (vectors.T @ g) / curvature, 0.0)
-    # A quadratic's mode or spread beyond the points it was fitted to is extrapolation: a new user's SIR
-    # ODE fitted a mean 30-50 whitened sds out (a weak curvature), and the probes of that shape asked the
-    # likelihood for gamma = 3.3e6, where one solve never finished.
-    reach = float(np.sqrt(np.max(np.einsum("ij,ij->i", z, z))))
-    if not (np.linalg.norm(mean) <= reach and np.all(curvature >= 1.0 / reach**2)):
-        return None
     # A = V diag(curvature^-1/2) is a square root of H^-1; its lower Cholesky factor is the same shape.
     cov = (vectors / curvature) @ vectors.T
     try:
