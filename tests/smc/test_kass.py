@@ -1149,8 +1149,8 @@ def test_final_climb_rule_pools_the_chains_last_rises():
     2 SEs do not, NaN is no rise."""
     from pymc_kameleon.smc.results import FINAL_RISE_Z, _warn_final_climb, final_climb
 
-    rises, ses = [np.array([2.6, 0.1, 0.66]), np.array([0.5, 0.2, 0.64])], [np.array([4.0, 0.2, 0.19])] * 2
-    ses[1] = np.array([4.0, 0.2, 0.24])
+    rises = [np.array([2.6, 0.1, 0.66]), np.array([0.5, 0.2, 0.64])]
+    ses = [np.array([4.0, 0.2, 0.19]), np.array([4.0, 0.2, 0.24])]
     rise, se = final_climb(rises, ses)
     assert rise == pytest.approx(0.65) and se == pytest.approx(math.hypot(0.19, 0.24) / 2)
     assert rise / se == pytest.approx(4.24, abs=0.01) and FINAL_RISE_Z == 3.0

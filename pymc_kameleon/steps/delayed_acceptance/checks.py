@@ -150,14 +150,16 @@ class DelayedAcceptanceChecks:
         :data:`LUCKY_ESTIMATE_NATS` and twice the GP's fitted noise sd (the GP has learned the
         likelihood around the state from many estimates, so it sees one that came out high)."""
         target = self._target
-        current = getattr(target, "_cur", None)
-        if not target.has_estimates or current is None or not math.isfinite(current.loglik):
+        x = target.current_state
+        if not target.has_estimates or x is None:
             return None
+        # The log-likelihood kept at the state, estimates included: what the GP models there.
+        kept = target.current_logp - target.prior(x)[0]
         gp = self._chain.kernel.gp
-        if gp.n_points < 2:
+        if gp.n_points < 2 or not math.isfinite(kept):
             return None
-        mean, _ = gp.predict(np.asarray(target._cur_q, dtype=float))
-        excess = current.loglik - mean
+        mean, _ = gp.predict(np.asarray(x, dtype=float))
+        excess = kept - mean
         noise_sd = math.sqrt(max(gp.noise_variance, 0.0))
         if not excess > max(LUCKY_ESTIMATE_NATS, 2.0 * noise_sd):
             return None
