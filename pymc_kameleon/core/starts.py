@@ -71,6 +71,14 @@ class PlausibleBox:
         x = np.asarray(x, dtype=float)
         return bool(np.all(np.isfinite(x)) and np.all(x >= self.lower) and np.all(x <= self.upper))
 
+    def widened(self, factor: float) -> PlausibleBox:
+        r"""The box about the same centre with ``factor`` times the half-widths,
+        :math:`c \pm f (u - \ell) / 2` with :math:`c = (\ell + u) / 2`; unbounded coordinates stay so."""
+        bounded = np.isfinite(self.lower) & np.isfinite(self.upper)
+        centre = np.where(bounded, 0.5 * (self.lower + self.upper), 0.0)
+        half = np.where(bounded, 0.5 * factor * (self.upper - self.lower), np.inf)
+        return PlausibleBox(centre - half, centre + half)
+
 
 @dataclass(frozen=True)
 class SearchResult:

@@ -33,6 +33,7 @@ from pymc_kameleon.steps.reporting import (
 )
 from pymc_kameleon.steps.smc_start import SMCStart, SMCStarting, resolve_start
 from pymc_kameleon.steps.starts import StartSearch
+from pymc_kameleon.steps.target_density import Evaluation
 
 __all__ = [
     "PSEUDO_MARGINAL_STATS",
@@ -191,6 +192,8 @@ def _check_keywords(cls, kwargs) -> None:
 
 # Where PyMC's BlockedStep.__new__ keeps the constructor's arguments (name-mangled).
 _NEWARGS = "_BlockedStep__newargs"
+# A probe beyond the widened prior box (AdaptiveStep._evaluate_probe): not evaluated, no mass there.
+_NOT_EVALUATED = Evaluation(logp=-np.inf, exact=-np.inf, log_prior=-np.inf, exact_loglik=-np.inf)
 
 
 class AdaptiveStep(PerChainReset, SMCStarting, DrawChecks, ArrayStepShared):
@@ -317,8 +320,11 @@ class AdaptiveStep(PerChainReset, SMCStarting, DrawChecks, ArrayStepShared):
                 ) from None
         start = resolve_start(start, type(self).__name__, self._smc_start_supported, target.has_estimates)
         self.start = start
-        # Only a searching step keeps the model (pickled with the step to every worker process).
-        self._start_search = StartSearch(model, vars) if start == "search" else None
+        # Only a searching step, or one that probes an independence component (whose probes stay in the
+        # search's prior box widened: probe_box), keeps the model (pickled with the step to every worker).
+        probes = getattr(self, "independence_weight", 0.0) > 0 and not target.has_estimates
+        self._start_search = StartSearch(model, vars) if start == "search" or probes else None
+        self._probe_box = None  # at the first probe: the box, or False where the prior cannot be drawn
         self._target = target
         target.coordinate_names = getattr(self, "_coordinate_names", None)
         self._smc_start = None
@@ -352,9 +358,21 @@ class AdaptiveStep(PerChainReset, SMCStarting, DrawChecks, ArrayStepShared):
         if not (self.tune and adaptation.probe_due(self.rng)):
             return None
         point = proposal.independent_point(self.rng, adaptation.probe_fitted)
-        evaluation = self._target.evaluate(point)
+        evaluation = self._evaluate_probe(point)
         adaptation.record_probe(state, self._target.current_logp, point, evaluation.logp)
         return point, evaluation
+
+    def _evaluate_probe(self, point) -> Evaluation:
+        """The target at a probe or exam draw of the independence component; beyond the widened prior
+        box (:meth:`~pymc_kameleon.steps.starts.StartSearch.probe_box`) a log density of -inf, not
+        evaluated: an extrapolated shape's draw there says nothing the adaptation needs, and an ODE
+        solver asked for such values may never return."""
+        if self._probe_box is None:
+            search = self._start_search
+            self._probe_box = (search.probe_box() if search is not None else None) or False
+        if self._probe_box is not False and not self._probe_box.contains(point):
+            return _NOT_EVALUATED
+        return self._target.evaluate(point)
 
     def _examine_independence(self, adaptation) -> None:
         """When tuning has ended: the independence component's exam
@@ -363,7 +381,7 @@ class AdaptiveStep(PerChainReset, SMCStarting, DrawChecks, ArrayStepShared):
         the evaluations count in the next step's ``logp_evals``."""
         target = self._target
         before = target.n_evals
-        adaptation.examine_independence(lambda x: target.evaluate(x).logp, side_stream(self.rng))
+        adaptation.examine_independence(lambda x: self._evaluate_probe(x).logp, side_stream(self.rng))
         self._chain.pending_logp_evals += target.n_evals - before
 
     def _search_elsewhere(self):

@@ -24,7 +24,7 @@ from pymc_kameleon.core.starts import (
 from pymc_kameleon.steps.population import variables_outside_block
 from pymc_kameleon.steps.variables import has_improper_prior
 
-__all__ = ["BLOCK_BOX_DRAWS", "BOX_DRAWS", "SEARCH_CANDIDATES", "STARTS", "StartSearch"]
+__all__ = ["BLOCK_BOX_DRAWS", "BOX_DRAWS", "PROBE_BOX_WIDENING", "SEARCH_CANDIDATES", "STARTS", "StartSearch"]
 
 STARTS = ("search", "initial_point")
 #: Prior draws each chain searches from (besides keeping its given start).
@@ -44,6 +44,11 @@ BOX_DRAWS = 100
 #: (0.04 in 100): a run into a funnel's neck still ends far below. The draws cost about 0.15 s, once
 #: per process.
 BLOCK_BOX_DRAWS = 1000
+#: The independence component's probes and exam draws beyond the plausible box widened this many times
+#: (about 10 prior sds from the prior's centre, or 13 for a block) are not evaluated, but count as a log
+#: density of -inf: they only inform the adaptation, and a new user's SIR ODE, asked by a probe of an
+#: extrapolated fitted shape for gamma = 3.3e6 (33 prior sds out), never finished its solve.
+PROBE_BOX_WIDENING = 4.0
 _BOX_SEED = 20261127
 
 
@@ -93,11 +98,8 @@ class StartSearch:
             rows.append(np.concatenate([np.ravel(point[name]) for name in self._names]))
         return np.array(rows, dtype=float)
 
-    def run(self, target, start, start_log_density, rng, run_elsewhere=None) -> SearchResult | None:
-        """Search from :data:`SEARCH_CANDIDATES` prior draws (seeded from ``rng``); None if the model's
-        prior cannot be drawn (a variable without a random generator, or a draw that raises): the chain
-        keeps its start. The search is an aid, never a reason for sampling to fail.
-        ``run_elsewhere``: as for :func:`~pymc_kameleon.core.starts.search_start`."""
+    def _ready(self) -> bool:
+        """Compile the prior's draws and the box at first use; False if the prior cannot be drawn."""
         if self._compiled is None:
             try:
                 draw, unbounded = self._compile()
@@ -106,7 +108,19 @@ class StartSearch:
                 self._compiled = (draw, PlausibleBox.from_draws(box_draws, unbounded))
             except Exception:  # noqa: BLE001 - any failure to draw from the prior means: no search
                 self._compiled = False
-        if self._compiled is False:
+        return self._compiled is not False
+
+    def probe_box(self) -> PlausibleBox | None:
+        """Where the independence component's probes are evaluated: the plausible box widened
+        :data:`PROBE_BOX_WIDENING` times about its centre; None (no limit) if the prior cannot be drawn."""
+        return self._compiled[1].widened(PROBE_BOX_WIDENING) if self._ready() else None
+
+    def run(self, target, start, start_log_density, rng, run_elsewhere=None) -> SearchResult | None:
+        """Search from :data:`SEARCH_CANDIDATES` prior draws (seeded from ``rng``); None if the model's
+        prior cannot be drawn (a variable without a random generator, or a draw that raises): the chain
+        keeps its start. The search is an aid, never a reason for sampling to fail.
+        ``run_elsewhere``: as for :func:`~pymc_kameleon.core.starts.search_start`."""
+        if not self._ready():
             return None
         draw, box = self._compiled
         seeds = rng.integers(2**31, size=SEARCH_CANDIDATES)

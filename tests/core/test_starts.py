@@ -77,6 +77,13 @@ def test_the_box_is_the_draws_range_and_flat_coordinates_are_free():
     assert box.contains([1.9, 1e9]) and not box.contains([2.1, 0.0]) and not box.contains([np.nan, 0.0])
 
 
+def test_the_widened_box_keeps_its_centre_and_its_free_coordinates():
+    """Centre 1, half-width 1 on x0 widened 4 times: [-3, 5]; the flat coordinate stays free."""
+    box = PlausibleBox(np.array([0.0, -np.inf]), np.array([2.0, np.inf])).widened(4.0)
+    assert np.array_equal(box.lower, [-3.0, -np.inf]) and np.array_equal(box.upper, [5.0, np.inf])
+    assert box.contains([4.9, -1e9]) and not box.contains([5.1, 0.0])
+
+
 def test_candidates_run_elsewhere_give_the_same_start_and_count():
     """With ``run_elsewhere`` (a real thread pool) every candidate but the first runs there; the result is
     the serial one, and a run lost elsewhere is run here instead."""

@@ -169,3 +169,37 @@ def test_a_prior_draw_that_raises_leaves_the_chain_at_its_start(monkeypatch):
     monkeypatch.setattr(starts, "make_initial_point_fn", broken)
     idata = _sample(_minor_mode_start(), KameleonMetropolis, tune=20, draws=5)
     assert (idata.warmup_sample_stats["logp_evals"].values[:, 0] <= 2).all()
+
+
+@pytest.mark.parametrize("cls", [KameleonMetropolis, GPDelayedAcceptanceMH])
+@pytest.mark.parametrize("start", ["search", "initial_point"])
+def test_probes_beyond_the_widened_prior_box_are_not_evaluated(cls, start):
+    """A new user's SIR ODE: a probe of an extrapolated fitted shape asked the likelihood for
+    gamma = 3.3e6 (33 prior sds out) and the solver never returned. A probe or exam draw beyond the
+    prior box widened PROBE_BOX_WIDENING times counts as -inf without an evaluation (the likelihood
+    would raise here); control: one at 8 prior sds is evaluated and counted."""
+    import pytensor.tensor as pt
+    from pytensor.compile.ops import as_op
+
+    from pymc_kameleon.steps.starts import PROBE_BOX_WIDENING
+
+    asked = []
+
+    @as_op(itypes=[pt.dvector], otypes=[pt.dscalar])
+    def likelihood(x):
+        asked.append(np.array(x))
+        if np.abs(x).max() > 20:
+            raise RuntimeError("a solver that never returns")
+        return np.asarray(-0.5 * float(x @ x))
+
+    with pm.Model():
+        x = pm.Normal("x", 0.0, 1.0, shape=2)
+        pm.Potential("lik", likelihood(x))
+        step = cls(start=start)
+    assert PROBE_BOX_WIDENING * 2.5 > 8
+    far, near = np.array([33.0, 0.0]), np.array([8.0, 0.0])
+    before = step._target.n_evals
+    assert step._evaluate_probe(far).logp == -np.inf and not asked
+    assert step._target.n_evals == before
+    assert np.isfinite(step._evaluate_probe(near).logp) and len(asked) == 1
+    assert step._target.n_evals == before + 1
