@@ -297,7 +297,7 @@ def report_ess(runs: dict, d: int, target: str) -> None:
     seeds = sorted(runs)
     names = [r["sampler"] for r in runs[seeds[0]]]
     by = {seed: {r["sampler"]: r for r in runs[seed]} for seed in seeds}
-    peers = [p for p in ("DEMetropolisZ", "Slice") if p in names]
+    peers = [p for p in ("DEMetropolisZ", "Slice", "KAMH") if p in names]
     costs = (0.0,) + DERIVED_COSTS_MS
     print(f"\n## {target}, d = {d}: smallest bulk ESS per second, tuning included, with a likelihood of c ms "
           f"(derived; median over seeds {', '.join(map(str, seeds))})\n")

@@ -365,8 +365,8 @@ def test_speculative_da_quick_mode(capsys):
     """benchmarks/speculative_da.py runs, speculates (3 ms per likelihood) and finds the serial draws.
 
     The share of evaluations guessed ahead depends on the machine's load (one worker shared by two
-    chains: 0.7 on an idle machine, 0.27 on PyMC 6 with both cores busy), so it is only asked to show
-    that speculation happened."""
+    chains: 0.37-0.7 on an idle machine, 0.27 on PyMC 6 and 0.10 on PyMC 5 with both cores busy in CI),
+    so it is only asked to show that speculation happened (a serial run's share is 0)."""
     from pymc_kameleon import GPDelayedAcceptanceMH
 
     stop_tuning = GPDelayedAcceptanceMH.stop_tuning
@@ -376,7 +376,7 @@ def test_speculative_da_quick_mode(capsys):
     rows = [line for line in out if line.startswith("| gallery LV + 3 ms | 1 |")]
     assert len(rows) == 1 and rows[0].endswith("| yes |")
     prefetched = float(rows[0].split("|")[8].split()[0])
-    assert prefetched > 0.1
+    assert prefetched > 0.0
 
 
 @pytest.mark.slow
