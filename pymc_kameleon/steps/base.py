@@ -324,7 +324,6 @@ class AdaptiveStep(PerChainReset, SMCStarting, DrawChecks, ArrayStepShared):
         # search's prior box widened: probe_box), keeps the model (pickled with the step to every worker).
         probes = getattr(self, "independence_weight", 0.0) > 0 and not target.has_estimates
         self._start_search = StartSearch(model, vars) if start == "search" or probes else None
-        self._probe_box = None  # at the first probe: the box, or False where the prior cannot be drawn
         self._target = target
         target.coordinate_names = getattr(self, "_coordinate_names", None)
         self._smc_start = None
@@ -367,10 +366,8 @@ class AdaptiveStep(PerChainReset, SMCStarting, DrawChecks, ArrayStepShared):
         box (:meth:`~pymc_kameleon.steps.starts.StartSearch.probe_box`) a log density of -inf, not
         evaluated: an extrapolated shape's draw there says nothing the adaptation needs, and an ODE
         solver asked for such values may never return."""
-        if self._probe_box is None:
-            search = self._start_search
-            self._probe_box = (search.probe_box() if search is not None else None) or False
-        if self._probe_box is not False and not self._probe_box.contains(point):
+        box = self._start_search.probe_box() if self._start_search is not None else None
+        if box is not None and not box.contains(point):
             return _NOT_EVALUATED
         return self._target.evaluate(point)
 

@@ -68,7 +68,8 @@ class StartSearch:
         in_block = bool(variables_outside_block(model, vars, "the start search"))
         self._box_draws = BLOCK_BOX_DRAWS if in_block else BOX_DRAWS
         self._rvs = [model.values_to_rvs[v] for v in vars]
-        self._compiled = None  # (draw function, unbounded mask), or False if the prior cannot be drawn
+        # (draw function, plausible box, probe box), or False if the prior cannot be drawn
+        self._compiled = None
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -105,7 +106,8 @@ class StartSearch:
                 draw, unbounded = self._compile()
                 seeds = np.random.default_rng(_BOX_SEED).integers(2**31, size=self._box_draws)
                 box_draws = self._draws(draw, seeds)
-                self._compiled = (draw, PlausibleBox.from_draws(box_draws, unbounded))
+                box = PlausibleBox.from_draws(box_draws, unbounded)
+                self._compiled = (draw, box, box.widened(PROBE_BOX_WIDENING))
             except Exception:  # noqa: BLE001 - any failure to draw from the prior means: no search
                 self._compiled = False
         return self._compiled is not False
@@ -113,7 +115,7 @@ class StartSearch:
     def probe_box(self) -> PlausibleBox | None:
         """Where the independence component's probes are evaluated: the plausible box widened
         :data:`PROBE_BOX_WIDENING` times about its centre; None (no limit) if the prior cannot be drawn."""
-        return self._compiled[1].widened(PROBE_BOX_WIDENING) if self._ready() else None
+        return self._compiled[2] if self._ready() else None
 
     def run(self, target, start, start_log_density, rng, run_elsewhere=None) -> SearchResult | None:
         """Search from :data:`SEARCH_CANDIDATES` prior draws (seeded from ``rng``); None if the model's
@@ -122,7 +124,7 @@ class StartSearch:
         ``run_elsewhere``: as for :func:`~pymc_kameleon.core.starts.search_start`."""
         if not self._ready():
             return None
-        draw, box = self._compiled
+        draw, box, _ = self._compiled
         seeds = rng.integers(2**31, size=SEARCH_CANDIDATES)
         try:
             candidates = self._draws(draw, seeds)
