@@ -102,13 +102,17 @@ def test_step_cost_crossover_is_where_the_ess_per_second_cross():
     """Hand-made rows: ours 0.1 ms of overhead and one evaluation per iteration, the peer 0.04 ms and two,
     the same ESS: ours wins from a likelihood of 0.06 ms on (0.1 + c = 0.04 + 2c)."""
     bench = _load("step_cost")
-    row = dict(ess=100.0, chains=1, tune=0, draws=1000, us_tune=0.0, evals_tune=0.0)
+    row = dict(ess=100.0, chains=1, tune=0, draws=1000, us_tune=0.0, evals_tune=0.0, us_end=0.0,
+               evals_end=0.0)
     ours = {**row, "us_draws": 100.0, "evals_draws": 1.0}
     peer = {**row, "us_draws": 40.0, "evals_draws": 2.0}
     assert bench.beats_from(ours, peer) == "0.06 ms"
     assert bench.ess_per_second(ours, 0.06) == pytest.approx(bench.ess_per_second(peer, 0.06))
     assert bench.beats_from(peer, ours) == "never"
     assert bench.beats_from({**ours, "ess": 1000.0}, peer) == "always"
+    # Tuning's end (the first draw iteration: KAMH's exam) is one iteration's time and evaluations, once.
+    exam = {**ours, "us_end": 5000.0, "evals_end": 200.0}
+    assert bench.seconds_per_chain(exam, 1.0) == pytest.approx(bench.seconds_per_chain(ours, 1.0) + 0.205)
 
 
 @pytest.mark.slow
