@@ -60,7 +60,7 @@ class Ledger:
         self.density_calls = 0
         self.calls = defaultdict(int)  # id(step) -> step calls so far (its index in the chain)
         # "end": the first draw iteration, where our steps finish their tuning (KAMH's end-of-tuning
-        # exam of its independence component runs there, decision 0038): a one-off, booked with tuning.
+        # exam of its independence component runs there, decision 0046): a one-off, booked with tuning.
         self.seconds = {"tune": 0.0, "end": 0.0, "draws": 0.0}
         self.iterations = {"tune": 0, "end": 0, "draws": 0}
         self.evaluations = {"tune": 0, "end": 0, "draws": 0}

@@ -96,6 +96,8 @@ def test_step_cost_books_each_steps_evaluations(capsys):
     assert rows["DEMetropolisZ"]["evals_draws"] == 2.0
     assert rows["KAMH"]["evals_draws"] == 1.0 and rows["KAMH"]["evals_tune"] > 1.0
     assert all(row["us_draws"] > 0 for row in rows.values())
+    # The last run's (DEMetropolisZ's) iterations: each chain's first draw is booked as tuning's end.
+    assert bench.LEDGER.iterations == {"tune": 2 * 40, "end": 2, "draws": 2 * 29}
 
 
 def test_step_cost_crossover_is_where_the_ess_per_second_cross():
