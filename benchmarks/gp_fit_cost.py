@@ -2,8 +2,9 @@
 
 While tuning, a GP-DA step refits its GP's hyperparameters by marginal likelihood (L-BFGS-B with
 the analytic gradient) whenever the training set doubles, at every adaptation window's end and at
-the end of the warm-up (three starts there, two elsewhere), each on the latest ``fit_max_points``
-points. On a cheap model these fits are most of a tuning step's time. This script measures
+the end of the warm-up (three starts there, two elsewhere; starts within ``SAME_START`` run once, decision
+0070), each on the latest ``fit_max_points`` points. On a cheap model these fits are most of a tuning
+step's time. This script measures
 
 1. one evaluation of the objective (value and gradient) against the number of points, with values
    only (GP-DA-MH) and with gradient observations (GP-DA-MALA, d + 1 rows per point), and

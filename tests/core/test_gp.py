@@ -387,6 +387,32 @@ def test_a_fit_stuck_in_the_white_noise_optimum_gets_out():
     assert abs(mean - (-0.5 * x @ x - 0.3 * x[0] * x[1])) < 0.5 and var < 0.1, (mean, var)
 
 
+def test_starts_closer_than_same_start_run_once(monkeypatch):
+    """A fit's starts within SAME_START of each other in every log hyperparameter are one run (after a
+    warm-up the current values, the data's scales of all points, and the data start, those of the
+    latest points, differ by 0.002-0.003); the control: starts 2 SAME_START apart both run."""
+    from pymc_kameleon.core.gp import fit as gp_fit
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(60, 3))
+    y = -0.5 * np.sum(X**2, axis=1)
+
+    def runs(offset):
+        gp = GPSurrogate(3, lengthscales=1.0, signal_variance=1.0)
+        for x, v in zip(X, y):
+            gp.add(x, v)
+        ell, s2 = gp_fit.data_scales(gp)
+        gp.set_hyperparameters(lengthscales=ell * np.exp(offset), signal_variance=s2)
+        calls, minimize = [], gp_fit.minimize
+        monkeypatch.setattr(gp_fit, "minimize", lambda *a, **k: calls.append(1) or minimize(*a, **k))
+        gp.fit_hyperparameters()
+        monkeypatch.undo()
+        return len(calls)
+
+    assert runs(0.5 * gp_fit.SAME_START) == 1
+    assert runs(2.0 * gp_fit.SAME_START) == 2
+
+
 def test_fit_noise_variance_on_noisy_observations():
     rng = np.random.default_rng(11)
     X = rng.uniform(-2, 2, size=(80, 1))
