@@ -64,6 +64,7 @@ class DrawChecks:
             message = self._chain.stuck.text(
                 type(self).__name__, self._warnings.n_warned > 0, pseudo_marginal=self._target.has_estimates,
                 remedy=self._stuck_remedy(), chain=self._chain_index, lucky_estimate=self._lucky_estimate(),
+                surrogate_below=self._gp_below_state(),
             )
             self._warnings.warn(message, KameleonWarning, stacklevel=3)
         left, agreement = self._chain.left_regions, self._chain.draws_agreement
@@ -110,6 +111,11 @@ class DrawChecks:
 
     def _stuck_remedy(self) -> str | None:
         """The advice of the after-tuning warning of a stuck chain (None: more tuning, a closer start)."""
+        return None
+
+    def _gp_below_state(self) -> str | None:
+        """A stuck chain's measured sign that a surrogate underrates the likelihood at its state, as a
+        phrase with the figure (None: none measured; GP delayed acceptance can tell)."""
         return None
 
     def _lucky_estimate(self) -> str | None:

@@ -308,11 +308,23 @@ class StuckAfterTuning:
     def text(
         self, step_name: str, warned_before: bool = False, pseudo_marginal: bool = False,
         remedy: str | None = None, chain: int | None = None, lucky_estimate: str | None = None,
+        surrogate_below: str | None = None,
     ) -> str:
         """The warning of a stuck chain (the arguments as :meth:`message`'s; ``chain``: the chain's index
         in a population, which the text names; ``lucky_estimate``: a step's measured sign that the kept
-        estimate came out high, with its figure, which then is the cause named)."""
+        estimate came out high, with its figure, which then is the cause named; ``surrogate_below``: with
+        an exact likelihood, the same for a surrogate that underrates the likelihood at the state)."""
         subject, _ = chain_words(chain)
+        if surrogate_below is not None and not pseudo_marginal:
+            # GP-DA-MH on the far-start eight schools sat 1359 draws where its full GP was 6 nats low, and
+            # was told of a funnel's neck.
+            return (
+                f"{step_name}: after tuning {subject} rejected {STUCK_DRAWS} proposals in a row, and "
+                f"{surrogate_below}: the surrogate holds it there (its draws repeat one point "
+                "meanwhile; the chain stays exact, but these draws do not describe the posterior until it "
+                "moves on). "
+                + (remedy or "Increase `tune`.")
+            )
         if pseudo_marginal and lucky_estimate is not None:
             # A new user's GP-DA chain (20 samples per estimate) rejected 500 proposals in a row at stage 1
             # with its kept estimate 1.4 nats above the likelihood, and was told the estimate was not the

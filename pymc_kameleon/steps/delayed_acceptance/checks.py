@@ -11,7 +11,7 @@ import numpy as np
 
 from pymc_kameleon.core.gp.training import MAX_STAGE1_ACCEPT, MIN_STAGE1_ACCEPT, SCREENING_CHECK_STEPS
 
-__all__ = ["LUCKY_ESTIMATE_NATS", "NOISY_ESTIMATE_SD", "DelayedAcceptanceChecks"]
+__all__ = ["GP_BELOW_STATE_NATS", "LUCKY_ESTIMATE_NATS", "NOISY_ESTIMATE_SD", "DelayedAcceptanceChecks"]
 
 # The sd (nats) of the log-likelihood estimates, as the GP's fitted noise, above which the step warns
 # at the end of tuning. A 12-group latent model estimated by importance sampling, 2 x (3000 + 8000),
@@ -29,6 +29,12 @@ NOISY_ESTIMATE_SD = 1.0
 #: A stuck chain's kept estimate this far (and twice the GP's noise sd) above the GP's mean at the state
 #: is named as what holds it.
 LUCKY_ESTIMATE_NATS = 1.0
+#: A stuck chain's exact log-likelihood this far above the GP's value at its state (the mean plus half
+#: the variance, what stage 1 of a move back there reads) is named as what holds it: stage 2 then accepts
+#: a move away about exp(-this) times as often as stage 1 passes one. On the far-start non-centred eight
+#: schools (GP-DA-MH, seed 2029) a chain sat 1359 draws at tau = 20 where the GP, full at its 1000 points,
+#: was 6 nats below, stage 2 accepting 0.002, and was told of a funnel's neck.
+GP_BELOW_STATE_NATS = 3.0
 
 
 class DelayedAcceptanceChecks:
@@ -168,13 +174,51 @@ class DelayedAcceptanceChecks:
             f"GP's fitted noise sd: {noise_sd:.2g} nats)"
         )
 
+    def _gp_below_state(self) -> str | None:
+        """With an exact likelihood: how far the GP's value at the chain's state (mean plus half the
+        variance) lies below the exact log-likelihood there, where that is above
+        :data:`GP_BELOW_STATE_NATS`, as a phrase with the figures (else None). The reverse stage-1 ratio
+        of every move away reads that value, so stage 2 rejects the moves stage 1 passes."""
+        target = self._target
+        x = target.current_state
+        if target.has_estimates or x is None:
+            return None
+        gp = self._chain.kernel.gp
+        loglik = target.current_logp - target.prior(x)[0]
+        if gp.n_points < 2 or not math.isfinite(loglik):
+            return None
+        mean, var = gp.predict(np.asarray(x, dtype=float))
+        below = loglik - (float(mean) + 0.5 * float(var))
+        if not below > GP_BELOW_STATE_NATS:
+            return None
+        return (
+            f"the GP's value at its state (its mean plus half its variance) is {below:.2g} nats below the "
+            f"exact log-likelihood there, so stage 2 accepts a move away only about {math.exp(-below):.2g} "
+            "times as often as stage 1 passes one"
+        )
+
+    def _gp_below_state_remedy(self) -> str:
+        """The advice of the stuck warning when the GP underrates the chain's state."""
+        cap = self.max_points
+        full = self._chain.kernel.gp.n_points >= cap
+        learned = (
+            f"The GP holds its cap of max_points={cap} points and learns no more: a larger max_points lets "
+            "it learn where the draws go (each step then costs more)"
+            if full
+            else "More tuning lets the GP learn the likelihood where the chains go"
+        )
+        return (
+            f"{learned}; or sample with KameleonMetropolis, which has no surrogate to hold a chain. More "
+            "draws let the chain move on (it stays exact)."
+        )
+
     def _stuck_remedy(self) -> str | None:
         """With variables outside the block in the likelihood, a stuck chain's likeliest cause is the GP
         gone stale, which more tuning does not cure (a new user's change-point model: R-hat 1.16 at
         tune=6000); else the generic advice."""
         outside = self._target.likelihood_outside_vars
         if not outside:
-            return None
+            return self._gp_below_state_remedy() if self._gp_below_state() is not None else None
         return (
             f"Here the likeliest cause is the GP gone stale: the likelihood depends on {outside}, which "
             "other steps move, so the GP's values no longer describe it (the warning at construction). "
