@@ -663,7 +663,7 @@ def test_sum_terms_as_einsum_is_einsum_s_sum_to_the_bit_and_a_plain_sum_is_not()
 
 
 def test_kernel_values_by_coordinate_are_those_of_the_differences_as_stored_by_point_to_the_bit():
-    """se_values_by_coordinate (prediction rows, values-only fits) against _se_from_differences, the
+    """se_values_by_coordinate (prediction rows) against _se_from_differences, the
     kernel of se_ard_covariance and of fits with gradients, on pairwise differences of 1-20 coordinates."""
     rng = np.random.default_rng(22)
     for d in (1, 2, 5, 8, 13, 20):

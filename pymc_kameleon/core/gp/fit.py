@@ -157,7 +157,7 @@ class MarginalLikelihoodObjective:
         X = gp._X
         if gp.gradients:
             # By point, (n, n, d): the gradient blocks need every coordinate of each pair together.
-            self.R, self.differences_by_coordinate = X[:, None, :] - X[None, :, :], None
+            self.R = X[:, None, :] - X[None, :, :]
             self.squared_differences = [self.R[..., m] ** 2 for m in range(gp.dim)]
         else:
             # Values only: the squares by coordinate as one (d, n^2) matrix, for matrix-vector products.
