@@ -101,6 +101,34 @@ def test_warm_up_ends_at_initial_points_only_when_allowed_then_fits_as_the_set_d
         assert not s.after_exact_evaluation(tune=False, scanning=False, window=0, typical_step=1.0, rng=rng)
 
 
+def test_the_warm_up_fit_draws_no_random_starts(monkeypatch):
+    """The warm-up's fit runs from the data's scales only: random restarts cost twice the rest of the
+    fit and reached the same optimum in every warm-up fit probed (decision 0071). The step's random
+    stream is untouched (the control: the same fit asked for two restarts draws from it)."""
+    from pymc_kameleon.core.gp import fit as gp_fit
+
+    x, y = quadratic_points(30, d=2)
+
+    def warm_up_end(n_restarts=None):
+        s = GPTrainingSchedule(options(d=2, initial_points=30))
+        for xi, yi in zip(x, y):
+            s.add(xi, yi, tune=True)
+        if n_restarts is not None:
+            fit = GPTrainingSchedule.fit
+            monkeypatch.setattr(GPTrainingSchedule, "fit", lambda self, rng: fit(self, rng, n_restarts))
+        runs, minimize = [], gp_fit.minimize
+        monkeypatch.setattr(gp_fit, "minimize", lambda *a, **k: runs.append(1) or minimize(*a, **k))
+        rng = np.random.default_rng(5)
+        assert s.end_warm_up(tune=True, typical_step=1.0, rng=rng)
+        monkeypatch.undo()
+        return len(runs), rng.random()
+
+    runs, next_uniform = warm_up_end()
+    assert runs == 1 and next_uniform == np.random.default_rng(5).random()
+    runs, next_uniform = warm_up_end(n_restarts=2)
+    assert runs == 3 and next_uniform != np.random.default_rng(5).random()
+
+
 def test_warm_up_heuristics_set_the_lengthscales_to_the_points_spread():
     s = GPTrainingSchedule(options(d=2, initial_points=3, fit_hyperparameters=False))
     pts = np.array([[0.0, 0.0], [2.0, 0.0], [4.0, 0.0]])

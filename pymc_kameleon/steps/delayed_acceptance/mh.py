@@ -78,8 +78,7 @@ class GPDelayedAcceptanceMH(ExecutorEvaluations, GPDelayedAcceptanceStep):
       accepted or not) *and* the base proposal's coordinate scan (25 d + 50 steps) is over, so
       that the GP screens only once every coordinate's scale is known. Then length scales are set
       to the spread of those points and the signal variance to the variance of their values,
-      and (during tuning) the hyperparameters are fitted by marginal likelihood, with two random
-      restarts.
+      and (during tuning) the hyperparameters are fitted by marginal likelihood from there.
     - *Whitened inputs.* The kernel acts on coordinates whitened by the base proposal's learned
       mean and covariance (:meth:`~pymc_kameleon.core.gp.surrogate.GPSurrogate.set_input_whitening`), so its
       length scales are in posterior units and a correlated ridge looks round. At each window end
