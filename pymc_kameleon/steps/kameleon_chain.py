@@ -84,6 +84,7 @@ class KameleonChainTuning:
                 type(self).__name__, adaptation, self.target_accept, self._warnings, self._coordinate_names,
                 across_chains=self._speaks_for_population,
                 differentiable=lambda: self._target.differentiable, chain=self._chain_index,
+                gradient_split=self._target.gradient_split,
                 improper=self._improper_coordinates,
             )
             self._start_left_regions_check(adaptation)

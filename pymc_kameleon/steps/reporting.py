@@ -381,7 +381,7 @@ def warn_after_tuning(
     step_name: str, adaptation, target_accept: float, sink: StepWarnings, coordinate_names=None,
     across_chains: bool = False, steps_per_iteration: int = 1, differentiable=None,
     accept_remedy: str | None = None, chain: int | None = None,
-    iteration_budget: tuple[int, int] | None = None, improper=frozenset(),
+    iteration_budget: tuple[int, int] | None = None, improper=frozenset(), gradient_split=None,
 ) -> DrawsAgreement | None:
     """One KameleonWarning at the end of a chain's tuning, listing every problem found (none: silent).
 
@@ -389,7 +389,7 @@ def warn_after_tuning(
     :class:`DrawsAgreement` returned compares their first :data:`CROSS_CHAIN_DRAWS` draws and warns if
     they disagree, with the figure of their last tuning states if those disagreed too (None without
     ``across_chains``). ``steps_per_iteration`` and ``accept_remedy``: as :func:`tuning_problems`.
-    ``differentiable`` and ``improper``: as :class:`DrawsAgreement`'s. ``chain`` and
+    ``differentiable``, ``gradient_split`` and ``improper``: as :class:`DrawsAgreement`'s. ``chain`` and
     ``iteration_budget``: as :func:`tuning_problems`.
     """
     required = adaptation.required_tune_steps()
@@ -401,7 +401,9 @@ def warn_after_tuning(
     if across_chains:
         windows = adaptation.windows
         disagreement = cross_chain_disagreement(windows.recent_population, len(windows.accept))
-        pending = DrawsAgreement(step_name, disagreement, coordinate_names, differentiable, improper)
+        pending = DrawsAgreement(
+            step_name, disagreement, coordinate_names, differentiable, improper, gradient_split
+        )
     if problems:
         sink.warn(f"{step_name}: " + "; ".join(problems) + ".", KameleonWarning, stacklevel=3)
     return pending

@@ -127,7 +127,8 @@ class SplitTargetDensity(TargetDensity):
             shared_inputs=self.shared,
         )
         prior_out, loglik_out, other_out, *inputs_out = outputs
-        self._ask_gradient(None if self.terms else (prior_out + loglik_out, inarray))
+        question = None if self.terms else (prior_out + loglik_out, inarray)
+        self._ask_gradient(question, model, prior + loglik, vars)
         # The terms that only other steps' variables enter: constant in this block's moves, so out of the
         # likelihood its surrogate learns (they made it stale); kept for the model_logp statistic.
         self.other_likelihood_terms = [t.name for t in other_terms]

@@ -184,15 +184,20 @@ class TargetDensity:
         )
         self._fn.trust_input = True
         self.dtype = inarray.type.dtype
-        self._ask_gradient(None if self.terms else (outputs[0], inarray))
+        self._ask_gradient(None if self.terms else (outputs[0], inarray), model, exact_logp, vars)
 
     @property
     def has_estimates(self) -> bool:
         return bool(self.terms)
 
-    def _ask_gradient(self, question) -> None:
-        """Keep ``(log density graph, input)`` for :attr:`differentiable` (None: estimates, no gradient)."""
+    def _ask_gradient(self, question, model, logp, vars) -> None:
+        """Keep ``(log density graph, input)`` for :attr:`differentiable` (None: estimates, no gradient),
+        and the log density ``logp`` in the value variables ``vars`` for :meth:`gradient_split`."""
         self._gradient_question, self._differentiable = question, question is not None
+        rv_of = model.values_to_rvs
+        names = [rv_of[v].name if v in rv_of else v.name for v in vars]
+        self._black_box_question = None if question is None else (logp, list(vars), names)
+        self._split = ([], [])
 
     @property
     def differentiable(self) -> bool:
@@ -202,6 +207,17 @@ class TargetDensity:
             self._differentiable = has_gradient(*self._gradient_question)
             self._gradient_question = None
         return self._differentiable
+
+    def gradient_split(self) -> tuple[list[str], list[str]]:
+        """The block's variables (by name) through which the log density has no gradient (those that
+        enter a black-box Op), and the others. Worked out at the first call (one gradient graph per
+        variable); both empty with pseudo-marginal estimates, which have no gradient in any variable."""
+        if self._black_box_question is not None:
+            logp, values, names = self._black_box_question
+            has = [has_gradient(logp, v) for v in values]
+            self._split = ([n for n, h in zip(names, has) if not h], [n for n, h in zip(names, has) if h])
+            self._black_box_question = None
+        return self._split
 
     @property
     def current_logp(self) -> float:

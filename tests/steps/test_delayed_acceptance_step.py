@@ -1153,3 +1153,29 @@ def test_a_stuck_chain_held_by_the_gp_is_told_so():
     assert phrase in said and "the surrogate holds it there" in said and "funnel" not in said
     assert "KameleonMetropolis" in said and ("max_points" in said or "More tuning" in said), said
     assert "funnel" in stuck.text("GPDelayedAcceptanceMH", remedy=None, surrogate_below=None)
+
+
+def test_the_screens_nothing_warning_beside_other_steps_names_them_not_more_tuning():
+    """A new user's change-point model: GP-DA on the rates beside Metropolis on the change point ended
+    tuning with stage 1 passing 90% and was told to increase `tune`; tune 2000 -> 8000 took R-hat 1.011
+    -> 1.029 and ESS 765 -> 326. With likelihood variables that other steps move, the remedy names them
+    (the stale GP); a block that is the whole model keeps the advice to tune longer (the control)."""
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(0)
+    data = np.r_[rng.normal(0.0, 1.0, 30), rng.normal(1.5, 1.0, 30)]
+    passing = SimpleNamespace(warm=False, recent_stage1_rate=lambda: 0.95)
+    with pm.Model():
+        tau = pm.DiscreteUniform("tau", 0, 59)
+        mu1, mu2 = pm.Normal("mu1", 0.0, 5.0), pm.Normal("mu2", 0.0, 5.0)
+        pm.Normal("y", pm.math.switch(np.arange(60) < tau, mu1, mu2), 1.0, observed=data)
+        with pytest.warns(UserWarning, match="also depends on"):
+            step = GPDelayedAcceptanceMH([mu1, mu2])
+    message = step._screens_nothing_message(passing)
+    assert "passed 95%" in message and "['tau']" in message and "more tuning does not help" in message
+    assert "Increase `tune`" not in message and "KameleonMetropolis" in message
+    with pm.Model():
+        mu = pm.Normal("mu", 0.0, 5.0)
+        pm.Normal("y", mu, 1.0, observed=data)
+        message = GPDelayedAcceptanceMH()._screens_nothing_message(passing)
+    assert "Increase `tune`" in message and "more tuning does not help" not in message

@@ -668,6 +668,48 @@ def test_the_disagreement_warning_names_nuts_only_for_a_model_with_gradients():
     assert flags == {"plain": (True, True), "black box": (False, False)}
 
 
+def test_the_disagreement_warning_names_the_split_where_only_some_variables_enter_a_black_box():
+    """A new user's black-box decay curve beside a hierarchy: KameleonMetropolis on every variable gave
+    R-hat 1.28 and was told no more than to tune longer; KameleonMetropolis on the curve's three
+    parameters with NUTS on the rest converged (R-hat 1.003). Where only some of the block's variables
+    enter the black-box Op, the warning names that split; where all do, or none, it does not (controls)."""
+    import pytensor.tensor as pt
+    from pytensor.compile.ops import as_op
+
+    t = np.linspace(0.0, 5.0, 10)
+
+    @as_op(itypes=[pt.dscalar, pt.dscalar], otypes=[pt.dvector])
+    def decay(a, k):
+        return np.asarray(a * np.exp(-k * t))
+
+    draws = _population(0, CROSS_CHAIN_DRAWS + 50, last_offsets=(0.0, 0.0, 0.0, 3.0))
+
+    def told(split):
+        check = DrawsAgreement("KameleonMetropolis", None, ["a", "b"], lambda: False, gradient_split=split)
+        (message,) = [m for m in (check.record(rows) for rows in draws) if m]
+        return message
+
+    with pm.Model():
+        a, k = pm.Normal("a", 2.0, 1.0), pm.LogNormal("k", 0.0, 0.5)
+        sigma = pm.HalfNormal("sigma", 1.0)
+        z = pm.Normal("z", 0.0, 1.0, shape=3)
+        pm.Normal("y", decay(a, k), sigma, observed=2.0 * np.exp(-t))
+        pm.Normal("g", z, sigma, observed=[0.1, -0.2, 0.3])
+        step = KameleonMetropolis()
+        gpda = GPDelayedAcceptanceMH()
+    assert step._target.gradient_split() == (["a", "k"], ["sigma", "z"])
+    assert gpda._target.gradient_split() == (["a", "k"], ["sigma", "z"])
+    message = told(step._target.gradient_split)
+    assert "Only ['a', 'k'] enter a black-box Op" in message and "['sigma', 'z']" in message, message
+    assert "NUTS" in message
+    with pm.Model():
+        a, k = pm.Normal("a", 2.0, 1.0), pm.LogNormal("k", 0.0, 0.5)
+        pm.Normal("y", decay(a, k), 1.0, observed=2.0 * np.exp(-t))
+        only_black_box = KameleonMetropolis()._target.gradient_split
+    assert only_black_box() == (["a", "k"], [])
+    assert "NUTS" not in told(only_black_box) and "NUTS" not in told(None)
+
+
 def test_the_pooled_variant_shows_the_class_the_user_made():
     """PyMC's messages show a step's repr (found by a new user reusing a step in another model: the error
     named PooledKameleonMetropolis, a class they never made)."""

@@ -291,6 +291,7 @@ class GPDelayedAcceptanceStep(DelayedAcceptanceChecks, AdaptiveStep):
                 type(self).__name__, adaptation, self.target_accept, self._warnings, names,
                 across_chains=self._speaks_for_population,
                 differentiable=lambda: self._target.differentiable, chain=self._chain_index,
+                gradient_split=self._target.gradient_split,
                 improper=self._improper_coordinates,
                 # Other steps' moves change the likelihood under the GP, whose stage 1 then misjudges
                 # proposals (a change-point model beside a discrete step: an acceptance estimate of 1.04).
