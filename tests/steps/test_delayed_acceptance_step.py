@@ -969,10 +969,9 @@ def test_independence_weight_is_checked(bad):
             GPDelayedAcceptanceMH(independence_weight=bad)
 
 
-def test_a_stuck_chain_beside_other_steps_is_told_the_gp_went_stale():
-    """A new user's GP-DA block in a change-point model stalled after tuning and was told to tune longer
-    (R-hat 1.16 at tune=6000): with likelihood variables that other steps move, the stuck warning's
-    remedy names the stale GP instead. A block that is the whole model keeps the generic advice."""
+def _gpda_beside_a_change_point():
+    """GP-DA on the two means of a change-point model whose change point other steps sample (it warns at
+    construction), and the data."""
     rng = np.random.default_rng(0)
     data = np.r_[rng.normal(0.0, 1.0, 30), rng.normal(1.5, 1.0, 30)]
     with pm.Model():
@@ -981,6 +980,14 @@ def test_a_stuck_chain_beside_other_steps_is_told_the_gp_went_stale():
         pm.Normal("y", pm.math.switch(np.arange(60) < tau, mu1, mu2), 1.0, observed=data)
         with pytest.warns(UserWarning, match="also depends on"):
             step = GPDelayedAcceptanceMH([mu1, mu2])
+    return step, data
+
+
+def test_a_stuck_chain_beside_other_steps_is_told_the_gp_went_stale():
+    """A new user's GP-DA block in a change-point model stalled after tuning and was told to tune longer
+    (R-hat 1.16 at tune=6000): with likelihood variables that other steps move, the stuck warning's
+    remedy names the stale GP instead. A block that is the whole model keeps the generic advice."""
+    step, data = _gpda_beside_a_change_point()
     remedy = step._stuck_remedy()
     assert "GP gone stale" in remedy and "['tau']" in remedy
     with pm.Model():
@@ -1162,15 +1169,8 @@ def test_the_screens_nothing_warning_beside_other_steps_names_them_not_more_tuni
     (the stale GP); a block that is the whole model keeps the advice to tune longer (the control)."""
     from types import SimpleNamespace
 
-    rng = np.random.default_rng(0)
-    data = np.r_[rng.normal(0.0, 1.0, 30), rng.normal(1.5, 1.0, 30)]
     passing = SimpleNamespace(warm=False, recent_stage1_rate=lambda: 0.95)
-    with pm.Model():
-        tau = pm.DiscreteUniform("tau", 0, 59)
-        mu1, mu2 = pm.Normal("mu1", 0.0, 5.0), pm.Normal("mu2", 0.0, 5.0)
-        pm.Normal("y", pm.math.switch(np.arange(60) < tau, mu1, mu2), 1.0, observed=data)
-        with pytest.warns(UserWarning, match="also depends on"):
-            step = GPDelayedAcceptanceMH([mu1, mu2])
+    step, data = _gpda_beside_a_change_point()
     message = step._screens_nothing_message(passing)
     assert "passed 95%" in message and "['tau']" in message and "more tuning does not help" in message
     assert "Increase `tune`" not in message and "KameleonMetropolis" in message
