@@ -37,6 +37,12 @@ LUCKY_ESTIMATE_NATS = 1.0
 GP_BELOW_STATE_NATS = 3.0
 
 
+#: The remedy where the likelihood depends on variables other steps of a ``CompoundStep`` move.
+OUTSIDE_VARS_REMEDY = (
+    "Sample those variables with this step if they are continuous, or use KameleonMetropolis for this block."
+)
+
+
 class DelayedAcceptanceChecks:
     """What the GP delayed-acceptance steps say when tuning ends, and their remedies."""
 
@@ -104,8 +110,8 @@ class DelayedAcceptanceChecks:
             # change-point model: tune 2000 -> 8000 took R-hat 1.011 -> 1.029, ESS 765 -> 326).
             remedy = (
                 f"Here the likeliest cause is {outside}, which other steps move (the warning at "
-                "construction), so the GP's values go stale; more tuning does not help. Sample those "
-                "variables with this step if they are continuous, or use KameleonMetropolis for this block."
+                "construction), so the GP's values go stale; more tuning does not help. "
+                + OUTSIDE_VARS_REMEDY
             )
         elif self.fit_hyperparameters:
             remedy = "Increase `tune`, or pass `hyperparameters=` (with `fit_hyperparameters=False`)."
@@ -137,8 +143,7 @@ class DelayedAcceptanceChecks:
                 f"from {outside}, which other steps move (the warning at construction), not from the "
                 "estimates (log_estimate_spread gives their own sd). With noise this large delayed "
                 "acceptance sticks, and its ESS and sds can come out too small (the draws stay exact). "
-                "Sample those variables with this step if they are continuous, or use "
-                "KameleonMetropolis for this block."
+                f"{OUTSIDE_VARS_REMEDY}"
             )
         return (
             f"{type(self).__name__}: the likelihood estimates are noisy: at the end of tuning the GP "
