@@ -158,7 +158,7 @@ class SurrogateLevel(RelativeLevel):
         if math.isfinite(delta):
             self._pending.append((np.array(point.x, dtype=float, copy=True), delta, finer))
 
-    def learn(self, adaptation, rng, whitening_changed: bool = False) -> bool:
+    def learn(self, adaptation, whitening_changed: bool = False) -> bool:
         """After a step in tuning: add the recorded values and follow the schedule (warm-up end, fits), then,
         if an adaptation window ended with a new whitening, move to it and refit. Returns whether the
         correction changed."""
@@ -172,7 +172,6 @@ class SurrogateLevel(RelativeLevel):
                     scanning=adaptation.phase == "scan",
                     window=adaptation.window,
                     typical_step=adaptation.state.typical_scale,
-                    rng=rng,
                 )
         self._pending.clear()
         if whitening_changed:
@@ -181,7 +180,7 @@ class SurrogateLevel(RelativeLevel):
             # would leave the GP a handful of points.
             self.schedule.set_whitening(adaptation.state.whitening)
             if self.ready:
-                self.schedule.fit(rng)
+                self.schedule.fit()
             changed = True
         return changed and self.ready
 
@@ -203,12 +202,12 @@ class SurrogateLevel(RelativeLevel):
         schedule.gp.replace_values(np.where(finite & (delta > floor), delta, floor))
         schedule.version += 1
 
-    def end_tuning(self, adaptation, rng) -> None:
+    def end_tuning(self, adaptation) -> None:
         """Freeze: a last fit if the training set grew by a quarter, in the final whitening."""
         self._pending.clear()
         if self.ready:
             self.schedule.set_whitening(adaptation.state.whitening)
-            self.schedule.end_tuning(rng)
+            self.schedule.end_tuning()
 
 
 class MultilevelGPLevels:
@@ -227,7 +226,7 @@ class MultilevelGPLevels:
         chain = self._chain
         changed = False
         for gp_level in chain.gp_levels.values():
-            changed |= gp_level.learn(chain.adaptation, self.rng, chain.whitening_changed)
+            changed |= gp_level.learn(chain.adaptation, chain.whitening_changed)
         chain.whitening_changed = False
         return changed
 
@@ -244,7 +243,7 @@ class MultilevelGPLevels:
         """End of tuning: each GP level's last fit in the final whitening; warn if one never warmed up."""
         chain = self._chain
         for k, gp_level in chain.gp_levels.items():
-            gp_level.end_tuning(chain.adaptation, self.rng)
+            gp_level.end_tuning(chain.adaptation)
             if not gp_level.ready:
                 needed = gp_level.schedule.options.initial_points
                 self._warnings.warn(

@@ -86,7 +86,7 @@ def run_chain(kernel, n_steps, n_tune, seed):
     for t in range(n_steps):
         tune = t < n_tune
         if t == n_tune:
-            kernel.schedule.end_tuning(rng)
+            kernel.schedule.end_tuning()
             kernel.freeze(rng)
         current = state
         result = kernel.step(current, evaluation, density, rng, tune=tune)

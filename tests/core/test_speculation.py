@@ -157,7 +157,7 @@ def run(n_steps=1600, n_tune=800, seed=5, workers=0, slots=2, offset=0.0):
         for t in range(n_steps):
             tune = t < n_tune
             if t == n_tune:
-                kernel.schedule.end_tuning(rng)
+                kernel.schedule.end_tuning()
                 kernel.freeze(rng)
                 if pool is not None:
                     density.prefetch = kernel.prefetch = Prefetch(

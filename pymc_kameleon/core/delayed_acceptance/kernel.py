@@ -161,7 +161,7 @@ class DelayedAcceptanceKernel:
         if not self.seeded:
             self.seeded = True
             self.schedule.add(current, current_eval.loglik, current_eval.grad_exact_loglik, tune=tune)
-            refit = self._after_exact_evaluation(rng, tune)
+            refit = self._after_exact_evaluation(tune)
         if self.schedule.warm:
             result = self._exact_step(current, current_eval, density, rng)
         else:
@@ -231,7 +231,7 @@ class DelayedAcceptanceKernel:
         if result.gp_learns:
             evaluation = result.evaluation
             self.schedule.add(result.proposed, evaluation.loglik, evaluation.grad_exact_loglik, tune=tune)
-            refit = self._after_exact_evaluation(rng, tune)
+            refit = self._after_exact_evaluation(tune)
         if tune:
             evaluation = result.evaluation
             draw = TuningDraw(
@@ -244,14 +244,13 @@ class DelayedAcceptanceKernel:
                 self.schedule.record_stage1(result.stage1, self.adaptation.window)
         return refit
 
-    def _after_exact_evaluation(self, rng, tune: bool) -> bool:
+    def _after_exact_evaluation(self, tune: bool) -> bool:
         adaptation = self.adaptation
         return self.schedule.after_exact_evaluation(
             tune=tune,
             scanning=adaptation.phase == "scan",
             window=adaptation.window,
             typical_step=adaptation.state.typical_scale,
-            rng=rng,
         )
 
     def _adapt(self, draw: TuningDraw, rng) -> bool:
@@ -263,11 +262,11 @@ class DelayedAcceptanceKernel:
             return False
         if adaptation.window_ended_early:
             self.schedule.pause_while_walking(adaptation.window, self.pause_steps)
-        return self.schedule.window_ended(adaptation.state.whitening if changed else None, rng)
+        return self.schedule.window_ended(adaptation.state.whitening if changed else None)
 
-    def end_warm_up(self, rng, *, tune: bool) -> bool:
+    def end_warm_up(self, *, tune: bool) -> bool:
         """Screen from now on (the warm-up's heuristic hyperparameters, fitted if tuning)."""
-        return self.schedule.end_warm_up(tune=tune, typical_step=self.adaptation.state.typical_scale, rng=rng)
+        return self.schedule.end_warm_up(tune=tune, typical_step=self.adaptation.state.typical_scale)
 
     def freeze(self, rng) -> None:
         """Tuning is over: freeze the base proposal (ending the coordinate scan if tuning ended in it),

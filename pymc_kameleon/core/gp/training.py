@@ -182,7 +182,7 @@ class GPTrainingSchedule:
 
     # ------------------------------------------------------------ hyperparameters
     @one_blas_thread
-    def end_warm_up(self, *, tune: bool, typical_step: float, rng) -> bool:
+    def end_warm_up(self, *, tune: bool, typical_step: float) -> bool:
         """Set the hyperparameters (heuristics, then a fit if tuning). Returns whether it fitted.
 
         ``typical_step`` is the length-scale fallback for a coordinate whose points do not spread
@@ -203,12 +203,12 @@ class GPTrainingSchedule:
         if self.options.fit_hyperparameters and tune:
             # From the data's scales only: random restarts cost twice the rest of the fit and reached the
             # same optimum in every warm-up fit probed (decision 0071).
-            self.fit(rng)
+            self.fit()
             return True
         return False
 
     @one_blas_thread
-    def fit(self, rng, n_restarts: int = 0) -> None:
+    def fit(self) -> None:
         """Fit the hyperparameters by marginal likelihood on the latest ``fit_max_points`` points."""
         gp = self.gp
         n = gp.n_points
@@ -217,7 +217,7 @@ class GPTrainingSchedule:
         try:
             sub = gp.latest(self.options.fit_max_points)
             before = sub.loo_log_predictive_density()
-            sub.fit_hyperparameters(n_restarts=n_restarts, rng=rng)
+            sub.fit_hyperparameters()
             self.last_fit_refused = sub.loo_log_predictive_density() < before
             if self.last_fit_refused:
                 # The fit raised the marginal likelihood but predicts the points worse: keep what
@@ -249,7 +249,7 @@ class GPTrainingSchedule:
         return not tune or self.resume_window is None or window >= self.resume_window
 
     def after_exact_evaluation(
-        self, *, tune: bool, scanning: bool, window: int, typical_step: float, rng
+        self, *, tune: bool, scanning: bool, window: int, typical_step: float
     ) -> bool:
         """The schedule after a new point: end the warm-up, or fit if the set doubled (tuning only).
 
@@ -262,15 +262,15 @@ class GPTrainingSchedule:
             if self.gp.n_points >= self.options.initial_points and self.warm_up_may_end(
                 scanning=scanning, window=window, tune=tune
             ):
-                return self.end_warm_up(tune=tune, typical_step=typical_step, rng=rng)
+                return self.end_warm_up(tune=tune, typical_step=typical_step)
             return False
         if self.options.fit_hyperparameters and tune and self.gp.n_points >= self.next_fit:
-            self.fit(rng)
+            self.fit()
             return True
         return False
 
     @one_blas_thread
-    def window_ended(self, whitening, rng) -> bool:
+    def window_ended(self, whitening) -> bool:
         """An adaptation window ended (tuning): forget the transient, re-whiten, refit.
 
         The GP forgets the points from before the previous window (a walk in from a far start
@@ -287,15 +287,15 @@ class GPTrainingSchedule:
             self.gp.set_input_whitening(whitening)
         self.version += 1
         if self.options.fit_hyperparameters and not self.warm and self.gp.n_points >= 2:
-            self.fit(rng)
+            self.fit()
             return True
         return False
 
     @one_blas_thread
-    def end_tuning(self, rng) -> None:
+    def end_tuning(self) -> None:
         """A last fit if the training set grew by a quarter since the previous one."""
         if self.options.fit_hyperparameters and not self.warm and self.gp.n_points >= 1.25 * self.fitted_at:
-            self.fit(rng)
+            self.fit()
 
     @one_blas_thread
     def set_whitening(self, whitening) -> None:

@@ -270,12 +270,12 @@ class GPDelayedAcceptanceStep(DelayedAcceptanceChecks, AdaptiveStep):
         tuned = self.tune and adaptation.tune_steps > 0
         if tuned and schedule.paused:
             message = self._paused_message(schedule)  # read before the warm-up ends
-            kernel.end_warm_up(self.rng, tune=self.tune)  # screen from here on
+            kernel.end_warm_up(tune=self.tune)  # screen from here on
             self._warnings.warn(message, KameleonWarning, stacklevel=2)
         if tuned:
             # Ending tuning ends the scan too: what it was is read before.
             in_scan, planned = adaptation.phase == "scan", adaptation.state.scan_steps
-            schedule.end_tuning(self.rng)
+            schedule.end_tuning()
             for message in (
                 self._ended_warm_message(adaptation, schedule, in_scan, planned),
                 self._screens_nothing_message(schedule),
