@@ -31,6 +31,7 @@ from pymc_kameleon.steps.reporting import (
     progressbar_config,
     progressbar_update_functions,
 )
+from pymc_kameleon.steps.session_warnings import RunSessions
 from pymc_kameleon.steps.smc_start import SMCStart, SMCStarting, resolve_start
 from pymc_kameleon.steps.starts import StartSearch
 from pymc_kameleon.steps.target_density import Evaluation
@@ -79,13 +80,25 @@ class PerChainReset:
     """
 
     def _start_chain(self) -> None:
-        """``_reset_chain_state``, then the new chain's warnings told which sampling run they belong to
-        (``_warning_session``, made with the step and pickled with it), so that a warning another chain
-        of the run gave already, with other figures, is shown in short (``session_warnings.show``)."""
+        """``_reset_chain_state``; the start search's box forgotten if the prior's data changed since it
+        was built (``pm.set_data`` between two runs of one step object); then the new chain's warnings told
+        which sampling run they belong to (``_warning_session``, made with the step and pickled with it),
+        so that a warning another chain of the run gave already, with other figures, is shown in short
+        (``session_warnings.show``)."""
         self._reset_chain_state()
+        search = getattr(self, "_start_search", None)
+        if search is not None:
+            search.forget_if_prior_data_changed()
         chain_warnings = getattr(getattr(self, "_chain", None), "warnings", None)
         if isinstance(chain_warnings, StepWarnings):
             chain_warnings.session = getattr(self, "_warning_session", None)
+
+    def _join_run(self) -> None:
+        """A new chain's generator is set: its sampling run's session (:class:`RunSessions`), if the step
+        keeps one, becomes the step's ``_warning_session``."""
+        runs = getattr(self, "_run_sessions", None)
+        if runs is not None:
+            self._warning_session = runs.join(self.rng)
 
     def reset_tuning(self):
         """Reset per-chain state (PyMC 5 calls this before each chain in this process)."""
@@ -103,6 +116,7 @@ class PerChainReset:
         else:  # PyMC 6 has no set_rng
             self.rng = get_random_generator(rng, copy=False)
         self.tune = True
+        self._join_run()
         self._start_chain()
 
     def setup_chain(self, rng, tune, draws):
@@ -110,6 +124,7 @@ class PerChainReset:
         parent = getattr(super(), "setup_chain", None)
         if parent is not None:
             parent(rng, tune, draws)
+            self._join_run()
             self._start_chain()
         else:
             self.set_rng(rng)  # resets too
@@ -338,6 +353,7 @@ class AdaptiveStep(PerChainReset, SMCStarting, DrawChecks, ArrayStepShared):
         self.tune = True
         # Not from the random stream: the draws stay as they were.
         self._warning_session = uuid.uuid4().hex
+        self._run_sessions = RunSessions(self._warning_session)  # shared by PyMC's copies of the step
         super().__init__(vars, target.shared, blocked=blocked, rng=rng)
         self._start_chain()
 

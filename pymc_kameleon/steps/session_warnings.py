@@ -28,7 +28,7 @@ import pytensor
 
 from pymc_kameleon.core.warning_categories import KameleonWarning
 
-__all__ = ["StepWarnings", "carry_warnings", "in_pymc_worker", "shown_text", "user_stacklevel"]
+__all__ = ["RunSessions", "StepWarnings", "carry_warnings", "in_pymc_worker", "shown_text", "user_stacklevel"]
 
 # pm.sample(cores>1) and pm.sample_smc(cores>1) name their worker processes so (PyMC 5.28 and 6), and
 # the population sampler (pooled tuning with cores>1) its chains' processes.
@@ -82,6 +82,41 @@ def shown_text(message: str, session: str | None) -> str:
         return message
     first = _FIRST_SENTENCE_END.split(message, maxsplit=1)[0].rstrip(".")
     return f"{first}. (Another chain said the same above, with its remedy.)"
+
+
+class RunSessions:
+    """Which sampling run a chain belongs to: the ``session`` of its warnings (:func:`shown_text`).
+
+    ``pm.sample`` (PyMC 5 and 6) spawns each run's chain generators from one seed sequence, chain i's
+    with spawn key ``(i,)``. A chain of another sequence starts a new run, and so does a chain whose key
+    the current run has seen already: the step sampled again with the same ``random_seed``. One object
+    is shared by PyMC's copies of a step (pooled tuning) and pickled with it to worker processes, where
+    every chain of a run reads the same session from the same state. A session names the step's own
+    (``first``, made with the step), so that another step object sampled with the same seed has another;
+    before the first chain, and for a generator PyMC did not spawn, it is the step's own.
+
+    Without it a step object sampled again said "Another chain said the same above" of the previous
+    run's warnings, and cut them to their first sentence, their remedy dropped (a new user's trial).
+    """
+
+    def __init__(self, first: str):
+        self.session = self._step = first
+        self._entropy, self._keys, self._generation = None, set(), 0
+
+    def join(self, rng) -> str:
+        """The session of a chain whose generator is ``rng`` (PyMC's per-chain hooks)."""
+        sequence = getattr(getattr(rng, "bit_generator", None), "seed_seq", None)
+        entropy = getattr(sequence, "entropy", None)
+        if entropy is None:
+            return self.session
+        key = tuple(getattr(sequence, "spawn_key", ()))
+        if entropy != self._entropy:
+            self._entropy, self._keys, self._generation = entropy, set(), 0
+        elif key in self._keys:
+            self._keys, self._generation = set(), self._generation + 1
+        self._keys.add(key)
+        self.session = f"{self._step}-{entropy}-{self._generation}"  # another step object: another session
+        return self.session
 
 
 def _warn_in_session(value, messages):

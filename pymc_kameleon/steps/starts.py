@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 from pymc.initial_point import make_initial_point_fn
+from pytensor.graph import ancestors
 
 from pymc_kameleon.core.starts import (
     SEARCH_EVALS_PER_DIM,
@@ -70,6 +71,11 @@ class StartSearch:
         self._rvs = [model.values_to_rvs[v] for v in vars]
         # (draw function, plausible box, probe box), or False if the prior cannot be drawn
         self._compiled = None
+        # The pm.Data containers the prior draws read (a prior sd held in pm.Data), and their values
+        # when the box was built
+        graph = set(ancestors(model.free_RVs))
+        self._prior_data = [v for v in model.data_vars if v in graph]
+        self._compiled_for = None
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -99,9 +105,25 @@ class StartSearch:
             rows.append(np.concatenate([np.ravel(point[name]) for name in self._names]))
         return np.array(rows, dtype=float)
 
+    def _prior_data_values(self) -> list[np.ndarray]:
+        return [np.array(v.get_value(), copy=True) for v in self._prior_data]
+
+    def forget_if_prior_data_changed(self) -> None:
+        """A chain starts: forget the box if ``pm.set_data`` has changed data the prior reads since it was
+        built. A step object sampled again after a prior's sd held in ``pm.Data`` went from 1 to 1000 kept
+        the old box, which refused the search's start and every probe of the independence component
+        (R-hat 1.28 against a new step's 1.001, warned only as 'increase tune'; a new user's trial)."""
+        if self._compiled is None or not self._prior_data:
+            return
+        now = self._prior_data_values()
+        if any(a.shape != b.shape or not np.array_equal(a, b, equal_nan=True)
+               for a, b in zip(now, self._compiled_for)):
+            self._compiled = None
+
     def _ready(self) -> bool:
         """Compile the prior's draws and the box at first use; False if the prior cannot be drawn."""
         if self._compiled is None:
+            self._compiled_for = self._prior_data_values()
             try:
                 draw, unbounded = self._compile()
                 seeds = np.random.default_rng(_BOX_SEED).integers(2**31, size=self._box_draws)

@@ -205,3 +205,30 @@ def test_probes_beyond_the_widened_prior_box_are_not_evaluated(cls, start):
     assert step._target.n_evals == before
     assert np.isfinite(step._evaluate_probe(near).logp) and len(asked) == 1
     assert step._target.n_evals == before + 1
+
+
+@pytest.mark.parametrize("forget", [True, False], ids=["shipped", "kept-box"])
+def test_a_step_sampled_again_after_set_data_changed_its_prior_searches_as_a_new_one(forget, monkeypatch):
+    """A prior sd held in ``pm.Data`` goes from 1 to 1000 between two runs of one step object (and the
+    data to about 50): the second run's box must be the new prior's, so its draws equal a new step's
+    (PyMC 5 and 6; a new user's re-used step kept the old box, which refused the search's start and every
+    probe: R-hat 1.28 against 1.001). The control keeps the old box and differs."""
+    from pymc_kameleon.steps.starts import StartSearch
+
+    if not forget:
+        monkeypatch.setattr(StartSearch, "forget_if_prior_data_changed", lambda self: None)
+    y_new = np.random.default_rng(1).normal(50.0, 10.0, 5)
+    with pm.Model() as model:
+        prior_sd = pm.Data("prior_sd", 1.0)
+        y = pm.Data("y", np.random.default_rng(0).normal(0.3, 1.0, 5))
+        mu = pm.Normal("mu", 0.0, prior_sd, shape=3)
+        pm.Normal("obs", mu.sum(), 10.0, observed=y)
+    kw = dict(tune=300, draws=50, chains=2, cores=1, random_seed=2, **SAMPLE_KW)
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step = KameleonMetropolis()
+        pm.sample(step=step, **kw)
+        pm.set_data({"prior_sd": 1000.0, "y": y_new})
+        again = pm.sample(step=step, **kw).posterior["mu"].values
+        new = pm.sample(step=KameleonMetropolis(), **kw).posterior["mu"].values
+    assert np.array_equal(again, new) == forget

@@ -231,6 +231,54 @@ def test_a_warning_another_chain_gave_with_other_figures_is_shown_in_short():
     assert "1.4 nats (above 1.0). (Another chain" in str(caught[0].message)
 
 
+def test_a_sampling_run_is_known_by_its_chains_generators():
+    """``pm.sample`` spawns a run's chain generators from one seed sequence: chains of one run share a
+    session; the same ``random_seed`` again (a chain's spawn key seen already) and another seed start
+    new ones; a generator PyMC did not spawn keeps the session there is; another step object has its own."""
+    from pymc_kameleon.steps.session_warnings import RunSessions
+
+    runs = RunSessions("made with the step")
+    first = [runs.join(g) for g in np.random.default_rng(7).spawn(3)]
+    assert len(set(first)) == 1 and first[0] != "made with the step"
+    again = [runs.join(g) for g in np.random.default_rng(7).spawn(3)]
+    assert len(set(again)) == 1 and again[0] != first[0]
+    other = runs.join(np.random.default_rng(8).spawn(1)[0])
+    assert other not in (first[0], again[0])
+    assert runs.join(object()) == other
+    # Another step object sampled with the same seed: a session of its own.
+    assert RunSessions("another step").join(np.random.default_rng(7).spawn(1)[0]) != first[0]
+
+
+@pytest.mark.parametrize("tuning", ["per_chain", "pooled"])
+@pytest.mark.parametrize("join", [True, False], ids=["shipped", "one-session"])
+def test_a_step_sampled_again_warns_in_a_session_of_its_own(tuning, join, monkeypatch):
+    """A step object sampled twice with one ``random_seed`` (a notebook cell run again), 2 chains: the
+    second run's chains share a session that is not the first run's, so that their warnings are not cut
+    short as if another chain of the run had said them (a new user's second run read "Another chain said
+    the same above", its remedy dropped). Per-chain tuning runs both chains on the step object itself,
+    pooled tuning on PyMC's copies of it. The control: one session for the step object, as before."""
+    from pymc_kameleon.steps.session_warnings import RunSessions
+
+    if not join:
+        monkeypatch.setattr(RunSessions, "join", lambda self, rng: self.session)
+    model = gaussian_data_model()
+    with model:
+        step = KameleonMetropolis(tuning=tuning)
+
+    def sessions():
+        seen = []
+        start = type(step)._start_chain
+        monkeypatch.setattr(type(step), "_start_chain",
+                            lambda self: start(self) or seen.append(self._chain.warnings.session))
+        sample_with_seed(model, step, 5, tune=20, draws=5, chains=2, cores=1)
+        monkeypatch.setattr(type(step), "_start_chain", start)
+        return set(seen)
+
+    first, second = sessions(), sessions()
+    assert len(first) == 1 and len(second) == 1
+    assert (first != second) == join
+
+
 # Not DiscreteMetropolis: its tuning (one Robbins-Monro scale per element) has no warnings to carry.
 @pytest.mark.parametrize(
     "cls, kwargs, message",
