@@ -612,6 +612,12 @@ def test_relative_spread_is_the_sd_over_the_mean_absolute_value():
     x = np.tile([1.0, 3.0], 150)[:, None] * np.array([1.0, 1e4])
     np.testing.assert_allclose(relative_spread(x), [0.5, 0.5])
     assert np.isnan(relative_spread(np.zeros((300, 1)))[0])
+    # A coordinate that never changed (the scan rejected its few proposals) is not frozen: NaN, where its
+    # sd is the rounding of its mean; the control moves by 1e-13 of its value, and is.
+    constant = np.column_stack([x[:, 0], np.full(300, 0.1 + 0.2)])
+    assert 0 < constant[:, 1].std() and np.isnan(relative_spread(constant)[1])
+    constant[1::2, 1] *= 1.0 + 1e-13
+    assert relative_spread(constant)[1] < 1e-12
     assert np.all(np.isnan(relative_spread(x[:199])))
     x_bad = x.copy()
     x_bad[3, 1] = np.nan

@@ -223,14 +223,18 @@ def relative_spread(states) -> np.ndarray:
     estimate far too high while tuning shrank its step sizes, then learned each window's covariance
     from those moves: 4e-15 and 5e-14) and its draws repeat one point. A healthy posterior can be far
     narrower than its value (sd 0.5 at 1.7e9: 2.9e-10), so this is no test of a posterior's width.
-    NaN everywhere with fewer than 200 states or a non-finite value, and in a coordinate that stayed at 0.
+    NaN everywhere with fewer than 200 states or a non-finite value, and in a coordinate that never
+    changed: no move is no collapsed step (the coordinate scan in 115 dimensions proposes each coordinate
+    about 9 times in 1000 steps and can reject them all), and the sd of a constant is the rounding of its
+    mean (1.5e-14 of its size there, which read as frozen).
     """
     X = np.asarray(states, dtype=float)
     if not (X.ndim == 2 and X.shape[0] >= 200 and np.all(np.isfinite(X))):
         return np.full(X.shape[-1] if X.ndim == 2 else 0, math.nan)
     size = np.mean(np.abs(X), axis=0)
+    moved = np.any(X != X[0], axis=0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(size > 0, X.std(axis=0) / size, math.nan)
+        return np.where((size > 0) & moved, X.std(axis=0) / size, math.nan)
 
 
 @dataclass(frozen=True)
