@@ -31,7 +31,7 @@ from pymc_kameleon.steps.reporting import (
     progressbar_config,
     progressbar_update_functions,
 )
-from pymc_kameleon.steps.session_warnings import RunSessions
+from pymc_kameleon.steps.session_warnings import RunSessions, spawn_key
 from pymc_kameleon.steps.smc_start import SMCStart, SMCStarting, resolve_start
 from pymc_kameleon.steps.starts import StartSearch
 from pymc_kameleon.steps.target_density import Evaluation
@@ -92,6 +92,7 @@ class PerChainReset:
         chain_warnings = getattr(getattr(self, "_chain", None), "warnings", None)
         if isinstance(chain_warnings, StepWarnings):
             chain_warnings.session = getattr(self, "_warning_session", None)
+            chain_warnings.chain = spawn_key(getattr(self, "rng", None))
 
     def _join_run(self) -> None:
         """A new chain's generator is set: its sampling run's session (:class:`RunSessions`), if the step

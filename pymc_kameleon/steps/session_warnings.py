@@ -28,7 +28,15 @@ import pytensor
 
 from pymc_kameleon.core.warning_categories import KameleonWarning
 
-__all__ = ["RunSessions", "StepWarnings", "carry_warnings", "in_pymc_worker", "shown_text", "user_stacklevel"]
+__all__ = [
+    "RunSessions",
+    "StepWarnings",
+    "carry_warnings",
+    "in_pymc_worker",
+    "shown_text",
+    "spawn_key",
+    "user_stacklevel",
+]
 
 # pm.sample(cores>1) and pm.sample_smc(cores>1) name their worker processes so (PyMC 5.28 and 6), and
 # the population sampler (pooled tuning with cores>1) its chains' processes.
@@ -62,22 +70,31 @@ def user_stacklevel(default: int) -> int:
     return default
 
 
-# Per sampling run (a step's ``_warning_session``): each kind of warning shown so far -> its first text.
-_SHOWN: dict[str, dict[str, str]] = {}
+# Per sampling run (a step's ``_warning_session``): each kind of warning shown so far -> its first text and
+# the chains (spawn keys) that showed it.
+_SHOWN: dict[str, dict[str, tuple[str, set]]] = {}
 # A figure in a message: what differs between two chains' warnings of one kind.
 _FIGURE = re.compile(r"[-+]?(?:\d[\d_,]*\.?\d*|\.\d+)(?:e[-+]?\d+)?%?")
 # The end of a message's first sentence: a full stop before a capital (not "pm.sample", not "e.g. x").
 _FIRST_SENTENCE_END = re.compile(r"\.\s+(?=[A-Z])")
 
 
-def shown_text(message: str, session: str | None) -> str:
+def shown_text(message: str, session: str | None, chain=None) -> str:
     """What to show of ``message`` in a sampling run: all of it, unless another chain of the run
     (``session``) has shown a warning of the same kind (the same text but for its figures), then its
     first sentence, with its own figures, and a pointer to the other: four chains' long warnings of one
-    kind read as one."""
+    kind read as one. ``chain`` (its generator's spawn key, if known): a chain that showed this kind in the
+    session already is in a new run that kept the session (a step sampled again with the same seed and
+    ``cores>1``, whose workers never tell the step of a run), which starts afresh."""
     if session is None:
         return message
-    first_of_kind = _SHOWN.setdefault(session, {}).setdefault(_FIGURE.sub("#", message), message)
+    kind = _FIGURE.sub("#", message)
+    shown = _SHOWN.setdefault(session, {})
+    if chain is not None and chain in shown.get(kind, ("", ()))[1]:
+        shown.clear()
+    first_of_kind, chains = shown.setdefault(kind, (message, set()))
+    if chain is not None:
+        chains.add(chain)
     if message == first_of_kind:  # shown once: Python's filter keeps an identical text from repeating
         return message
     first = _FIRST_SENTENCE_END.split(message, maxsplit=1)[0].rstrip(".")
@@ -105,11 +122,9 @@ class RunSessions:
 
     def join(self, rng) -> str:
         """The session of a chain whose generator is ``rng`` (PyMC's per-chain hooks)."""
-        sequence = getattr(getattr(rng, "bit_generator", None), "seed_seq", None)
-        entropy = getattr(sequence, "entropy", None)
+        entropy, key = _seed_sequence(rng)
         if entropy is None:
             return self.session
-        key = tuple(getattr(sequence, "spawn_key", ()))
         if entropy != self._entropy:
             self._entropy, self._keys, self._generation = entropy, set(), 0
         elif key in self._keys:
@@ -119,9 +134,22 @@ class RunSessions:
         return self.session
 
 
+def _seed_sequence(rng):
+    sequence = getattr(getattr(rng, "bit_generator", None), "seed_seq", None)
+    return getattr(sequence, "entropy", None), tuple(getattr(sequence, "spawn_key", ()))
+
+
+def spawn_key(rng):
+    """Which chain of its run ``rng`` belongs to: its seed sequence's spawn key (None if PyMC did not spawn
+    it from one)."""
+    entropy, key = _seed_sequence(rng)
+    return key if entropy is not None and key else None
+
+
 def _warn_in_session(value, messages):
-    for message, category, *session in messages:
-        text = shown_text(message, session[0] if session else None)
+    for message, category, *run in messages:  # run: the session and the chain, where the step knows them
+        session, chain = (list(run) + [None, None])[:2]
+        text = shown_text(message, session, chain)
         warnings.warn(text, category, stacklevel=user_stacklevel(2))
     return value
 
@@ -165,13 +193,15 @@ class StepWarnings:
         self.n_warned = 0  # this chain's warnings so far
         #: The sampling run the chain belongs to (its step's), for :func:`shown_text`; None: show all.
         self.session = session
+        #: The chain's generator's spawn key (:func:`spawn_key`), for :func:`shown_text`; None if unknown.
+        self.chain = None
 
     def warn(self, message: str, category=KameleonWarning, stacklevel: int = 2) -> None:
         self.n_warned += 1
         if in_pymc_worker():
-            self.pending.append((message, category, self.session))
+            self.pending.append((message, category, self.session, self.chain))
         else:
-            text = shown_text(message, self.session)
+            text = shown_text(message, self.session, self.chain)
             warnings.warn(text, category, stacklevel=user_stacklevel(stacklevel + 1))
 
     def attach(self, stats: dict, key: str) -> dict:

@@ -223,12 +223,22 @@ def test_a_warning_another_chain_gave_with_other_figures_is_shown_in_short():
                      "said the same above, with its remedy.)")
     assert shown_text(said(1.25), "run b") == said(1.25)
     assert shown_text(said(1.3), None) == said(1.3)
+    # A chain that showed this kind in the run already is in a new run that kept the session (a step
+    # sampled again with the same seed on workers): in full, and the next chain's in short again.
+    assert shown_text(said(1.5), "run c", (0,)) == said(1.5)
+    assert "(Another chain" in shown_text(said(1.6), "run c", (1,))
+    assert shown_text(said(1.7), "run c", (0,)) == said(1.7)
+    assert "(Another chain" in shown_text(said(1.8), "run c", (1,))
     # Carried from a worker process: shortened where the session shows it.
     worker = StepWarnings("run a")
     value = carry_warnings(0.5, [(said(1.4), UserWarning, worker.session)])
     with pytest.warns(UserWarning) as caught:
         pickle.loads(pickle.dumps(value))
     assert "1.4 nats (above 1.0). (Another chain" in str(caught[0].message)
+    value = carry_warnings(0.5, [(said(1.9), UserWarning, "run c", (0,))])  # with the chain: run c again
+    with pytest.warns(UserWarning) as caught:
+        pickle.loads(pickle.dumps(value))
+    assert str(caught[0].message) == said(1.9)
 
 
 def test_a_sampling_run_is_known_by_its_chains_generators():
@@ -303,6 +313,21 @@ def test_tuning_warnings_reach_the_session_from_worker_processes(cls, kwargs, me
     assert len(ours) == 2
     assert all(w.category is KameleonWarning for w in ours)  # the category survives the trip back
     assert idata.sample_stats["accept"].dtype == np.float64
+
+
+def test_a_chains_warnings_know_its_spawn_key_as_pymc_hands_it_over():
+    """Where PyMC's workers never tell the step of a run (cores>1), a chain's warnings carry its generator's
+    spawn key, which shown_text reads: set by the per-chain hooks, here as in a worker (PyMC 5 set_rng,
+    PyMC 6 setup_chain); None for a generator PyMC did not spawn (the control)."""
+    model = regression_model()
+    with model:
+        step = KameleonMetropolis(tuning="per_chain")
+    hook = step.setup_chain if hasattr(pm.step_methods.arraystep.BlockedStep, "setup_chain") else None
+    for i, rng in enumerate(np.random.default_rng(4).spawn(2)):
+        hook(rng, 10, 10) if hook is not None else step.set_rng(rng)
+        assert step._chain.warnings.chain == (i,)
+    step.set_rng(np.random.Generator(np.random.PCG64()))
+    assert step._chain.warnings.chain is None
 
 
 # ======================================================================== the step contract
