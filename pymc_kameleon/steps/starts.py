@@ -15,6 +15,7 @@ import numpy as np
 from pymc.initial_point import make_initial_point_fn
 from pytensor.graph import ancestors
 
+from pymc_kameleon.core.linalg import same_array
 from pymc_kameleon.core.starts import (
     SEARCH_EVALS_PER_DIM,
     SEARCH_MAX_EVALS,
@@ -115,9 +116,7 @@ class StartSearch:
         (R-hat 1.28 against a new step's 1.001, warned only as 'increase tune'; a new user's trial)."""
         if self._compiled is None or not self._prior_data:
             return
-        now = self._prior_data_values()
-        if any(a.shape != b.shape or not np.array_equal(a, b, equal_nan=True)
-               for a, b in zip(now, self._compiled_for)):
+        if not all(same_array(a, b) for a, b in zip(self._compiled_for, self._prior_data_values())):
             self._compiled = None
 
     def _ready(self) -> bool:
