@@ -351,8 +351,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--json", type=Path, default=None, help="write the per-seed results here")
     parser.add_argument("--note", default=None, help="a line printed in the header")
     parser.add_argument("--tuning-figures", action="store_true",
-                        help="after each run, print every chain's end-of-tuning figures (drift, climb, "
-                        "gradient spread and slope), the figures the tuning warnings read")
+                        help="after each run, print every chain's end-of-tuning figures (drift, climb, each "
+                        "also over the last half; gradient spread and slope), which the tuning warnings read")
     parser.add_argument("--peers-from", type=Path, default=None,
                         help="a --json file of an earlier run: its samplers that are not run now join the "
                         "table (same posteriors and seeds; PyMC's samplers do not change with our code)")
@@ -408,8 +408,9 @@ def main(argv=None) -> dict:
                       f"[{time.perf_counter() - t0:.0f} s]", file=sys.stderr, flush=True)
                 if reports:
                     print("    end of tuning, per chain: " + "; ".join(
-                        f"drift {t.drift:.2f}, climb {t.climb:.2f}, spread {t.spread:.3f}, "
-                        f"slope {t.slope:.3f}" for t in reports), flush=True)
+                        f"drift {t.drift:.2f} (late {t.late_drift:.2f}), climb {t.climb:.2f} (late "
+                        f"{t.late_climb:.2f}), spread {t.spread:.3f}, slope {t.slope:.3f}" for t in reports),
+                        flush=True)
                     reports.clear()
                 if "skipped" in r:
                     break

@@ -683,3 +683,15 @@ def test_compare_runs_pairs_posteriors_and_ratios(tmp_path):
     assert "| a | 100–100 | 300–300 | 1.010 | 1.010 | 0.10 | 0.10 | 0.1 | 0.3 | 3.00 |" in lines
     assert "| b | skipped | | | | | | | | |" in lines
     assert lines[-1].endswith("geometric mean 3.00, smallest 3.00, largest 3.00 over 1 posteriors")
+
+
+@pytest.mark.slow
+def test_drift_without_climb_quick_mode(capsys):
+    """benchmarks/drift_without_climb.py runs end to end: one chain on the ridge, its drift and climb, and
+    draws whose sds are near the posterior's."""
+    _load("drift_without_climb").main(["--quick"])
+    out = capsys.readouterr().out
+    (row,) = [line for line in out.splitlines() if line.startswith("| search |")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert float(cells[5].split()[0]) > 0 and cells[7] in ("yes", "no")
+    assert all(0.5 < float(s) < 1.5 for s in cells[8].split())

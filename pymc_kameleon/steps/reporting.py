@@ -51,6 +51,16 @@ _DRIFT_LIMIT = 3.0
 # particle-filter chains whose steps collapsed at rho 0.8 and 0.9: 3.6e5 to 7.2e11).
 _COLLAPSED_DRIFT = 1e3
 _LATE_DRIFT_LIMIT = 1.0
+# A drift while the log density barely rose (climb below this many sqrt(d/2)) is no walk in: the chain
+# moved within the posterior, farther than the sds learned in a short tuning's earlier windows (a ridge
+# with sds 1000:4.5, tune=1500, 1 and 2 chains: drifts of 3.3-10.9 learned sds, 0.3-0.6 true ones, climbs
+# -0.4 to 0.27, draws right). Chains walking in that drifted climbed by 1.9-2.4e5 (the catalogue at
+# tune=1000 and the ridge from far starts, benchmarks/results/drift_without_climb.md). A climb that
+# arrived early does not excuse the drift: a chain that reached the ridge early and crawled along it
+# (climb 2.2e5, late climb 0.01, late drift 8.9, an sd of 11 where the posterior's is 816) warns by its
+# drift alone. Where a prior is improper a drift without a climb still warns: no tuning ends a walk
+# along a direction the data do not identify.
+_DRIFT_CLIMB_FLOOR = 1.0
 # A climb (TuningReport.climb) above CLIMB_LIMIT sqrt(d/2) means the log density was still rising,
 # unless over the last half of those states (late_climb) it rose by at most _LATE_CLIMB_LIMIT and
 # by at most _LATE_SHARE of the climb: then the chain arrived early in them (a regression from
@@ -207,9 +217,10 @@ def tuning_problems(
             "a correlation closer to 1, and start closer to the posterior (initvals); otherwise increase "
             "`tune`"
         )
+    without_climb = math.isfinite(report.climb) and report.climb < _DRIFT_CLIMB_FLOOR
     if (
         math.isfinite(report.drift) and report.drift > _DRIFT_LIMIT and not arrived_early and not frozen
-        and not collapsed
+        and not collapsed and (improper or not without_climb)
     ):
         problems.append(
             f"{subject} was still moving at the end of tuning: the mean of its last tuning states shifted "

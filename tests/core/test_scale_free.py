@@ -522,6 +522,27 @@ def test_a_drift_that_happened_early_in_the_last_tuning_states_is_not_reported()
         assert said == warns, (drift, late)
 
 
+def test_a_drift_without_a_climb_is_not_a_walk_unless_a_prior_is_improper():
+    """A chain whose last tuning states drifted by more than 3 learned sds (and not early in them) while
+    their log density rose by less than 1 sqrt(d/2) moved within the posterior, not toward it: nothing is
+    said. A climb of 1 or more, a climb that arrived early (the drift alone then warns), no log densities
+    (NaN), or an improper prior (a walk along an unidentified direction) keep the warning."""
+    import dataclasses
+
+    from pymc_kameleon.steps.reporting import tuning_problems
+
+    base = TuningReport(5000, "adaptive_metropolis", 0.25, False, math.nan, drift=6.0, late_drift=2.3)
+    cases = [  # climb, late climb, improper, warns
+        (-0.4, 0.1, (), False), (0.27, -0.3, (), False), (0.99, 0.5, (), False),
+        (1.0, 0.5, (), True), (1.9, 1.3, (), True), (2.2e5, 0.01, (), True), (math.nan, math.nan, (), True),
+        (0.27, -0.3, ("mu",), True),
+    ]
+    for climb, late, improper, warns in cases:
+        report = dataclasses.replace(base, climb=climb, late_climb=late)
+        said = "still moving" in " ".join(tuning_problems(report, 0.234, 0, 3, improper=improper))
+        assert said == warns, (climb, late, improper)
+
+
 def test_gradient_spread_is_sd_times_root_mean_square_gradient():
     """Hand-computed: states alternating 1 and 3 (sd 1) with gradients alternating 2 and -2 (root mean
     square 2) give 2; states scaled by 1e4 with gradients scaled by 1e-4 give the same (unit-free)."""

@@ -192,6 +192,40 @@ def test_a_chain_that_arrived_early_in_tuning_is_not_called_climbing():
     assert not any("still climbing" in m or "still moving" in m for m in messages), messages
 
 
+def _ridge():
+    """mu ~ N(0, 1000) in 3-d, five observations of sum(mu) with noise sd 10: a flat ridge, posterior
+    sds about 816 along it and 4.5 across it."""
+    y = np.random.default_rng(1).normal(50.0, 10.0, 5)
+    model = pm.Model()
+    with model:
+        mu = pm.Normal("mu", 0, 1000.0, shape=3)
+        pm.Normal("y", mu.sum(), 10.0, observed=y)
+    return model
+
+
+@pytest.mark.parametrize("far", [False, True], ids=["search-start", "far-start"])
+def test_a_chain_exploring_a_ridge_is_not_called_still_moving(far):
+    """A new user's single chain on a ridge (tune=1500): its last tuning states drifted by 10.9 sds of
+    the covariance learned in its earlier windows, which were 18 times too narrow along the ridge (0.6
+    true sds), at a log density that did not rise (climb -0.32); its draws are right, and it was told it
+    was still moving. Control: from a start 3 prior sds out (no start search, tune=1000) the chain
+    reaches the ridge but crawls along it (an sd of 11 where the posterior's is 816), and warns."""
+    model = _ridge()
+    if far:
+        model.set_initval(model["mu"], np.full(3, 3000.0))
+    with model, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        idata = pm.sample(step=KameleonMetropolis(start="initial_point" if far else "search"),
+                          tune=1000 if far else 1500, draws=3000, chains=1, random_seed=3 if far else 2,
+                          progressbar=False, compute_convergence_checks=False)
+    moving = [str(w.message) for w in caught if "still moving at the end of tuning" in str(w.message)]
+    sds = idata.posterior["mu"].values.reshape(-1, 3).std(axis=0)
+    if far:
+        assert sds.min() < 100.0 and moving  # wrong, and says so
+    else:
+        assert np.all(np.abs(sds / 816.5 - 1.0) < 0.1) and not moving, (sds, moving)
+
+
 # GP-DA MALA (issue 16): the scale-free adaptation (scan, windows, whitened GP) made it right on
 # both models from PyMC's start. Before: sd(b) 4% of the truth on two normals, R-hat 1.95.
 # 1500 draws: with 750, R-hat(a) at seed 3 was 1.0201 once the 2026-11-25 environment came in (seeds
