@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from pymc.vartypes import discrete_types
 
-from pymc_kameleon.steps.variables import has_improper_prior, indexed_names
+from pymc_kameleon.steps.variables import has_improper_prior, indexed_names, ordered_value_variables
 
 __all__ = [
     "check_continuous",
@@ -130,12 +130,12 @@ def nan_prior_hint(variables) -> str:
     value variable is named ``*_ordered__``): PyMC's SMC draws its elements from the prior independently, so
     they are out of order and the transform gives NaN (a new user's ``pm.NormalMixture`` with ordered means
     and an ``OrderedLogistic``'s cutpoints, PyMC 5 and 6); else ``""``."""
-    ordered = [v.name for v in variables if v.name.endswith("_ordered__")]
+    ordered = ordered_value_variables(variables)
     if not ordered:
         return ""
     return (
         f" {ordered} {'has' if len(ordered) == 1 else 'have'} PyMC's ordered transform, which is NaN at "
         "PyMC's SMC prior draws (each element drawn on its own, out of order): start the particles from "
         "sorted prior draws (pm.sample_smc(start=...), in these unconstrained coordinates), or sample with "
-        'KameleonMetropolis(start=SMCStart(reference="mode")), which tempers from around the mode.'
+        "KameleonMetropolis(start='smc'), whose run tempers from around the mode for such a model."
     )

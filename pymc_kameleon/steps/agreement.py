@@ -126,11 +126,14 @@ class DrawsAgreement:
         The coordinates with an improper prior (``pm.Flat``, ``pm.HalfFlat``): where the chains disagree
         most in one of them, the warning first names an improper posterior, which no longer tuning cures
         (collinear predictors under flat priors: the chains drifted apart by 1e5 sds).
+    smc_start : bool, default False
+        Whether the run started from an SMC run (``start='smc'``): the warning does not advise it again.
     """
 
     def __init__(self, step_name: str, tuning=None, coordinate_names=None, differentiable=None,
-                 improper=frozenset(), gradient_split=None):
+                 improper=frozenset(), gradient_split=None, smc_start: bool = False):
         self.step_name = step_name
+        self.smc_start = smc_start
         self.tuning = tuning
         self.coordinate_names = coordinate_names
         self.differentiable = differentiable
@@ -198,15 +201,27 @@ class DrawsAgreement:
             "(on this package's benchmark latent GP regression NUTS gave R-hat 1.003, KameleonMetropolis "
             "1.15). Otherwise:" if gradients else self._split_remedy()
         )
+        if self.smc_start:
+            smc = (
+                "this run started from a tempered SMC run already (start='smc'): more particles "
+                "(SMCStart(particles=...)) and longer tuning"
+            )
+        else:
+            smc = (
+                "start from a tempered SMC run and propose through a map fitted to its particles, "
+                "KameleonMetropolis(start='smc') (many more evaluations)"
+            )
         return (
             f"{self.step_name}: {said}, so the chains mix too slowly for the tuning they had, or one is "
             f"stuck in a mode of its own, and the draws do not agree yet.{improper}{nuts} increase `tune` "
             "and "
             "`draws`; or reparameterise (a hierarchy whose groups the data barely inform samples better "
-            "non-centred, one they determine well centred); or start the chains closer to the posterior "
-            "(initvals); for a curved posterior that longer tuning does not fix, start from a tempered SMC "
-            "run and propose through a map fitted to its particles, KameleonMetropolis(start='smc') (many "
-            "more evaluations); for well-separated modes of similar widths, use pm.sample_smc(kernel=KASS), "
-            "whose tempering weighs them (it too can lose a mode much narrower than the others, without a "
-            "warning). Check R-hat over all the draws."
+            "non-centred, one they determine well centred; a mixture whose components can swap labels has "
+            "one mode per labelling, across which pooled tuning learns one covariance that fits none: order "
+            "the components, transform=pm.distributions.transforms.ordered on their locations with an "
+            "ordered initval, or else tune each chain alone, tuning='per_chain'); or start the chains closer "
+            f"to the posterior (initvals); for a curved posterior that longer tuning does not fix, {smc}; "
+            "for well-separated modes of similar widths, use pm.sample_smc(kernel=KASS), whose tempering "
+            "weighs them (it too can lose a mode much narrower than the others, without a warning). Check "
+            "R-hat over all the draws."
         )

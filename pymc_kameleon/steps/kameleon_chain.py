@@ -85,7 +85,7 @@ class KameleonChainTuning:
                 across_chains=self._speaks_for_population,
                 differentiable=lambda: self._target.differentiable, chain=self._chain_index,
                 gradient_split=self._target.gradient_split,
-                improper=self._improper_coordinates,
+                improper=self._improper_coordinates, smc_start=self._smc_start is not None,
             )
             self._start_left_regions_check(adaptation)
         adaptation.end_tuning(self.rng)

@@ -393,6 +393,7 @@ def warn_after_tuning(
     across_chains: bool = False, steps_per_iteration: int = 1, differentiable=None,
     accept_remedy: str | None = None, chain: int | None = None,
     iteration_budget: tuple[int, int] | None = None, improper=frozenset(), gradient_split=None,
+    smc_start: bool = False,
 ) -> DrawsAgreement | None:
     """One KameleonWarning at the end of a chain's tuning, listing every problem found (none: silent).
 
@@ -400,8 +401,8 @@ def warn_after_tuning(
     :class:`DrawsAgreement` returned compares their first :data:`CROSS_CHAIN_DRAWS` draws and warns if
     they disagree, with the figure of their last tuning states if those disagreed too (None without
     ``across_chains``). ``steps_per_iteration`` and ``accept_remedy``: as :func:`tuning_problems`.
-    ``differentiable``, ``gradient_split`` and ``improper``: as :class:`DrawsAgreement`'s. ``chain`` and
-    ``iteration_budget``: as :func:`tuning_problems`.
+    ``differentiable``, ``gradient_split``, ``improper`` and ``smc_start``: as :class:`DrawsAgreement`'s.
+    ``chain`` and ``iteration_budget``: as :func:`tuning_problems`.
     """
     required = adaptation.required_tune_steps()
     problems = tuning_problems(
@@ -413,7 +414,7 @@ def warn_after_tuning(
         windows = adaptation.windows
         disagreement = cross_chain_disagreement(windows.recent_population, len(windows.accept))
         pending = DrawsAgreement(
-            step_name, disagreement, coordinate_names, differentiable, improper, gradient_split
+            step_name, disagreement, coordinate_names, differentiable, improper, gradient_split, smc_start
         )
     if problems:
         sink.warn(f"{step_name}: " + "; ".join(problems) + ".", KameleonWarning, stacklevel=3)

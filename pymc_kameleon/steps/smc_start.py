@@ -42,7 +42,7 @@ from pymc_kameleon.core.validation import unexpected_keyword_error
 from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.steps.population import _sample_argument, variables_outside_block
 from pymc_kameleon.steps.starts import STARTS
-from pymc_kameleon.steps.variables import coordinate_names, has_improper_prior
+from pymc_kameleon.steps.variables import coordinate_names, has_improper_prior, ordered_value_variables
 
 __all__ = [
     "REFERENCES", "SMC_START_PARTICLES", "SMCStart", "SMCStartResult", "SMCStarting", "improper_variables",
@@ -85,9 +85,10 @@ class SMCStart:
         Gaussian around the density's mode (:func:`~pymc_kameleon.core.smc.reference.mode_reference`:
         Powell's method from the model's initial point, then each coordinate's sd 30 times what its
         curvature there implies), for models whose prior SMC cannot draw from: an improper prior
-        (``pm.Flat``, ``pm.HalfFlat``). By default (None) the prior where every prior is proper, else the
-        mode. The variables' initvals are set aside for the run from the prior (PyMC's SMC would start
-        every particle there; the chains start at particles anyway).
+        (``pm.Flat``, ``pm.HalfFlat``), or a variable with PyMC's ordered transform (whose prior draws are
+        out of order). By default (None) the prior where PyMC's SMC can draw from it, else the mode. The
+        variables' initvals are set aside for the run from the prior (PyMC's SMC would start every
+        particle there; the chains start at particles anyway).
     """
 
     particles: int = SMC_START_PARTICLES
@@ -149,7 +150,7 @@ class SMCStart:
                     )
                 except (ValueError, FloatingPointError, np.linalg.LinAlgError) as err:
                     # KASS's own errors say what failed (particles collapsed at a tiny beta, ...); say whose.
-                    other = "'mode'" if reference == "prior" else "'prior' if every prior is proper"
+                    other = "'mode'" if reference == "prior" else "'prior' if PyMC's SMC can draw from it"
                     raise type(err)(
                         f"{step_name}: the SMC run of start='smc' failed: {err} Try more particles "
                         "(SMCStart(particles=...)), a higher threshold "
@@ -191,10 +192,13 @@ class SMCStart:
 
     def reference_for(self, model) -> str:
         """``"prior"`` or ``"mode"``: what a run on ``model`` tempers from (``reference``, or by default
-        the prior where PyMC's SMC can draw from it)."""
+        the prior where PyMC's SMC can draw from it: not from an improper prior, nor from a variable with
+        PyMC's ordered transform, whose elements it draws out of order, where the log prior is NaN; a new
+        user's ordinal regression failed with start='smc' at 1915 of 2000 particles)."""
         if self.reference is not None:
             return self.reference
-        return "mode" if improper_variables(model) else "prior"
+        drawable = not improper_variables(model) and not ordered_value_variables(model.value_vars)
+        return "prior" if drawable else "mode"
 
 
 _RESERVED = frozenset({

@@ -51,6 +51,12 @@ def has_improper_prior(rv) -> bool:
     return rv.owner is not None and isinstance(rv.owner.op, FlatRV | HalfFlatRV)
 
 
+def ordered_value_variables(variables) -> list[str]:
+    """The names of the value variables with PyMC's ordered transform (named ``*_ordered__``): PyMC's SMC
+    draws their elements from the prior one by one, out of order, where the transform gives NaN."""
+    return [v.name for v in variables if v.name.endswith("_ordered__")]
+
+
 def improper_prior_coordinates(vars, initial_point, model) -> frozenset[int]:
     """The raveled block's coordinates (indices, in :func:`coordinate_names`' order) whose variable has
     an improper prior, ``pm.Flat`` or ``pm.HalfFlat``: where the data do not identify such a variable the

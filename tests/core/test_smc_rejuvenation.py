@@ -231,7 +231,7 @@ def test_poor_mixing_log_names_noisy_estimates_where_the_likelihood_is_estimated
     log = PoorMixingLog(max_steps=100, adaptive=True, estimated=True)
     log.record(7, 0.9, 0.18, 100, 0.02)
     capped = log.warning("KASS", 8)
-    assert capped.startswith("KASS: 1 of 8 stage reached the cap") and "non-centred" in capped
+    assert capped.startswith("KASS: 1 of 8 stages reached the cap") and "non-centred" in capped
     assert "The likelihood here is estimated" in capped and "log_estimate_spread" in capped
     log.record(8, 1.0, 0.0, 100, 1.0)
     assert "barely mixed" in log.warning("KASS", 8) and "log_estimate_spread" in log.warning("KASS", 8)

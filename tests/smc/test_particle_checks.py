@@ -32,7 +32,7 @@ def test_an_ordered_variable_is_named_with_the_remedies(initval):
     message = str(caught.value)
     assert ("identical" in message) == (initval is not None)
     assert "['mu_ordered__'] has PyMC's ordered transform" in message
-    assert "pm.sample_smc(start=...)" in message and 'SMCStart(reference="mode")' in message
+    assert "pm.sample_smc(start=...)" in message and "KameleonMetropolis(start='smc')" in message
 
 
 def test_the_hint_is_only_for_ordered_variables():

@@ -346,6 +346,26 @@ def test_an_improper_prior_tempers_from_the_mode(caplog):
     np.testing.assert_array_equal(model.rvs_to_initial_values[model["mu"]], [-0.5, 0.5])
 
 
+def test_an_ordered_variable_tempers_from_the_mode_by_default():
+    """PyMC's SMC draws an ordered variable's elements out of order, where its transform is NaN: a new
+    user's ordinal regression failed with start='smc' (NaN log prior at 1915 of 2000 particles). Its run
+    now tempers from around the mode, and the cutpoints come out in order. Control: reference='prior' on
+    the same model is the error that names the ordered variable."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=150)
+    y = np.searchsorted(np.array([-1.5, -0.3, 0.8, 2.0]), 1.2 * x + rng.logistic(size=150))
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0, 2)
+        cutpoints = pm.Normal("cutpoints", 0, 3, shape=4, transform=pm.distributions.transforms.ordered,
+                              initval=np.array([-2.0, -0.5, 0.5, 2.0]))
+        pm.OrderedLogistic("y", eta=beta * x, cutpoints=cutpoints, observed=y)
+    assert SMCStart().reference_for(model) == "mode"
+    result = SMCStart(PARTICLES).run(model, ["beta", "cutpoints"], seed=2)
+    assert result.reference == "mode" and np.all(np.isfinite(result.particles))
+    with pytest.raises(ValueError, match=r"\['cutpoints_ordered__'\] has PyMC's ordered transform"):
+        SMCStart(PARTICLES, reference="prior").run(model, ["beta", "cutpoints"], seed=2)
+
+
 def test_a_density_without_a_mode_is_an_error_that_says_why():
     """The mode search of an improper model can run where the density is unbounded: a centred hierarchy's
     funnel (Flat mu), or a HalfFlat scale with data that a location fits exactly (a parameter check there

@@ -386,7 +386,7 @@ class PoorMixingLog:
         stage = max(known, key=known.get) if known else self.stages[-1][0]
         beta, accept = next((b, a) for s, b, a, _ in self.stages if s == stage)
         unmoved = f" {known[stage]:.1%} of the particles had never moved," if known else ""
-        plural = "s" if len(self.stages) > 1 else ""
+        plural = "s" if n_stages != 1 else ""  # "1 of 15 stages", "1 of 1 stage"
         return (
             f"{sampler}: {len(self.stages)} of {n_stages} stage{plural} reached the cap of "
             f"max_steps={self.max_steps} sweeps with particles that had not moved: at stage {stage} "

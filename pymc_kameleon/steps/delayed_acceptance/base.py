@@ -292,7 +292,7 @@ class GPDelayedAcceptanceStep(DelayedAcceptanceChecks, AdaptiveStep):
                 across_chains=self._speaks_for_population,
                 differentiable=lambda: self._target.differentiable, chain=self._chain_index,
                 gradient_split=self._target.gradient_split,
-                improper=self._improper_coordinates,
+                improper=self._improper_coordinates, smc_start=self._smc_start is not None,
                 # Other steps' moves change the likelihood under the GP, whose stage 1 then misjudges
                 # proposals (a change-point model beside a discrete step: an acceptance estimate of 1.04).
                 accept_remedy=(
