@@ -140,6 +140,10 @@ def side_stream(rng: np.random.Generator) -> np.random.Generator:
     return np.random.Generator(jumped()) if jumped is not None else rng.spawn(1)[0]
 
 
+# Added to the error for a start of zero density where the start search ran.
+_NOTHING_FOUND = " The start search found no point of finite density in the prior's draws either."
+
+
 @dataclass(eq=False, kw_only=True)
 class ChainState:
     """What a step keeps per chain, made afresh by ``_reset_chain_state`` (and pickled with the step).
@@ -408,6 +412,39 @@ class AdaptiveStep(PerChainReset, SMCStarting, DrawChecks, ArrayStepShared):
         """What the start search evaluates (an object with ``evaluate(x).logp``): the target; MLDA's
         coarsest level."""
         return self._target
+
+    def _start_search_due(self) -> bool:
+        """Whether the chain's start may still move: its first tuning step, with ``start="search"`` or
+        ``"smc"``."""
+        return (
+            not self._chain.searched and self.tune
+            and (self._smc_start is not None or self.start == "search")
+        )
+
+    def _current_evaluation(self, y, point_map_info):
+        """The current state and its evaluation, after the start search of a chain's first tuning step
+        (:meth:`_search_start`): ``(state, evaluation, moved)``. A given start of zero density is an error
+        unless the search moves the chain: PyMC's initial point of pm.Uniform(0, 1000) is 500, where data
+        up to 620 give zero density, and NUTS refuses it too; the search finds the support. A NaN there
+        (a model's failure, such as a solver's) stays an error."""
+        target = self._target
+        evaluation = target.current(y, point_map_info, self.rng, zero_density_ok=self._start_search_due())
+        found = self._search_start(y, evaluation.logp)
+        if found is not None:
+            return found[0], found[1], True
+        if not np.isfinite(evaluation.logp):
+            raise ValueError(target.zero_density_message(evaluation.logp, y, point_map_info) + _NOTHING_FOUND)
+        return y, evaluation, False
+
+    def _check_population_start(self, y, point_map_info) -> None:
+        """In the main process, before PyMC's chain processes start (where an error reaches the user as
+        a bare EOFError): the error of a chain's start of zero or undefined density, unless the density
+        is zero, a start search will move the chain, and the prior's draws include a point of finite
+        density."""
+        searching = self.tune and self.start == "search" and self._start_search is not None
+        logp = self._target.check_start(y, point_map_info, zero_density_ok=searching)
+        if logp == -np.inf and not self._start_search.finds_finite(self._search_density):
+            raise ValueError(self._target.zero_density_message(logp, y, point_map_info) + _NOTHING_FOUND)
 
     def _search_start(self, y, log_density: float):
         """At the chain's first tuning step with ``start="search"``: move to the start the search finds

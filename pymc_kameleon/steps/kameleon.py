@@ -387,10 +387,8 @@ class KameleonMetropolis(KameleonChainTuning, AdaptiveStep):
             self._examine_independence(chain.adaptation)
         evals_before = target.n_evals
         estimates_before = target.n_estimates
-        logp_y = target.current(y, q0.point_map_info, self.rng).logp
-        found = self._search_start(y, logp_y)
-        if found is not None:
-            y, logp_y = found[0], found[1].logp
+        y, evaluation, _ = self._current_evaluation(y, q0.point_map_info)
+        logp_y = evaluation.logp
         self._warn_if_untuned()
         try:
             result = metropolis_hastings_step(chain.proposal, y, logp_y, target.evaluate, self.rng)

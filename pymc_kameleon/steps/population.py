@@ -100,7 +100,7 @@ class PooledTuning:
         if parallel:
             # In PyMC's chain processes this error would reach the user as a bare EOFError.
             start = DictToArrayBijection.map({v.name: population[chain_index][v.name] for v in self.vars})
-            self._target.check_start(start.data, start.point_map_info)
+            self._check_population_start(start.data, start.point_map_info)
         if chain_index == 0 and parallel:
             self._warn_if_population_cannot_travel()
         if chain_index == 0 and _sample_callback() is not None:

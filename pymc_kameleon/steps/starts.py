@@ -26,7 +26,10 @@ from pymc_kameleon.core.starts import (
 from pymc_kameleon.steps.population import variables_outside_block
 from pymc_kameleon.steps.variables import has_improper_prior
 
-__all__ = ["BLOCK_BOX_DRAWS", "BOX_DRAWS", "PROBE_BOX_WIDENING", "SEARCH_CANDIDATES", "STARTS", "StartSearch"]
+__all__ = [
+    "BLOCK_BOX_DRAWS", "BOX_DRAWS", "PROBE_BOX_WIDENING", "SEARCH_CANDIDATES", "STARTS", "StartSearch",
+    "ZERO_DENSITY_DRAWS",
+]
 
 STARTS = ("search", "initial_point")
 #: Prior draws each chain searches from (besides keeping its given start).
@@ -51,6 +54,11 @@ BLOCK_BOX_DRAWS = 1000
 #: density of -inf: they only inform the adaptation, and a new user's SIR ODE, asked by a probe of an
 #: extrapolated fitted shape for gamma = 3.3e6 (33 prior sds out), never finished its solve.
 PROBE_BOX_WIDENING = 4.0
+#: Prior draws a chain whose given start has zero density may evaluate (beyond its candidates) until
+#: :data:`SEARCH_CANDIDATES` of them have a finite density: Powell cannot leave a point of zero density,
+#: and a prior's draws can miss a support that the data cut (pm.Uniform(0, 1000) for a maximum the data
+#: say is at least 620: PyMC's initial point, 500, has zero density, and so do 62% of the draws).
+ZERO_DENSITY_DRAWS = 100
 _BOX_SEED = 20261127
 
 
@@ -152,7 +160,39 @@ class StartSearch:
         except Exception:  # noqa: BLE001 - as above, for this chain's draws
             return None
         dim = candidates.shape[1]
+        if not np.isfinite(start_log_density):
+            candidates = self._finite_candidates(draw, candidates, target, rng)
         return search_start(
             lambda x: target.evaluate(x).logp, start, start_log_density, candidates, box,
             min(SEARCH_EVALS_PER_DIM * dim, SEARCH_MAX_EVALS), run_elsewhere,
         )
+
+    def _finite_candidates(self, draw, candidates, target, rng) -> np.ndarray:
+        """For a start of zero density: of ``candidates`` and then up to :data:`ZERO_DENSITY_DRAWS` more
+        prior draws (seeded from ``rng``), the first :data:`SEARCH_CANDIDATES` with a finite density
+        (``candidates`` if none has one: the search then keeps the start)."""
+        finite = [x for x in candidates if np.isfinite(target.evaluate(x).logp)]
+        for seed in rng.integers(2**31, size=ZERO_DENSITY_DRAWS):
+            if len(finite) >= SEARCH_CANDIDATES:
+                break
+            try:
+                (x,) = self._draws(draw, [seed])
+            except Exception:  # noqa: BLE001 - as for the candidates: no search
+                break
+            if np.isfinite(target.evaluate(x).logp):
+                finite.append(x)
+        return np.array(finite[:SEARCH_CANDIDATES]) if finite else candidates
+
+    def finds_finite(self, target) -> bool:
+        """Whether prior draws (the candidates of :meth:`run` for a start of zero density, from a generator
+        of their own) include one of finite density: a search from such a start will find one."""
+        if not self._ready():
+            return False
+        draw = self._compiled[0]
+        seeds = np.random.default_rng(_BOX_SEED + 1).integers(2**31, size=SEARCH_CANDIDATES)
+        try:
+            candidates = self._draws(draw, seeds)
+        except Exception:  # noqa: BLE001 - as in run
+            return False
+        found = self._finite_candidates(draw, candidates, target, np.random.default_rng(_BOX_SEED + 2))
+        return bool(np.isfinite(target.evaluate(found[0]).logp))

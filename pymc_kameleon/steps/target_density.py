@@ -442,11 +442,14 @@ class TargetDensity:
         self.accept(self._cur_q, refreshed)
         return True
 
-    def current(self, y, point_map_info, rng) -> Evaluation:
+    def current(self, y, point_map_info, rng, zero_density_ok: bool = False) -> Evaluation:
         """Evaluation at the current state ``y``, cached; never a fresh estimate at an unchanged point.
 
         ``rng`` is the step's generator; at a chain's first step it seeds the estimators' own
-        generator, so ``pm.sample(random_seed=...)`` reproduces the estimates.
+        generator, so ``pm.sample(random_seed=...)`` reproduces the estimates. A state of zero (or
+        undefined) density is an error (:meth:`zero_density_message`), unless ``zero_density_ok`` and the
+        density is zero (not NaN, a model's failure): then its evaluation is returned, not kept (a start
+        the start search is about to leave).
         """
         if self.terms and self.estimator_rng is None:
             self.estimator_rng = np.random.default_rng(rng.integers(2**63))
@@ -475,6 +478,8 @@ class TargetDensity:
         evaluation = Evaluation(
             exact + sum(estimates), exact, tuple(estimates), inputs, **parts, auxiliaries=tuple(auxiliaries)
         )
+        if evaluation.logp == -math.inf and zero_density_ok and not self.terms:
+            return evaluation
         if not math.isfinite(evaluation.logp):
             detail = f"; exact part {exact}, log-estimates {list(estimates)}" if self.terms else ""
             if self.terms and math.isfinite(exact):
@@ -484,11 +489,12 @@ class TargetDensity:
                     "start is chance, or a sign of too few samples per estimate (log_estimate_spread reports "
                     "their zero_fraction)"
                 )
-            raise ValueError(self._zero_density_start(evaluation.logp, y, point_map_info, detail))
+            raise ValueError(self.zero_density_message(evaluation.logp, y, point_map_info, detail))
         self.accept(y, evaluation)
         return evaluation
 
-    def _zero_density_start(self, logp, y, point_map_info, detail: str = "") -> str:
+    def zero_density_message(self, logp, y, point_map_info, detail: str = "") -> str:
+        """The error for a chain that cannot start at ``y``, whose log density is ``logp`` (-inf or NaN)."""
         where = "a point of zero density" if logp == -math.inf else "a point where the density is undefined"
         return (
             f"{self.step_name}: the model log density at the current point is {logp} "
@@ -497,14 +503,16 @@ class TargetDensity:
             "give a zero likelihood), or check the model with model.point_logps()."
         )
 
-    def check_start(self, y, point_map_info) -> None:
+    def check_start(self, y, point_map_info, zero_density_ok: bool = False) -> float:
         """The ValueError :meth:`current` raises at a start of zero density, without counting an evaluation
         or keeping a state (pooled tuning checks each chain's start in the main process with
         ``cores>1``, where PyMC turns an error in a chain's process into a bare EOFError). Models with
-        pseudo-marginal terms tune per chain and are not checked here."""
+        pseudo-marginal terms tune per chain and are not checked here. Returns the log density;
+        ``zero_density_ok``: as for :meth:`current`."""
         logp = self._exact_quietly(np.asarray(y, dtype=self.dtype))
-        if not math.isfinite(logp):
-            raise ValueError(self._zero_density_start(logp, y, point_map_info))
+        if not math.isfinite(logp) and not (zero_density_ok and logp == -math.inf):
+            raise ValueError(self.zero_density_message(logp, y, point_map_info))
+        return logp
 
     def _exact_quietly(self, x) -> float:
         try:

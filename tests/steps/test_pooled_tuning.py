@@ -117,6 +117,48 @@ def test_a_start_of_zero_density_with_cores_2_is_the_clear_error(cls):
                       **SAMPLE_KW)
 
 
+def _serial_numbers(feasible=True):
+    """The German tank problem: serial numbers up to 620 seen, N ~ U(0, 1000). PyMC's initial point, N =
+    500, has zero density; the posterior is proportional to N^-6 on [620, 1000]. Not ``feasible``: a
+    Potential leaves finite density only above N = 999.999999, where no prior draw falls."""
+    with pm.Model() as model:
+        n = pm.Uniform("N", 0, 1000)
+        pm.Uniform("x", 0, n, observed=np.array([120.0, 255.0, 61.0, 190.0, 620.0, 77.0]))
+        if not feasible:
+            pm.Potential("wall", pm.math.switch(n > 999.999999, 0.0, -np.inf))
+    return model
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cls", [KameleonMetropolis, GPDelayedAcceptanceMH])
+def test_a_start_of_zero_density_is_left_by_the_start_search(cls):
+    """A new user's German tank problem: PyMC's initial point has zero density (NUTS refuses it too) and
+    the step raised. The start search now leaves it, from prior draws of finite density (62% of the
+    prior's draws have none), with cores=1 and 2 alike (the same draws), and the posterior is right.
+    Controls: start='initial_point' is the error; so is a model where no prior draw has a finite
+    density, which says the search found none, in the main process with cores=2 too."""
+    from scipy import integrate
+
+    moments = [integrate.quad(lambda n, k=k: n**k * n**-6.0, 620, 1000)[0] for k in (0, 1, 2)]
+    mean = moments[1] / moments[0]
+    sd = np.sqrt(moments[2] / moments[0] - mean**2)
+    draws = {}
+    for cores in (1, 2):
+        with _serial_numbers(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            idata = pm.sample(step=cls(), chains=4, cores=cores, tune=2000, draws=2000, random_seed=1,
+                              **SAMPLE_KW)
+        draws[cores] = idata.posterior["N"].values
+    np.testing.assert_array_equal(draws[1], draws[2])
+    assert abs(draws[1].mean() - mean) < 0.2 * sd and abs(draws[1].std() / sd - 1) < 0.1, draws[1].mean()
+    with _serial_numbers(), pytest.raises(ValueError, match="current point is -inf"):
+        pm.sample(step=cls(start="initial_point"), chains=2, cores=1, tune=50, draws=10, random_seed=1,
+                  **SAMPLE_KW)
+    for cores in (1, 2):
+        with _serial_numbers(feasible=False), pytest.raises(ValueError, match="found no point of finite"):
+            pm.sample(step=cls(), chains=2, cores=cores, tune=50, draws=10, random_seed=1, **SAMPLE_KW)
+
+
 @pytest.mark.parametrize("cls", [KameleonMetropolis, GPDelayedAcceptanceMH])
 def test_tuning_cut_short_in_the_scan_leaves_chains_that_move(cls):
     """tune=100 in 9 dimensions ends inside the coordinate scan (275 steps). The draws' walk took its

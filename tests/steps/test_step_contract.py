@@ -568,17 +568,23 @@ def test_invalid_options_name_the_option(case, options, option):
 @each_continuous_step
 @each_model
 def test_nonfinite_start_is_a_clear_error(case, model_name):
+    """A start of undefined density (NaN, a model's failure) is an error; so is one of zero density (-inf)
+    where no start search leaves it: start='initial_point', or an estimated likelihood (never searched)."""
     model, step = _make(case, model_name)
     start = model.initial_point()
     (name,) = start
-    for bad in (math.nan, -math.inf):
-        start_chain(step, 1)
+    kept = case.make(model, pseudo_marginal=model_name == "pseudo_marginal", start="initial_point")
+    for bad, tried in ((math.nan, step), (-math.inf, kept)):
+        start_chain(tried, 1)
         with pytest.raises(ValueError, match=rf"log density at the current point is {bad}.*{name}="):
-            step.step({name: np.full_like(start[name], bad)})
-    # Control: from a finite start the same step moves on.
-    start_chain(step, 1)
-    _, record = run_steps(step, start, 3)
-    assert np.isfinite(record["stat/model_logp"]).all()
+            tried.step({name: np.full_like(start[name], bad)})
+    # Control: from a finite start the same step moves on; so does it from -inf, searched from.
+    zero = {name: np.full_like(start[name], -np.inf)}
+    starts = [start] + ([] if model_name == "pseudo_marginal" else [zero])
+    for first in starts:
+        start_chain(step, 1)
+        _, record = run_steps(step, first, 3)
+        assert np.isfinite(record["stat/model_logp"]).all()
 
 
 @each_step

@@ -345,10 +345,8 @@ class GPDelayedAcceptanceStep(DelayedAcceptanceChecks, AdaptiveStep):
         target = self._target
         evals_before = target.n_evals
         estimates_before = target.n_estimates
-        current_eval = target.current(current, q0.point_map_info, self.rng)
-        found = self._search_start(current, current_eval.logp)
-        if found is not None:
-            current, current_eval = found
+        current, current_eval, moved = self._current_evaluation(current, q0.point_map_info)
+        if moved:
             kernel.schedule.add(current, current_eval.loglik, current_eval.grad_exact_loglik, tune=True)
         self._warn_if_untuned(kernel.adaptation)
         result = kernel.step(current, current_eval, target, self.rng, tune=self.tune)
