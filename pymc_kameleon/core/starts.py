@@ -75,8 +75,11 @@ class PlausibleBox:
         r"""The box about the same centre with ``factor`` times the half-widths,
         :math:`c \pm f (u - \ell) / 2` with :math:`c = (\ell + u) / 2`; unbounded coordinates stay so."""
         bounded = np.isfinite(self.lower) & np.isfinite(self.upper)
-        centre = np.where(bounded, 0.5 * (self.lower + self.upper), 0.0)
-        half = np.where(bounded, 0.5 * factor * (self.upper - self.lower), np.inf)
+        # Bounds only where bounded: -inf + inf would be NaN with NumPy's "invalid value" warning (a
+        # pm.Flat's coordinate), which a user's warnings filter can turn into an error.
+        lower, upper = np.where(bounded, self.lower, 0.0), np.where(bounded, self.upper, 0.0)
+        centre = 0.5 * (lower + upper)
+        half = np.where(bounded, 0.5 * factor * (upper - lower), np.inf)
         return PlausibleBox(centre - half, centre + half)
 
 
