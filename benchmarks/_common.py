@@ -21,8 +21,12 @@ from __future__ import annotations
 import os
 import platform
 import time
+from contextlib import contextmanager
 
-__all__ = ["BLAS_THREAD_VARIABLES", "CountedCall", "environment_line", "one_blas_thread", "start_chain"]
+__all__ = [
+    "BLAS_THREAD_VARIABLES", "CountedCall", "environment_line", "one_blas_thread", "start_chain",
+    "tuning_reports",
+]
 
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -118,3 +122,22 @@ def timed_sample(model, step, *, tune: int, draws: int, chains: int, seed: int):
         idata = pm.sample(draws=draws, tune=tune, chains=chains, cores=1, step=step, random_seed=seed,
                           progressbar=False, compute_convergence_checks=False, discard_tuned_samples=False)
     return idata, time.perf_counter() - start
+
+
+@contextmanager
+def tuning_reports():
+    """Every chain's end-of-tuning report (``ScaleFreeAdaptation.report``, which the tuning warnings read),
+    kept in the list this yields while the context lasts (``cores=1``: each chain's is made here)."""
+    from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
+
+    kept, report = [], ScaleFreeAdaptation.report
+
+    def recorded(self):
+        kept.append(report(self))
+        return kept[-1]
+
+    ScaleFreeAdaptation.report = recorded
+    try:
+        yield kept
+    finally:
+        ScaleFreeAdaptation.report = report

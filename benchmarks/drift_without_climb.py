@@ -14,15 +14,18 @@ Run: ``OPENBLAS_NUM_THREADS=1 python -W ignore benchmarks/drift_without_climb.py
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import warnings
 
-import numpy as np
 import pymc as pm
 
 from pymc_kameleon import KameleonMetropolis
-from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
+from pymc_kameleon.problems.scales import FLAT_RIDGE_SD, flat_ridge
 
-POSTERIOR_SD = 816.5  # sd of each mu: sqrt of the diagonal of (I / 1000^2 + 5 * ones / 10^2)^-1
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/, also when loaded by path
+from _common import tuning_reports  # noqa: E402
+
 FAR_STARTS = [  # (tune, start, seed): off the ridge, or on it and far along
     (1000, (3000.0, 3000.0, 3000.0), 3),
     (1000, (2000.0, -2000.0, 52.0), 2),
@@ -32,37 +35,18 @@ FAR_STARTS = [  # (tune, start, seed): off the ridge, or on it and far along
 ]
 
 
-def ridge(start=None) -> pm.Model:
-    """The ridge, with ``start`` as mu's initial value (PyMC's default if None)."""
-    y = np.random.default_rng(1).normal(50.0, 10.0, 5)
-    with pm.Model() as model:
-        mu = pm.Normal("mu", 0, 1000.0, shape=3, initval=None if start is None else np.array(start))
-        pm.Normal("y", mu.sum(), 10.0, observed=y)
-    return model
-
-
 def run(tune: int, start, seed: int, chains: int, draws: int) -> list[str]:
     """One pm.sample; a table row per chain."""
-    reports, report = [], ScaleFreeAdaptation.report
-
-    def kept(self):
-        reports.append(report(self))
-        return reports[-1]
-
-    ScaleFreeAdaptation.report = kept
-    try:
-        with ridge(start), warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            step = KameleonMetropolis(start="search" if start is None else "initial_point")
-            idata = pm.sample(step=step, tune=tune, draws=draws, chains=chains, cores=1, random_seed=seed,
-                              progressbar=False, compute_convergence_checks=False)
-    finally:
-        ScaleFreeAdaptation.report = report
+    with tuning_reports() as reports, flat_ridge(start), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        step = KameleonMetropolis(start="search" if start is None else "initial_point")
+        idata = pm.sample(step=step, tune=tune, draws=draws, chains=chains, cores=1, random_seed=seed,
+                          progressbar=False, compute_convergence_checks=False)
     moving = " ".join(str(w.message) for w in caught if "still moving at the end of tuning" in str(w.message))
     rows = []
     for chain, r in enumerate(reports):
         said = f"chain {chain} was still moving" in moving or (chains == 1 and bool(moving))
-        sds = idata.posterior["mu"].values[chain].std(axis=0) / POSTERIOR_SD
+        sds = idata.posterior["mu"].values[chain].std(axis=0) / FLAT_RIDGE_SD
         where = "search" if start is None else start
         rows.append(
             f"| {where} | {tune} | {chains} | {seed} | {chain} | {r.drift:.2f} ({r.late_drift:.2f}) |"

@@ -51,8 +51,10 @@ Usage::
 """
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import platform
 import subprocess
 import sys
@@ -68,6 +70,9 @@ import numpy as np
 import pymc as pm
 import pytensor
 from pytensor.gradient import NullTypeGradError
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/, also when loaded by path
+from _common import tuning_reports  # noqa: E402
 
 import pymc_kameleon
 from pymc_kameleon import GPDelayedAcceptanceMALA, GPDelayedAcceptanceMH, KameleonMetropolis, SMCStart
@@ -302,21 +307,6 @@ def _git_describe() -> str:
     return f"pymc_kameleon from {root}, commit {commit}{' + uncommitted changes' if dirty else ''}"
 
 
-def _record_tuning_reports() -> list:
-    """Keep every chain's end-of-tuning report (``ScaleFreeAdaptation.report``, which the warnings read)
-    in the list returned, from now on in this process (``cores=1``: each chain's is made here)."""
-    from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
-
-    kept, report = [], ScaleFreeAdaptation.report
-
-    def recorded(self):
-        kept.append(report(self))
-        return kept[-1]
-
-    ScaleFreeAdaptation.report = recorded
-    return kept
-
-
 def main(argv=None) -> dict:
     """Run the benchmark; print (and optionally write) the markdown table.
 
@@ -383,7 +373,8 @@ def main(argv=None) -> dict:
     print("\n".join(header), flush=True)
 
     logging.getLogger("pymc").setLevel(logging.WARNING)  # no "Sequential sampling ..." per run
-    reports = _record_tuning_reports() if args.tuning_figures else None
+    # Kept for the rest of the process, as the runs below go on.
+    reports = contextlib.ExitStack().enter_context(tuning_reports()) if args.tuning_figures else None
     store = ReferenceStore(args.reference_file, refresh=args.refresh_reference, cores=cores)
     results, rows, sources = {}, [], {}
     start = time.perf_counter()

@@ -5,7 +5,9 @@
 - :func:`gaussian_50d`: a 50-d correlated Gaussian with sds 0.1 to 10;
 - :func:`two_normals_observed`: the steps' robustness tests' two normals (priors 1e-2 and 1e4
   wide, one observation each), exact sds :data:`TWO_NORMALS_OBSERVED_A_SD` and
-  :data:`TWO_NORMALS_OBSERVED_B_SD`.
+  :data:`TWO_NORMALS_OBSERVED_B_SD`;
+- :func:`flat_ridge`: a 3-d ridge with sds about 1000:4.5 (the end-of-tuning drift's test and
+  benchmark), exact sd of each coordinate :data:`FLAT_RIDGE_SD`.
 
 All references are exact. The catalogue's builders return ``(model, reference, initvals)`` (see
 :mod:`~pymc_kameleon.problems.reference`); :func:`two_normals_observed` returns the model alone,
@@ -18,8 +20,10 @@ import numpy as np
 import pymc as pm
 
 __all__ = [
+    "FLAT_RIDGE_SD",
     "TWO_NORMALS_OBSERVED_A_SD",
     "TWO_NORMALS_OBSERVED_B_SD",
+    "flat_ridge",
     "gaussian_50d",
     "normals_5d_scales",
     "two_normals",
@@ -78,4 +82,30 @@ def two_normals_observed():
         b = pm.Normal("b", 0, 1e4)
         pm.Normal("ya", a, 1e-3, observed=0.0)
         pm.Normal("yb", b, 1e3, observed=0.0)
+    return model
+
+
+#: The posterior sd of each coordinate of :func:`flat_ridge`: the square root of the diagonal of
+#: :math:`(I / 1000^2 + 5 \cdot \mathbf{1}\mathbf{1}^\top / 10^2)^{-1}`.
+FLAT_RIDGE_SD = 816.5
+
+
+def flat_ridge(start=None):
+    """mu ~ N(0, 1000) in 3-d and five observations of sum(mu) with noise sd 10: a flat ridge, posterior
+    sds about 816 along it and 4.5 across it.
+
+    Parameters
+    ----------
+    start : array of shape (3,), optional
+        mu's initial value (PyMC's default, the prior mean, if None).
+
+    Returns
+    -------
+    pymc.Model
+        Free variable ``mu``; each coordinate's posterior sd is :data:`FLAT_RIDGE_SD`.
+    """
+    y = np.random.default_rng(1).normal(50.0, 10.0, 5)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 1000.0, shape=3, initval=None if start is None else np.asarray(start))
+        pm.Normal("y", mu.sum(), 10.0, observed=y)
     return model

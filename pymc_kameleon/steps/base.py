@@ -453,16 +453,12 @@ class AdaptiveStep(PerChainReset, SMCStarting, DrawChecks, ArrayStepShared):
         objective for a search. The search's evaluations count in the step's evaluation statistics.
         With ``start="smc"``, the start from the SMC run instead (:meth:`_start_from_smc`).
         """
-        chain = self._chain
-        if chain.searched:
-            return None
-        chain.searched = True
-        if not self.tune:
+        due = self._start_search_due()
+        self._chain.searched = True
+        if not due:  # with a PseudoMarginalPotential never "search" (resolve_start)
             return None
         if self._smc_start is not None:
             return self._start_from_smc(y)
-        if self.start != "search":  # with a PseudoMarginalPotential never "search" (resolve_start)
-            return None
         elsewhere = self._search_elsewhere()
         found = self._start_search.run(self._search_density, y, log_density, self.rng, elsewhere)
         if found is None or not found.moved:

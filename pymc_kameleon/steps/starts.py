@@ -161,16 +161,17 @@ class StartSearch:
             return None
         dim = candidates.shape[1]
         if not np.isfinite(start_log_density):
-            candidates = self._finite_candidates(draw, candidates, target, rng)
+            finite = self._finite_draws(draw, candidates, target, rng)
+            candidates = np.array(finite) if finite else candidates  # none: the search keeps the start
         return search_start(
             lambda x: target.evaluate(x).logp, start, start_log_density, candidates, box,
             min(SEARCH_EVALS_PER_DIM * dim, SEARCH_MAX_EVALS), run_elsewhere,
         )
 
-    def _finite_candidates(self, draw, candidates, target, rng) -> np.ndarray:
+    def _finite_draws(self, draw, candidates, target, rng) -> list[np.ndarray]:
         """For a start of zero density: of ``candidates`` and then up to :data:`ZERO_DENSITY_DRAWS` more
-        prior draws (seeded from ``rng``), the first :data:`SEARCH_CANDIDATES` with a finite density
-        (``candidates`` if none has one: the search then keeps the start)."""
+        prior draws (seeded from ``rng``), the first :data:`SEARCH_CANDIDATES` with a finite density (an
+        empty list if none has one)."""
         finite = [x for x in candidates if np.isfinite(target.evaluate(x).logp)]
         for seed in rng.integers(2**31, size=ZERO_DENSITY_DRAWS):
             if len(finite) >= SEARCH_CANDIDATES:
@@ -181,7 +182,7 @@ class StartSearch:
                 break
             if np.isfinite(target.evaluate(x).logp):
                 finite.append(x)
-        return np.array(finite[:SEARCH_CANDIDATES]) if finite else candidates
+        return finite[:SEARCH_CANDIDATES]
 
     def finds_finite(self, target) -> bool:
         """Whether prior draws (the candidates of :meth:`run` for a start of zero density, from a generator
@@ -194,5 +195,4 @@ class StartSearch:
             candidates = self._draws(draw, seeds)
         except Exception:  # noqa: BLE001 - as in run
             return False
-        found = self._finite_candidates(draw, candidates, target, np.random.default_rng(_BOX_SEED + 2))
-        return bool(np.isfinite(target.evaluate(found[0]).logp))
+        return bool(self._finite_draws(draw, candidates, target, np.random.default_rng(_BOX_SEED + 2)))

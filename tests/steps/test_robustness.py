@@ -13,6 +13,7 @@ from pymc_kameleon.problems.hierarchical import eight_schools_noncentred, eight_
 from pymc_kameleon.problems.regressions import UNSTANDARDISED_REGRESSION_FAR_START as FAR
 from pymc_kameleon.problems.regressions import unstandardised_regression as regression
 from pymc_kameleon.problems.regressions import unstandardised_regression_reference
+from pymc_kameleon.problems.scales import FLAT_RIDGE_SD, flat_ridge
 from pymc_kameleon.problems.scales import TWO_NORMALS_OBSERVED_A_SD as A_SD
 from pymc_kameleon.problems.scales import TWO_NORMALS_OBSERVED_B_SD as B_SD
 from pymc_kameleon.problems.scales import two_normals_observed as two_normals
@@ -192,17 +193,6 @@ def test_a_chain_that_arrived_early_in_tuning_is_not_called_climbing():
     assert not any("still climbing" in m or "still moving" in m for m in messages), messages
 
 
-def _ridge():
-    """mu ~ N(0, 1000) in 3-d, five observations of sum(mu) with noise sd 10: a flat ridge, posterior
-    sds about 816 along it and 4.5 across it."""
-    y = np.random.default_rng(1).normal(50.0, 10.0, 5)
-    model = pm.Model()
-    with model:
-        mu = pm.Normal("mu", 0, 1000.0, shape=3)
-        pm.Normal("y", mu.sum(), 10.0, observed=y)
-    return model
-
-
 @pytest.mark.parametrize("far", [False, True], ids=["search-start", "far-start"])
 def test_a_chain_exploring_a_ridge_is_not_called_still_moving(far):
     """A new user's single chain on a ridge (tune=1500): its last tuning states drifted by 10.9 sds of
@@ -210,10 +200,7 @@ def test_a_chain_exploring_a_ridge_is_not_called_still_moving(far):
     true sds), at a log density that did not rise (climb -0.32); its draws are right, and it was told it
     was still moving. Control: from a start 3 prior sds out (no start search, tune=1000) the chain
     reaches the ridge but crawls along it (an sd of 11 where the posterior's is 816), and warns."""
-    model = _ridge()
-    if far:
-        model.set_initval(model["mu"], np.full(3, 3000.0))
-    with model, warnings.catch_warnings(record=True) as caught:
+    with flat_ridge(np.full(3, 3000.0) if far else None), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         idata = pm.sample(step=KameleonMetropolis(start="initial_point" if far else "search"),
                           tune=1000 if far else 1500, draws=3000, chains=1, random_seed=3 if far else 2,
@@ -223,7 +210,7 @@ def test_a_chain_exploring_a_ridge_is_not_called_still_moving(far):
     if far:
         assert sds.min() < 100.0 and moving  # wrong, and says so
     else:
-        assert np.all(np.abs(sds / 816.5 - 1.0) < 0.1) and not moving, (sds, moving)
+        assert np.all(np.abs(sds / FLAT_RIDGE_SD - 1.0) < 0.1) and not moving, (sds, moving)
 
 
 # GP-DA MALA (issue 16): the scale-free adaptation (scan, windows, whitened GP) made it right on
