@@ -11,6 +11,9 @@ start jittered by U(-1, 1) (PyMC's jitter) and its coordinates are not bounded.
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+
 import numpy as np
 from pymc.initial_point import make_initial_point_fn
 from pytensor.graph import ancestors
@@ -109,9 +112,10 @@ class StartSearch:
 
     def _draws(self, draw, seeds) -> np.ndarray:
         rows = []
-        for seed in seeds:
-            point = draw(int(seed))
-            rows.append(np.concatenate([np.ravel(point[name]) for name in self._names]))
+        with _quietly():
+            for seed in seeds:
+                point = draw(int(seed))
+                rows.append(np.concatenate([np.ravel(point[name]) for name in self._names]))
         return np.array(rows, dtype=float)
 
     def _prior_data_values(self) -> list[np.ndarray]:
@@ -132,11 +136,12 @@ class StartSearch:
         if self._compiled is None:
             self._compiled_for = self._prior_data_values()
             try:
-                draw, unbounded = self._compile()
-                seeds = np.random.default_rng(_BOX_SEED).integers(2**31, size=self._box_draws)
-                box_draws = self._draws(draw, seeds)
-                box = PlausibleBox.from_draws(box_draws, unbounded)
-                self._compiled = (draw, box, box.widened(PROBE_BOX_WIDENING))
+                with _quietly():
+                    draw, unbounded = self._compile()
+                    seeds = np.random.default_rng(_BOX_SEED).integers(2**31, size=self._box_draws)
+                    box_draws = self._draws(draw, seeds)
+                    box = PlausibleBox.from_draws(box_draws, unbounded)
+                    self._compiled = (draw, box, box.widened(PROBE_BOX_WIDENING))
             except Exception:  # noqa: BLE001 - any failure to draw from the prior means: no search
                 self._compiled = False
         return self._compiled is not False
@@ -196,3 +201,16 @@ class StartSearch:
         except Exception:  # noqa: BLE001 - as in run
             return False
         return bool(self._finite_draws(draw, candidates, target, np.random.default_rng(_BOX_SEED + 2)))
+
+
+
+@contextlib.contextmanager
+def _quietly():
+    """The search's own prior draws and box, with warnings ignored: they are the search's, not the
+    user's, and a filter that turns warnings into errors (``-W error``, a notebook's
+    ``warnings.simplefilter("error")``) made a prior draw's warning (a ``pm.CustomDist`` random that
+    warns) an exception that switched the search off without a word: the chain started at PyMC's
+    initial point and other draws followed."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield

@@ -154,6 +154,8 @@ class TargetDensity:
         self.terms = pseudo_marginal_terms(model)
         self.shared = make_shared_replacements(initial_point, vars, model)
         self._compile(model, vars, initial_point, compile_kwargs)
+        # What a start's error needs to name the block in the model's own units (compiled then).
+        self._model_units = (model, list(vars), initial_point)
         self._input_counts = [len(t.inputs) for t in self.terms]
         self.n_evals = 0
         self.n_estimates = 0
@@ -498,10 +500,39 @@ class TargetDensity:
         where = "a point of zero density" if logp == -math.inf else "a point where the density is undefined"
         return (
             f"{self.step_name}: the model log density at the current point is {logp} "
-            f"({describe_point(y, point_map_info)}{detail}). The chain cannot start from {where}: pass "
+            f"({self._describe_start(y, point_map_info)}{detail}). The chain cannot start from {where}: pass "
             "`initvals` to pm.sample where the model's log density is finite (finite values can still "
             "give a zero likelihood), or check the model with model.point_logps()."
         )
+
+    def _describe_start(self, y, point_map_info) -> str:
+        """``y`` by the model's variables in their own units, each transformed one followed by the value
+        the step samples: ``N=500 (N_interval__=0)``. A new user's pm.Uniform(0, 1000) read only
+        ``N_interval__=0.``, the transformed coordinate, for PyMC's initial point N = 500. The values
+        the step samples alone where the model's values cannot be computed."""
+        model, vars, initial_point = getattr(self, "_model_units", (None, None, None))
+        sampled = describe_point(y, point_map_info)
+        if model is None or not any(model.rvs_to_transforms.get(model.values_to_rvs.get(v)) for v in vars):
+            return sampled
+        try:
+            rvs = [model.values_to_rvs[v] for v in vars]
+            outputs, inarray = join_nonshared_inputs(
+                point=initial_point, outputs=model.replace_rvs_by_values(rvs), inputs=vars,
+                shared_inputs=self.shared,
+            )
+            values = pytensor.function([inarray], outputs)(np.asarray(y, dtype=inarray.type.dtype))
+        except Exception:  # noqa: BLE001 - the error being written matters, not this detail of it
+            return sampled
+        parts = []
+        starts = np.cumsum([0] + [info[2] for info in point_map_info])
+        for rv, value, (name, shape, size, _dtype), start in zip(rvs, values, point_map_info, starts):
+            own = f"{rv.name}={np.array2string(np.asarray(value), precision=4, threshold=6)}"
+            if model.rvs_to_transforms.get(rv) is not None:
+                sampled_value = np.asarray(y[start : start + size]).reshape(shape)
+                own += f" ({name}={np.array2string(sampled_value, precision=4, threshold=6)})"
+            parts.append(own)
+        text = ", ".join(parts)
+        return text if len(text) <= 300 else text[:297] + "..."
 
     def check_start(self, y, point_map_info, zero_density_ok: bool = False) -> float:
         """The ValueError :meth:`current` raises at a start of zero density, without counting an evaluation

@@ -129,6 +129,14 @@ def _serial_numbers(feasible=True):
     return model
 
 
+@pytest.mark.parametrize("cls", [KameleonMetropolis, GPDelayedAcceptanceMH])
+def test_a_start_of_zero_density_is_named_in_the_models_units(cls):
+    """The error names N = 500, PyMC's initial point, and then the value the step samples (a new user
+    read only ``N_interval__=0.``)."""
+    with _serial_numbers(), pytest.raises(ValueError, match=r"is -inf \(N=500\. \(N_interval__=0\.\)\)"):
+        pm.sample(step=cls(start="initial_point"), chains=1, tune=50, draws=10, random_seed=1, **SAMPLE_KW)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("cls", [KameleonMetropolis, GPDelayedAcceptanceMH])
 def test_a_start_of_zero_density_is_left_by_the_start_search(cls):

@@ -171,6 +171,49 @@ def test_a_prior_draw_that_raises_leaves_the_chain_at_its_start(monkeypatch):
     assert (idata.warmup_sample_stats["logp_evals"].values[:, 0] <= 2).all()
 
 
+class _PriorDrawWarning(UserWarning):
+    pass
+
+
+def _warning_prior_model():
+    """A pm.CustomDist whose random warns at every draw, started 50 prior sds out."""
+    def random(mu, rng=None, size=None):
+        warnings.warn("a simulator's note at every draw", _PriorDrawWarning, stacklevel=2)
+        return rng.normal(mu, 1.0, size=size)
+
+    with pm.Model() as model:
+        a = pm.CustomDist("a", 0.0, random=random, logp=lambda v, mu: -0.5 * (v - mu) ** 2, initval=50.0)
+        pm.Normal("y", a, 1.0, observed=[0.1, -0.2])
+    return model
+
+
+def _sample_erroring_on(category, model):
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        warnings.simplefilter("error", category)
+        return pm.sample(step=KameleonMetropolis(), tune=20, draws=5, chains=1, random_seed=1,
+                         discard_tuned_samples=False, **SAMPLE_KW)
+
+
+@pytest.mark.parametrize("quiet", [True, False])
+def test_a_warnings_filter_that_raises_leaves_the_search_as_it_was(quiet, monkeypatch):
+    """The search's prior draws ignore warnings: a user's filter that makes a prior draw's warning an
+    error (``-W error``) switched the search off silently (the chain stayed at 50, other draws).
+    The negative control (quiet=False) puts the user's filter back in force."""
+    import contextlib
+
+    from pymc_kameleon.steps import starts
+
+    if not quiet:
+        monkeypatch.setattr(starts, "_quietly", contextlib.nullcontext)
+    plain = _sample_erroring_on(RuntimeWarning, _warning_prior_model())
+    strict = _sample_erroring_on(_PriorDrawWarning, _warning_prior_model())
+    assert plain.warmup_sample_stats["logp_evals"].values[0, 0] > 20
+    searched = strict.warmup_sample_stats["logp_evals"].values[0, 0] > 20
+    same = np.array_equal(plain.posterior["a"].values, strict.posterior["a"].values)
+    assert (searched and same) == quiet
+
+
 @pytest.mark.parametrize("cls", [KameleonMetropolis, GPDelayedAcceptanceMH])
 @pytest.mark.parametrize("start", ["search", "initial_point"])
 def test_probes_beyond_the_widened_prior_box_are_not_evaluated(cls, start):
