@@ -19,6 +19,15 @@ __all__ = [
 ]
 
 
+#: Where pm.sample_smc(return_inferencedata=False) keeps the stage statistics (a new user converted its
+#: MultiTrace with pm.to_inference_data and was told the result was not from pm.sample_smc).
+_MULTITRACE_NOTE = (
+    " With return_inferencedata=False PyMC keeps the per-stage statistics on the MultiTrace's report "
+    "(trace.report.log_marginal_likelihood: a chain's list of stages, the last one its log evidence, "
+    "without an error bar), and pm.to_inference_data(trace) does not carry them."
+)
+
+
 def stage_stats(idata, name: str) -> list[np.ndarray]:
     """Per-chain arrays of one per-stage statistic (``beta``, ``nu2``, ...), as floats.
 
@@ -37,18 +46,19 @@ def stage_stats(idata, name: str) -> list[np.ndarray]:
     if not hasattr(idata, "groups"):  # a MultiTrace (return_inferencedata=False), a dict, ...
         raise TypeError(
             f"Expected the InferenceData that pm.sample_smc returns, got a {type(idata).__name__}: sample "
-            "with return_inferencedata=True (PyMC's default) and pass its result."
+            "with return_inferencedata=True (PyMC's default) and pass its result." + _MULTITRACE_NOTE
         )
     stats = getattr(idata, "sample_stats", None)
     if stats is None or name not in stats:
         have = sorted(stats.data_vars) if stats is not None else []
         why = "" if "log_marginal_likelihood" in have else (
             " (it is not from pm.sample_smc, whose sample_stats hold log_marginal_likelihood and beta per "
-            "stage)"
+            "stage, or it was made by pm.to_inference_data from pm.sample_smc's MultiTrace, which leaves "
+            "them out)"
         )
         raise ValueError(
             f"This InferenceData has no per-stage statistic {name!r}{why}; its sample_stats hold: "
-            f"{', '.join(have) if have else 'nothing'}."
+            f"{', '.join(have) if have else 'nothing'}." + ("" if have else _MULTITRACE_NOTE)
         )
     n_chains = int(idata.posterior.sizes["chain"])
     if STAGE_DIM in stats[name].dims:  # stage_dataset's layout: NaN after a chain's last stage

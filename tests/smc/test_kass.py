@@ -263,6 +263,20 @@ def test_stage_stats_with_several_chains():
     np.testing.assert_array_equal(log_z, [chain[-1] for chain in lml])
 
 
+def test_a_multitrace_and_its_conversion_are_told_where_the_stage_stats_are():
+    """pm.sample_smc(return_inferencedata=False) keeps the stage statistics on trace.report, and
+    pm.to_inference_data leaves them out: a new user was told the converted result was not from
+    pm.sample_smc. Both errors now say where the log evidence is, and it is there."""
+    with linear_model():
+        trace = pm.sample_smc(kernel=KASS, draws=100, chains=1, random_seed=1, progressbar=False,
+                              return_inferencedata=False, n_steps=1)
+        converted = pm.to_inference_data(trace)
+    for given, error in ((trace, TypeError), (converted, ValueError)):
+        with pytest.raises(error, match=r"trace\.report\.log_marginal_likelihood"):
+            log_evidence(given)
+    assert np.isfinite(np.asarray(trace.report.log_marginal_likelihood, dtype=float).reshape(-1)[-1])
+
+
 def _narrow_mean_model():
     y = np.random.default_rng(0).normal(1.0, 0.3, size=30)
     with pm.Model() as model:
