@@ -30,7 +30,7 @@ from pymc_kameleon.core.smc.evidence import (
     slowest_chain_autocorrelation,
     waste_free_relative_variance,
 )
-from pymc_kameleon.core.smc.population import adapt_log_scale
+from pymc_kameleon.core.smc.population import adapt_log_scale, wrap_about_mean_direction
 from pymc_kameleon.core.smc.rejuvenation import (
     CollapsedParticlesError,
     PoorMixingLog,
@@ -45,7 +45,7 @@ from pymc_kameleon.core.smc.waste_free import (
 from pymc_kameleon.smc._batched import BatchedSMCKernel
 from pymc_kameleon.smc.kass_checks import KASSChecks
 from pymc_kameleon.smc.kass_moves import KASSMoves
-from pymc_kameleon.smc.particle_checks import check_continuous, coordinate_labels
+from pymc_kameleon.smc.particle_checks import check_continuous, circular_columns, coordinate_labels
 
 __all__ = ["ASMC", "KASS"]
 
@@ -306,6 +306,7 @@ class KASS(KASSChecks, KASSMoves, BatchedSMCKernel):
         super().__init__(*args, batch_logp=batch_logp, **kwargs)
         check_subsample_size(n_subsample, sum(size for _, size in self.var_info.values()))
         self._coordinate_names = coordinate_labels(self.variables, self.var_info)  # for the warnings
+        self._circular = circular_columns(self.variables, self.var_info, modelcontext(kwargs.get("model")))
 
         self.bandwidth_spec = bandwidth
         self.gamma_spec = gamma
@@ -406,6 +407,9 @@ class KASS(KASSChecks, KASSMoves, BatchedSMCKernel):
         (:func:`~pymc_kameleon.core.smc.rejuvenation.fit_stage_proposal`).
         """
         scale = math.exp(self._log_scale)
+        # Angles (pm.VonMises) into one period about their mean direction: the copies of the posterior
+        # 2 pi apart are one on the circle, and the moves are fitted to one of them.
+        self.tempered_posterior = wrap_about_mean_direction(self.tempered_posterior, self._circular)
         X, kernel = self.tempered_posterior, self._kernel_template
         try:
             fit = fit_stage_proposal(

@@ -7,12 +7,14 @@ names of the particle vector's coordinates they report. Separate from :mod:`pymc
 from __future__ import annotations
 
 import numpy as np
+from pymc.logprob.transforms import CircularTransform
 from pymc.vartypes import discrete_types
 
 from pymc_kameleon.steps.variables import has_improper_prior, indexed_names, ordered_value_variables
 
 __all__ = [
     "check_continuous",
+    "circular_columns",
     "improper_prior_error",
     "check_prior_draws",
     "constant_draw_causes",
@@ -47,6 +49,17 @@ def variable_slices(variables, var_info):
         shape, size = var_info[v.name][0], var_info[v.name][1]
         yield v.name, slice(offset, offset + size), shape
         offset += size
+
+
+def circular_columns(variables, var_info, model) -> np.ndarray:
+    """The columns of PyMC's flat particle vector whose variable has PyMC's circular transform
+    (``pm.VonMises``): the model reads the angle wrapped, so the density is 2π-periodic in them."""
+    columns = []
+    for v, (_, part, _) in zip(variables, variable_slices(variables, var_info)):
+        rv = model.values_to_rvs.get(v)
+        if rv is not None and isinstance(model.rvs_to_transforms.get(rv), CircularTransform):
+            columns.extend(range(part.start, part.stop))
+    return np.array(columns, dtype=int)
 
 
 def coordinate_labels(variables, var_info) -> list[str]:

@@ -21,6 +21,7 @@ from pymc_kameleon.core.smc.population import (
     refine_tempering_step,
     steps_for_acceptance,
     tempered_log_density,
+    wrap_about_mean_direction,
 )
 
 
@@ -329,3 +330,19 @@ def test_refine_tempering_step_goes_below_pymcs_resolution():
     sparse[:3] = [-1e9, -2e9, -3e9]  # ESS can never reach 500: PyMC's step stays
     assert refine_tempering_step(sparse, 0.0, pymc_beta, 500) == pymc_beta
     assert math.isnan(effective_sample_size(np.full(5, -np.inf), 1e-3))
+
+
+def test_angles_are_wrapped_into_the_period_about_their_mean_direction():
+    """Each angle moves by a multiple of 2 pi (so a 2 pi-periodic density keeps its value) into the
+    period centred on the mean direction: a cluster straddling +-pi, drawn in several periods, ends in
+    one piece about pi; the other column and the input are untouched; no columns: the same array."""
+    rng = np.random.default_rng(1)
+    angles = np.pi + 0.3 * rng.standard_normal(200) + 2 * np.pi * rng.integers(-3, 4, size=200)
+    X = np.column_stack([angles, rng.standard_normal(200)])
+    wrapped = wrap_about_mean_direction(X, [0])
+    shift = (wrapped[:, 0] - X[:, 0]) / (2 * np.pi)
+    np.testing.assert_allclose(shift, np.round(shift), atol=1e-9)
+    assert np.ptp(wrapped[:, 0]) < 2.5 and abs(np.mean(wrapped[:, 0]) % (2 * np.pi) - np.pi) < 0.1
+    np.testing.assert_array_equal(wrapped[:, 1], X[:, 1])
+    assert np.ptp(X[:, 0]) > 30  # the input is not changed in place
+    assert wrap_about_mean_direction(X, []) is X

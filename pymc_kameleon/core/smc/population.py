@@ -35,6 +35,7 @@ __all__ = [
     "refine_tempering_step",
     "steps_for_acceptance",
     "tempered_log_density",
+    "wrap_about_mean_direction",
 ]
 
 
@@ -231,3 +232,25 @@ def refine_tempering_step(loglik, old_beta: float, beta: float, target_ess: floa
         else:
             low = middle
     return old_beta + math.exp(low)
+
+
+def wrap_about_mean_direction(X, columns) -> np.ndarray:
+    r"""The particles ``X`` with each angle in ``columns`` moved by a multiple of :math:`2\pi` into the
+    period centred on the particles' mean direction :math:`c = \operatorname{atan2}(\overline{\sin x},
+    \overline{\cos x})`: :math:`c + ((x - c + \pi) \bmod 2\pi) - \pi`.
+
+    Where the density is :math:`2\pi`-periodic in those coordinates (PyMC's circular transform, whose
+    model value is the angle wrapped), every particle keeps its density, and so the particle system is
+    the same on the circle. In the sampler's coordinates, particles that had wandered into other
+    periods sat in other copies of the posterior, and moves fitted across the copies accepted 3% of
+    their proposals (a von Mises model; the straggler warning named funnels). Returns ``X`` itself
+    where ``columns`` is empty, else a copy.
+    """
+    columns = np.asarray(columns, dtype=int)
+    if columns.size == 0:
+        return X
+    X = np.array(X, dtype=float, copy=True)
+    angles = X[:, columns]
+    centre = np.arctan2(np.mean(np.sin(angles), axis=0), np.mean(np.cos(angles), axis=0))
+    X[:, columns] = centre + np.mod(angles - centre + np.pi, 2.0 * np.pi) - np.pi
+    return X
