@@ -20,8 +20,10 @@ from pymc_kameleon.core.smc.waste_free import waste_free_chains
 from pymc_kameleon.core.validation import refuse_unused_options
 from pymc_kameleon.core.warning_categories import KameleonRuntimeWarning, KameleonWarning
 from pymc_kameleon.smc.results import (
+    IMPROPER_PRIORS,
     LINEAGES_CHECKED,
     MIN_DISTINCT_ANCESTORS,
+    STARTED_FROM_GIVEN_DRAWS,
     collapsed_genealogy_message,
     evidence_lag_message,
     lag_is_material,
@@ -109,7 +111,7 @@ class KASSChecks:
             f"{type(self).__name__}: the waste-free chains of {self.chain_length} states were too short for "
             f"their moves: at stage {stage} (beta={beta:.3g}) the autocorrelation time of {slowest} was "
             f"{tau:.1f} states (chains this short understate it), and below {MIN_CHAIN_TIMES_TAU:g} times "
-            "that the chains' states lag their tempered targets, so log Z is biased (most often low) with "
+            "that the chains' states lag their tempered targets, so log Z is biased (low or high) with "
             f"too small an error bar. Use chain_length of at least {math.ceil(4 * tau)} with more particles, "
             "to keep as many chains (each stage starts draws / chain_length of them, and a mode none starts "
             "in is lost), or waste_free=False.",
@@ -165,6 +167,10 @@ class KASSChecks:
             "chain_length": self.chain_length,
             "final_thinning": self.final_thinning,
             "poorly_mixing_stages": len(self._poor_stages),
+            # The particles started from pm.sample_smc(start=...), not the prior: log_evidence says what
+            # log Z then is (STARTED_FROM_GIVEN_DRAWS, IMPROPER_PRIORS).
+            STARTED_FROM_GIVEN_DRAWS: int(self.start is not None),
+            IMPROPER_PRIORS: ", ".join(self._improper_priors),
             # Each chain warned at its end if its final particles had few lineages: log_evidence does
             # not say it again (smc.results.LINEAGES_CHECKED).
             LINEAGES_CHECKED: 1,

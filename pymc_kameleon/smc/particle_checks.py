@@ -121,7 +121,8 @@ def improper_prior_error(sampler: str, model) -> ValueError | None:
         f"{'them' if len(improper) > 1 else 'it'} a proper prior (for example a wide pm.Normal or "
         "pm.HalfNormal); or sample with pm.sample(step=KameleonMetropolis(start='smc')), whose SMC run "
         "tempers from a wide Gaussian around the mode for such a model; or pass the initial particles "
-        "as pm.sample_smc(start=...)."
+        "as pm.sample_smc(start=...), for the posterior only: a model with an improper prior has no "
+        "evidence (log_evidence then returns NaN)."
     )
 
 
