@@ -37,14 +37,16 @@ from pymc_kameleon.executors import as_executor_option
 from pymc_kameleon.pseudo_marginal import PseudoMarginalOp
 from pymc_kameleon.smc.particle_checks import (
     check_prior_draws,
+    circular_columns,
     constant_draw_causes,
     improper_prior_error,
+    improper_prior_names,
     nan_prior_hint,
     variable_slices,
 )
 from pymc_kameleon.steps.reporting import StepWarnings
 from pymc_kameleon.steps.target_density import FLAT_ESTIMATE_CALLS, FLAT_ESTIMATE_NATS
-from pymc_kameleon.steps.variables import has_improper_prior, refuse_minibatch_data
+from pymc_kameleon.steps.variables import refuse_minibatch_data
 
 # KASS's logger: its messages name KASS.
 _log = logging.getLogger("pymc_kameleon.smc.kass")
@@ -126,7 +128,8 @@ class BatchedSMCKernel(SMC_KERNEL):
         refuse_minibatch_data(model, name)  # else stages later: "do not vary in every coordinate ..."
         self._draw_causes = constant_draw_causes(model)  # for check_prior_draws's message
         self._improper_prior_error = improper_prior_error(name, model)  # for initialize_population's
-        self._improper_priors = [rv.name for rv in model.free_RVs if has_improper_prior(rv)]
+        self._improper_priors = improper_prior_names(model)  # for the evidence (KASS's settings)
+        self._circular = circular_columns(self.variables, self.var_info, model)  # angles (KASS's tune)
         self._batch_logp_func = None
         self._batch_on_worker = None  # evaluate_batch bound to _batch_logp_func, for the executor
         random = draws_random_numbers(self.prior_logp_func) or draws_random_numbers(self.likelihood_logp_func)

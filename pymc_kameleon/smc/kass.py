@@ -45,7 +45,7 @@ from pymc_kameleon.core.smc.waste_free import (
 from pymc_kameleon.smc._batched import BatchedSMCKernel
 from pymc_kameleon.smc.kass_checks import KASSChecks
 from pymc_kameleon.smc.kass_moves import KASSMoves
-from pymc_kameleon.smc.particle_checks import check_continuous, circular_columns, coordinate_labels
+from pymc_kameleon.smc.particle_checks import check_continuous, coordinate_labels
 
 __all__ = ["ASMC", "KASS"]
 
@@ -306,7 +306,6 @@ class KASS(KASSChecks, KASSMoves, BatchedSMCKernel):
         super().__init__(*args, batch_logp=batch_logp, **kwargs)
         check_subsample_size(n_subsample, sum(size for _, size in self.var_info.values()))
         self._coordinate_names = coordinate_labels(self.variables, self.var_info)  # for the warnings
-        self._circular = circular_columns(self.variables, self.var_info, modelcontext(kwargs.get("model")))
 
         self.bandwidth_spec = bandwidth
         self.gamma_spec = gamma

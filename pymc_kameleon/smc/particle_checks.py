@@ -16,6 +16,7 @@ __all__ = [
     "check_continuous",
     "circular_columns",
     "improper_prior_error",
+    "improper_prior_names",
     "check_prior_draws",
     "constant_draw_causes",
     "coordinate_labels",
@@ -107,11 +108,16 @@ def check_prior_draws(X, variables, var_info, causes=None) -> None:
     raise ValueError(message + nan_prior_hint([v for v in variables if v.name in names]))
 
 
+def improper_prior_names(model) -> list[str]:
+    """The names of the model's free variables with an improper prior (``pm.Flat``, ``pm.HalfFlat``)."""
+    return [rv.name for rv in model.free_RVs if has_improper_prior(rv)]
+
+
 def improper_prior_error(sampler: str, model) -> ValueError | None:
     """The error for a model whose free variables include an improper prior (``pm.Flat``,
     ``pm.HalfFlat``), from which SMC cannot draw its initial particles (PyMC raised "Cannot sample from
     flat variable"); None for a model without one."""
-    improper = [rv.name for rv in model.free_RVs if has_improper_prior(rv)]
+    improper = improper_prior_names(model)
     if not improper:
         return None
     these = f"{improper} {'have' if len(improper) > 1 else 'has'}"

@@ -203,7 +203,6 @@ class StartSearch:
         return bool(self._finite_draws(draw, candidates, target, np.random.default_rng(_BOX_SEED + 2)))
 
 
-
 @contextlib.contextmanager
 def _quietly():
     """The search's own prior draws and box, with warnings ignored: they are the search's, not the

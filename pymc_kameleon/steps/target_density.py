@@ -510,29 +510,21 @@ class TargetDensity:
         the step samples: ``N=500 (N_interval__=0)``. A new user's pm.Uniform(0, 1000) read only
         ``N_interval__=0.``, the transformed coordinate, for PyMC's initial point N = 500. The values
         the step samples alone where the model's values cannot be computed."""
-        model, vars, initial_point = getattr(self, "_model_units", (None, None, None))
-        sampled = describe_point(y, point_map_info)
-        if model is None or not any(model.rvs_to_transforms.get(model.values_to_rvs.get(v)) for v in vars):
-            return sampled
+        model, vars, initial_point = self._model_units
+        rvs = [model.values_to_rvs.get(v) for v in vars]
+        if not any(model.rvs_to_transforms.get(rv) for rv in rvs):
+            return describe_point(y, point_map_info)
         try:
-            rvs = [model.values_to_rvs[v] for v in vars]
             outputs, inarray = join_nonshared_inputs(
                 point=initial_point, outputs=model.replace_rvs_by_values(rvs), inputs=vars,
                 shared_inputs=self.shared,
             )
             values = pytensor.function([inarray], outputs)(np.asarray(y, dtype=inarray.type.dtype))
         except Exception:  # noqa: BLE001 - the error being written matters, not this detail of it
-            return sampled
-        parts = []
-        starts = np.cumsum([0] + [info[2] for info in point_map_info])
-        for rv, value, (name, shape, size, _dtype), start in zip(rvs, values, point_map_info, starts):
-            own = f"{rv.name}={np.array2string(np.asarray(value), precision=4, threshold=6)}"
-            if model.rvs_to_transforms.get(rv) is not None:
-                sampled_value = np.asarray(y[start : start + size]).reshape(shape)
-                own += f" ({name}={np.array2string(sampled_value, precision=4, threshold=6)})"
-            parts.append(own)
-        text = ", ".join(parts)
-        return text if len(text) <= 300 else text[:297] + "..."
+            return describe_point(y, point_map_info)
+        own = [(rv.name, value) if model.rvs_to_transforms.get(rv) is not None else None
+               for rv, value in zip(rvs, values)]
+        return describe_point(y, point_map_info, max_len=300, model_values=own)
 
     def check_start(self, y, point_map_info, zero_density_ok: bool = False) -> float:
         """The ValueError :meth:`current` raises at a start of zero density, without counting an evaluation
@@ -611,14 +603,20 @@ def _same_arrays(a: tuple, b: tuple) -> bool:
     return len(a) == len(b) and all(same_array(u, v) for u, v in zip(a, b))
 
 
-def describe_point(q, point_map_info, max_len: int = 200) -> str:
-    """Human-readable ``name=value`` listing of a raveled point, for error messages."""
+def describe_point(q, point_map_info, max_len: int = 200, model_values=None) -> str:
+    """Human-readable ``name=value`` listing of a raveled point, for error messages. ``model_values``:
+    per variable, ``(name, value)`` in the model's own units to put first (``N=500. (N_interval__=0.)``),
+    or None to name the sampled value alone."""
     parts = []
     start = 0
-    for name, shape, size, _dtype in point_map_info:
+    for i, (name, shape, size, _dtype) in enumerate(point_map_info):
         value = np.asarray(q[start : start + size]).reshape(shape)
         start += size
-        parts.append(f"{name}={np.array2string(value, precision=4, threshold=6)}")
+        part = f"{name}={np.array2string(value, precision=4, threshold=6)}"
+        own = None if model_values is None else model_values[i]
+        if own is not None:
+            part = f"{own[0]}={np.array2string(np.asarray(own[1]), precision=4, threshold=6)} ({part})"
+        parts.append(part)
     text = ", ".join(parts)
     return text if len(text) <= max_len else text[: max_len - 3] + "..."
 
