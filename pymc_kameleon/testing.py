@@ -7,7 +7,8 @@ Users who write tests of their own step methods can use it too. It holds
   :func:`latent_gaussian_z_scores`;
 - draws: :func:`curved_draws` (a banana whose width changes along it, for fitted transport maps);
 - small models: :func:`gaussian_data_model` (smooth, with a likelihood term and a proper prior),
-  and a latent Gaussian model with a known marginal likelihood whose likelihood is estimated, for
+  :func:`von_mises_model` (an angle, with its exact moments from :func:`von_mises_moments`), and a
+  latent Gaussian model with a known marginal likelihood whose likelihood is estimated, for
   pseudo-marginal steps (:func:`latent_gaussian_model`, :func:`latent_gaussian_correlated_model`,
   :func:`latent_gaussian_log_estimator`, :func:`latent_gaussian_size_biased_log_estimate`,
   :func:`latent_gaussian_from_stationary_law`, the ``LATENT_*`` constants);
@@ -59,6 +60,8 @@ __all__ = [
     "sample_with_seed",
     "start_chain",
     "tuning_refresh_steps",
+    "von_mises_model",
+    "von_mises_moments",
 ]
 
 #: HDR coverages that :func:`invariance_z_scores` checks.
@@ -179,6 +182,51 @@ def gaussian_data_model(seed=0, n=30):
         mu = pm.Normal("mu", 0, 10, shape=2)
         pm.Normal("y", mu, 1, observed=data)
     return model
+
+
+def von_mises_model(direction: float = 1.0, seed: int = 0, n: int = 50):
+    r"""Angles about one direction: :math:`\mu \sim \mathrm{VonMises}(0, 0.5)`, :math:`\kappa \sim
+    \mathrm{HalfNormal}(5)`, ``n`` observations :math:`y_i \sim \mathrm{VonMises}(\mu, \kappa)` simulated
+    about ``direction`` with concentration 4.
+
+    PyMC samples :math:`\mu` through its circular transform, in whose coordinate the density repeats
+    every :math:`2\pi`; a ``direction`` of :math:`\pi` puts the posterior across the period's edge.
+    :func:`von_mises_moments` gives its exact moments.
+
+    Returns
+    -------
+    model : pymc.Model
+        Free variables ``mu`` and ``kappa``, observed ``y``.
+    obs : numpy.ndarray
+        The observations.
+    """
+    import pymc as pm
+
+    obs = np.random.default_rng(seed).vonmises(direction, 4.0, size=n)
+    with pm.Model() as model:
+        mu = pm.VonMises("mu", 0.0, 0.5)
+        kappa = pm.HalfNormal("kappa", 5.0)
+        pm.VonMises("y", mu, kappa, observed=obs)
+    return model, obs
+
+
+def von_mises_moments(obs) -> tuple[float, float, float]:
+    """The exact posterior mean direction of ``mu``, and mean and sd of ``kappa``, of
+    :func:`von_mises_model` with observations ``obs`` (a 721 x 1500 grid over (-pi, pi] x (0, 15]).
+    """
+    from scipy.special import i0e
+    from scipy.stats import halfnorm, vonmises
+
+    mu, kappa = np.meshgrid(np.linspace(-np.pi, np.pi, 721), np.linspace(0.01, 15, 1500), indexing="ij")
+    log_norm = np.log(2 * np.pi * i0e(kappa)) + kappa
+    log_lik = kappa * np.cos(np.asarray(obs)[:, None, None] - mu).sum(0) - len(obs) * log_norm
+    log_post = vonmises.logpdf(mu, 0.5, loc=0.0) + halfnorm.logpdf(kappa, scale=5.0) + log_lik
+    w = np.exp(log_post - log_post.max())
+    w /= w.sum()
+    mean_kappa = (w * kappa).sum()
+    sd_kappa = np.sqrt((w * kappa**2).sum() - mean_kappa**2)
+    direction = np.arctan2((w * np.sin(mu)).sum(), (w * np.cos(mu)).sum())
+    return float(direction), float(mean_kappa), float(sd_kappa)
 
 
 # The latent Gaussian model is in pymc_kameleon._testing_latent_gaussian; its constants are assigned here, not

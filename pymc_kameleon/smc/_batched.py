@@ -36,8 +36,8 @@ from pymc_kameleon.core.warning_categories import KameleonRuntimeWarning, Kamele
 from pymc_kameleon.executors import as_executor_option
 from pymc_kameleon.pseudo_marginal import PseudoMarginalOp
 from pymc_kameleon.smc.particle_checks import (
+    angle_columns,
     check_prior_draws,
-    circular_columns,
     constant_draw_causes,
     improper_prior_error,
     improper_prior_names,
@@ -129,7 +129,7 @@ class BatchedSMCKernel(SMC_KERNEL):
         self._draw_causes = constant_draw_causes(model)  # for check_prior_draws's message
         self._improper_prior_error = improper_prior_error(name, model)  # for initialize_population's
         self._improper_priors = improper_prior_names(model)  # for the evidence (KASS's settings)
-        self._circular = circular_columns(self.variables, self.var_info, model)  # angles (KASS's tune)
+        self._angle_columns = angle_columns(self.variables, self.var_info, model)  # angles (KASS's tune)
         self._batch_logp_func = None
         self._batch_on_worker = None  # evaluate_batch bound to _batch_logp_func, for the executor
         random = draws_random_numbers(self.prior_logp_func) or draws_random_numbers(self.likelihood_logp_func)

@@ -408,7 +408,7 @@ class KASS(KASSChecks, KASSMoves, BatchedSMCKernel):
         scale = math.exp(self._log_scale)
         # Angles (pm.VonMises) into one period about their mean direction: the copies of the posterior
         # 2 pi apart are one on the circle, and the moves are fitted to one of them.
-        self.tempered_posterior = wrap_about_mean_direction(self.tempered_posterior, self._circular)
+        self.tempered_posterior = wrap_about_mean_direction(self.tempered_posterior, self._angle_columns)
         X, kernel = self.tempered_posterior, self._kernel_template
         try:
             fit = fit_stage_proposal(

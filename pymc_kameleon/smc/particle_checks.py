@@ -13,8 +13,8 @@ from pymc.vartypes import discrete_types
 from pymc_kameleon.steps.variables import has_improper_prior, indexed_names, ordered_value_variables
 
 __all__ = [
+    "angle_columns",
     "check_continuous",
-    "circular_columns",
     "improper_prior_error",
     "improper_prior_names",
     "check_prior_draws",
@@ -52,9 +52,10 @@ def variable_slices(variables, var_info):
         offset += size
 
 
-def circular_columns(variables, var_info, model) -> np.ndarray:
+def angle_columns(variables, var_info, model) -> np.ndarray:
     """The columns of PyMC's flat particle vector whose variable has PyMC's circular transform
-    (``pm.VonMises``): the model reads the angle wrapped, so the density is 2π-periodic in them."""
+    (``pm.VonMises``): the model reads the angle wrapped, so the density is 2π-periodic in them
+    (:mod:`pymc_kameleon.core.angles`; the steps' are ``steps.variables.angle_coordinates``)."""
     columns = []
     for v, (_, part, _) in zip(variables, variable_slices(variables, var_info)):
         rv = model.values_to_rvs.get(v)

@@ -423,7 +423,9 @@ class AdaptiveStep(PerChainReset, SMCStarting, DrawChecks, ArrayStepShared):
 
     def _current_evaluation(self, y, point_map_info):
         """The current state and its evaluation, after the start search of a chain's first tuning step
-        (:meth:`_search_start`): ``(state, evaluation, moved)``. A given start of zero density is an error
+        (:meth:`_search_start`), or with its angles put in tuning's period (``on_circle`` of
+        :class:`~pymc_kameleon.core.adaptation.scale_free.ScaleFreeAdaptation`): ``(state, evaluation,
+        moved)``. A given start of zero density is an error
         unless the search moves the chain: PyMC's initial point of pm.Uniform(0, 1000) is 500, where data
         up to 620 give zero density, and NUTS refuses it too; the search finds the support. A NaN there
         (a model's failure, such as a solver's) stays an error."""
@@ -434,6 +436,12 @@ class AdaptiveStep(PerChainReset, SMCStarting, DrawChecks, ArrayStepShared):
             return found[0], found[1], True
         if not np.isfinite(evaluation.logp):
             raise ValueError(target.zero_density_message(evaluation.logp, y, point_map_info) + _NOTHING_FOUND)
+        # Angles (pm.VonMises) into the period tuning keeps them in: the same density, so the same
+        # evaluation (core.angles).
+        wrapped = self._start_adaptation.on_circle(y, tuning=self.tune)
+        if wrapped is not None:
+            target.accept(wrapped, evaluation)
+            return wrapped, evaluation, True
         return y, evaluation, False
 
     def _check_population_start(self, y, point_map_info) -> None:

@@ -35,7 +35,12 @@ from pymc_kameleon.steps.base import AdaptiveStep
 from pymc_kameleon.steps.kameleon_chain import KameleonChainTuning
 from pymc_kameleon.steps.population import TUNINGS, PooledTuning
 from pymc_kameleon.steps.target_density import TargetDensity
-from pymc_kameleon.steps.variables import continuous_value_vars, coordinate_names, improper_prior_coordinates
+from pymc_kameleon.steps.variables import (
+    angle_coordinates,
+    continuous_value_vars,
+    coordinate_names,
+    improper_prior_coordinates,
+)
 
 __all__ = ["KameleonMetropolis"]
 
@@ -343,6 +348,7 @@ class KameleonMetropolis(KameleonChainTuning, AdaptiveStep):
         self.dim = int(sum(np.size(initial_point[v.name]) for v in vars))
         self._coordinate_names = coordinate_names(vars, initial_point, model)
         self._improper_coordinates = improper_prior_coordinates(vars, initial_point, model)
+        self._angle_columns = angle_coordinates(vars, initial_point, model)
         target = TargetDensity(model, vars, initial_point, compile_kwargs, type(self).__name__)
         self._join_pymc(vars, target, blocked, rng, model=model, start=start)
         # PyMC 6 asks each step how long it needs to tune (pm.sample(tune=None)).

@@ -65,6 +65,7 @@ class KameleonChainTuning:
             history_size=self.history_size,
             kameleon_after=self.kameleon_after,
             independence_weight=self._independence_weight_in_use,
+            angle_columns=self._angle_columns,
         )
 
     def _reset_chain_state(self):

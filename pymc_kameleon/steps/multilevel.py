@@ -48,7 +48,7 @@ from pymc_kameleon.steps.multilevel_levels import (
 from pymc_kameleon.steps.multilevel_spread import CoarseSpreadChecks
 from pymc_kameleon.steps.reporting import warn_after_tuning
 from pymc_kameleon.steps.target_density import Evaluation, TargetDensity
-from pymc_kameleon.steps.variables import continuous_value_vars, coordinate_names
+from pymc_kameleon.steps.variables import angle_coordinates, continuous_value_vars, coordinate_names
 
 __all__ = ["LOW_FINE_ACCEPTANCE", "MLDA"]
 
@@ -219,6 +219,7 @@ class MLDA(MultilevelChecks, CoarseSpreadChecks, MultilevelGPLevels, AdaptiveSte
         vars = continuous_value_vars(vars, model, "MLDA", required=", coarse_models=[...]")
         self.dim = int(sum(np.size(initial_point[v.name]) for v in vars))
         self._coordinate_names = coordinate_names(vars, initial_point, model)
+        self._angle_columns = angle_coordinates(vars, initial_point, model)
         target = TargetDensity(model, vars, initial_point, compile_kwargs, "MLDA")
         if target.has_estimates and has_gp_level:
             raise ValueError(
@@ -276,6 +277,7 @@ class MLDA(MultilevelChecks, CoarseSpreadChecks, MultilevelGPLevels, AdaptiveSte
             first_window=self.adapt_interval,
             history_size=self.history_size,
             independence_weight=self.independence_weight,
+            angle_columns=self._angle_columns,
         )
         proposal = ScaleFreeProposal(adaptation.state, 1.0)
         gp_levels = {

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import numpy as np
 from pymc.distributions.continuous import FlatRV, HalfFlatRV
+from pymc.logprob.transforms import CircularTransform
 from pymc.util import get_value_vars_from_user_vars
 from pymc.vartypes import discrete_types
 from pytensor.graph.traversal import graph_inputs
 from pytensor.tensor.random.type import RandomGeneratorType
 
 __all__ = [
-    "continuous_value_vars", "coordinate_names", "has_improper_prior", "improper_prior_coordinates",
-    "indexed_names", "minibatch_observed", "refuse_minibatch_data",
+    "angle_coordinates", "continuous_value_vars", "coordinate_names", "has_improper_prior",
+    "improper_prior_coordinates", "indexed_names", "minibatch_observed", "refuse_minibatch_data",
 ]
 
 
@@ -57,18 +58,32 @@ def ordered_value_variables(variables) -> list[str]:
     return [v.name for v in variables if v.name.endswith("_ordered__")]
 
 
-def improper_prior_coordinates(vars, initial_point, model) -> frozenset[int]:
-    """The raveled block's coordinates (indices, in :func:`coordinate_names`' order) whose variable has
-    an improper prior, ``pm.Flat`` or ``pm.HalfFlat``: where the data do not identify such a variable the
-    posterior is improper, and no sampler converges on it."""
-    improper, start = set(), 0
+def _coordinates_where(vars, initial_point, model, chosen) -> list[int]:
+    """The raveled block's coordinates (indices, in :func:`coordinate_names`' order) whose variable's
+    random variable ``rv`` has ``chosen(rv)``."""
+    found, start = [], 0
     for v in vars:
         size = int(np.prod(np.shape(initial_point[v.name]), dtype=int))
         rv = model.values_to_rvs.get(v)
-        if rv is not None and has_improper_prior(rv):
-            improper.update(range(start, start + size))
+        if rv is not None and chosen(rv):
+            found.extend(range(start, start + size))
         start += size
-    return frozenset(improper)
+    return found
+
+
+def improper_prior_coordinates(vars, initial_point, model) -> frozenset[int]:
+    """The raveled block's coordinates whose variable has an improper prior, ``pm.Flat`` or
+    ``pm.HalfFlat``: where the data do not identify such a variable the posterior is improper, and no
+    sampler converges on it."""
+    return frozenset(_coordinates_where(vars, initial_point, model, has_improper_prior))
+
+
+def angle_coordinates(vars, initial_point, model) -> tuple[int, ...]:
+    """The raveled block's coordinates whose variable is sampled through PyMC's circular transform
+    (``pm.VonMises``): the model reads them wrapped, so the density is 2π-periodic in them
+    (:mod:`pymc_kameleon.core.angles`)."""
+    circular = lambda rv: isinstance(model.rvs_to_transforms.get(rv), CircularTransform)  # noqa: E731
+    return tuple(_coordinates_where(vars, initial_point, model, circular))
 
 
 def minibatch_observed(model) -> list[str]:

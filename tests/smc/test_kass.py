@@ -31,6 +31,7 @@ from pymc_kameleon.smc import (
     with_stage_dataset,
 )
 from pymc_kameleon.smc.results import LINEAGES_CHECKED, MIN_DISTINCT_ANCESTORS
+from pymc_kameleon.testing import von_mises_model, von_mises_moments
 
 SMC_KW = dict(progressbar=False, compute_convergence_checks=False)
 Z_MAX = 4.0
@@ -306,16 +307,6 @@ def test_log_z_from_given_start_draws_says_what_it_is(prior):
         assert len(said) == 1 and "warm start" in said[0] and np.isfinite(evidence.log_z).all()
 
 
-def _von_mises_model():
-    """Direction mu ~ VonMises(0, 0.5), concentration kappa ~ HalfNormal(5), 50 angles about 1.0."""
-    obs = np.random.default_rng(0).vonmises(1.0, 4.0, size=50)
-    with pm.Model() as model:
-        mu = pm.VonMises("mu", 0.0, 0.5)
-        kappa = pm.HalfNormal("kappa", 5.0)
-        pm.VonMises("y", mu, kappa, observed=obs)
-    return model, obs
-
-
 @pytest.mark.parametrize("wrapped", [True, False])
 def test_angles_are_moved_in_one_period(wrapped, monkeypatch):
     """pm.VonMises's density repeats every 2 pi in the sampler's coordinates: particles that wandered
@@ -323,14 +314,11 @@ def test_angles_are_moved_in_one_period(wrapped, monkeypatch):
     the last stages (100 sweeps, a straggler warning that named funnels). Wrapped about their mean
     direction at each stage: a third accepted, and the posterior matches a grid's. The negative control
     (no wrapping) shows the collapse."""
-    from scipy.special import i0e
-    from scipy.stats import halfnorm, vonmises
-
     from pymc_kameleon.smc import kass
 
     if not wrapped:
         monkeypatch.setattr(kass, "wrap_about_mean_direction", lambda X, columns: X)
-    model, obs = _von_mises_model()
+    model, obs = von_mises_model()
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         idata = pm.sample_smc(kernel=KASS, draws=600, chains=1, random_seed=1, progressbar=False)
@@ -339,14 +327,7 @@ def test_angles_are_moved_in_one_period(wrapped, monkeypatch):
         assert last_accept < 0.1
         return
     assert last_accept > 0.2
-    mu, kappa = np.meshgrid(np.linspace(-np.pi, np.pi, 721), np.linspace(0.01, 15, 1500), indexing="ij")
-    log_norm = np.log(2 * np.pi * i0e(kappa)) + kappa
-    log_lik = kappa * np.cos(obs[:, None, None] - mu).sum(0) - obs.size * log_norm
-    log_post = vonmises.logpdf(mu, 0.5, loc=0.0) + halfnorm.logpdf(kappa, scale=5.0) + log_lik
-    w = np.exp(log_post - log_post.max())
-    w /= w.sum()
-    mean_kappa, sd_kappa = (w * kappa).sum(), np.sqrt((w * kappa**2).sum() - (w * kappa).sum() ** 2)
-    direction = np.arctan2((w * np.sin(mu)).sum(), (w * np.cos(mu)).sum())
+    direction, mean_kappa, sd_kappa = von_mises_moments(obs)
     draws_mu, draws_kappa = idata.posterior["mu"].values.ravel(), idata.posterior["kappa"].values.ravel()
     assert abs(np.arctan2(np.sin(draws_mu).mean(), np.cos(draws_mu).mean()) - direction) < 0.03
     assert abs(draws_kappa.mean() - mean_kappa) < 0.15 * sd_kappa

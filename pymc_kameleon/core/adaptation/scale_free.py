@@ -56,6 +56,7 @@ from pymc_kameleon.core.adaptation.state import ScaleFreeState, TuningDraw
 from pymc_kameleon.core.adaptation.transport_map import INDEPENDENT_COMPONENTS, TriangularMap
 from pymc_kameleon.core.adaptation.whitening import Whitening
 from pymc_kameleon.core.adaptation.windows import AdaptationWindow
+from pymc_kameleon.core.angles import AngleFrame
 from pymc_kameleon.core.kameleon.family import check_subsample_size
 from pymc_kameleon.core.linalg import SingularCovarianceError
 
@@ -115,6 +116,9 @@ class ScaleFreeAdaptation(KameleonComponentTuning):
         Probes each of its shapes should get in a window, for a step whose windows' verdicts are all
         it has (``probes_per_shape`` of
         :class:`~pymc_kameleon.core.adaptation.independence.IndependenceTuning`). None: the fixed rate.
+    angle_columns : sequence of int
+        The coordinates in which the target's density is :math:`2\pi`-periodic (``pm.VonMises``):
+        tuning keeps them in one period (:meth:`on_circle`, :mod:`pymc_kameleon.core.angles`).
 
     Attributes
     ----------
@@ -144,6 +148,7 @@ class ScaleFreeAdaptation(KameleonComponentTuning):
         kameleon_after: int = 0,
         independence_weight: float = 0.0,
         independence_probes: int | None = None,
+        angle_columns=(),
     ):
         d = int(dim)
         if kernel is not None:
@@ -169,7 +174,10 @@ class ScaleFreeAdaptation(KameleonComponentTuning):
         )
         self.window_ended_early = False
         first_end = scan_steps if scan_steps > 0 else self.first_window
-        self._windows = AdaptationWindow(d, history_size, self.first_window, first_end)
+        angles = AngleFrame(angle_columns) if len(angle_columns) else None
+        self._windows = AdaptationWindow(d, history_size, self.first_window, first_end, angles)
+        # Whether the chain's state was last put in the angles' period, at the first step after tuning.
+        self._angles_placed = False
         #: The chain's settled tuning blocks, for the regions-left-behind check after tuning.
         self.blocks = TuningBlocks(d)
         self._tuning_ended = False
@@ -237,6 +245,21 @@ class ScaleFreeAdaptation(KameleonComponentTuning):
             self._kameleon_window_ended = True
         self._windows.seed(points, self.first_window)
         return True
+
+    def on_circle(self, x, tuning: bool):
+        r"""The chain's state ``x`` with its angles moved into the period tuning keeps them in
+        (:class:`~pymc_kameleon.core.angles.AngleFrame`), or None where none moves.
+
+        At every tuning step, and once more at the first step after tuning: the draws start in the
+        period whose draws the proposal learned from, and are never moved (a move by :math:`2\pi` is
+        no Metropolis-Hastings step: the Kameleon and independence proposals are not periodic).
+        """
+        angles = self._windows.angles
+        if angles is None or self._angles_placed:
+            return None
+        self._angles_placed = not tuning
+        moved = angles.wrap(x)
+        return None if moved is x or np.array_equal(moved, x) else moved
 
     def required_tune_steps(self, windows: int = 3) -> int:
         r"""Tuning steps for the scan and ``windows`` doubling windows: the scan's steps plus

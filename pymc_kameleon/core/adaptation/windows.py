@@ -43,9 +43,13 @@ class AdaptationWindow:
     **Pooled** (a population of chains, see :meth:`record`): the window's draws are every chain's
     state at every step, so its covariance, :math:`Z`, movement and end-early test read all chains'
     tuning; the acceptance, the gradients and the recent states stay this chain's.
+
+    **Angles** (``angles``, an :class:`~pymc_kameleon.core.angles.AngleFrame`): every row recorded is
+    first moved into the frame's period, so that no window mixes copies of a periodic posterior.
     """
 
-    def __init__(self, dim: int, history_size: int, first_window: int, end: int):
+    def __init__(self, dim: int, history_size: int, first_window: int, end: int, angles=None):
+        self.angles = angles
         self.draws = HistoryBuffer(dim, max(int(history_size), 2))
         self.first_window = first_window
         self.index = 0
@@ -71,6 +75,8 @@ class AdaptationWindow:
         scan. This first window after them ends at step ``end``, holding them besides the chains' draws;
         its movement and end-early tests follow the steps alone."""
         self.index, self.end = 1, end
+        if self.angles is not None:
+            points = self.angles.record(points)
         for point in points:
             self.draws.append(point)
         self.seeded = points.shape[0]
@@ -99,6 +105,11 @@ class AdaptationWindow:
         self.tuned.append(bool(tuned))
         self.recent_tuned.append(bool(tuned))
         y_new = np.asarray(y_new, dtype=float)
+        if self.angles is not None:
+            if population is None:
+                y_new = self.angles.record(y_new)[0]
+            else:
+                population = self.angles.record(population)
         if population is None:
             self.draws.append(y_new)
             self.rows += 1
@@ -209,7 +220,9 @@ class AdaptationWindow:
         together. The recent states (the end-of-tuning checks) stay
         this chain's.
         """
-        pooled = AdaptationWindow(self.draws.dim, self.draws.capacity, self.first_window, self.end)
+        pooled = AdaptationWindow(
+            self.draws.dim, self.draws.capacity, self.first_window, self.end, self.angles
+        )
         pooled.index = self.index
         for window in (self, *others):
             for point in window.draws.points:
@@ -230,6 +243,8 @@ class AdaptationWindow:
         """Close this window and start the next, which ends at tuning step ``end``."""
         self.index += 1
         self.end = end
+        if self.angles is not None:
+            self.angles.next_window()
         self.draws.clear()
         self.accept = []
         self.tuned = []

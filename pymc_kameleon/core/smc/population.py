@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import logsumexp
 
+from pymc_kameleon.core.angles import mean_direction
 from pymc_kameleon.core.mh import metropolis_accept_batch, mh_log_ratio_batch
 
 __all__ = [
@@ -251,6 +252,6 @@ def wrap_about_mean_direction(X, columns) -> np.ndarray:
         return X
     X = np.array(X, dtype=float, copy=True)
     angles = X[:, columns]
-    centre = np.arctan2(np.mean(np.sin(angles), axis=0), np.mean(np.cos(angles), axis=0))
+    centre = mean_direction(angles)
     X[:, columns] = centre + np.mod(angles - centre + np.pi, 2.0 * np.pi) - np.pi
     return X

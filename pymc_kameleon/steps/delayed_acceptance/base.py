@@ -61,7 +61,12 @@ from pymc_kameleon.steps.reporting import (
     warn_after_tuning,
 )
 from pymc_kameleon.steps.split_density import GradientUnavailableError, SplitTargetDensity
-from pymc_kameleon.steps.variables import continuous_value_vars, coordinate_names, improper_prior_coordinates
+from pymc_kameleon.steps.variables import (
+    angle_coordinates,
+    continuous_value_vars,
+    coordinate_names,
+    improper_prior_coordinates,
+)
 
 __all__ = ["DelayedAcceptanceChain", "GPDelayedAcceptanceStep"]
 
@@ -149,6 +154,7 @@ class GPDelayedAcceptanceStep(DelayedAcceptanceChecks, AdaptiveStep):
         self.dim = d = int(sum(np.size(initial_point[v.name]) for v in vars))
         self._coordinate_names = coordinate_names(vars, initial_point, model)
         self._improper_coordinates = improper_prior_coordinates(vars, initial_point, model)
+        self._angle_columns = angle_coordinates(vars, initial_point, model)
         target = self._split_target(model, vars, initial_point, compile_kwargs)
         if target.likelihood_outside_vars:
             message = outside_vars_message(name, vars, target.likelihood_outside_vars, model)
@@ -256,6 +262,7 @@ class GPDelayedAcceptanceStep(DelayedAcceptanceChecks, AdaptiveStep):
             first_window=self.adapt_interval,
             history_size=self.history_size,
             initial_scan_scale=self.initial_scale,
+            angle_columns=self._angle_columns,
             **kameleon_options,
         )
 
@@ -347,7 +354,7 @@ class GPDelayedAcceptanceStep(DelayedAcceptanceChecks, AdaptiveStep):
         estimates_before = target.n_estimates
         current, current_eval, moved = self._current_evaluation(current, q0.point_map_info)
         if moved:
-            kernel.schedule.add(current, current_eval.loglik, current_eval.grad_exact_loglik, tune=True)
+            kernel.schedule.add(current, current_eval.loglik, current_eval.grad_exact_loglik, tune=self.tune)
         self._warn_if_untuned(kernel.adaptation)
         result = kernel.step(current, current_eval, target, self.rng, tune=self.tune)
         if result.accepted:
