@@ -380,6 +380,35 @@ def test_particle_filter_options_are_checked():
         bad(*params, np.zeros((5, 5)))
 
 
+@pytest.mark.parametrize("fault", ["nan", "+inf", "none"])
+def test_a_faulty_log_observation_is_an_error_not_a_zero_estimate(fault):
+    """A NaN (or +inf) from log_observation for a few particles made the estimate 0 (-inf) without a
+    word, and the chain rejected every proposal there; now it is an error naming the step and the count.
+    A log-observation of -inf everywhere (the control) is still a zero estimate."""
+    from pymc_kameleon import correlated_particle_filter
+
+    y, params, _ = _linear_gaussian_ssm(5)
+    value = {"nan": np.nan, "+inf": np.inf, "none": -np.inf}[fault]
+
+    def log_observation(x, t, a, sx, sy):
+        out = -0.5 * (y[t] - x) ** 2
+        return np.where(np.arange(x.size) < 3, value, out) if t == 2 or fault == "none" else out
+
+    pf = correlated_particle_filter(
+        lambda v, a, sx, sy: v, lambda x, v, t, a, sx, sy: a * x + v, log_observation, 8, 5
+    )
+    u = np.random.default_rng(0).standard_normal(pf.auxiliary_shape)
+    if fault == "none":
+        assert pf(*params, u) > -np.inf  # three zero weights of eight: a finite estimate
+        zero = lambda x, t, *p: np.full(x.size, -np.inf)  # noqa: E731
+        everywhere = correlated_particle_filter(lambda v, *p: v, lambda x, v, t, *p: x, zero, 8, 5)
+        assert everywhere(*params, u) == -np.inf
+        return
+    said = {"nan": "NaN", "+inf": r"\+inf"}[fault]
+    with pytest.raises(ValueError, match=rf"returned {said} for 3 of 8 particles at step t=2"):
+        pf(*params, u)
+
+
 def test_inputs_must_depend_on_a_free_variable():
     with pm.Model():
         theta = pm.Normal("theta")

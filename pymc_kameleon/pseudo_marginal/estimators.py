@@ -214,7 +214,9 @@ def correlated_particle_filter(
                     f"got {x.shape} and {log_w.shape} at step {t}."
                 )
             top = log_w.max()
-            if not top > -math.inf:  # every particle has zero weight: a zero estimate
+            if not top < math.inf:  # NaN or +inf: a fault in the model's functions, never a weight
+                raise ValueError(_faulty_observation_message(log_w, x, t))
+            if top == -math.inf:  # every particle has zero weight: a zero estimate
                 return -math.inf
             weights = np.exp(log_w - top)  # log_mean_exp by hand: SciPy's costs more than the filter
             total += float(top + math.log(weights.mean()))
@@ -230,6 +232,21 @@ def correlated_particle_filter(
     log_estimator.auxiliary_shape = (steps, n + 1)
     log_estimator.n_particles = n
     return log_estimator
+
+
+def _faulty_observation_message(log_w, x, t: int) -> str:
+    """What :func:`correlated_particle_filter` says when ``log_observation`` returned NaN or +inf at
+    step ``t`` (a new user's NaN for a few particles had made the estimate 0, and the chain reject every
+    proposal there, without a word)."""
+    counts = (("NaN", int(np.isnan(log_w).sum())), ("+inf", int((log_w == math.inf).sum())))
+    kinds = " and ".join(f"{kind} for {k}" for kind, k in counts if k)
+    nan_states = int(np.isnan(x).sum())
+    states = f" ({nan_states} of the states initial/transition gave were NaN)" if nan_states else ""
+    return (
+        f"correlated_particle_filter: log_observation returned {kinds} of {log_w.size} particles at "
+        f"step t={t}{states}. It must return log g(y_t | x) per particle, a real number or -inf (a zero "
+        "weight): look there for a log of a negative number, an overflow or a division by zero."
+    )
 
 
 def _check_spread_values(values) -> None:
