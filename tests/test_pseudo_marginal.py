@@ -380,32 +380,37 @@ def test_particle_filter_options_are_checked():
         bad(*params, np.zeros((5, 5)))
 
 
-@pytest.mark.parametrize("fault", ["nan", "+inf", "none"])
+@pytest.mark.parametrize("fault", ["nan", "+inf", "-inf", "infinite states"])
 def test_a_faulty_log_observation_is_an_error_not_a_zero_estimate(fault):
     """A NaN (or +inf) from log_observation for a few particles made the estimate 0 (-inf) without a
     word, and the chain rejected every proposal there; now it is an error naming the step and the count.
-    A log-observation of -inf everywhere (the control) is still a zero estimate."""
+    The controls: -inf for a few particles is a zero weight (a finite estimate), -inf everywhere a zero
+    estimate; and states that are not finite (the stochastic volatility model's sd sigma / sqrt(1 - phi^2)
+    at phi = 1 exactly) have weight zero, whatever log_observation makes of them."""
     from pymc_kameleon import correlated_particle_filter
 
     y, params, _ = _linear_gaussian_ssm(5)
-    value = {"nan": np.nan, "+inf": np.inf, "none": -np.inf}[fault]
+    value = {"nan": np.nan, "+inf": np.inf, "-inf": -np.inf, "infinite states": 0.0}[fault]
+    first_three = np.arange(8) < 3
 
     def log_observation(x, t, a, sx, sy):
-        out = -0.5 * (y[t] - x) ** 2
-        return np.where(np.arange(x.size) < 3, value, out) if t == 2 or fault == "none" else out
+        out = -0.5 * (y[t] - x) ** 2  # NaN at an infinite state: inf - inf
+        return np.where(first_three, value, out) if t == 2 and fault != "infinite states" else out - x + x
 
-    pf = correlated_particle_filter(
-        lambda v, a, sx, sy: v, lambda x, v, t, a, sx, sy: a * x + v, log_observation, 8, 5
-    )
+    def transition(x, v, t, a, sx, sy):
+        blown_up = t == 2 and fault == "infinite states"
+        return np.where(first_three, np.inf, a * x + v) if blown_up else a * x + v
+
+    pf = correlated_particle_filter(lambda v, a, sx, sy: v, transition, log_observation, 8, 5)
     u = np.random.default_rng(0).standard_normal(pf.auxiliary_shape)
-    if fault == "none":
-        assert pf(*params, u) > -np.inf  # three zero weights of eight: a finite estimate
+    if fault in ("-inf", "infinite states"):
+        assert np.isfinite(pf(*params, u))  # three zero weights of eight: a finite estimate
         zero = lambda x, t, *p: np.full(x.size, -np.inf)  # noqa: E731
         everywhere = correlated_particle_filter(lambda v, *p: v, lambda x, v, t, *p: x, zero, 8, 5)
         assert everywhere(*params, u) == -np.inf
         return
     said = {"nan": "NaN", "+inf": r"\+inf"}[fault]
-    with pytest.raises(ValueError, match=rf"returned {said} for 3 of 8 particles at step t=2"):
+    with pytest.raises(ValueError, match=rf"returned {said} for 3 of 8 particles at step t=2, at finite"):
         pf(*params, u)
 
 

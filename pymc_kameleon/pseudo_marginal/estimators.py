@@ -169,11 +169,18 @@ def correlated_particle_filter(
     who sort along a Hilbert curve for multivariate states; here the states are scalar).
     Systematic resampling keeps the estimate unbiased.
 
+    A particle whose state is not finite (``initial`` or ``transition`` degenerate where a parameter
+    reaches its bound in floating point, such as :math:`\sigma / \sqrt{1 - \phi^2}` at
+    :math:`\phi = 1`) has weight zero. A NaN or :math:`+\infty` from ``log_observation`` at a finite
+    state is an error naming the step: a fault in the function, which would otherwise zero the estimate.
+
     Parameters
     ----------
     initial : callable
         ``initial(v, *params) -> x``: :math:`N` draws from :math:`\mu_\theta` (shape ``(N,)``)
-        from standard normals ``v`` of shape ``(N,)``.
+        from standard normals ``v`` of shape ``(N,)``, one per particle. Where the first observed state
+        needs more (a prior draw, then a transition), make step 0 unobserved: ``n_steps`` one more
+        than the observations, and ``log_observation`` zeros at ``t = 0``.
     transition : callable
         ``transition(x, v, t, *params) -> x'``: one draw from :math:`f_\theta(\cdot \mid x^i)` per
         particle, from standard normals ``v`` (``t`` = 1 .. T-1).
@@ -214,8 +221,9 @@ def correlated_particle_filter(
                     f"got {x.shape} and {log_w.shape} at step {t}."
                 )
             top = log_w.max()
-            if not top < math.inf:  # NaN or +inf: a fault in the model's functions, never a weight
-                raise ValueError(_faulty_observation_message(log_w, x, t))
+            if not top < math.inf:  # NaN or +inf somewhere
+                log_w = _weights_of_infinite_states(log_w, x, t)
+                top = log_w.max()
             if top == -math.inf:  # every particle has zero weight: a zero estimate
                 return -math.inf
             weights = np.exp(log_w - top)  # log_mean_exp by hand: SciPy's costs more than the filter
@@ -234,19 +242,26 @@ def correlated_particle_filter(
     return log_estimator
 
 
-def _faulty_observation_message(log_w, x, t: int) -> str:
-    """What :func:`correlated_particle_filter` says when ``log_observation`` returned NaN or +inf at
-    step ``t`` (a new user's NaN for a few particles had made the estimate 0, and the chain reject every
-    proposal there, without a word)."""
-    counts = (("NaN", int(np.isnan(log_w).sum())), ("+inf", int((log_w == math.inf).sum())))
-    kinds = " and ".join(f"{kind} for {k}" for kind, k in counts if k)
-    nan_states = int(np.isnan(x).sum())
-    states = f" ({nan_states} of the states initial/transition gave were NaN)" if nan_states else ""
-    return (
-        f"correlated_particle_filter: log_observation returned {kinds} of {log_w.size} particles at "
-        f"step t={t}{states}. It must return log g(y_t | x) per particle, a real number or -inf (a zero "
-        "weight): look there for a log of a negative number, an overflow or a division by zero."
-    )
+def _weights_of_infinite_states(log_w, x, t: int) -> np.ndarray:
+    """``log_w`` with -inf (zero weight) where ``log_observation`` gave NaN or +inf at a state that is
+    not finite: ``initial`` or ``transition`` degenerate at the parameters' boundary (the stochastic
+    volatility model's sd sigma / sqrt(1 - phi^2) at phi = 1 exactly, where the logit transform rounds).
+    At a finite state such a value is a fault in ``log_observation``, and an error: a new user's NaN for
+    a few particles had made the estimate 0, and the chain reject every proposal there, without a word.
+    """
+    undefined = ~(log_w < math.inf)
+    finite_states = undefined & np.isfinite(x)
+    if finite_states.any():
+        bad = log_w[finite_states]
+        counts = (("NaN", np.isnan(bad).sum()), ("+inf", (bad == math.inf).sum()))
+        kinds = " and ".join(f"{kind} for {int(k)}" for kind, k in counts if k)
+        raise ValueError(
+            f"correlated_particle_filter: log_observation returned {kinds} of {log_w.size} particles at "
+            f"step t={t}, at finite states. It must return log g(y_t | x) per particle, a real number or "
+            "-inf (a zero weight): look there for a log of a negative number, an overflow or a division by "
+            "zero."
+        )
+    return np.where(undefined, -math.inf, log_w)
 
 
 def _check_spread_values(values) -> None:
