@@ -130,6 +130,8 @@ class BatchedSMCKernel(SMC_KERNEL):
         self._improper_prior_error = improper_prior_error(name, model)  # for initialize_population's
         self._improper_priors = improper_prior_names(model)  # for the evidence (KASS's settings)
         self._angle_columns = angle_columns(self.variables, self.var_info, model)  # angles (KASS's tune)
+        # variable name -> value variable name, for _complete_start's message
+        self._value_names = {rv.name: value.name for value, rv in model.values_to_rvs.items()}
         self._batch_logp_func = None
         self._batch_on_worker = None  # evaluate_batch bound to _batch_logp_func, for the executor
         random = draws_random_numbers(self.prior_logp_func) or draws_random_numbers(self.likelihood_logp_func)
@@ -245,7 +247,9 @@ class BatchedSMCKernel(SMC_KERNEL):
             raise self._improper_prior_error from err
 
     def _initialize_kernel(self):
-        """PyMC's initialisation; with an executor, the initial likelihoods are evaluated on it."""
+        """PyMC's initialisation (after :meth:`_complete_start`); with an executor, the initial likelihoods
+        are evaluated on it."""
+        self._complete_start()
         if self.executor is None:
             return super()._initialize_kernel()
         likelihood = self.likelihood_logp_func
@@ -255,6 +259,36 @@ class BatchedSMCKernel(SMC_KERNEL):
         finally:
             self.likelihood_logp_func = likelihood
         self.likelihood_logp = self._likelihoods_on_executor(self.tempered_posterior)
+
+    def _complete_start(self) -> None:
+        """A ``start=`` that gives draws of some value variables: the others from the prior's draws, as
+        without ``start=`` (PyMC needs every one, and said only ``KeyError: 'beta'`` to a new user who
+        gave the sorted draws of an ordered variable, as the NaN-prior error suggests). A name of a
+        variable whose value variable is another (``cut`` for ``cut_ordered__``) is an error, and so are
+        fewer draws than particles."""
+        if not self.start:
+            return
+        name = type(self).__name__
+        names = [v.name for v in self.variables]
+        missing = [n for n in names if n not in self.start]
+        misnamed = {
+            rv: value for rv, value in self._value_names.items() if value in missing and rv in self.start
+        }
+        if misnamed:
+            raise ValueError(
+                f"{name}: start= gives {sorted(misnamed)}, which PyMC samples as "
+                f"{[misnamed[k] for k in sorted(misnamed)]}: give the draws under that name, in its "
+                "transformed coordinates (model.rvs_to_transforms[rv].forward(draws).eval())."
+            )
+        short = {n: len(self.start[n]) for n in names if n in self.start and len(self.start[n]) < self.draws}
+        if short:
+            raise ValueError(
+                f"{name}: start= gives fewer draws than the {self.draws} particles for {short}: give one "
+                "draw per particle (draws=...)."
+            )
+        if missing:
+            prior = self.initialize_population()
+            self.start = {**{n: prior[n] for n in missing}, **self.start}
 
     def update_beta_and_weights(self):
         """PyMC's next inverse temperature and weights, with its step refined below PyMC's resolution of

@@ -157,6 +157,7 @@ def nan_prior_hint(variables) -> str:
     return (
         f" {ordered} {'has' if len(ordered) == 1 else 'have'} PyMC's ordered transform, which is NaN at "
         "PyMC's SMC prior draws (each element drawn on its own, out of order): start the particles from "
-        "sorted prior draws (pm.sample_smc(start=...), in these unconstrained coordinates), or sample with "
+        "sorted prior draws (pm.sample_smc(start={name: draws}) for these alone, in their unconstrained "
+        "coordinates; KASS draws the other variables from the prior), or sample with "
         "KameleonMetropolis(start='smc'), whose run tempers from around the mode for such a model."
     )
