@@ -550,6 +550,16 @@ def test_transport_map_probe_inverts_and_reports_its_jacobian():
 
 
 @pytest.mark.slow
+def test_angles_runs(capsys):
+    """benchmarks/angles.py runs end to end (tiny budget) and prints a row per sampler with finite figures."""
+    _load("angles").main(["--targets", "pi", "--seeds", "1", "--samplers", "KAMH", "DEMetropolisZ",
+                          "--tune", "300", "--draws", "100"])
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith(("| KAMH", "| DEMetropolisZ"))]
+    assert len(rows) == 2 and "nan" not in out, out
+
+
+@pytest.mark.slow
 def test_rescue_mode_width_runs(capsys):
     """benchmarks/rescue_mode_width.py runs end to end (tiny budget) and prints its row: two equal-mass modes
     10-fold apart in width in 10-d keep their two chains each."""
