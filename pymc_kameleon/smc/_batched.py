@@ -30,6 +30,7 @@ from pytensor.tensor.blockwise import Blockwise
 from pytensor.tensor.random.type import RandomGeneratorType
 from scipy.special import logsumexp
 
+from pymc_kameleon.core.linalg import one_blas_thread
 from pymc_kameleon.core.smc.population import refine_tempering_step
 from pymc_kameleon.core.validation import check_number, check_smc_threshold, unexpected_keyword_error
 from pymc_kameleon.core.warning_categories import KameleonRuntimeWarning, KameleonWarning
@@ -211,6 +212,7 @@ class BatchedSMCKernel(SMC_KERNEL):
             "(for example n_steps=...)."
         )
 
+    @one_blas_thread
     def setup_kernel(self):
         """Check the prior draws, and choose between batched and per-particle evaluation for this chain."""
         if self.start is None:
@@ -246,6 +248,7 @@ class BatchedSMCKernel(SMC_KERNEL):
                 raise
             raise self._improper_prior_error from err
 
+    @one_blas_thread
     def _initialize_kernel(self):
         """PyMC's initialisation (after :meth:`_complete_start`); with an executor, the initial likelihoods
         are evaluated on it."""
@@ -290,6 +293,7 @@ class BatchedSMCKernel(SMC_KERNEL):
             prior = self.initialize_population()
             self.start = {**{n: prior[n] for n in missing}, **self.start}
 
+    @one_blas_thread
     def update_beta_and_weights(self):
         """PyMC's next inverse temperature and weights, with its step refined below PyMC's resolution of
         1e-6 where that missed the effective sample size the threshold asks for by more than half

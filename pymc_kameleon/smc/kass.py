@@ -24,6 +24,7 @@ from pymc.model import modelcontext
 
 from pymc_kameleon.core.kameleon.family import check_subsample_size
 from pymc_kameleon.core.kameleon.kernels import make_kernel
+from pymc_kameleon.core.linalg import one_blas_thread
 from pymc_kameleon.core.smc.evidence import (
     genealogy_stats,
     loglik_rise,
@@ -327,6 +328,7 @@ class KASS(KASSChecks, KASSMoves, BatchedSMCKernel):
         self._reset_chain_state()
 
     # ---------------------------------------------------------------- set-up
+    @one_blas_thread
     def setup_kernel(self):
         """Reset the per-chain state (PyMC reuses one kernel instance for sequential chains)."""
         self._reset_chain_state()
@@ -353,6 +355,7 @@ class KASS(KASSChecks, KASSMoves, BatchedSMCKernel):
         self._log_z_variance = 0.0
 
     # ---------------------------------------------------------------- one stage
+    @one_blas_thread
     def resample(self):
         """Resample (multinomially by default), after the evidence's genealogy variance estimate at this
         stage's weights.
@@ -397,6 +400,7 @@ class KASS(KASSChecks, KASSMoves, BatchedSMCKernel):
             self.tempered_posterior_logp = self.prior_logp + self.likelihood_logp * self.beta
         self._eve = self._eve[self.resampling_indexes]
 
+    @one_blas_thread
     def tune(self):
         """Fit the Kameleon proposal family to the resampled particles (stage start), in whitened coordinates.
 
@@ -424,6 +428,7 @@ class KASS(KASSChecks, KASSMoves, BatchedSMCKernel):
         self._family = fit.family
         self._stage = fit.stats()
 
+    @one_blas_thread
     def mutate(self):
         """Kameleon MH sweeps over all particles against :math:`p(x) L(x)^{\\beta_t}`
         (:func:`~pymc_kameleon.core.smc.rejuvenation.rejuvenate`), then adapt the scale.

@@ -20,7 +20,7 @@ from pymc_kameleon.core.adaptation.transport_map import INDEPENDENT_COMPONENTS, 
 from pymc_kameleon.core.kameleon.kernels import make_kernel
 from pymc_kameleon.core.kameleon.scale_free import ScaleFreeProposal
 from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
-from pymc_kameleon.core.linalg import SingularCovarianceError, same_array
+from pymc_kameleon.core.linalg import SingularCovarianceError, one_blas_thread, same_array
 from pymc_kameleon.core.mh import metropolis_hastings_step
 from pymc_kameleon.core.validation import (
     check_independence_weight,
@@ -385,6 +385,7 @@ class KameleonMetropolis(KameleonChainTuning, AdaptiveStep):
         return self._last_run()._chain.proposal
 
     # ------------------------------------------------------------ the step
+    @one_blas_thread
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list]:
         y = q0.data
         chain, target = self._chain, self._target

@@ -23,7 +23,7 @@ from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
 from pymc_kameleon.core.adaptation.state import TuningDraw
 from pymc_kameleon.core.gp.options import GPTrainingOptions
 from pymc_kameleon.core.kameleon.scale_free import ScaleFreeProposal
-from pymc_kameleon.core.linalg import same_array
+from pymc_kameleon.core.linalg import one_blas_thread, same_array
 from pymc_kameleon.core.multilevel import LevelPoint, MultilevelDelayedAcceptance
 from pymc_kameleon.core.validation import check_independence_weight, check_number, check_probability
 from pymc_kameleon.steps.base import AdaptiveStep
@@ -339,6 +339,7 @@ class MLDA(MultilevelChecks, CoarseSpreadChecks, MultilevelGPLevels, AdaptiveSte
         return self._chain.adaptation
 
     # ------------------------------------------------------------ the step
+    @one_blas_thread
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list]:
         chain, target = self._chain, self._target
         y = q0.data

@@ -48,7 +48,7 @@ from pymc_kameleon.core.delayed_acceptance.kernel import DelayedAcceptanceKernel
 from pymc_kameleon.core.delayed_acceptance.ratios import CURRENT_VALUES
 from pymc_kameleon.core.gp.surrogate import GPSurrogate
 from pymc_kameleon.core.gp.training import GPTrainingOptions, GPTrainingSchedule
-from pymc_kameleon.core.linalg import same_array
+from pymc_kameleon.core.linalg import one_blas_thread, same_array
 from pymc_kameleon.core.validation import check_number, check_probability, unexpected_keyword_error
 from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.steps.base import AdaptiveStep, ChainState
@@ -346,6 +346,7 @@ class GPDelayedAcceptanceStep(DelayedAcceptanceChecks, AdaptiveStep):
         return self._last_run()._chain.kernel.proposal
 
     # ------------------------------------------------------------ the step
+    @one_blas_thread
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list]:
         current = q0.data
         kernel: DelayedAcceptanceKernel = self._chain.kernel
