@@ -42,6 +42,7 @@ from pymc_kameleon.steps.multilevel_levels import (
     ErrorModel,
     FineLevel,
     coarse_level,
+    correctable_names,
     corrected_names,
     fine_outputs,
 )
@@ -229,6 +230,8 @@ class MLDA(MultilevelChecks, CoarseSpreadChecks, MultilevelGPLevels, AdaptiveSte
             )
         corrected = corrected_names(model, coarse_models) if self.adaptive_error_model else ()
         self.corrected_variables = list(corrected)
+        # Whether the warnings may suggest the error model (it needs an observed pm.Normal at every level).
+        self._error_model_fits = bool(corrected) or bool(correctable_names(model, coarse_models))
         self._model_levels = [
             coarse_level(coarse, vars, model, compile_kwargs, k, corrected, error_covariance)
             for k, coarse in enumerate(coarse_models)

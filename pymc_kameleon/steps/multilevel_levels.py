@@ -50,6 +50,7 @@ __all__ = [
     "ErrorModel",
     "FineLevel",
     "coarse_level",
+    "correctable_names",
     "corrected_names",
     "fine_outputs",
 ]
@@ -274,21 +275,16 @@ def _observed_shape(value) -> tuple:
     return np.shape(value.get_value())
 
 
+def correctable_names(fine, coarse_models) -> list[str]:
+    """The observed variables an error model would correct (:func:`corrected_names`, without its error
+    and warning): where there is none, the warnings do not suggest one (a new user's coarse model on a
+    tenth of the data was told to turn it on, and then got the error)."""
+    return _matching_normals(fine, coarse_models)[0]
+
+
 def corrected_names(fine, coarse_models) -> list[str]:
     """The observed variables the error model corrects: ``pm.Normal`` in every level, same name and shape."""
-    names, seen = [], {}  # seen: each fine pm.Normal's name -> what every level has under it
-    coarse_normals = [_normal_observed(coarse) for coarse in coarse_models]
-    for name, rv in _normal_observed(fine).items():
-        shape = _observed_shape(fine.rvs_to_values[rv])
-        theirs = [normals.get(name) for normals in coarse_normals]
-        shapes = [
-            None if t is None else _observed_shape(c.rvs_to_values[t]) for t, c in zip(theirs, coarse_models)
-        ]
-        if all(s == shape for s in shapes):
-            names.append(name)
-        seen[name] = f"{name!r} {shape} in the model, " + ", ".join(
-            f"{_found(c, name) if s is None else s} in coarse_models[{k}]"
-            for k, (s, c) in enumerate(zip(shapes, coarse_models)))
+    names, seen = _matching_normals(fine, coarse_models)
     if not names:
         found = "; ".join(seen.values()) if seen else "the model in context has no observed pm.Normal"
         raise ValueError(
@@ -311,6 +307,26 @@ def corrected_names(fine, coarse_models) -> list[str]:
             stacklevel=user_stacklevel(4),
         )
     return names
+
+
+def _matching_normals(fine, coarse_models) -> tuple[list[str], dict]:
+    """The observed ``pm.Normal`` names every level has with the same shape, and for each of the fine
+    model's, what every level has under its name (for the messages)."""
+    names, seen = [], {}  # seen: each fine pm.Normal's name -> what every level has under it
+    coarse_normals = [_normal_observed(coarse) for coarse in coarse_models]
+    for name, rv in _normal_observed(fine).items():
+        shape = _observed_shape(fine.rvs_to_values[rv])
+        theirs = [normals.get(name) for normals in coarse_normals]
+        shapes = [
+            None if t is None else _observed_shape(c.rvs_to_values[t]) for t, c in zip(theirs, coarse_models)
+        ]
+        if all(s == shape for s in shapes):
+            names.append(name)
+        seen[name] = f"{name!r} {shape} in the model, " + ", ".join(
+            f"{_found(c, name) if s is None else s} in coarse_models[{k}]"
+            for k, (s, c) in enumerate(zip(shapes, coarse_models)))
+    return names, seen
+
 
 
 def _outputs(model, names):
