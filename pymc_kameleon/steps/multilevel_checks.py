@@ -138,10 +138,12 @@ class MultilevelChecks:
     def _warn_costly_coarse_levels(self) -> None:
         """At the end of tuning: warn if a coarse model cost more per evaluation than the model level above
         it (the fine model above the finest): the levels are in the wrong order (``coarse_models`` go
-        coarsest first), or a coarse model saves nothing. GP levels are not compared."""
+        coarsest first), or a coarse model saves nothing. GP levels are not compared. Where none does,
+        the levels' total times are (:meth:`_warn_coarse_time_above_fine`)."""
         timed = [
             (f"coarse_models[{k}]", level) for k, level in enumerate(self._model_levels)
         ] + [("the fine model (the model in context)", self._fine_level)]
+        costly = False
         for (name, level), (above, level_above) in zip(timed, timed[1:]):
             if min(level.timing.calls, level_above.timing.calls) < TIMED_EVALS:
                 continue
@@ -161,8 +163,9 @@ class MultilevelChecks:
                 KameleonWarning,
                 stacklevel=3,
             )
-            return
-        self._warn_coarse_time_above_fine(timed)
+            costly = True
+        if not costly:
+            self._warn_coarse_time_above_fine(timed)
 
     def _warn_coarse_time_above_fine(self, timed) -> None:
         """At the end of tuning: warn if the coarse models took more of tuning's time than the fine model

@@ -504,6 +504,18 @@ def test_a_coarse_model_costlier_than_the_level_above_it_is_named(coarse, fine_m
         assert len(costly) == 1 and re.search(message, costly[0]), costly
 
 
+def test_every_coarse_level_costlier_than_the_one_above_it_is_named():
+    """Both levels of a wrongly ordered pair and a costly finest coarse level: one warning each (the
+    total-time check added after them must not end the comparison at the first)."""
+    coarse = [costly_model(4.0, 1.0), costly_model(1.5, 0.5)]
+    with conjugate_model(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pm.sample(draws=5, tune=60, chains=1, step=MLDA(coarse_models=coarse), random_seed=1, **SAMPLE_KW)
+    costly = [str(w.message) for w in caught if "in tuning an evaluation of" in str(w.message)]
+    assert len(costly) == 2 and re.search(COSTLY + REVERSE, costly[0]), costly
+    assert "coarse_models[1] took" in costly[1] and "the fine model" in costly[1], costly
+
+
 @pytest.mark.parametrize("coarse_ms", [1.5, 0.0])
 def test_coarse_models_that_take_more_time_than_the_fine_one_are_said(coarse_ms):
     """A new user's ODE: a coarse solve a quarter of the fine one, five per fine evaluation, took 2.2 times
