@@ -7,10 +7,9 @@ names of the particle vector's coordinates they report. Separate from :mod:`pymc
 from __future__ import annotations
 
 import numpy as np
-from pymc.logprob.transforms import CircularTransform
 from pymc.vartypes import discrete_types
 
-from pymc_kameleon.steps.variables import has_improper_prior, indexed_names, ordered_value_variables
+from pymc_kameleon.steps.variables import has_improper_prior, indexed_names, is_angle, ordered_value_variables
 
 __all__ = [
     "angle_columns",
@@ -55,11 +54,11 @@ def variable_slices(variables, var_info):
 def angle_columns(variables, var_info, model) -> np.ndarray:
     """The columns of PyMC's flat particle vector whose variable has PyMC's circular transform
     (``pm.VonMises``): the model reads the angle wrapped, so the density is 2π-periodic in them
-    (:mod:`pymc_kameleon.core.angles`; the steps' are ``steps.variables.angle_coordinates``)."""
+    (:func:`~pymc_kameleon.steps.variables.is_angle`; the steps' are ``angle_coordinates``)."""
     columns = []
     for v, (_, part, _) in zip(variables, variable_slices(variables, var_info)):
         rv = model.values_to_rvs.get(v)
-        if rv is not None and isinstance(model.rvs_to_transforms.get(rv), CircularTransform):
+        if rv is not None and is_angle(rv, model):
             columns.extend(range(part.start, part.stop))
     return np.array(columns, dtype=int)
 

@@ -14,7 +14,7 @@ from pytensor.tensor.random.type import RandomGeneratorType
 
 __all__ = [
     "angle_coordinates", "continuous_value_vars", "coordinate_names", "has_improper_prior",
-    "improper_prior_coordinates", "indexed_names", "minibatch_observed", "refuse_minibatch_data",
+    "improper_prior_coordinates", "indexed_names", "is_angle", "minibatch_observed", "refuse_minibatch_data",
 ]
 
 
@@ -78,12 +78,16 @@ def improper_prior_coordinates(vars, initial_point, model) -> frozenset[int]:
     return frozenset(_coordinates_where(vars, initial_point, model, has_improper_prior))
 
 
-def angle_coordinates(vars, initial_point, model) -> tuple[int, ...]:
-    """The raveled block's coordinates whose variable is sampled through PyMC's circular transform
-    (``pm.VonMises``): the model reads them wrapped, so the density is 2π-periodic in them
+def is_angle(rv, model) -> bool:
+    """Whether ``model`` samples ``rv`` through PyMC's circular transform (``pm.VonMises``): the model
+    reads it wrapped, so the density is 2π-periodic in its value variable
     (:mod:`pymc_kameleon.core.angles`)."""
-    circular = lambda rv: isinstance(model.rvs_to_transforms.get(rv), CircularTransform)  # noqa: E731
-    return tuple(_coordinates_where(vars, initial_point, model, circular))
+    return isinstance(model.rvs_to_transforms.get(rv), CircularTransform)
+
+
+def angle_coordinates(vars, initial_point, model) -> tuple[int, ...]:
+    """The raveled block's coordinates whose variable :func:`is_angle`."""
+    return tuple(_coordinates_where(vars, initial_point, model, lambda rv: is_angle(rv, model)))
 
 
 def minibatch_observed(model) -> list[str]:
