@@ -188,41 +188,27 @@ class DrawsAgreement:
                 f"over their first {n} draws ({draws})"
             )
         improper = "" if spread is None else (
-            f" {self._name(j)} has an improper prior (pm.Flat or pm.HalfFlat) and its draws spread from "
-            f"{spread.min():.3g} to {spread.max():.3g}: if the data do not identify it (collinear "
-            "predictors, an intercept given twice, a parameter the likelihood does not depend on), the "
-            "posterior is improper and no sampler converges on it, however long it tunes. Give it a proper "
-            "prior (a wide pm.Normal, pm.HalfNormal), or remove what the data cannot tell apart."
+            f" {self._name(j)} has an improper prior (pm.Flat or pm.HalfFlat; draws from {spread.min():.3g} "
+            f"to {spread.max():.3g}): if the data do not identify it (collinear predictors, an intercept "
+            "given twice), the posterior is improper and no sampler converges on it; give it a proper prior."
         )
         gradients = self.differentiable is not None and self.differentiable()
         nuts = (
-            " This model's log density has gradients (no black-box Op): sample it with NUTS, pm.sample's "
-            "default step, which converges on curved posteriors where gradient-free steps mix too slowly "
-            "(on this package's benchmark latent GP regression NUTS gave R-hat 1.003, KameleonMetropolis "
-            "1.15). Otherwise:" if gradients else self._split_remedy()
+            " The model's log density has gradients (no black-box Op): NUTS, pm.sample's default step, "
+            "converges on curved posteriors where gradient-free steps mix too slowly. Otherwise:"
+            if gradients else self._split_remedy()
         )
         if self.smc_start:
-            smc = (
-                "this run started from a tempered SMC run already (start='smc'): more particles "
-                "(SMCStart(particles=...)) and longer tuning"
-            )
+            smc = "more particles (SMCStart(particles=...)) for this start='smc' run"
         else:
-            smc = (
-                "start from a tempered SMC run and propose through a map fitted to its particles, "
-                "KameleonMetropolis(start='smc') (many more evaluations)"
-            )
+            smc = "KameleonMetropolis(start='smc') (a tempered SMC run first; many more evaluations)"
         return (
-            f"{self.step_name}: {said}, so the chains mix too slowly for the tuning they had, or one is "
-            f"stuck in a mode of its own, and the draws do not agree yet.{improper}{nuts} increase `tune` "
-            "and "
-            "`draws`; or reparameterise (a hierarchy whose groups the data barely inform samples better "
-            "non-centred, one they determine well centred; a posterior with modes of one shape, a mixture "
-            "whose components can swap labels or angles whose modes lie pi apart (axial data), has one mode "
-            "per symmetry, across which pooled tuning learns one covariance that fits none: order a "
-            "mixture's components, transform=pm.distributions.transforms.ordered on their locations with an "
-            "ordered initval, or else tune each chain alone, tuning='per_chain'); or start the chains closer "
-            f"to the posterior (initvals); for a curved posterior that longer tuning does not fix, {smc}; "
-            "for well-separated modes of similar widths, use pm.sample_smc(kernel=KASS), whose tempering "
-            "weighs them (it too can lose a mode much narrower than the others, without a warning). Check "
-            "R-hat over all the draws."
+            f"{self.step_name}: {said}: the chains mix too slowly for the tuning they had, or one sits in a "
+            f"mode of its own.{nuts} increase `tune` and `draws`; for a curved posterior that longer tuning "
+            f"does not fix, {smc}; reparameterise (a weakly informed hierarchy non-centred, a mixture's "
+            "locations ordered: transform=pm.distributions.transforms.ordered); tune each chain alone, "
+            "tuning='per_chain', where the modes are copies of one another (swapped mixture labels, angles "
+            "whose modes lie pi apart); pm.sample_smc(kernel=KASS) for well-separated modes; initvals "
+            f"nearer the posterior.{improper} The tuning guide's table of warnings explains each remedy. "
+            "Check R-hat over all the draws."
         )
