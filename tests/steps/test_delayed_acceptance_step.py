@@ -491,6 +491,26 @@ def test_a_misspelt_option_names_the_step_and_the_closest_option(cls, typo, sugg
         cls(**{typo: 1})
 
 
+@pytest.mark.parametrize("cls", [GPDelayedAcceptanceMH, GPDelayedAcceptanceMALA])
+def test_the_signature_lists_every_option_with_its_default(cls):
+    """A new user read ``GPDelayedAcceptanceMALA(vars=None, *, gradient_observations=True, **options)`` in
+    the API pages: the shared options are spelt out, with the step's own defaults where the code's is
+    None, and each one listed is accepted."""
+    import inspect
+
+    parameters = inspect.signature(cls).parameters
+    assert not any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+    from pymc_kameleon.steps.delayed_acceptance.base import GPDelayedAcceptanceStep
+
+    shared = set(inspect.signature(GPDelayedAcceptanceStep.__init__).parameters) - {"self"}
+    assert shared <= set(parameters)
+    assert parameters["target_accept"].default == cls._default_target_accept
+    assert parameters["initial_scale"].default == cls._default_initial_scale
+    with gaussian_data_model():
+        step = cls(max_points=50, adapt_interval=50, jitter=1e-7)
+    assert (step.max_points, step.adapt_interval, step.target_accept) == (50, 50, cls._default_target_accept)
+
+
 def test_model_without_likelihood_is_a_clear_error():
     with pm.Model():
         pm.Normal("x", 0, 1, shape=2)

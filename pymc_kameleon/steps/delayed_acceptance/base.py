@@ -192,6 +192,13 @@ class GPDelayedAcceptanceStep(DelayedAcceptanceChecks, AdaptiveStep):
         self.tuning = tuning
         self._join_pymc(vars, target, blocked, rng, model=model, start=start)
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "__init__" in cls.__dict__:
+            defaults = {"target_accept": cls._default_target_accept,
+                        "initial_scale": cls._default_initial_scale}
+            cls.__init__.__signature__ = _signature_with_shared_options(cls.__init__, defaults)
+
     @classmethod
     def _check_option_names(cls, options):
         """A subclass's ``**options`` must be this class's keywords: a TypeError naming the step the
@@ -440,3 +447,21 @@ def outside_vars_message(step_name: str, vars, outside: list[str], model) -> str
         "variables with this step too if they are continuous, or use KameleonMetropolis for "
         f"{own}."
     )
+
+
+def _signature_with_shared_options(init, defaults: dict) -> inspect.Signature:
+    """A step's ``__init__(vars=None, *, own..., **options)`` with ``**options`` spelt out as the shared
+    keywords of :class:`GPDelayedAcceptanceStep` it passes on, so that ``help()`` and the API pages list
+    every option with its default (``defaults``: the step's own, where the shared signature's None
+    stands for it)."""
+    signature = inspect.signature(init)
+    own = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    if len(own) == len(signature.parameters):
+        return signature
+    names = {p.name for p in own}
+    shared = [
+        p.replace(default=defaults.get(p.name, p.default))
+        for p in inspect.signature(GPDelayedAcceptanceStep.__init__).parameters.values()
+        if p.kind is p.KEYWORD_ONLY and p.name not in names
+    ]
+    return signature.replace(parameters=[*own, *shared])
