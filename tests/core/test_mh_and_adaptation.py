@@ -123,6 +123,50 @@ def test_history_buffer_thins_evenly_and_stays_bounded():
     assert stored[-1] >= 100 - buf.stride  # reaches the recent history
 
 
+def _previous_history_points(values, capacity):
+    """The buffer's rule before steps with several points: one point per append, every other point
+    dropped when full."""
+    kept, stride = [], 1
+    for seen, value in enumerate(values):
+        if seen % stride == 0:
+            if len(kept) == capacity:
+                kept, stride = kept[::2], 2 * stride
+            if seen % stride == 0:
+                kept.append(value)
+    return np.array(kept)
+
+
+def test_history_buffer_single_points_as_before():
+    """One point per step: the same points as the rule it replaced (draws kept bit for bit)."""
+    for capacity, n in [(8, 100), (10, 1000), (7, 333)]:
+        buf = HistoryBuffer(dim=1, capacity=capacity)
+        for t in range(n):
+            buf.append([t])
+        np.testing.assert_array_equal(buf.points[:, 0], _previous_history_points(range(n), capacity))
+
+
+def test_history_buffer_keeps_every_chain_when_thinning_population_rows():
+    """Pooled tuning records every chain's state per step: thinned, the buffer keeps whole steps, so
+    every chain's states stay, evenly spaced. Control: the same rows appended one by one keep chain 0's
+    alone (the bug this replaced)."""
+    chains, steps = 4, 400
+    by_steps, by_points = HistoryBuffer(dim=2, capacity=100), HistoryBuffer(dim=2, capacity=100)
+    for t in range(steps):
+        rows = np.column_stack([np.arange(chains), np.full(chains, t)])  # (chain, step)
+        by_steps.append_rows(rows)
+        for row in rows:
+            by_points.append(row)
+    kept = by_steps.points
+    assert len(kept) <= 100
+    chain_counts = np.bincount(kept[:, 0].astype(int), minlength=chains)
+    assert np.all(chain_counts == chain_counts[0]) and chain_counts[0] >= 100 // (2 * chains)
+    step_of = kept[::chains, 1]
+    assert np.all(np.diff(step_of) == by_steps.stride) and step_of[-1] >= steps - by_steps.stride
+    assert set(by_points.points[:, 0]) == {0.0}  # the control: thinned point by point
+    with pytest.raises(ValueError, match="capacity"):
+        HistoryBuffer(2, 3).append_rows(np.zeros((4, 2)))
+
+
 def test_history_buffer_subsample_discards_transient():
     buf = HistoryBuffer(dim=1, capacity=1000)
     for t in range(200):

@@ -20,6 +20,11 @@ class HistoryBuffer:
     subsample :math:`Z` from the later part of the history, leaving out the
     transient at the start of tuning.
 
+    A step may give several points at once (:meth:`append_rows`: every chain's state, pooled
+    tuning); the stride and the thinning then count steps, so that a thinned history still holds
+    every chain's states. (Counted by points, a population of four chains kept chain 0's and 2's
+    states alone once the buffer first filled, and chain 0's alone after the second time.)
+
     Parameters
     ----------
     dim : int
@@ -34,6 +39,7 @@ class HistoryBuffer:
         self.dim = int(dim)
         self.capacity = int(capacity)
         self._points = np.empty((self.capacity, self.dim))
+        self._steps = np.empty(self.capacity, dtype=np.int64)  # the step (n_seen) each point came at
         self._size = 0
         self.stride = 1
         self.n_seen = 0
@@ -47,16 +53,40 @@ class HistoryBuffer:
         self.n_seen = 0
 
     def append(self, x) -> None:
+        """Record one step's point."""
         if self.n_seen % self.stride == 0:
             if self._size == self.capacity:
-                kept = self._points[: self._size : 2]
-                self._size = kept.shape[0]
-                self._points[: self._size] = kept
-                self.stride *= 2
+                self._thin()
             if self.n_seen % self.stride == 0:
                 self._points[self._size] = x
+                self._steps[self._size] = self.n_seen
                 self._size += 1
         self.n_seen += 1
+
+    def append_rows(self, rows) -> None:
+        """Record one step's points (rows, at most ``capacity``): kept or dropped together."""
+        rows = np.atleast_2d(rows)
+        n = rows.shape[0]
+        if n > self.capacity:
+            raise ValueError(f"a step's {n} points exceed the history's capacity {self.capacity}.")
+        while self.n_seen % self.stride == 0 and self._size + n > self.capacity:
+            self._thin()
+        if self.n_seen % self.stride == 0:
+            self._points[self._size : self._size + n] = rows
+            self._steps[self._size : self._size + n] = self.n_seen
+            self._size += n
+        self.n_seen += 1
+
+    def _thin(self) -> None:
+        """Drop every other stored step's points and double the stride."""
+        # The stored steps are the multiples of the stride: those of twice the stride are kept. With one
+        # point per step this is every other point.
+        kept = self._steps[: self._size] % (2 * self.stride) == 0
+        size = int(np.count_nonzero(kept))
+        self._points[:size] = self._points[: self._size][kept]
+        self._steps[:size] = self._steps[: self._size][kept]
+        self._size = size
+        self.stride *= 2
 
     @property
     def points(self) -> np.ndarray:

@@ -117,8 +117,7 @@ class AdaptationWindow:
                 self.moves += 1
         else:
             rows = np.asarray(population, dtype=float)
-            for row in rows:
-                self.draws.append(row)
+            self.draws.append_rows(rows)
             self.rows += rows.shape[0]
             if self._last_rows is not None and self._last_rows.shape == rows.shape:
                 moves, jumped = _moves_and_jump(self._last_rows, rows)
