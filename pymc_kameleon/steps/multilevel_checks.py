@@ -184,11 +184,12 @@ class MultilevelChecks:
         share = seconds / fine.seconds
         self._warnings.warn(
             f"MLDA: in tuning the coarse models took {share:.1f} times the fine model's time ({levels}; "
-            f"against {fine.calls} fine evaluations of {1e3 * fine.mean:.3g} ms). MLDA saves fine "
-            "evaluations here, not time: it is faster on the clock than a one-level sampler only where its "
-            f"ESS per fine evaluation is over {1 + share:.1f} times that sampler's. Compare ESS per second "
-            "with GPDelayedAcceptanceMH or KameleonMetropolis, or give MLDA a cheaper coarse model. The "
-            "draws stay exact.",
+            f"against {fine.calls} fine evaluations of {1e3 * fine.mean:.3g} ms), so each fine evaluation "
+            f"costs MLDA about {1 + share:.1f} times its own time: against a sampler whose time is its fine "
+            f"evaluations, MLDA is faster on the clock only where its ESS per fine evaluation is over "
+            f"{1 + share:.1f} times that sampler's (less against one with costs of its own, such as "
+            "GPDelayedAcceptanceMH's GP). Compare ESS per second with GPDelayedAcceptanceMH or "
+            "KameleonMetropolis on your model, or give MLDA a cheaper coarse model. The draws stay exact.",
             KameleonWarning,
             stacklevel=4,
         )
