@@ -22,3 +22,24 @@ def test_the_license_is_an_spdx_expression_with_its_file():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["license"] == "MIT" and project["license-files"] == ["LICENSE"]
     assert (ROOT / "LICENSE").read_text().startswith("MIT License")
+
+
+def test_the_dependencies_bound_the_stacks_we_test():
+    """PyMC's internals the steps use (population sampling, blocking) may change in a major release: the
+    package admits PyMC 5 and 6, ArviZ 0.x and 1, the stacks CI runs; and saving results (the guides'
+    idata.to_netcdf) works on ArviZ 1, which brings no netCDF library (a new user's SMC example failed)."""
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    required = {Requirement(r).name: Requirement(r).specifier for r in project["dependencies"]}
+    assert all(v in required["pymc"] for v in ("5.28.5", "6.4.0")) and "7.0" not in required["pymc"]
+    assert all(v in required["arviz"] for v in ("0.23.4", "1.3.0")) and "2.0" not in required["arviz"]
+    assert "h5netcdf" in required
+    assert "Programming Language :: Python :: 3.12" in project["classifiers"]
+
+
+def test_the_citation_file_names_this_version():
+    citation = (ROOT / "CITATION.cff").read_text()
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert re.search(rf'^version: "{re.escape(version)}"$', citation, flags=re.MULTILINE)
+    assert "Kernel Adaptive Metropolis-Hastings" in citation
