@@ -43,3 +43,12 @@ def test_the_citation_file_names_this_version():
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert re.search(rf'^version: "{re.escape(version)}"$', citation, flags=re.MULTILINE)
     assert "Kernel Adaptive Metropolis-Hastings" in citation
+
+
+def test_each_release_of_the_changelog_has_each_kind_of_change_once():
+    """Keep a Changelog: one Added, one Changed, one Fixed... per release (the Unreleased section had grown
+    three of each, appended session by session)."""
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    for release in re.split(r"^## ", changelog, flags=re.MULTILINE)[1:]:
+        kinds = re.findall(r"^### (.+)$", release, flags=re.MULTILINE)
+        assert len(kinds) == len(set(kinds)), (release.splitlines()[0], kinds)
