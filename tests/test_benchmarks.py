@@ -552,11 +552,12 @@ def test_transport_map_probe_inverts_and_reports_its_jacobian():
 @pytest.mark.slow
 def test_angles_runs(capsys):
     """benchmarks/angles.py runs end to end (tiny budget) and prints a row per sampler with finite figures."""
-    _load("angles").main(["--targets", "pi", "--seeds", "1", "--samplers", "KAMH", "DEMetropolisZ",
+    _load("angles").main(["--targets", "pi", "axial", "--seeds", "1", "--samplers", "KAMH", "DEMetropolisZ",
                           "--tune", "300", "--draws", "100"])
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith(("| KAMH", "| DEMetropolisZ"))]
-    assert len(rows) == 2 and "nan" not in out, out
+    assert len(rows) == 4 and "nan" not in out, out
+    assert all(row.count("|") == 9 for row in rows[2:]), rows  # axial: the mode crossings too
 
 
 @pytest.mark.slow
