@@ -50,6 +50,7 @@ class DiscreteChain:
     cumulative_estimator_calls: int = 0  # its estimator calls so far (AdaptiveStep._add_estimate_stats)
     recent: RecentRates = field(default_factory=RecentRates)  # its recent acceptance rate
     pending_logp_evals: int = 0  # always 0: no evaluations between steps (AdaptiveStep._add_running_stats)
+    pending_estimator_calls: int = 0  # always 0: the continuous step beside it checks the estimates' noise
 
 
 class DiscreteMetropolis(AdaptiveStep):
@@ -98,6 +99,7 @@ class DiscreteMetropolis(AdaptiveStep):
     """
 
     name = "discrete_metropolis"
+    _checks_estimate_noise = False  # the continuous step beside it does
 
     def __init__(
         self,

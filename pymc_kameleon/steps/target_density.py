@@ -317,6 +317,34 @@ class TargetDensity:
             seen[0], seen[1], seen[2] = min(seen[0], value), max(seen[1], value), seen[2] + 1
         return value
 
+    def estimate_noise(self, rng, n: int) -> list[tuple[str, float, bool]]:
+        r"""Per pseudo-marginal term, the spread of its log-estimates at the current state: ``(name, sd,
+        correlated)``, the sd over ``n`` fresh estimates (a plain term), or over ``n`` log-ratios
+        :math:`\log\hat L(\theta, u') - \log\hat L(\theta, u)` with :math:`u'` the term's Crank-Nicolson
+        move from the kept :math:`u` (a correlated term: the noise of a proposal's ratio at no move of
+        :math:`\theta`). NaN where fewer than two were finite; empty before the first state.
+
+        The estimates draw from ``rng`` (a stream apart from the chain's, so the draws do not change) and
+        count in ``n_estimates``."""
+        cur = self._cur
+        if cur is None or len(cur.log_estimates) != len(self.terms):
+            return []
+        spreads = []
+        for i, term in enumerate(self.terms):
+            inputs, kept = cur.estimator_inputs[i], cur.log_estimates[i]
+            values = []
+            for _ in range(n):
+                if term.op.correlated:
+                    moved = term.op.moved_auxiliary(cur.auxiliaries[i], rng)
+                    values.append(term.op.estimate(inputs, rng, moved) - kept)
+                else:
+                    values.append(term.op.estimate(inputs, rng, None))
+            self.n_estimates += n
+            finite = np.asarray([v for v in values if math.isfinite(v)])
+            sd = float(np.std(finite, ddof=1)) if finite.size > 1 else math.nan
+            spreads.append((term.name, sd, term.op.correlated))
+        return spreads
+
     def flat_estimate_message(self, step_name: str) -> str | None:
         """A warning if a pseudo-marginal term's log-estimates, over the :data:`FLAT_ESTIMATE_CALLS` or more
         finite ones of the chain so far, spanned less than :data:`FLAT_ESTIMATE_NATS` or all lay in [0, 1]:

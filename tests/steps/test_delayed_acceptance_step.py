@@ -35,6 +35,7 @@ from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
 from pymc_kameleon.core.mh import mh_log_ratio
 from pymc_kameleon.core.proposals import LangevinProposal
 from pymc_kameleon.problems.targets import banana, correlated_gaussian
+from pymc_kameleon.steps.base import NOISE_ESTIMATES
 from pymc_kameleon.steps.delayed_acceptance import mh as gpda_mh
 from pymc_kameleon.steps.delayed_acceptance.mh import INDEPENDENCE_PROBES
 from pymc_kameleon.testing import (
@@ -653,13 +654,18 @@ def test_pseudo_marginal_likelihood_keeps_the_current_estimate():
     assert recorder.calls[0][0] == recorder.calls[1][0]
     calls = recorder.calls[1:]
     refreshes = tuning_refresh_steps([s["accepted"] for _, _, s in rows], 250)
-    # Estimates only where evaluated, and (tuning only) after 5 rejections in a row at the current state.
-    assert len(calls) == 1 + sum(s["exact_eval"] for _, _, s in rows) + refreshes.sum()
+    # Estimates only where evaluated, and (tuning only) after 5 rejections in a row at the current state;
+    # when tuning ends, the noise check's at the current state, none of them kept.
+    evaluated = sum(s["exact_eval"] for _, _, s in rows)
+    assert len(calls) == 1 + evaluated + refreshes.sum() + NOISE_ESTIMATES
     assert sum(s["estimator_calls"] for _, _, s in rows) == len(calls) + 1
     assert refreshes.sum() > 0
     y, kept = calls[0]
     k = 1
     for i, (old, new, stats) in enumerate(rows):
+        if i == 250:
+            assert all(at == y for at, _ in calls[k : k + NOISE_ESTIMATES])
+            k += NOISE_ESTIMATES
         if stats["exact_eval"]:
             x_prop, est = calls[k]
             k += 1

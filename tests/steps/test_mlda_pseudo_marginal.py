@@ -12,6 +12,7 @@ import pymc as pm
 import pytest
 
 from pymc_kameleon import MLDA, GPLevel, PseudoMarginalPotential
+from pymc_kameleon.steps.base import NOISE_ESTIMATES
 from pymc_kameleon.testing import (
     LATENT_D,
     LATENT_POST_VAR,
@@ -51,7 +52,10 @@ def test_statistics_count_the_estimates_and_each_level():
     stats = idata.sample_stats
     calls = stats["estimator_calls"].values
     fine = stats["logp_evals"].values
-    np.testing.assert_array_equal(calls, fine)  # one estimate per fine evaluation, none at the kept state
+    # One estimate per fine evaluation, none at the kept state, but for the end-of-tuning noise check's,
+    # counted in the first draw's calls.
+    np.testing.assert_array_equal(calls[:, 1:], fine[:, 1:])
+    np.testing.assert_array_equal(calls[:, 0], fine[:, 0] + NOISE_ESTIMATES)
     assert np.all(np.isfinite(stats["loglik_estimate"].values))
     assert np.all(stats["level0_subchain_length"].values == 3)
     moved = stats["accepted"].values.astype(bool)
@@ -138,4 +142,7 @@ def test_a_tuning_refresh_is_the_state_the_next_step_starts_from():
         np.testing.assert_allclose(stats["lp"].values[0], prior + stats["loglik_estimate"].values[0],
                                    rtol=1e-10, atol=1e-8)
         extra = stats["estimator_calls"].values[0] - stats["logp_evals"].values[0]
+        if not tuning:  # the end-of-tuning noise check's estimates, in the first draw's calls
+            assert extra[0] == NOISE_ESTIMATES
+            extra = extra[1:]
         assert (extra.max() > 0) == tuning and extra.min() >= 0

@@ -6,6 +6,7 @@ with a pseudo-marginal model are in the step contract (test_step_contract.py), f
 """
 
 import math
+import re
 import warnings
 from functools import partial
 
@@ -15,7 +16,7 @@ import pytest
 from scipy.stats import norm
 
 from pymc_kameleon import GPDelayedAcceptanceMH, KameleonMetropolis, PseudoMarginalPotential
-from pymc_kameleon.steps.base import TUNING_REFRESH_REJECTIONS
+from pymc_kameleon.steps.base import NOISE_ESTIMATES, TUNING_REFRESH_REJECTIONS
 from pymc_kameleon.testing import (
     SAMPLE_KW,
     latent_gaussian_log_estimator,
@@ -91,7 +92,8 @@ def test_exact_acceptance_ratio_uses_the_kept_estimate():
 def test_never_re_estimates_at_the_current_state_after_tuning():
     """After tuning the chain is the exact pseudo-marginal chain: no estimate at the current state, the
     kept one changes only on acceptance (also with Kameleon proposals); during tuning the current state
-    is re-estimated only after TUNING_REFRESH_REJECTIONS rejections in a row."""
+    is re-estimated only after TUNING_REFRESH_REJECTIONS rejections in a row. When tuning ends the noise
+    check estimates at the state NOISE_ESTIMATES times and keeps none of them."""
     recorder = Recorder(seed=1)
     with pm.Model() as model:
         theta = pm.Normal("theta", 0, 2)
@@ -106,6 +108,11 @@ def test_never_re_estimates_at_the_current_state_after_tuning():
     current = recorder.calls[1][0]
     in_a_row, refreshes = 0, 0
     for i, (point, s) in enumerate(rows):
+        if i == 300:  # the end-of-tuning noise check: fresh estimates at the state, none of them kept
+            for _ in range(NOISE_ESTIMATES):
+                at, _value = next(calls)
+                assert at == current
+            assert s["estimator_calls"] == 1 + NOISE_ESTIMATES  # counted in the first draw's calls
         x, value = next(calls)
         assert x != current  # a proposal
         in_a_row = 0 if s["accepted"] else in_a_row + 1
@@ -385,3 +392,68 @@ def test_the_last_draw_counts_every_estimator_call(step_class):
     assert int(stats["estimator_calls"].values.sum()) < total  # the draws' own calls miss tuning's
     cumulative = stats["cumulative_estimator_calls"].values
     assert np.all(np.diff(cumulative, axis=1) == stats["estimator_calls"].values[:, 1:])
+
+
+# -------------------------------------------------------------- the estimates' noise, when tuning ends
+def _noisy_normal_mean(sd: float, correlated: bool = False):
+    """y ~ N(theta, 1), 20 points; the likelihood 'estimated' as exact x exp(sd z - sd^2/2), z ~ N(0, 1):
+    unbiased, with a log-estimate sd of ``sd`` (correlated: z the mean of 100 auxiliary normals, scaled)."""
+    y = np.random.default_rng(3).normal(0.5, 1.0, 20)
+
+    def exact(theta):
+        return float(norm.logpdf(y, theta, 1.0).sum())
+
+    if correlated:
+        def log_estimator(theta, u):
+            return exact(theta) + sd * float(u.mean()) * 10.0 - 0.5 * sd**2
+    else:
+        def log_estimator(theta, rng):
+            return exact(theta) + sd * rng.standard_normal() - 0.5 * sd**2
+
+    with pm.Model() as model:
+        theta = pm.Normal("theta", 0, 2)
+        extra = dict(auxiliary_shape=100, correlation=0.0) if correlated else {}
+        PseudoMarginalPotential("lik", log_estimator, inputs=[theta], **extra)
+    return model
+
+
+def _noise_warnings(model, step_class=KameleonMetropolis, seed=1):
+    with model, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        idata = pm.sample(step=step_class(), tune=600, draws=60, chains=1, random_seed=seed, **SAMPLE_KW)
+    return idata, [str(w.message) for w in caught if "fresh likelihood estimates" in str(w.message)]
+
+
+@pytest.mark.parametrize("step_class", [KameleonMetropolis, GPDelayedAcceptanceMH])
+def test_estimates_too_noisy_at_the_end_of_tuning_are_said_with_their_sd(step_class):
+    """A 2-particle filter (log-estimate sd 6.7) sampled a scale at sd 0.34 against 0.50 with no word of
+    ours. Now: an sd of 4 is said, with its figure and the remedy; an sd of 1 is not (the control)."""
+    _, said = _noise_warnings(_noisy_normal_mean(4.0), step_class)
+    assert len(said) == 1, said
+    match = re.search(r"'lik': sd ([\d.]+) of its log-estimates", said[0])
+    assert match and 3.0 < float(match.group(1)) < 6.0, said  # 30 draws of an sd of 4
+    assert "more samples per estimate" in said[0]
+    _, quiet = _noise_warnings(_noisy_normal_mean(1.0), step_class)
+    assert quiet == []
+
+
+def test_a_correlated_estimate_is_judged_by_its_log_ratios():
+    """With auxiliary normals the noise is that of a proposal's log-ratio at the Crank-Nicolson move from the
+    kept u (here correlation 0: u drawn afresh, so the ratio's sd is the estimate's, 5)."""
+    _, said = _noise_warnings(_noisy_normal_mean(5.0, correlated=True))
+    assert len(said) == 1 and "of its log-ratios at a move of u" in said[0], said
+    assert "a correlation closer to 1" in said[0]
+
+
+def test_the_noise_check_leaves_the_draws_as_they_were():
+    """Its estimates come from a stream apart from the chain's: the draws equal those of a run without it."""
+    model = _noisy_normal_mean(1.0)
+    idata, _ = _noise_warnings(model)
+    try:
+        KameleonMetropolis._checks_estimate_noise = False
+        without, _ = _noise_warnings(model)
+    finally:
+        KameleonMetropolis._checks_estimate_noise = True
+    np.testing.assert_array_equal(idata.posterior["theta"].values, without.posterior["theta"].values)
+    calls = idata.sample_stats["cumulative_estimator_calls"].values[0, -1]
+    assert calls == without.sample_stats["cumulative_estimator_calls"].values[0, -1] + NOISE_ESTIMATES
