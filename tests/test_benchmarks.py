@@ -706,3 +706,14 @@ def test_drift_without_climb_quick_mode(capsys):
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert float(cells[5].split()[0]) > 0 and cells[7] in ("yes", "no")
     assert all(0.5 < float(s) < 1.5 for s in cells[8].split())
+
+
+@pytest.mark.slow
+def test_pseudo_marginal_noise_check_runs(capsys):
+    """benchmarks/pseudo_marginal_noise_check.py runs end to end (tiny budget): at one importance sample per
+    group (log-estimate sd about 7) the step's noise warning speaks."""
+    _load("pseudo_marginal_noise_check").main(["--n", "1", "--seeds", "1", "--tune", "300", "--draws", "100"])
+    out = capsys.readouterr().out
+    row = [line for line in out.splitlines() if line.startswith("| 1 |")]
+    assert len(row) == 1 and "| 1 of 1 |" in row[0], out
+
