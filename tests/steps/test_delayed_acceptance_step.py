@@ -492,6 +492,16 @@ def test_a_misspelt_option_names_the_step_and_the_closest_option(cls, typo, sugg
         cls(**{typo: 1})
 
 
+@pytest.mark.parametrize("cls", [KameleonMetropolis, GPDelayedAcceptanceMH])
+def test_a_step_made_outside_the_model_says_how_to_give_it_the_model(cls):
+    """A new user wrote pm.sample(step=KameleonMetropolis(), model=m) outside `with m:` and got PyMC's
+    bare "No model on context stack." from inside our pooled-step choice; passing model= works."""
+    model = gaussian_data_model()
+    with pytest.raises(TypeError, match=rf"^{cls.__name__}\(\) needs the model it will sample.*model=model"):
+        cls()
+    assert cls(model=model) is not None
+
+
 @pytest.mark.parametrize("cls", [GPDelayedAcceptanceMH, GPDelayedAcceptanceMALA])
 def test_the_signature_lists_every_option_with_its_default(cls):
     """A new user read ``GPDelayedAcceptanceMALA(vars=None, *, gradient_observations=True, **options)`` in
