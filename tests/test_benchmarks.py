@@ -10,7 +10,7 @@ import pytest
 
 from pymc_kameleon.core.adaptation.independence import EXAM_DRAWS
 from pymc_kameleon.core.starts import SEARCH_EVALS_PER_DIM
-from pymc_kameleon.steps.base import NOISE_ESTIMATES
+from pymc_kameleon.steps.estimate_noise import NOISE_ESTIMATES
 from pymc_kameleon.steps.starts import SEARCH_CANDIDATES
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"

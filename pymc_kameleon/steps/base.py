@@ -22,13 +22,13 @@ from pymc_kameleon.core.validation import unexpected_keyword_error
 from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.steps.agreement import DrawsAgreement
 from pymc_kameleon.steps.draw_checks import DrawChecks
+from pymc_kameleon.steps.estimate_noise import NOISE_ESTIMATES, estimate_noise_message
 from pymc_kameleon.steps.left_regions import LeftRegionsCheck
 from pymc_kameleon.steps.population import pooled_class_for
 from pymc_kameleon.steps.reporting import (
     RecentRates,
     StepWarnings,
     StuckAfterTuning,
-    chain_words,
     progressbar_config,
     progressbar_update_functions,
 )
@@ -36,6 +36,7 @@ from pymc_kameleon.steps.session_warnings import RunSessions, spawn_key
 from pymc_kameleon.steps.smc_start import SMCStart, SMCStarting, resolve_start
 from pymc_kameleon.steps.starts import StartSearch
 from pymc_kameleon.steps.target_density import Evaluation
+from pymc_kameleon.steps.variables import step_model
 
 __all__ = [
     "PSEUDO_MARGINAL_STATS",
@@ -139,53 +140,6 @@ def side_stream(rng: np.random.Generator, jumps: int = 1) -> np.random.Generator
     streams), or, for one that cannot jump, a child spawned from its seed."""
     jumped = getattr(rng.bit_generator, "jumped", None)
     return np.random.Generator(jumped(jumps)) if jumped is not None else rng.spawn(1)[0]
-
-
-#: Estimates the end-of-tuning noise check draws per pseudo-marginal term and chain (the sd they give is
-#: within about 13% of the estimator's).
-NOISE_ESTIMATES = 30
-#: Above this sd of a plain term's log-estimates at the chain's state when tuning ends, the step warns:
-#: a pseudo-marginal chain's autocorrelation grows like exp(sd^2), it mixes well at 1-1.7 (Doucet, Pitt,
-#: Deligiannidis and Kohn 2015) and sticks above about 3.
-NOISE_SD_LIMIT = 3.0
-#: ... and above this sd of a correlated term's log-ratios at a Crank-Nicolson move of u (a plain
-#: estimate's log-ratio has sqrt(2) times its sd): on a random-intercept Poisson model 2.48 mixed well and
-#: 3.94 froze; a new user's 2-particle filter (6.7) sampled a scale's sd at 0.34 against 0.50 with only
-#: PyMC's R-hat to say so.
-NOISE_RATIO_SD_LIMIT = 3.5
-
-
-def estimate_noise_message(step_name: str, spreads, chain: int | None = None) -> str | None:
-    """The warning for the pseudo-marginal terms whose log-estimates' sd (``spreads``, from
-    :meth:`~.target_density.TargetDensity.estimate_noise`) is above :data:`NOISE_SD_LIMIT` (a correlated
-    term's log-ratios: :data:`NOISE_RATIO_SD_LIMIT`); None if none is."""
-    noisy = [
-        (name, sd, correlated) for name, sd, correlated in spreads
-        if sd > (NOISE_RATIO_SD_LIMIT if correlated else NOISE_SD_LIMIT)
-    ]
-    if not noisy:
-        return None
-    subject, _ = chain_words(chain)
-    parts = [
-        f"{name!r}: sd {sd:.2g} of its {'log-ratios at a move of u' if correlated else 'log-estimates'}, "
-        f"above {NOISE_RATIO_SD_LIMIT if correlated else NOISE_SD_LIMIT}"
-        for name, sd, correlated in noisy
-    ]
-    correlated = any(c for _, _, c in noisy)
-    remedy = (
-        "a correlation closer to 1 (log_estimate_spread's log_ratio_sd: aim for at most about 2.4) or more "
-        "samples per estimate" if correlated else
-        "more samples per estimate (log_estimate_spread: aim for an sd of 1-1.7 near the posterior, 0.8 or "
-        "less with GP delayed acceptance) or a correlated estimator (auxiliary_shape=..., correlation=0.99)"
-    )
-    return (
-        f"{step_name}: when tuning ended, {NOISE_ESTIMATES} fresh likelihood estimates at {subject}'s state "
-        f"spread widely ({'; '.join(parts)}). The chain stays exact, but it keeps "
-        "an estimate that came out high until a proposal's comes out as high, so it mixes slowly and its "
-        f"draws can be far from the posterior while R-hat is the only sign. Use {remedy}."
-    )
-
-
 
 
 # Added to the error for a start of zero density where the start search ran.
@@ -312,6 +266,7 @@ class AdaptiveStep(PerChainReset, SMCStarting, DrawChecks, ArrayStepShared):
 
     def __new__(cls, *args, **kwargs):
         _check_keywords(cls, kwargs)
+        step_model(kwargs.get("model"), cls.__name__)  # before PyMC's __new__, whose error names no remedy
         # tuning="pooled" makes the step's population variant (steps/population.py).
         new_cls = pooled_class_for(cls, args, kwargs, cls._default_tuning)
         return super(AdaptiveStep, new_cls).__new__(new_cls, *args, **kwargs)
@@ -577,7 +532,8 @@ class AdaptiveStep(PerChainReset, SMCStarting, DrawChecks, ArrayStepShared):
     def _check_estimate_noise(self) -> None:
         """When tuning ends, with pseudo-marginal terms: measure their log-estimates' spread at the chain's
         state (:data:`NOISE_ESTIMATES` estimates from a stream apart from the chain's, counted in the first
-        draw's ``estimator_calls``) and warn, once a process, where it is above :data:`NOISE_SD_LIMIT`."""
+        draw's ``estimator_calls``) and warn, once a process, where it is above its limit
+        (:mod:`~pymc_kameleon.steps.estimate_noise`)."""
         target = self._target
         if not (target.has_estimates and self._checks_estimate_noise):
             return

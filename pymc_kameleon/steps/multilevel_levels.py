@@ -328,7 +328,6 @@ def _matching_normals(fine, coarse_models) -> tuple[list[str], dict]:
     return names, seen
 
 
-
 def _outputs(model, names):
     """The means of the named observed ``pm.Normal`` variables at their data's shape, raveled and
     concatenated (value space)."""

@@ -279,14 +279,7 @@ def pooled_class_for(cls, args, kwargs, default: str):
     # A subclass of a step (a user's, a test's) keeps its own class: its pooled variant is its own to make.
     if tuning != "pooled" or pooled is None or issubclass(cls, PooledTuning) or not issubclass(pooled, cls):
         return cls
-    try:
-        model = pm.modelcontext(kwargs.get("model"))
-    except TypeError as err:  # PyMC's "No model on context stack." names neither the step nor the remedy
-        raise TypeError(
-            f"{cls.__name__}() needs the model it will sample: create it inside the model's context, "
-            f"`with model: step = {cls.__name__}()`, or pass it, `{cls.__name__}(model=model)` (a step made "
-            "outside the model's context does not find it, even when pm.sample(model=...) is given one)."
-        ) from err
+    model = pm.modelcontext(kwargs.get("model"))  # AdaptiveStep.__new__ has checked that there is one
     try:
         if pseudo_marginal_terms(model):
             return cls

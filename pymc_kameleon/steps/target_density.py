@@ -332,13 +332,12 @@ class TargetDensity:
         spreads = []
         for i, term in enumerate(self.terms):
             inputs, kept = cur.estimator_inputs[i], cur.log_estimates[i]
-            values = []
-            for _ in range(n):
-                if term.op.correlated:
-                    moved = term.op.moved_auxiliary(cur.auxiliaries[i], rng)
-                    values.append(term.op.estimate(inputs, rng, moved) - kept)
-                else:
-                    values.append(term.op.estimate(inputs, rng, None))
+            offset = kept if term.op.correlated else 0.0
+            # As at a proposal (_proposal_estimates): the moved u of a correlated term, None for a plain one.
+            values = [
+                term.op.estimate(inputs, rng, term.op.moved_auxiliary(cur.auxiliaries[i], rng)) - offset
+                for _ in range(n)
+            ]
             self.n_estimates += n
             finite = np.asarray([v for v in values if math.isfinite(v)])
             sd = float(np.std(finite, ddof=1)) if finite.size > 1 else math.nan

@@ -12,7 +12,6 @@ import math
 import warnings
 
 import numpy as np
-import pymc as pm
 import pytensor
 from pymc.logprob.utils import replace_rvs_by_values
 
@@ -22,7 +21,7 @@ from pymc_kameleon.core.kameleon.family import KameleonProposal, mean_rkhs_varia
 from pymc_kameleon.core.kameleon.kernels import make_kernel
 from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
 from pymc_kameleon.core.warning_categories import KameleonWarning
-from pymc_kameleon.steps.variables import continuous_value_vars, coordinate_names
+from pymc_kameleon.steps.variables import continuous_value_vars, coordinate_names, model_in_context
 
 __all__ = ["rebuild_proposal", "value_space_draws", "value_space_labels"]
 
@@ -118,15 +117,12 @@ def _value_vars(model, var_names):
 
 
 def _sampled_model(model):
-    """``model``, or the model in context; outside one, an error that says what to pass (PyMC's is "No
-    model on context stack")."""
-    try:
-        return pm.modelcontext(model)
-    except TypeError:
-        raise TypeError(
-            "Rebuilding a chain's proposal from InferenceData needs the model that was sampled: call it "
-            "inside `with model:` or pass model=model."
-        ) from None
+    """``model``, or the model in context; outside one, an error that says what to pass."""
+    return model_in_context(
+        model,
+        "Rebuilding a chain's proposal from InferenceData needs the model that was sampled: call it "
+        "inside `with model:` or pass model=model.",
+    )
 
 
 def rebuild_proposal(

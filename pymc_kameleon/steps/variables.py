@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 from pymc.distributions.continuous import FlatRV, HalfFlatRV
 from pymc.logprob.transforms import CircularTransform
+from pymc.model import modelcontext
 from pymc.util import get_value_vars_from_user_vars
 from pymc.vartypes import discrete_types
 from pytensor.graph.traversal import graph_inputs
@@ -14,7 +15,8 @@ from pytensor.tensor.random.type import RandomGeneratorType
 
 __all__ = [
     "angle_coordinates", "continuous_value_vars", "coordinate_names", "has_improper_prior",
-    "improper_prior_coordinates", "indexed_names", "is_angle", "minibatch_observed", "refuse_minibatch_data",
+    "improper_prior_coordinates", "indexed_names", "is_angle", "minibatch_observed", "model_in_context",
+    "refuse_minibatch_data", "step_model",
 ]
 
 
@@ -162,3 +164,23 @@ def continuous_value_vars(vars, model, step_name: str, required: str = ""):
             f"{required})] (or pm.Metropolis instead, if the model has no PseudoMarginalPotential)."
         )
     return vars
+
+
+def model_in_context(model, message: str):
+    """``model``, or the model in context; outside one, a TypeError saying ``message`` (PyMC's own, "No
+    model on context stack.", names neither what needed the model nor how to give it)."""
+    try:
+        return modelcontext(model)
+    except TypeError:
+        raise TypeError(message) from None
+
+
+def step_model(model, step_name: str):
+    """The model a step ``step_name`` samples (:func:`model_in_context`): ``model``, or the one in context."""
+    return model_in_context(
+        model,
+        f"{step_name}() needs the model it will sample: create it inside the model's context, "
+        f"`with model: step = {step_name}()`, or pass it, `{step_name}(model=model)` (a step made "
+        "outside the model's context does not find it, even when pm.sample(model=...) is given one).",
+    )
+

@@ -22,6 +22,7 @@ from scipy.stats import multivariate_normal, norm
 
 from pymc_kameleon import (
     MLDA,
+    DiscreteMetropolis,
     GPDelayedAcceptanceMALA,
     GPDelayedAcceptanceMH,
     KameleonMetropolis,
@@ -35,9 +36,9 @@ from pymc_kameleon.core.kameleon.whitened import WhitenedFamily
 from pymc_kameleon.core.mh import mh_log_ratio
 from pymc_kameleon.core.proposals import LangevinProposal
 from pymc_kameleon.problems.targets import banana, correlated_gaussian
-from pymc_kameleon.steps.base import NOISE_ESTIMATES
 from pymc_kameleon.steps.delayed_acceptance import mh as gpda_mh
 from pymc_kameleon.steps.delayed_acceptance.mh import INDEPENDENCE_PROBES
+from pymc_kameleon.steps.estimate_noise import NOISE_ESTIMATES
 from pymc_kameleon.testing import (
     SAMPLE_KW,
     gaussian_data_model,
@@ -492,14 +493,19 @@ def test_a_misspelt_option_names_the_step_and_the_closest_option(cls, typo, sugg
         cls(**{typo: 1})
 
 
-@pytest.mark.parametrize("cls", [KameleonMetropolis, GPDelayedAcceptanceMH])
-def test_a_step_made_outside_the_model_says_how_to_give_it_the_model(cls):
+@pytest.mark.parametrize("cls, options", [
+    (KameleonMetropolis, {}), (KameleonMetropolis, {"tuning": "per_chain"}), (GPDelayedAcceptanceMH, {}),
+    (MLDA, {"coarse_models": []}), (DiscreteMetropolis, {}),
+])
+def test_a_step_made_outside_the_model_says_how_to_give_it_the_model(cls, options):
     """A new user wrote pm.sample(step=KameleonMetropolis(), model=m) outside `with m:` and got PyMC's
-    bare "No model on context stack." from inside our pooled-step choice; passing model= works."""
+    bare "No model on context stack."; every step of ours, pooled or not, names the remedy, and passing
+    model= works."""
     model = gaussian_data_model()
     with pytest.raises(TypeError, match=rf"^{cls.__name__}\(\) needs the model it will sample.*model=model"):
-        cls()
-    assert cls(model=model) is not None
+        cls(**options)
+    if cls in (KameleonMetropolis, GPDelayedAcceptanceMH):
+        assert cls(model=model, **options) is not None
 
 
 @pytest.mark.parametrize("cls", [GPDelayedAcceptanceMH, GPDelayedAcceptanceMALA])

@@ -12,7 +12,7 @@ import pymc as pm
 import pytest
 
 from pymc_kameleon import MLDA, GPLevel, PseudoMarginalPotential
-from pymc_kameleon.steps.base import NOISE_ESTIMATES
+from pymc_kameleon.steps.estimate_noise import NOISE_ESTIMATES
 from pymc_kameleon.testing import (
     LATENT_D,
     LATENT_POST_VAR,

@@ -16,7 +16,8 @@ import pytest
 from scipy.stats import norm
 
 from pymc_kameleon import GPDelayedAcceptanceMH, KameleonMetropolis, PseudoMarginalPotential
-from pymc_kameleon.steps.base import NOISE_ESTIMATES, TUNING_REFRESH_REJECTIONS
+from pymc_kameleon.steps.base import TUNING_REFRESH_REJECTIONS
+from pymc_kameleon.steps.estimate_noise import NOISE_ESTIMATES
 from pymc_kameleon.testing import (
     SAMPLE_KW,
     latent_gaussian_log_estimator,

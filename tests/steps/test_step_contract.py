@@ -29,7 +29,7 @@ from pymc_kameleon import (
 )
 from pymc_kameleon.core.adaptation.scan import scan_steps_for
 from pymc_kameleon.core.starts import SEARCH_MAX_EVALS
-from pymc_kameleon.steps.base import NOISE_ESTIMATES
+from pymc_kameleon.steps.estimate_noise import NOISE_ESTIMATES
 from pymc_kameleon.steps.reporting import RecentRates
 from pymc_kameleon.steps.starts import SEARCH_CANDIDATES
 from pymc_kameleon.testing import (
