@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
 from pymc_kameleon.core.adaptation.transport_map import MapMixtureProposal
 from pymc_kameleon.core.kameleon.scale_free import ScaleFreeProposal
-from pymc_kameleon.steps.base import ChainState
+from pymc_kameleon.steps.chain import ChainState
 from pymc_kameleon.steps.reporting import warn_after_tuning
 
 __all__ = ["KameleonChain", "KameleonChainTuning"]

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
 from pymc_kameleon.core.kameleon.scale_free import ScaleFreeProposal
 from pymc_kameleon.core.multilevel import LevelPoint, MultilevelDelayedAcceptance
-from pymc_kameleon.steps.base import ChainState
+from pymc_kameleon.steps.chain import ChainState
 from pymc_kameleon.steps.multilevel_checks import FINE_DECISIONS_KEPT
 from pymc_kameleon.steps.multilevel_levels import ErrorModel
 from pymc_kameleon.steps.multilevel_spread import CoarseSpreadCheck

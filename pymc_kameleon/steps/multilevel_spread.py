@@ -28,7 +28,7 @@ import numpy as np
 from pymc_kameleon.core.multilevel import narrowest_variance_ratio
 from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.steps.agreement import CROSS_CHAIN_MORE_DRAWS, coordinate_name
-from pymc_kameleon.steps.base import side_stream
+from pymc_kameleon.steps.chain import side_stream
 
 __all__ = [
     "COARSE_SPREAD_CHECKPOINTS", "COARSE_SPREAD_DRAWS", "NARROW_VARIANCE_RATIO", "SPREAD_VERDICT_Z",

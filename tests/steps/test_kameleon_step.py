@@ -16,7 +16,7 @@ from pymc_kameleon.core.adaptation.independence import EXAM_DRAWS
 from pymc_kameleon.core.adaptation.scale_free import ScaleFreeAdaptation
 from pymc_kameleon.core.kameleon.moves import KameleonMoves
 from pymc_kameleon.core.kameleon.scale_free import ScaleFreeProposal
-from pymc_kameleon.steps.base import side_stream
+from pymc_kameleon.steps.chain import side_stream
 from pymc_kameleon.testing import SAMPLE_KW
 
 

@@ -51,7 +51,8 @@ from pymc_kameleon.core.gp.training import GPTrainingOptions, GPTrainingSchedule
 from pymc_kameleon.core.linalg import one_blas_thread, same_array
 from pymc_kameleon.core.validation import check_number, check_probability, unexpected_keyword_error
 from pymc_kameleon.core.warning_categories import KameleonWarning
-from pymc_kameleon.steps.base import AdaptiveStep, ChainState
+from pymc_kameleon.steps.base import AdaptiveStep
+from pymc_kameleon.steps.chain import ChainState
 from pymc_kameleon.steps.delayed_acceptance.checks import DelayedAcceptanceChecks
 from pymc_kameleon.steps.population import TUNINGS
 from pymc_kameleon.steps.reporting import (
