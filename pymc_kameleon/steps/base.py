@@ -91,8 +91,8 @@ class AdaptiveStep(PerChainReset, SMCStarting, DrawChecks, ArrayStepShared):
 
     A subclass builds its target density (:class:`~pymc_kameleon.steps.target_density.TargetDensity`)
     and calls :meth:`_join_pymc`; it implements ``_reset_chain_state``, which puts the chain's state
-    (a :class:`~pymc_kameleon.steps.chain.ChainState`) in ``self._chain``, and ``astep``. The statistics below mean the same in
-    every step; subclasses add their own.
+    (a :class:`~pymc_kameleon.steps.chain.ChainState`) in ``self._chain``, and ``astep``. The
+    statistics below mean the same in every step; subclasses add their own.
     """
 
     default_blocked = True

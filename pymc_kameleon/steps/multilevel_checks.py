@@ -35,9 +35,10 @@ LOW_FINE_ACCEPTANCE = 0.2
 # tails or where the fine density is zero too.
 FAILURE_CHECKS = 10
 FINE_DECISIONS_KEPT = 100
-#: When tuning ends MLDA warns if a coarse model's evaluations took, on average, more than COSTLIER times
-#: those of the model level above it and at least COSTLIER_BY seconds more (a timing: the margin keeps
-#: cheap models, whose cost is PyTensor's call overhead, out), each level timed at least TIMED_EVALS times.
+#: When tuning ends MLDA warns if a coarse model's evaluations took, per evaluation (the median wall time
+#: of the last ones: multilevel_levels.CallTiming), more than COSTLIER times those of the model level above
+#: it and at least COSTLIER_BY seconds more (a timing: the margin keeps cheap models, whose cost is
+#: PyTensor's call overhead, out), each level timed at least TIMED_EVALS times.
 COSTLIER, COSTLIER_BY, TIMED_EVALS = 1.5, 1e-4, 20
 #: ... and if the coarse models together took more than COARSE_TIME_SHARE times the fine model's time in
 #: tuning, and COARSE_EXCESS seconds more per fine evaluation (cheap models' call overheads left out).
@@ -147,7 +148,7 @@ class MultilevelChecks:
         for (name, level), (above, level_above) in zip(timed, timed[1:]):
             if min(level.timing.calls, level_above.timing.calls) < TIMED_EVALS:
                 continue
-            cost, cost_above = level.timing.mean, level_above.timing.mean
+            cost, cost_above = level.timing.typical, level_above.timing.typical
             if cost <= COSTLIER * cost_above or cost - cost_above < COSTLIER_BY:
                 continue
             remedy = (
@@ -156,7 +157,7 @@ class MultilevelChecks:
                 else f"a coarse model cheaper than the fine one (or sample without {name})"
             )
             self._warnings.warn(
-                f"MLDA: in tuning an evaluation of {name} took {1e3 * cost:.3g} ms on average, "
+                f"MLDA: in tuning an evaluation of {name} took {1e3 * cost:.3g} ms (the median), "
                 f"{cost / cost_above:.1f} times one of {above} ({1e3 * cost_above:.3g} ms), the level above "
                 f"it. A coarse level pays only when it is cheaper than the level it screens for: {remedy}. "
                 "The draws stay exact.",
@@ -180,14 +181,14 @@ class MultilevelChecks:
         seconds = sum(t.seconds for _, t in coarse)
         if seconds <= COARSE_TIME_SHARE * fine.seconds or seconds - fine.seconds < COARSE_EXCESS * fine.calls:
             return
-        levels = "; ".join(f"{name}: {t.calls} of {1e3 * t.mean:.3g} ms" for name, t in coarse)
+        levels = "; ".join(f"{name}: {t.calls} of {1e3 * t.typical:.3g} ms" for name, t in coarse)
         share = seconds / fine.seconds
         self._warnings.warn(
             f"MLDA: in tuning the coarse models took {share:.1f} times the fine model's time ({levels}; "
-            f"against {fine.calls} fine evaluations of {1e3 * fine.mean:.3g} ms), so each fine evaluation "
-            f"costs MLDA about {1 + share:.1f} times its own time: against a sampler whose time is its fine "
-            f"evaluations, MLDA is faster on the clock only where its ESS per fine evaluation is over "
-            f"{1 + share:.1f} times that sampler's (less against one with costs of its own, such as "
+            f"against {fine.calls} fine evaluations of {1e3 * fine.typical:.3g} ms; medians), so each fine "
+            f"evaluation costs MLDA about {1 + share:.1f} times its own time: against a sampler whose time "
+            f"is its fine evaluations, MLDA is faster on the clock only where its ESS per fine evaluation is "
+            f"over {1 + share:.1f} times that sampler's (less against one with costs of its own, such as "
             "GPDelayedAcceptanceMH's GP). Compare ESS per second with GPDelayedAcceptanceMH or "
             "KameleonMetropolis on your model, or give MLDA a cheaper coarse model. The draws stay exact.",
             KameleonWarning,

@@ -63,26 +63,39 @@ __all__ = [
 ERROR_MODEL_MEMORY = 200
 ERROR_MODEL_FIRST_UPDATE = 10
 ERROR_MODEL_UPDATE = 50
+#: Evaluations of a level whose times are kept (:class:`CallTiming`: the median of the last ones).
+TIMED_CALLS_KEPT = 1000
 
 
 class CallTiming:
-    """The mean wall time of a level's evaluations, leaving out each function's first call (on PyMC 6 it
-    compiles the function: 6.6 s for a conjugate normal's log density)."""
+    """A level's typical wall time per evaluation: the median of its last :data:`TIMED_CALLS_KEPT`
+    evaluations, leaving out each function's first call (on PyMC 6 it compiles the function: 6.6 s for a
+    conjugate normal's log density). A median, not a mean: on a loaded machine a call the scheduler
+    preempts takes a time slice (milliseconds) more, and a few of those among cheap calls made a mean
+    tell MLDA that a free coarse model cost more than the fine one; wall time, not CPU time, so that a
+    model that waits for another process or a solver's threads is timed as the user waits for it."""
 
     def __init__(self):
-        self.seconds, self.calls = 0.0, 0
+        self.calls = 0
+        self._recent = deque(maxlen=TIMED_CALLS_KEPT)
         self._called = set()
 
     def add(self, fn, seconds: float) -> None:
         if id(fn) in self._called:
-            self.seconds += seconds
+            self._recent.append(seconds)
             self.calls += 1
         else:
             self._called.add(id(fn))
 
     @property
-    def mean(self) -> float:
-        return self.seconds / self.calls if self.calls else math.nan
+    def typical(self) -> float:
+        """The median seconds per call (NaN before any call was timed)."""
+        return float(np.median(self._recent)) if self._recent else math.nan
+
+    @property
+    def seconds(self) -> float:
+        """The level's time in the calls timed, as :attr:`calls` typical ones."""
+        return self.typical * self.calls if self.calls else 0.0
 
 
 class CoarseLevel:

@@ -476,7 +476,8 @@ def costly_model(ms: float, shift: float = 0.0):
     return model
 
 
-COSTLY = r"MLDA: in tuning an evaluation of coarse_models\[0\] took [\d.]+ ms on average, [\d.]+ times one of"
+COSTLY = (r"MLDA: in tuning an evaluation of coarse_models\[0\] took [\d.]+ ms \(the median\), [\d.]+ times "
+          r"one of")
 CHEAPER = r" the fine model .*a coarse model cheaper than the fine one"
 REVERSE = r" coarse_models\[1\].*reverse coarse_models"
 
@@ -516,6 +517,46 @@ def test_every_coarse_level_costlier_than_the_one_above_it_is_named():
     assert "coarse_models[1] took" in costly[1] and "the fine model" in costly[1], costly
 
 
+class PreemptedZero(Op):
+    """A log-density term of 0 whose ``at``-th call busy-waits ``ms`` milliseconds: a free model whose
+    process the scheduler preempted once (a loaded machine)."""
+
+    __props__ = ("ms", "at")
+
+    def __init__(self, ms: float, at: int):
+        self.ms, self.at = float(ms), int(at)
+        self.calls = 0
+
+    def make_node(self, x):
+        return Apply(self, [pt.as_tensor_variable(x)], [pt.dscalar()])
+
+    def perform(self, node, inputs, output_storage):
+        self.calls += 1
+        if self.calls == self.at:
+            BusyZero(self.ms).perform(node, inputs, [[None]])
+        output_storage[0][0] = np.asarray(0.0)
+
+
+@pytest.mark.parametrize("at", [10, 0])
+def test_a_coarse_call_preempted_once_does_not_make_the_coarse_model_costly(at):
+    """Under load one coarse call in hundreds took a time slice longer, and the mean of the calls made a
+    free coarse model cost more than the fine one (a warning that fired once on the groundwater example
+    and was not reproduced): the levels are compared by their median call. The control: a coarse model
+    slow at every call is still named (``at=0`` marks it)."""
+    with conjugate_model(0.5) as coarse:
+        cost = PreemptedZero(300.0, at) if at else BusyZero(2.0)
+        pm.Potential("cost", cost(coarse["mu"]))
+    with conjugate_model(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        step = MLDA(coarse_models=[coarse], subsampling_rates=5)
+        pm.sample(draws=5, tune=60, chains=1, step=step, random_seed=1, **SAMPLE_KW)
+    said = [str(w.message) for w in caught if "MLDA: in tuning" in str(w.message)]
+    if at:
+        assert said == [], said
+    else:
+        assert len(said) == 1 and re.search(COSTLY + CHEAPER, said[0]), said
+
+
 @pytest.mark.parametrize("coarse_ms", [1.5, 0.0])
 def test_coarse_models_that_take_more_time_than_the_fine_one_are_said(coarse_ms):
     """A new user's ODE: a coarse solve a quarter of the fine one, five per fine evaluation, took 2.2 times
@@ -532,7 +573,7 @@ def test_coarse_models_that_take_more_time_than_the_fine_one_are_said(coarse_ms)
         assert said == []
         return
     message = (r"MLDA: in tuning the coarse models took [\d.]+ times the fine model's time "
-               r"\(coarse_models\[0\]: \d+ of [\d.]+ ms; against \d+ fine evaluations of [\d.]+ ms\)"
+               r"\(coarse_models\[0\]: \d+ of [\d.]+ ms; against \d+ fine evaluations of [\d.]+ ms; medians\)"
                r".*GPDelayedAcceptanceMH")
     assert len(said) == 1 and re.search(message, said[0]), said
 
