@@ -52,3 +52,20 @@ def test_each_release_of_the_changelog_has_each_kind_of_change_once():
     for release in re.split(r"^## ", changelog, flags=re.MULTILINE)[1:]:
         kinds = re.findall(r"^### (.+)$", release, flags=re.MULTILINE)
         assert len(kinds) == len(set(kinds)), (release.splitlines()[0], kinds)
+
+
+def test_read_the_docs_builds_the_site_as_make_docs_does():
+    """The site's hosted build: docs/conf.py with every warning an error, installed with the docs extra,
+    on a Python the package supports."""
+    import yaml
+
+    config = yaml.safe_load((ROOT / ".readthedocs.yaml").read_text())
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert config["version"] == 2
+    assert config["sphinx"] == {"configuration": "docs/conf.py", "fail_on_warning": True}
+    assert (ROOT / config["sphinx"]["configuration"]).is_file()
+    (install,) = config["python"]["install"]
+    assert install["method"] == "pip" and install["path"] == "."
+    assert set(install["extra_requirements"]) <= set(project["optional-dependencies"])
+    python = config["build"]["tools"]["python"]
+    assert f"Programming Language :: Python :: {python}" in project["classifiers"]
