@@ -288,6 +288,8 @@ class MLDA(MultilevelChecks, CoarseSpreadChecks, MultilevelGPLevels, AdaptiveSte
             for k, options in enumerate(self._coarse_levels) if isinstance(options, GPTrainingOptions)
         }
         self._fine_level = FineLevel(self._target)
+        for level in self._model_levels:
+            level.start_chain()
         levels = [gp_levels.get(k) or level.log_density for k, level in enumerate(self._coarse_levels)]
         levels.append(self._fine_level)
         move = MultilevelDelayedAcceptance(

@@ -122,6 +122,13 @@ class CoarseLevel:
         self.failed_at = None  # (x, value) where the log density was last NaN or -inf, until MLDA has looked
         self.coordinate_names = None  # for the note on an error the model raised (set by MLDA)
 
+    def start_chain(self) -> None:
+        """Forget the last chain's timing and failure: with ``cores=1`` PyMC samples the chains one after
+        another with this one level, and a chain's end-of-tuning checks judge its own tuning (the second
+        chain's timing had counted the first chain's tuning and draws too)."""
+        self.timing = CallTiming()
+        self.failed_at = None
+
     def follow(self, values: dict) -> None:
         """Set the variables outside the block to ``values`` (value-variable name -> value): the
         other steps' current values."""
@@ -134,7 +141,7 @@ class CoarseLevel:
         try:
             value = float(self._fn(np.asarray(x, dtype=float)))
         except Exception as err:
-            note_model_error(err, "MLDA (a coarse level)", x, self.coordinate_names)
+            note_model_error(err, "MLDA (a coarse level)", x, self.coordinate_names, coarse=True)
             raise
         self.timing.add(self._fn, time.perf_counter() - start)
         if not value > -np.inf:  # NaN or -inf: MLDA checks the fine model there (MLDA._check_coarse_failure)

@@ -591,25 +591,41 @@ class TargetDensity:
         )
 
 
-def note_model_error(err: Exception, step_name: str, x, names=None) -> None:
+def note_model_error(err: Exception, step_name: str, x, names=None, coarse: bool = False) -> None:
     """Add to an error the model's log density raised at ``x`` during sampling, once, what it means and
     the remedy (its type and message stay the user's: code that catches it still does); ``names``: the
-    coordinates' names (:func:`~pymc_kameleon.steps.variables.coordinate_names`), if known."""
+    coordinates' names (:func:`~pymc_kameleon.steps.variables.coordinate_names`), if known; ``coarse``:
+    the model is an MLDA coarse level, whose remedy differs (a rough value, not -inf)."""
     if any(MODEL_ERROR_NOTE in note for note in getattr(err, "__notes__", ())):
         return
     named = names is not None and len(names) == np.size(x)
     # By name, as the NaN warning gives it (a new user printed a bare array of four numbers).
     point = describe_coordinates(x, names)
     if named:
-        scale = "a transformed variable by its transform, log(sigma), on PyMC's unconstrained scale"
+        # The model's own transformed name as the example (a fixed log(sigma) puzzled a user with no sigma).
+        transformed = next((name for name in names if "(" in name), None)
+        scale = (
+            f" (a transformed variable by its transform, as {transformed.split('[')[0]}, on PyMC's "
+            "unconstrained scale)" if transformed else ""
+        )
     else:
-        scale = "the free variables on PyMC's unconstrained scale, joined"
-    err.add_note(
-        f"{step_name}: {MODEL_ERROR_NOTE} at the point {point} ({scale}). If the model cannot be "
-        "evaluated at some parameter values (an ODE solver that "
-        "fails, a simulator that diverges), catch the failure in the Op and return -inf there: every "
-        "pymc-kameleon step rejects such a proposal, as it does a NaN."
-    )
+        scale = " (the free variables on PyMC's unconstrained scale, joined)"
+    if coarse:
+        # -inf at a coarse level rejects before the fine model is asked: where the fine posterior has mass
+        # the chain never goes (a new user's coarse solver: P(r < 0.88) 0 against 0.24).
+        remedy = (
+            "If the coarse model cannot be evaluated at some parameter values (a coarse solver that fails), "
+            "catch the failure in its Op and return a rough value there (from a looser or fallback solver): "
+            "a coarse density of -inf rejects the proposal before the fine model sees it, so the chain "
+            "never goes where only the coarse model fails. Return -inf only where the fine model fails too."
+        )
+    else:
+        remedy = (
+            "If the model cannot be evaluated at some parameter values (an ODE solver that fails, a "
+            "simulator that diverges), catch the failure in the Op and return -inf there: every "
+            "pymc-kameleon step rejects such a proposal, as it does a NaN."
+        )
+    err.add_note(f"{step_name}: {MODEL_ERROR_NOTE} at the point {point}{scale}. {remedy}")
 
 
 MODEL_ERROR_NOTE = "the model's log density raised this error"
