@@ -18,7 +18,6 @@ from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.steps.multilevel_gp import GPLevel
 from pymc_kameleon.steps.reporting import STUCK_DRAWS
 from pymc_kameleon.steps.session_warnings import user_stacklevel
-from pymc_kameleon.steps.target_density import describe_point
 
 __all__ = [
     "COSTLIER", "COSTLIER_BY", "FAILURE_CHECKS", "FINE_DECISIONS_KEPT", "LOW_FINE_ACCEPTANCE", "TIMED_EVALS",
@@ -255,7 +254,7 @@ class MultilevelChecks:
             if math.isnan(value) or (zero_too and value == -math.inf):
                 raise ValueError(
                     f"MLDA: coarse_models[{k}]'s log density at the current point is {value} "
-                    f"({describe_point(point.x, point_map_info)}), where the fine model's is "
+                    f"({self._target.describe_start(point.x, point_map_info)}), where the fine model's is "
                     f"{point.at(self.n_levels - 1):.6g}. The chain cannot move from a point where a coarse "
                     "density is NaN or zero (-inf): pass `initvals` to pm.sample where every model is "
                     "finite, and make the coarse model finite wherever the fine posterior has mass (check it "

@@ -527,12 +527,12 @@ class TargetDensity:
         where = "a point of zero density" if logp == -math.inf else "a point where the density is undefined"
         return (
             f"{self.step_name}: the model log density at the current point is {logp} "
-            f"({self._describe_start(y, point_map_info)}{detail}). The chain cannot start from {where}: pass "
+            f"({self.describe_start(y, point_map_info)}{detail}). The chain cannot start from {where}: pass "
             "`initvals` to pm.sample where the model's log density is finite (finite values can still "
             "give a zero likelihood), or check the model with model.point_logps()."
         )
 
-    def _describe_start(self, y, point_map_info) -> str:
+    def describe_start(self, y, point_map_info) -> str:
         """``y`` by the model's variables in their own units, each transformed one followed by the value
         the step samples: ``N=500 (N_interval__=0)``. A new user's pm.Uniform(0, 1000) read only
         ``N_interval__=0.``, the transformed coordinate, for PyMC's initial point N = 500. The values

@@ -853,6 +853,25 @@ def test_a_coarse_density_nan_at_the_start_is_a_clear_error():
                   initvals={"mu": np.array([threshold + 1.0, 0.0])}, **SAMPLE_KW)
 
 
+def test_the_coarse_start_error_names_the_point_in_the_models_units():
+    """A new user's coarse model was NaN at PyMC's initial point, and the error named the point by the
+    sampled coordinate alone (``r_log__=0.125``) where the fine model's error says ``r=1.133
+    (r_log__=0.125)``: both now give the model's own value first."""
+
+    def model(coarse):
+        with pm.Model() as m:
+            r = pm.LogNormal("r", 0.0, 1.0)
+            pm.Normal("y", r, 1.0, observed=[1.0, 1.2])
+            if coarse:
+                pm.Potential("fails_above_1", pt.switch(r > 1.0, np.nan, 0.0))
+        return m
+
+    coarse = model(coarse=True)
+    with model(coarse=False), pytest.raises(ValueError, match=r"point is nan \(r=2\. \(r_log__=0\.6931\)\)"):
+        pm.sample(draws=10, tune=10, chains=1, step=MLDA(coarse_models=[coarse]), random_seed=3,
+                  initvals={"r": 2.0}, **SAMPLE_KW)
+
+
 def test_a_stuck_chain_is_told_mldas_own_remedies():
     """A new user's chain stuck behind a biased coarse model was told to tune longer or start closer (and
     about pseudo-marginal estimates); MLDA names the coarse model, the error model and the rates."""
