@@ -387,19 +387,21 @@ class PoorMixingLog:
         beta, accept = next((b, a) for s, b, a, _ in self.stages if s == stage)
         unmoved = f" {known[stage]:.1%} of the particles had never moved," if known else ""
         plural = "s" if n_stages != 1 else ""  # "1 of 15 stages", "1 of 1 stage"
+        # Measured where it fired: a mixture with Dirichlet weights (sds 8-24% too wide at R-hat 1.001, the
+        # means right); narrow and wide modes (weights 0.29-0.58 at 2000 particles, 0.51 at 5000, exact
+        # 0.505); a 4-d mixture of sds 0.3 and 0.9 at 1000 particles, two of six chains' log Z 4.7 and 5.3
+        # of their SEs off, which the evidence-lag check did not see.
         return (
             f"{sampler}: {len(self.stages)} of {n_stages} stage{plural} reached the cap of "
             f"max_steps={self.max_steps} sweeps with particles that had not moved: at stage {stage} "
             f"(beta={beta:.3g}){unmoved} although {accept:.1%} of all proposals were accepted. Such "
             "particles sit where the proposals are far too wide for them, as in a funnel's neck (a "
             "hierarchical scale near zero) or a mode much narrower than another, so that region may be "
-            "under-explored, and the posterior's spread off where R-hat cannot tell (a new user's mixture "
-            "with Dirichlet weights: sds 8-24% too wide at R-hat 1.001 over 4 chains, the means right; "
-            "compare with a KameleonMetropolis run). Reparametrise a funnel (for example non-centred); for "
-            "separated modes use more "
-            "particles (draws), which weigh them better (a new user's narrow and wide modes: weights "
-            "0.29-0.58 at 2000 particles, 0.51 at 5000, exact 0.505); or raise max_steps. If log Z "
-            "suffered, the evidence-lag warning says so."
+            "under-explored: the posterior's spread, the modes' weights and a chain's log Z error bar can "
+            "be off where R-hat cannot tell. Reparametrise a funnel (for example non-centred); for "
+            "separated modes use more particles (draws), which weigh them better, and compare two or more "
+            "chains' log Z (log_evidence); or raise max_steps. A KameleonMetropolis run is a check of the "
+            "posterior."
             + self._estimates_cause()
         )
 
