@@ -119,9 +119,10 @@ class DrawsAgreement:
         Whether the model's log density has gradients (asked only when the warning is due): then the
         warning names NUTS too.
     gradient_split : callable, optional
-        The block's variables (names) that enter a black-box Op, and the others (asked only when the
-        warning is due and the log density has no gradient): where both are there, the warning names the
-        split that lets NUTS sample the others.
+        The block's variables (names) that enter a black-box Op, the others NUTS could take, and whether
+        NUTS would run the Op then (:meth:`~pymc_kameleon.steps.target_density.TargetDensity.gradient_split`;
+        asked only when the warning is due and the log density has no gradient): where both lists have
+        names, the warning names the split that lets NUTS sample the others, and its cost.
     improper : set of int, optional
         The coordinates with an improper prior (``pm.Flat``, ``pm.HalfFlat``): where the chains disagree
         most in one of them, the warning first names an improper posterior, which no longer tuning cures
@@ -146,13 +147,19 @@ class DrawsAgreement:
         """Where only some of the block's variables enter a black-box Op: give the step those, NUTS the
         rest (a new user's model, a black-box decay curve beside a hierarchy: R-hat 1.28 with
         KameleonMetropolis on every variable, 1.003 split)."""
-        black_box, rest = self.gradient_split() if self.gradient_split is not None else ([], [])
+        black_box, rest, through_black_box = (
+            self.gradient_split() if self.gradient_split is not None else ([], [], False)
+        )
         if not black_box or not rest:
             return " Remedies:"
+        cost = (
+            f" (NUTS then runs the black-box Op at every leapfrog step, several times a draw, since {rest} "
+            "share a term with it: worth it where one evaluation is cheap)" if through_black_box else ""
+        )
         return (
             f" Only {black_box} enter a black-box Op; the log density has gradients in {rest}: give "
             f"{self.step_name} only {black_box} (step=[{self.step_name}([...])]) and pm.sample assigns "
-            "NUTS to the rest, which mixes where gradient-free steps do not. Otherwise:"
+            f"NUTS to the rest, which mixes where gradient-free steps do not{cost}. Otherwise:"
         )
 
     def _name(self, j: int) -> str:

@@ -198,8 +198,8 @@ class TargetDensity:
         self._gradient_question, self._differentiable = question, question is not None
         rv_of = model.values_to_rvs
         names = [rv_of[v].name if v in rv_of else v.name for v in vars]
-        self._black_box_question = None if question is None else (logp, list(vars), names)
-        self._split = ([], [])
+        self._black_box_question = None if question is None else (logp, list(vars), names, model)
+        self._split = ([], [], False, False)
 
     @property
     def differentiable(self) -> bool:
@@ -210,16 +210,29 @@ class TargetDensity:
             self._gradient_question = None
         return self._differentiable
 
-    def gradient_split(self) -> tuple[list[str], list[str]]:
+    def gradient_split(self, gp_likelihood: bool = False) -> tuple[list[str], list[str], bool]:
         """The block's variables (by name) through which the log density has no gradient (those that
-        enter a black-box Op), and the others. Worked out at the first call (one gradient graph per
-        variable); both empty with pseudo-marginal estimates, which have no gradient in any variable."""
+        enter a black-box Op), the others, and whether NUTS on the others would run the black box (a
+        term that holds the Op depends on one of them: NUTS evaluates it at every leapfrog step).
+
+        With ``gp_likelihood`` (a GP-DA step, whose GP learns the likelihood in its own variables) the
+        others are empty where a likelihood term (an observed variable's, a Potential) joins them with
+        the black-box variables: moved by NUTS they would make the GP stale (a new user's SIR ODE with a
+        negative-binomial dispersion, split so, took 7.5 times as long and still failed). Worked out at
+        the first call (one gradient graph per variable and joined term); all empty with pseudo-marginal
+        estimates, which have no gradient in any variable."""
         if self._black_box_question is not None:
-            logp, values, names = self._black_box_question
+            logp, values, names, model = self._black_box_question
             has = [has_gradient(logp, v) for v in values]
-            self._split = ([n for n, h in zip(names, has) if not h], [n for n, h in zip(names, has) if h])
+            black_box = [n for n, h in zip(names, has) if not h]
+            rest = [n for n, h in zip(names, has) if h]
+            joins = _split_joins(model, values, has) if black_box and rest else (False, False)
+            self._split = (black_box, rest, *joins)
             self._black_box_question = None
-        return self._split
+        black_box, rest, through_black_box, in_likelihood = self._split
+        if gp_likelihood and in_likelihood:
+            rest = []
+        return black_box, rest, bool(rest) and through_black_box
 
     @property
     def current_logp(self) -> float:
@@ -629,6 +642,25 @@ def note_model_error(err: Exception, step_name: str, x, names=None, coarse: bool
 
 
 MODEL_ERROR_NOTE = "the model's log density raised this error"
+
+
+def _split_joins(model, values, has) -> tuple[bool, bool]:
+    """For the block ``values`` split by ``has`` (a gradient, or an input of a black-box Op): whether a
+    term of ``model``'s log density that holds the black box depends on a variable with a gradient, and
+    whether a likelihood term (an observed variable's, a Potential) depends on variables of both kinds."""
+    with_gradient = {v for v, h in zip(values, has) if h}
+    without = {v for v, h in zip(values, has) if not h}
+    likelihood = model.logp(vars=[*model.observed_RVs, *model.potentials], sum=False)
+    priors = model.logp(vars=model.free_RVs, sum=False)
+    through_black_box = in_likelihood = False
+    for term, is_likelihood in [*((t, True) for t in likelihood), *((t, False) for t in priors)]:
+        inputs = set(graph_inputs([term]))
+        if not (inputs & with_gradient and inputs & without):
+            continue
+        in_likelihood = in_likelihood or is_likelihood
+        if not through_black_box:
+            through_black_box = any(not has_gradient(term, v) for v in inputs & without)
+    return through_black_box, in_likelihood
 
 
 def has_gradient(graph, wrt) -> bool:

@@ -3,6 +3,7 @@ from every chain's tuning draws; stranded chains are rescued; chains that disagr
 are reported (decision record 0048). Exactness after tuning is tested with MCSE tolerances and a negative
 control."""
 
+import functools
 import re
 import warnings
 
@@ -762,16 +763,31 @@ def test_the_disagreement_warning_names_the_split_where_only_some_variables_ente
         pm.Normal("g", z, sigma, observed=[0.1, -0.2, 0.3])
         step = KameleonMetropolis()
         gpda = GPDelayedAcceptanceMH()
-    assert step._target.gradient_split() == (["a", "k"], ["sigma", "z"])
-    assert gpda._target.gradient_split() == (["a", "k"], ["sigma", "z"])
+    # sigma shares y's term with the black box: NUTS on it would run the Op at every leapfrog step (said)
+    assert step._target.gradient_split() == (["a", "k"], ["sigma", "z"], True)
     message = told(step._target.gradient_split)
     assert "Only ['a', 'k'] enter a black-box Op" in message and "['sigma', 'z']" in message, message
-    assert "NUTS" in message
+    assert "NUTS" in message and "at every leapfrog step" in message
+    # ... and for a GP-DA step it would make the GP stale: no split (a new user's SIR ODE, split so: 7.5
+    # times the time and still unconverged)
+    gpda_split = functools.partial(gpda._target.gradient_split, gp_likelihood=True)
+    assert gpda_split() == (["a", "k"], [], False)
+    assert "NUTS" not in told(gpda_split)
+    with pm.Model():  # the noise sd known: the hierarchy shares no term with the black box
+        a, k = pm.Normal("a", 2.0, 1.0), pm.LogNormal("k", 0.0, 0.5)
+        sigma = pm.HalfNormal("sigma", 1.0)
+        z = pm.Normal("z", 0.0, 1.0, shape=3)
+        pm.Normal("y", decay(a, k), 0.5, observed=2.0 * np.exp(-t))
+        pm.Normal("g", z, sigma, observed=[0.1, -0.2, 0.3])
+        apart = GPDelayedAcceptanceMH()._target.gradient_split
+    assert apart(gp_likelihood=True) == (["a", "k"], ["sigma", "z"], False)
+    message = told(apart)
+    assert "pm.sample assigns NUTS to the rest" in message and "leapfrog" not in message, message
     with pm.Model():
         a, k = pm.Normal("a", 2.0, 1.0), pm.LogNormal("k", 0.0, 0.5)
         pm.Normal("y", decay(a, k), 1.0, observed=2.0 * np.exp(-t))
         only_black_box = KameleonMetropolis()._target.gradient_split
-    assert only_black_box() == (["a", "k"], [])
+    assert only_black_box() == (["a", "k"], [], False)
     assert "NUTS" not in told(only_black_box) and "NUTS" not in told(None)
 
 

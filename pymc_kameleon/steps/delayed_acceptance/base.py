@@ -34,6 +34,7 @@ compiled split target, per-chain state, statistics and warnings.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import warnings
@@ -306,7 +307,7 @@ class GPDelayedAcceptanceStep(DelayedAcceptanceChecks, AdaptiveStep):
                 type(self).__name__, adaptation, self.target_accept, self._warnings, names,
                 across_chains=self._speaks_for_population,
                 differentiable=lambda: self._target.differentiable, chain=self._chain_index,
-                gradient_split=self._target.gradient_split,
+                gradient_split=functools.partial(self._target.gradient_split, gp_likelihood=True),
                 improper=self._improper_coordinates, smc_start=self._smc_start is not None,
                 # Other steps' moves change the likelihood under the GP, whose stage 1 then misjudges
                 # proposals (a change-point model beside a discrete step: an acceptance estimate of 1.04).
