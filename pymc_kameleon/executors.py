@@ -298,6 +298,11 @@ class ExecutorOption:
         self._n_workers = (max(int(n), 1), now)
         return self._n_workers[0]
 
+    @property
+    def distributed(self) -> bool:
+        """Whether the option is a Dask executor (a scheduler's round trip per task), not a local pool."""
+        return isinstance(self._factory, DaskExecutor)
+
     def gone(self) -> bool:
         """Whether the executor can no longer deliver the results of tasks already submitted: its Dask
         client closed or cut off from its scheduler (a future of such a task may then never complete)."""

@@ -493,6 +493,14 @@ def test_a_misspelt_option_names_the_step_and_the_closest_option(cls, typo, sugg
         cls(**{typo: 1})
 
 
+def test_gp_da_mala_names_where_executor_belongs():
+    """A new user passed GPDelayedAcceptanceMH's executor= to the MALA step and read a bare 'unexpected
+    keyword argument'."""
+    said = r"^GPDelayedAcceptanceMALA\(\) takes no 'executor': .*GPDelayedAcceptanceMH\(executor="
+    with gaussian_data_model(), pytest.raises(TypeError, match=said):
+        GPDelayedAcceptanceMALA(executor=None)
+
+
 @pytest.mark.parametrize("cls, options", [
     (KameleonMetropolis, {}), (KameleonMetropolis, {"tuning": "per_chain"}), (GPDelayedAcceptanceMH, {}),
     (MLDA, {"coarse_models": []}), (DiscreteMetropolis, {}),

@@ -2,6 +2,7 @@
 serial chain's draws bit for bit, the stats count what the workers did, and misuse gets clear errors.
 (On a Dask cluster, with ``cores=2`` too: tests/test_distributed.py.)"""
 
+import types
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 
@@ -99,9 +100,10 @@ def test_misuse_gets_clear_errors():
 def test_speculation_that_costs_more_time_than_it_saves_says_so(pool):
     """At a microsecond likelihood (speculation forced on) the chain's time on its guesses exceeds the
     evaluations they spare, on a real process pool: one warning per chain naming the figures and the
-    remedy, the second in short."""
+    remedy, the second in short. A local pool is not told to become one (a new user's
+    ProcessPoolExecutor(2) had been told to pass ProcessPoolExecutor(1))."""
     with pytest.warns(KameleonWarning, match=r"costs more time than it saves: over its first 1\d\d guesses.*"
-                      r"ProcessPoolExecutor\(1\), or drop executor=") as said:
+                      r"A local pool's workers need idle cores of their own.*drop executor=") as said:
         sample(pool, draws=800)
     assert sum("costs more time than it saves" in str(w.message) for w in said) == 2  # one per chain
     assert sum("Another chain said the same above" in str(w.message) for w in said) == 1
@@ -130,3 +132,12 @@ def test_whether_speculation_pays_by_hand(spent, warned):
     assert len(said) == int(warned)
     if warned:
         assert "spent 7 ms per guess making them and waited 1 ms per guess it used" in said[0]
+        assert "A local pool's workers" in said[0]  # no executor given here: not a distributed one
+        # A Dask executor is told of its round trip and of a local pool instead.
+        step._speculation_judged = step._speculation_warned = False
+        step.executor = types.SimpleNamespace(distributed=True)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            step._check_speculation_pays(prefetch)
+        (dask,) = [str(w.message) for w in caught if "costs more time than it saves" in str(w.message)]
+        assert "Dask's: 10-20 ms" in dask and "ProcessPoolExecutor(1)" in dask

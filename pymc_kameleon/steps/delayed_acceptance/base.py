@@ -207,7 +207,10 @@ class GPDelayedAcceptanceStep(DelayedAcceptanceChecks, AdaptiveStep):
         user called (not this base class) and the closest of its keywords, for a misspelt one."""
         shared = [n for n in inspect.signature(GPDelayedAcceptanceStep.__init__).parameters if n != "self"]
         own = [n for n, p in inspect.signature(cls.__init__).parameters.items() if p.kind is p.KEYWORD_ONLY]
+        foreign = getattr(cls, "_foreign_options", {})
         for name in options:
+            if name in foreign:
+                raise TypeError(f"{cls.__name__}() takes no {name!r}: {foreign[name]}")
             if name not in shared:
                 raise unexpected_keyword_error(cls.__name__, name, [*shared, *own])
 

@@ -175,14 +175,22 @@ class ExecutorEvaluations:
         spent = 1e3 * prefetch.seconds_spent / prefetch.submitted
         waited = 1e3 * prefetch.seconds_waited / max(prefetch.used, 1)
         here = self.likelihood_ms
+        if getattr(self.executor, "distributed", False):
+            remedy = (
+                "A distributed executor's round trip (Dask's: 10-20 ms) pays only for a dearer likelihood; "
+                "on one machine pass concurrent.futures.ProcessPoolExecutor(1), or drop executor=."
+            )
+        else:  # a new user's ProcessPoolExecutor(2) on a busy 2-core machine, told to pass (1)
+            remedy = (
+                "A local pool's workers need idle cores of their own, beside the chains: drop executor= "
+                "here, or keep it where the machine has a free core per worker."
+            )
         self._warnings.warn(
             f"{type(self).__name__}: evaluating ahead on the executor costs more time than it saves: over "
             f"its first {prefetch.submitted} guesses the chain spent {spent:.2g} ms per guess making them "
             f"and waited {waited:.2g} ms per guess it used for the workers' values, against {here:.2g} ms "
             f"per likelihood evaluation here ({prefetch.used} used), so the draws (the same either way) "
-            "take longer than without executor=. A distributed executor's round trip (Dask's: 10-20 ms) "
-            "pays only for a dearer likelihood; on one machine pass "
-            "concurrent.futures.ProcessPoolExecutor(1), or drop executor=.",
+            f"take longer than without executor=. {remedy}",
             KameleonWarning,
         )
 

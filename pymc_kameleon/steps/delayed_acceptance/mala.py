@@ -101,6 +101,12 @@ class GPDelayedAcceptanceMALA(GPDelayedAcceptanceStep):
     _default_target_accept = 0.35  # per exact evaluation, not per iteration (docstring)
     _default_initial_scale = 0.5
     _uses_prior_gradient = True
+    # GPDelayedAcceptanceMH's own options a new user passed here (a bare "unexpected keyword argument").
+    _foreign_options = {
+        "executor": "evaluating likely next proposals ahead on workers is GPDelayedAcceptanceMH's option; "
+        "this step evaluates the likelihood and its gradient in the chain's process. Use "
+        "GPDelayedAcceptanceMH(executor=...) or leave executor out.",
+    }
 
     def __init__(self, vars=None, *, gradient_observations=True, **options):
         self._check_option_names(options)
