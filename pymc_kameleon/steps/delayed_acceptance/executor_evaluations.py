@@ -175,7 +175,7 @@ class ExecutorEvaluations:
         spent = 1e3 * prefetch.seconds_spent / prefetch.submitted
         waited = 1e3 * prefetch.seconds_waited / max(prefetch.used, 1)
         here = self.likelihood_ms
-        if getattr(self.executor, "distributed", False):
+        if self.executor is not None and self.executor.distributed:
             remedy = (
                 "A distributed executor's round trip (Dask's: 10-20 ms) pays only for a dearer likelihood; "
                 "on one machine pass concurrent.futures.ProcessPoolExecutor(1), or drop executor=."
