@@ -39,16 +39,20 @@ def coordinate_name(coordinate_names, j: int) -> str:
     return coordinate_names[j] if coordinate_names is not None else f"coordinate {j}"
 
 
-def cross_chain_rhat(population_states) -> tuple[float, int]:
+def cross_chain_rhat(population_states, min_chains: int = 2) -> tuple[float, int]:
     """The largest split R-hat over coordinates (ArviZ's, rank-normalised) of the chains' last tuning
-    states, and its coordinate: NaN and -1 with fewer than two chains or 100 states.
+    states, and its coordinate: NaN and -1 with fewer than ``min_chains`` chains or 100 states (one
+    chain: its halves compared).
 
     ``population_states`` holds, per step, every chain's state (rows).
     """
     states = np.asarray(list(population_states), dtype=float)  # (steps, chains, d)
-    if states.ndim != 3 or states.shape[0] < 100 or states.shape[1] < 2:
+    if states.ndim != 3 or states.shape[0] < 100 or states.shape[1] < min_chains:
         return math.nan, -1
     by_chain = states.transpose(1, 0, 2)
+    if by_chain.shape[0] == 1:  # one chain: its halves as two (ArviZ gives NaN for a single chain)
+        half = by_chain.shape[1] // 2
+        by_chain = by_chain[0, : 2 * half].reshape(2, half, -1)
     rhat = np.array([_split_rhat(by_chain[:, :, j]) for j in range(by_chain.shape[2])])
     if np.all(np.isnan(rhat)):
         return math.nan, -1
@@ -174,9 +178,10 @@ class DrawsAgreement:
             return None
         self.rows.append(np.asarray(population, dtype=float))
         n = len(self.rows)
-        if n not in (CROSS_CHAIN_DRAWS, CROSS_CHAIN_MORE_DRAWS):
+        alone = self.rows[0].shape[0] == 1
+        if n not in ((CROSS_CHAIN_MORE_DRAWS,) if alone else (CROSS_CHAIN_DRAWS, CROSS_CHAIN_MORE_DRAWS)):
             return None
-        rhat, j = cross_chain_rhat(self.rows)
+        rhat, j = cross_chain_rhat(self.rows, min_chains=1)
         if n == CROSS_CHAIN_DRAWS and CROSS_CHAIN_RHAT < rhat <= CROSS_CHAIN_CLEAR_RHAT:
             return None  # judged again over CROSS_CHAIN_MORE_DRAWS
         self.done = True
@@ -185,7 +190,16 @@ class DrawsAgreement:
         if not rhat > CROSS_CHAIN_RHAT:  # NaN: nothing to compare
             return None
         draws = f"{_rhat_text(rhat)} in {self._name(j)}, above {CROSS_CHAIN_RHAT}"
-        if self.tuning is None:
+        cause = "the chains mix too slowly for the tuning they had, or one sits in a mode of its own."
+        if alone:
+            # A new user's single chain of a 24-parameter hierarchy: a scale 2.5 sds off, ESS 1, no warning
+            # (PyMC compares no chains, and the check below needed two).
+            said = f"the halves of the chain's first {n} draws disagree (split R-hat {draws})"
+            cause = (
+                "the chain mixes too slowly for the tuning it had, or moved between modes. With one chain "
+                "PyMC compares no chains, so this is the only sign: run 4 chains (they also tune together)."
+            )
+        elif self.tuning is None:
             said = f"the chains disagree over their first {n} draws (split R-hat {draws})"
         else:
             tuning_rhat, tuning_j, tuning_states = self.tuning
@@ -210,12 +224,11 @@ class DrawsAgreement:
         else:
             smc = "KameleonMetropolis(start='smc') (a tempered SMC run first; many more evaluations)"
         return (
-            f"{self.step_name}: {said}: the chains mix too slowly for the tuning they had, or one sits in a "
-            f"mode of its own.{nuts} increase `tune` and `draws`; for a curved posterior that longer tuning "
-            f"does not fix, {smc}; reparameterise (a weakly informed hierarchy non-centred, a mixture's "
-            "locations ordered: transform=pm.distributions.transforms.ordered); tune each chain alone, "
-            "tuning='per_chain', where the modes are copies of one another (swapped mixture labels, angles "
-            "whose modes lie pi apart); pm.sample_smc(kernel=KASS) for well-separated modes; initvals "
-            f"nearer the posterior.{improper} The tuning guide's table of warnings explains each remedy. "
-            "Check R-hat over all the draws."
+            f"{self.step_name}: {said}: {cause}{nuts} increase `tune` and `draws`; for a curved posterior "
+            f"that longer tuning does not fix, {smc}; reparameterise (a weakly informed hierarchy "
+            "non-centred, a mixture's locations ordered: transform=pm.distributions.transforms.ordered); "
+            "tune each chain alone, tuning='per_chain', where the modes are copies of one another (swapped "
+            "mixture labels, angles whose modes lie pi apart); pm.sample_smc(kernel=KASS) for well-separated "
+            f"modes; initvals nearer the posterior.{improper} The tuning guide's table of warnings explains "
+            "each remedy. Check R-hat over all the draws."
         )

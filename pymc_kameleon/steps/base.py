@@ -24,7 +24,7 @@ from pymc_kameleon.steps.draw_checks import DrawChecks
 from pymc_kameleon.steps.estimate_noise import NOISE_ESTIMATES, estimate_noise_message
 from pymc_kameleon.steps.population import pooled_class_for
 from pymc_kameleon.steps.reporting import StepWarnings, progressbar_config, progressbar_update_functions
-from pymc_kameleon.steps.session_warnings import RunSessions
+from pymc_kameleon.steps.session_warnings import RunSessions, spawn_key
 from pymc_kameleon.steps.smc_start import SMCStart, SMCStarting, resolve_start
 from pymc_kameleon.steps.starts import StartSearch
 from pymc_kameleon.steps.target_density import Evaluation
@@ -195,6 +195,17 @@ class AdaptiveStep(PerChainReset, SMCStarting, DrawChecks, ArrayStepShared):
         else None (one chain; and PyMC does not tell a per-chain step which chain it runs)."""
         several = self.pooled and bool(getattr(self, "other_chains", None))
         return getattr(self, "this_chain", None) if several else None
+
+    @property
+    def _chain_named(self) -> int | None:
+        """The chain a warning about one chain names: its index in a pooled population of several, else,
+        where chains tune apart, its index in PyMC's run, the last entry of its generator's spawn key
+        (``pm.sample`` spawns chain i's as ``(..., i)``); None where neither is known. Chains that tune apart (a PseudoMarginalPotential,
+        ``tuning="per_chain"``) are told apart by it; the checks' logic reads :attr:`_chain_index`."""
+        if self.pooled:
+            return self._chain_index  # one chain alone (chains=1) is "the chain"
+        key = spawn_key(getattr(self, "rng", None))
+        return None if key is None else int(key[-1])
 
     @property
     def _speaks_for_population(self) -> bool:
@@ -396,19 +407,18 @@ class AdaptiveStep(PerChainReset, SMCStarting, DrawChecks, ArrayStepShared):
     def _check_estimate_noise(self) -> None:
         """When tuning ends, with pseudo-marginal terms: measure their log-estimates' spread at the chain's
         state (:data:`NOISE_ESTIMATES` estimates from a stream apart from the chain's, counted in the first
-        draw's ``estimator_calls``) and warn, once a process, where it is above its limit
-        (:mod:`~pymc_kameleon.steps.estimate_noise`)."""
+        draw's ``estimator_calls``) and warn where it is above its limit
+        (:mod:`~pymc_kameleon.steps.estimate_noise`): each chain its own figure (chains of one run that
+        say it after the first are shown in short, ``session_warnings.shown_text``), since the noise
+        differs from state to state (a new user's first chain said sd 3.5 while another's state had 14)."""
         target = self._target
         if not (target.has_estimates and self._checks_estimate_noise):
             return
         before = target.n_estimates
         spreads = target.estimate_noise(side_stream(self.rng, jumps=2), NOISE_ESTIMATES)
         self._chain.pending_estimator_calls += target.n_estimates - before
-        if getattr(self, "_said_noise_warning", False):
-            return
-        message = estimate_noise_message(type(self).__name__, spreads, self._chain_index)
+        message = estimate_noise_message(type(self).__name__, spreads, self._chain_named)
         if message is not None:
-            self._said_noise_warning = True
             self._warnings.warn(message, KameleonWarning, stacklevel=3)
 
     @staticmethod

@@ -63,8 +63,8 @@ class DrawChecks:
         if self._chain.stuck.count(accepted, self.tune, estimated):
             message = self._chain.stuck.text(
                 type(self).__name__, self._warnings.n_warned > 0, pseudo_marginal=self._target.has_estimates,
-                remedy=self._stuck_remedy(), chain=self._chain_index, lucky_estimate=self._lucky_estimate(),
-                surrogate_below=self._gp_below_state(),
+                remedy=self._stuck_remedy(), chain=self._chain_named, lucky_estimate=self._lucky_estimate(),
+                surrogate_below=self._gp_below_state(), kept_estimate=self._kept_estimate(),
             )
             self._warnings.warn(message, KameleonWarning, stacklevel=3)
         left, agreement = self._chain.left_regions, self._chain.draws_agreement
@@ -79,11 +79,19 @@ class DrawChecks:
             if message:
                 self._warnings.warn(message, KameleonWarning, stacklevel=3)
         if agreement is not None:
-            message = agreement.record(population)
+            message = agreement.record(population if population is not None else self._lone_chain_state())
             if agreement.done:
                 self._chain.draws_agreement = None
             if message:
                 self._warnings.warn(message, KameleonWarning, stacklevel=3)
+
+    def _lone_chain_state(self):
+        """The state of a pooled population's only chain (``chains=1``), as one row, which the draws'
+        agreement check then splits in halves; None where there is no such chain."""
+        if not self.pooled or getattr(self, "other_chains", None):
+            return None
+        state = self._target.current_state
+        return None if state is None else state.reshape(1, -1)
 
     def _check_nan_density(self) -> None:
         """After tuning, say once a chain where the model's log density was NaN at a proposal: it is
@@ -108,6 +116,11 @@ class DrawChecks:
     def _describe_point(self, x) -> str:
         """``x`` by the user's coordinate names (:func:`.variables.describe_coordinates`)."""
         return describe_coordinates(x, getattr(self, "_coordinate_names", None))
+
+    def _kept_estimate(self) -> float | None:
+        """The log-likelihood estimate a pseudo-marginal chain keeps at its state (None: no estimate)."""
+        value = self._target.current_log_estimate if self._target.has_estimates else None
+        return None if value is None or value != value else float(value)
 
     def _stuck_remedy(self) -> str | None:
         """The advice of the after-tuning warning of a stuck chain (None: more tuning, a closer start)."""

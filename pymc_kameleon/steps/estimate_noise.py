@@ -47,11 +47,14 @@ def estimate_noise_message(step_name: str, spreads, chain: int | None = None) ->
         "a correlation closer to 1 (log_estimate_spread's log_ratio_sd: aim for at most about 2.4) or more "
         "samples per estimate" if correlated else
         "more samples per estimate (log_estimate_spread: aim for an sd of 1-1.7 near the posterior, 0.8 or "
-        "less with GP delayed acceptance) or a correlated estimator (auxiliary_shape=..., correlation=0.99)"
+        "less with GP delayed acceptance) or a correlated estimator (auxiliary_shape=..., with about the "
+        "smallest correlation whose log_ratio_sd is at most 2.4)"
     )
     return (
         f"{step_name}: when tuning ended, {NOISE_ESTIMATES} fresh likelihood estimates at {subject}'s state "
         f"spread widely ({'; '.join(parts)}). The chain stays exact, but it keeps "
         "an estimate that came out high until a proposal's comes out as high, so it mixes slowly and its "
-        f"draws can be far from the posterior while R-hat is the only sign. Use {remedy}."
+        f"draws can be far from the posterior while R-hat is the only sign. Use {remedy}. (A chain far from "
+        "the posterior, where estimates are often much noisier, says this too: if its loglik_estimate is "
+        "tens of nats below the other chains', start it nearer with initvals.)"
     )

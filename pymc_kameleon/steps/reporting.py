@@ -319,12 +319,14 @@ class StuckAfterTuning:
     def text(
         self, step_name: str, warned_before: bool = False, pseudo_marginal: bool = False,
         remedy: str | None = None, chain: int | None = None, lucky_estimate: str | None = None,
-        surrogate_below: str | None = None,
+        surrogate_below: str | None = None, kept_estimate: float | None = None,
     ) -> str:
         """The warning of a stuck chain (the arguments as :meth:`message`'s; ``chain``: the chain's index
         in a population, which the text names; ``lucky_estimate``: a step's measured sign that the kept
         estimate came out high, with its figure, which then is the cause named; ``surrogate_below``: with
-        an exact likelihood, the same for a surrogate that underrates the likelihood at the state)."""
+        an exact likelihood, the same for a surrogate that underrates the likelihood at the state;
+        ``kept_estimate``: the log-likelihood estimate a pseudo-marginal chain keeps, which the text gives
+        so that chains can be compared)."""
         subject, _ = chain_words(chain)
         if surrogate_below is not None and not pseudo_marginal:
             # GP-DA-MH on the far-start eight schools sat 1359 draws where its full GP was 6 nats low, and
@@ -363,14 +365,22 @@ class StuckAfterTuning:
             )
         if pseudo_marginal:
             # A new user's GP-DA chains sat inside the posterior on estimates 2 nats too high for 500-1200
-            # draws, then moved on: the funnel advice below misled there.
+            # draws, then moved on: the funnel advice below misled there. Another's chain, started far off,
+            # sat 685 nats below the others (whose estimates were healthy): no start search with estimates.
+            kept = (
+                "" if kept_estimate is None else f" (its kept log-likelihood estimate: {kept_estimate:.1f})"
+            )
             return (
-                f"{step_name}: after tuning {subject} rejected {STUCK_DRAWS} proposals in a row: the "
+                f"{step_name}: after tuning {subject} rejected {STUCK_DRAWS} proposals in a row{kept}: the "
                 "likelihood estimate it keeps is probably far above the likelihood there, which holds a "
                 "pseudo-marginal chain until a proposal's estimate comes out as high (its draws repeat one "
-                "point meanwhile; the chain stays exact, but mixes slowly). Use more samples per estimate "
-                "(log_estimate_spread: aim for an sd of 1-1.7 near the posterior) or a correlated "
-                "estimator (auxiliary_shape=..., correlation=0.99)."
+                "point meanwhile; the chain stays exact, but mixes slowly), or the chain is far from the "
+                "posterior, where estimates are often much noisier. Compare the chains' loglik_estimate: "
+                "where this chain's is tens of nats below the others', start it nearer the posterior with "
+                "initvals (with a PseudoMarginalPotential there is no start search); else use more samples "
+                "per estimate (log_estimate_spread: aim for an sd of 1-1.7 near the posterior) or a "
+                "correlated estimator (auxiliary_shape=..., with the smallest correlation whose "
+                "log_ratio_sd is at most about 2.4)."
             )
         why = (
             "see this step's earlier warning(s) for this chain"

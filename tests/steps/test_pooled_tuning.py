@@ -620,6 +620,43 @@ def test_a_split_rhat_just_above_the_threshold_over_500_draws_is_judged_again_ov
     assert CROSS_CHAIN_CLEAR_RHAT == 1.3
 
 
+def test_a_lone_chain_whose_halves_disagree_is_warned_about_over_its_first_1000_draws():
+    """With chains=1 PyMC compares no chains, and the draws' check needed two: a new user's single chain of
+    a 24-parameter hierarchy gave a scale 2.5 sds off (ESS 1) without a word. A lone chain's first
+    CROSS_CHAIN_MORE_DRAWS draws are split in halves: one that moves 3 sds between them is warned about,
+    with the advice to run 4 chains; a stationary one is not (the control; the old check said nothing
+    of either)."""
+    rng = np.random.default_rng(2)
+    n = CROSS_CHAIN_MORE_DRAWS
+    stationary = list(rng.normal(size=(n, 1, 2)))
+    check, said = _agreement(stationary, tuning=None)
+    assert check.done and said == []
+    drifting = list(rng.normal(size=(n, 1, 2)) + np.where(np.arange(n) < n // 2, 0.0, 3.0)[:, None, None])
+    check, said = _agreement(drifting[:CROSS_CHAIN_DRAWS], tuning=None)
+    assert not check.done and said == []  # judged over 1000 draws only: halves of 250 are too noisy
+    check, said = _agreement(drifting, tuning=None)
+    assert check.done and len(said) == 1, said
+    assert said[0].startswith(f"KameleonMetropolis: the halves of the chain's first {n} draws disagree"), said
+    assert "run 4 chains" in said[0], said
+
+
+@pytest.mark.slow
+def test_a_lone_chain_that_has_not_converged_says_so_and_one_that_has_does_not():
+    """The check in a run: one chain on the strongly twisted 8-d banana at 1000 + 1000 (far from converged)
+    warns; one chain on a 3-d normal does not."""
+    def lone(model):
+        with model, warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            pm.sample(step=KameleonMetropolis(), chains=1, tune=1000, draws=CROSS_CHAIN_MORE_DRAWS,
+                      random_seed=3, progressbar=False, compute_convergence_checks=False)
+        return [str(w.message) for w in caught if "halves of the chain's first" in str(w.message)]
+
+    assert len(lone(banana(dim=8, b=0.1, v=100.0).model())) == 1
+    with pm.Model() as normal:
+        pm.Normal("x", 0, 1, shape=3)
+    assert lone(normal) == []
+
+
 def test_chains_frozen_at_points_of_their_own_disagree_completely():
     """Chains that each kept one point: ArviZ's R-hat is NaN there (read as agreement on ArviZ 0.x) or, on
     ArviZ 1, a figure like 5.6e15. Frozen at different points they disagree completely (inf, said in

@@ -418,10 +418,10 @@ def _noisy_normal_mean(sd: float, correlated: bool = False):
     return model
 
 
-def _noise_warnings(model, step_class=KameleonMetropolis, seed=1):
+def _noise_warnings(model, step_class=KameleonMetropolis, seed=1, chains=1):
     with model, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        idata = pm.sample(step=step_class(), tune=600, draws=60, chains=1, random_seed=seed, **SAMPLE_KW)
+        idata = pm.sample(step=step_class(), tune=600, draws=60, chains=chains, random_seed=seed, **SAMPLE_KW)
     return idata, [str(w.message) for w in caught if "fresh likelihood estimates" in str(w.message)]
 
 
@@ -436,6 +436,18 @@ def test_estimates_too_noisy_at_the_end_of_tuning_are_said_with_their_sd(step_cl
     assert "more samples per estimate" in said[0]
     _, quiet = _noise_warnings(_noisy_normal_mean(1.0), step_class)
     assert quiet == []
+
+
+def test_each_chain_says_its_own_noise_and_which_chain_it_is():
+    """Pseudo-marginal chains tune apart, in one process with cores=1: the check was said once a process,
+    so a new user saw the first chain's sd 3.5 where another chain's state had 14, and no warning named a
+    chain. Each chain now says its own figure, named by its index in PyMC's run (chains after the first
+    in short); the old code said one, unnamed."""
+    _, said = _noise_warnings(_noisy_normal_mean(4.0), chains=3)
+    assert len(said) == 3, said
+    assert [re.search(r"at chain (\d)'s state", text).group(1) for text in said] == ["0", "1", "2"], said
+    assert all(re.search(r"'lik': sd [\d.]+ of its log-estimates", text) for text in said), said
+    assert "Another chain said the same above" in said[1] and "more samples per estimate" in said[0]
 
 
 def test_a_correlated_estimate_is_judged_by_its_log_ratios():
