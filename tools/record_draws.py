@@ -14,7 +14,10 @@ windows, windows that end early) to run.
 
 Hashes depend on the installed PyMC, PyTensor, NumPy and BLAS, and on the CPU the BLAS picks its
 kernels for (recorded as ``blas``), so record and check with the same environment and machine kind
-(one file per stack); on a new kind, record at a commit whose draws are known to be unchanged first.
+(one file per stack and kind: ``pymc5.json`` and ``pymc6.json`` were recorded where OpenBLAS picks its
+SkylakeX kernels, ``pymc5-haswell.json`` and ``pymc6-haswell.json`` where it picks Haswell ones, at 8a1722a;
+an AMD EPYC host of each kind gave 31 of 33 PyMC 5 cases different from the other's at the same code); on
+a new kind, record at a commit whose draws are known to be unchanged first.
 The CPU counts beyond the BLAS's kernels: PyMC 6's PyTensor compiles for the host, and on an Intel Xeon
 5 of 33 PyMC 6 cases matched a record from an AMD EPYC with the same packages and the same (SkylakeX)
 BLAS kernels (PyMC 5: 33 of 33); the environment therefore names the CPU (``cpu``).
