@@ -159,8 +159,10 @@ class KameleonMetropolis(KameleonChainTuning, AdaptiveStep):
         learn the mean, covariance and :math:`Z` from every chain's tuning draws (its own scales and
         random stream stay its own), a chain stranded far below another jumps to its state during
         tuning, and the end of tuning compares the chains; see
-        :mod:`pymc_kameleon.steps.population`. With one chain, and for models with a
-        :func:`~pymc_kameleon.PseudoMarginalPotential`, tuning is per chain. ``"per_chain"``: each
+        :mod:`pymc_kameleon.steps.population`. With one chain the population is that chain alone
+        (PyMC still prints "Population sampling"), which the end of tuning cannot compare with others:
+        its first 1000 draws are checked in halves instead. Models with a
+        :func:`~pymc_kameleon.PseudoMarginalPotential` tune per chain. ``"per_chain"``: each
         chain tunes alone (PyMC's ordinary sampler, chains in parallel processes with ``cores>1``).
     start : {"search", "initial_point", "smc"} or SMCStart, optional
         Where each chain starts tuning. The default is ``"search"``, or ``"initial_point"`` for a model with a
@@ -252,8 +254,8 @@ class KameleonMetropolis(KameleonChainTuning, AdaptiveStep):
     >>> from pymc_kameleon import KameleonMetropolis
     >>> with pm.Model():
     ...     x = pm.Normal("x", 0, 1, shape=2)
-    ...     idata = pm.sample(step=KameleonMetropolis(), draws=500, tune=500,
-    ...                       chains=2, progressbar=False)  # doctest: +SKIP
+    ...     idata = pm.sample(step=KameleonMetropolis(), draws=1000, tune=1000,
+    ...                       chains=4, progressbar=False)  # doctest: +SKIP
     """
 
     name = "kameleon"
