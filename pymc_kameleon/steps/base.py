@@ -200,8 +200,9 @@ class AdaptiveStep(PerChainReset, SMCStarting, DrawChecks, ArrayStepShared):
     def _chain_named(self) -> int | None:
         """The chain a warning about one chain names: its index in a pooled population of several, else,
         where chains tune apart, its index in PyMC's run, the last entry of its generator's spawn key
-        (``pm.sample`` spawns chain i's as ``(..., i)``); None where neither is known. Chains that tune apart (a PseudoMarginalPotential,
-        ``tuning="per_chain"``) are told apart by it; the checks' logic reads :attr:`_chain_index`."""
+        (``pm.sample`` spawns chain i's as ``(..., i)``); None where neither is known. Chains that tune
+        apart (a PseudoMarginalPotential, ``tuning="per_chain"``) are told apart by it; the checks'
+        logic reads :attr:`_chain_index`."""
         if self.pooled:
             return self._chain_index  # one chain alone (chains=1) is "the chain"
         key = spawn_key(getattr(self, "rng", None))

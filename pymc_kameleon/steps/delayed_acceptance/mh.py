@@ -197,9 +197,9 @@ class GPDelayedAcceptanceMH(ExecutorEvaluations, GPDelayedAcceptanceStep):
         ``"pooled"``: ``pm.sample`` runs the chains as a population, the base proposal's windows
         learn the mean, covariance (and Kameleon subsample) from every chain's tuning draws, a
         stranded chain is rescued, and the end of tuning compares the chains; each chain keeps its
-        own GP, scales and random stream (:mod:`pymc_kameleon.steps.population`). With one chain,
-        and for models with a PseudoMarginalPotential, tuning is per chain. ``"per_chain"``: each
-        chain tunes alone.
+        own GP, scales and random stream (:mod:`pymc_kameleon.steps.population`). One chain is a
+        population of one, whose first 1000 draws are checked in halves; models with a
+        PseudoMarginalPotential tune per chain. ``"per_chain"``: each chain tunes alone.
     start : {"search", "initial_point", "smc"} or SMCStart, optional
         Where each chain starts tuning, as for :class:`~pymc_kameleon.KameleonMetropolis` (not with
         ``SMCStart(transport_map=True)``); the search's (or the SMC run's) evaluations count in
