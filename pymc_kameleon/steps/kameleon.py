@@ -238,7 +238,7 @@ class KameleonMetropolis(KameleonChainTuning, AdaptiveStep):
     are drawn only at proposals whose other log-density terms are finite, with a generator
     derived from the step's own (so ``random_seed`` reproduces the run). In tuning only, a plain
     (not correlated) estimate is redrawn at the state after 5 rejections in a row, so that one lucky
-    estimate cannot shrink the steps until the chain freezes. Two more statistics
+    estimate cannot shrink the steps until the chain freezes. Three more statistics
     are reported: ``loglik_estimate`` (the sum of the log-estimates kept at the state after the
     step), ``estimator_calls`` (estimator calls in this step) and ``cumulative_estimator_calls`` (the
     chain's so far, tuning included: the last draw's value is its whole count).
