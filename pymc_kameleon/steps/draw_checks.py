@@ -9,6 +9,8 @@ step's chain state (``self._chain``), target and warnings.
 
 from __future__ import annotations
 
+import math
+
 from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.steps.left_regions import LeftRegionsCheck
 from pymc_kameleon.steps.variables import describe_coordinates
@@ -119,8 +121,10 @@ class DrawChecks:
 
     def _kept_estimate(self) -> float | None:
         """The log-likelihood estimate a pseudo-marginal chain keeps at its state (None: no estimate)."""
-        value = self._target.current_log_estimate if self._target.has_estimates else None
-        return None if value is None or value != value else float(value)
+        if not self._target.has_estimates:
+            return None
+        value = self._target.current_log_estimate  # NaN before the first estimate
+        return None if math.isnan(value) else float(value)
 
     def _stuck_remedy(self) -> str | None:
         """The advice of the after-tuning warning of a stuck chain (None: more tuning, a closer start)."""

@@ -629,3 +629,19 @@ def test_the_kameleon_component_does_not_join_when_tuning_ends():
     assert share == 0.0 and said == [], (share, said)
     share, said = run(1700)
     assert share > 0.2 and said == [], (share, said)
+
+
+def test_a_stuck_pseudo_marginal_chain_gives_its_kept_estimate_and_names_a_far_start():
+    """A new user's chain started far off sat at a kept log-likelihood estimate of -809 against the
+    others' -124 and was told only to use more samples per estimate: the text now gives the kept
+    estimate, to compare across chains, and names a start nearer the posterior (initvals). Without an
+    estimate (the control) neither appears."""
+    from pymc_kameleon.steps.reporting import STUCK_DRAWS, StuckAfterTuning
+
+    watch = StuckAfterTuning()
+    assert [watch.count(False, False) for _ in range(STUCK_DRAWS)][-1]  # every rejection drew an estimate
+    said = watch.text("S", False, True, chain=2, kept_estimate=-809.34)
+    assert "chain 2 rejected" in said and "kept log-likelihood estimate: -809.3" in said, said
+    assert "initvals" in said and "correlation=0.99" not in said, said
+    plain = watch.text("S", False, True)
+    assert "kept log-likelihood estimate" not in plain, plain
