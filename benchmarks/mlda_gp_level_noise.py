@@ -98,7 +98,8 @@ def gp_fit(step) -> str:
 def run(fine, levels, *, tune, draws, seed, subsampling_rates):
     from pymc_kameleon import MLDA
 
-    return _sample(fine, lambda: MLDA(coarse_models=levels, subsampling_rates=subsampling_rates),
+    return _sample(fine, lambda: MLDA(coarse_models=levels, subsampling_rates=subsampling_rates,
+                                      adaptive_error_model=False),
                    tune=tune, draws=draws, seed=seed)
 
 

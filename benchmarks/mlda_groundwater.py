@@ -122,7 +122,9 @@ def run_pymc(sampler, seed, fine_cells, coarse_cells, tune, draws, chains=2) -> 
     middle = groundwater_model(2 * coarse_cells) if sampler == "MLDA-AEM-3" else None
     with model:
         step = {
-            "MLDA": lambda: MLDA(coarse_models=[coarse], subsampling_rates=SUBCHAIN),
+            "MLDA": lambda: MLDA(
+                coarse_models=[coarse], subsampling_rates=SUBCHAIN, adaptive_error_model=False
+            ),
             "MLDA-AEM": lambda: MLDA(
                 coarse_models=[coarse], subsampling_rates=SUBCHAIN, adaptive_error_model=True
             ),
@@ -133,7 +135,9 @@ def run_pymc(sampler, seed, fine_cells, coarse_cells, tune, draws, chains=2) -> 
             "MLDA-AEM-3": lambda: MLDA(
                 coarse_models=[coarse, middle], subsampling_rates=[SUBCHAIN, 2], adaptive_error_model=True
             ),
-            "MLDA-GP": lambda: MLDA(coarse_models=[coarse, GPLevel()], subsampling_rates=GP_SUBCHAINS),
+            "MLDA-GP": lambda: MLDA(
+                coarse_models=[coarse, GPLevel()], subsampling_rates=GP_SUBCHAINS, adaptive_error_model=False
+            ),
             "MLDA-AEM-GP": lambda: MLDA(
                 coarse_models=[coarse, GPLevel()], subsampling_rates=GP_SUBCHAINS, adaptive_error_model=True
             ),

@@ -56,7 +56,7 @@ def run(sampler: str, seed: int, tolerance: float, reference: dict, tune=2000, d
     coarse = gallery_lotka_volterra_coarse(tolerance)
     with model:
         step = {
-            "MLDA": lambda: MLDA(coarse_models=[coarse]),
+            "MLDA": lambda: MLDA(coarse_models=[coarse], adaptive_error_model=False),
             "MLDA-AEM": lambda: MLDA(coarse_models=[coarse], adaptive_error_model=True),
             # A GP level between the grids (subchains [2, 3], as on the groundwater problem), its noise
             # variance fitted (the default) or fixed at 0 (the GP as an exact function, the default before).

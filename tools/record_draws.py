@@ -264,10 +264,12 @@ CASES = {
     "gpda-mala-pooled": _mcmc(
         gaussian_data_model, lambda m: pk.GPDelayedAcceptanceMALA(), tune=600, draws=200, chains=3
     ),
-    # MLDA (issue 46): two levels; three levels with random subchain lengths.
-    "mlda-two-levels": _mlda([0.2], tune=500, draws=300),
+    # MLDA (issue 46): two levels; three levels with random subchain lengths. Recorded before the error
+    # model was on by default (adaptive_error_model="auto"), so they keep it off.
+    "mlda-two-levels": _mlda([0.2], tune=500, draws=300, adaptive_error_model=False),
     "mlda-three-levels-random-lengths": _mlda(
-        [0.4, 0.1], tune=300, draws=200, subsampling_rates=[2, 3], randomize_lengths=True
+        [0.4, 0.1], tune=300, draws=200, subsampling_rates=[2, 3], randomize_lengths=True,
+        adaptive_error_model=False,
     ),
     "kass": _smc(gaussian_data_model, pk.KASS, draws=300),
     "kass-banana": _smc(banana_model, pk.KASS, draws=400),

@@ -12,6 +12,7 @@ the coarse models, per-chain state and statistics.
 from __future__ import annotations
 
 import math
+import warnings
 from collections import deque
 from functools import partial
 
@@ -26,6 +27,7 @@ from pymc_kameleon.core.kameleon.scale_free import ScaleFreeProposal
 from pymc_kameleon.core.linalg import one_blas_thread, same_array
 from pymc_kameleon.core.multilevel import LevelPoint, MultilevelDelayedAcceptance
 from pymc_kameleon.core.validation import check_independence_weight, check_number, check_probability
+from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.steps.base import AdaptiveStep
 from pymc_kameleon.steps.multilevel_chain import MultilevelChain
 from pymc_kameleon.steps.multilevel_checks import (
@@ -45,9 +47,11 @@ from pymc_kameleon.steps.multilevel_levels import (
     correctable_names,
     corrected_names,
     fine_outputs,
+    narrower_noise,
 )
 from pymc_kameleon.steps.multilevel_spread import CoarseSpreadChecks
 from pymc_kameleon.steps.reporting import warn_after_tuning
+from pymc_kameleon.steps.session_warnings import user_stacklevel
 from pymc_kameleon.steps.target_density import Evaluation, TargetDensity
 from pymc_kameleon.steps.variables import angle_coordinates, continuous_value_vars, coordinate_names
 
@@ -88,7 +92,7 @@ class MLDA(MultilevelChecks, CoarseSpreadChecks, MultilevelGPLevels, AdaptiveSte
     randomize_lengths : bool, default False
         Draw each subchain's length uniformly from 1 to twice the rate minus 1 (same mean), which
         avoids a periodic subchain; exact either way.
-    adaptive_error_model : bool, default False
+    adaptive_error_model : bool or "auto", default "auto"
         Correct each coarse level's bias (:mod:`pymc_kameleon.steps.multilevel_levels`): every observed
         ``pm.Normal`` that all levels have under one name and shape gets, at each coarse level, its mean
         :math:`F_\ell(\theta)` moved by :math:`\mu_{B,\ell}`, an estimate of :math:`F_L - F_\ell`
@@ -96,7 +100,10 @@ class MLDA(MultilevelChecks, CoarseSpreadChecks, MultilevelGPLevels, AdaptiveSte
         between adjacent models, :math:`F_{k+1} - F_k`, over the last points where the fine model was
         evaluated (:math:`k + 1 = L`) or at the middle level's chain's states (one forward run of each
         of the two models per record, one record per level and iteration, counted in ``logp_evals``
-        and ``level{k}_logp_evals``); frozen after tuning, so the chain is exact.
+        and ``level{k}_logp_evals``); frozen after tuning, so the chain is exact. ``"auto"`` turns it on
+        where every level has such a variable and off where none has (a coarse model's bias of one
+        posterior sd already costs an uncorrected MLDA most of its ESS per fine evaluation; an unbiased
+        one costs the correction about 14%: the multilevel guide).
     error_covariance : bool, default False
         With ``adaptive_error_model``: also add the differences' covariance :math:`\Sigma_{B,\ell}` to
         the corrected observations' noise covariance at each coarse level, as the paper does (all
@@ -166,7 +173,7 @@ class MLDA(MultilevelChecks, CoarseSpreadChecks, MultilevelGPLevels, AdaptiveSte
         coarse_models=None,
         subsampling_rates=5,
         randomize_lengths: bool = False,
-        adaptive_error_model: bool = False,
+        adaptive_error_model: bool | str = "auto",
         error_covariance: bool = False,
         target_accept: float = 0.234,
         independence_weight: float = 0.5,
@@ -195,14 +202,30 @@ class MLDA(MultilevelChecks, CoarseSpreadChecks, MultilevelGPLevels, AdaptiveSte
         has_gp_level = any(isinstance(spec, GPLevel) for spec in specs)
         coarse_models = [spec for spec in specs if isinstance(spec, pm.Model)]
         self.subsampling_rates = checked_rates(subsampling_rates, len(specs))
-        switches = {"randomize_lengths": randomize_lengths, "adaptive_error_model": adaptive_error_model}
-        for name, value in switches.items():
-            if not isinstance(value, bool | np.bool_):
-                raise ValueError(f"MLDA: {name} must be True or False, got {value!r}.")
+        self._narrower_noise = narrower_noise(model, coarse_models)
+        if self._narrower_noise:
+            warnings.warn(
+                f"MLDA: {self._narrower_noise_text()}: a coarse likelihood narrower than the fine one makes "
+                "the coarse posterior narrower, so the fine level rejects the coarse subchains' ends that "
+                "reach its tails, and with many observations nearly all of them (the draws stay exact, but "
+                "the chain can stall). Give every coarse model a noise sd at least the fine one's (a larger "
+                "one also absorbs the coarse model's error).",
+                KameleonWarning,
+                stacklevel=user_stacklevel(2),
+            )
+        if not isinstance(randomize_lengths, bool | np.bool_):
+            raise ValueError(f"MLDA: randomize_lengths must be True or False, got {randomize_lengths!r}.")
+        if not (isinstance(adaptive_error_model, bool | np.bool_) or adaptive_error_model == "auto"):
+            raise ValueError(
+                f"MLDA: adaptive_error_model must be True, False or 'auto', got {adaptive_error_model!r}."
+            )
         self.randomize_lengths = bool(randomize_lengths)
-        self.adaptive_error_model = bool(adaptive_error_model)
         if not isinstance(error_covariance, bool):
             raise ValueError(f"MLDA: error_covariance must be True or False, got {error_covariance!r}.")
+        if adaptive_error_model == "auto":
+            # On where it can be (error_covariance asks for it, and gets corrected_names' error if it cannot).
+            adaptive_error_model = error_covariance or bool(correctable_names(model, coarse_models))
+        self.adaptive_error_model = bool(adaptive_error_model)
         if error_covariance and not self.adaptive_error_model:
             raise ValueError(
                 "MLDA: error_covariance=True is part of the adaptive error model: pass "
@@ -362,6 +385,8 @@ class MLDA(MultilevelChecks, CoarseSpreadChecks, MultilevelGPLevels, AdaptiveSte
             current = chain.move.point(found[0], found[1].logp)
         if first:  # where the chain starts, after the search: a coarse density of zero holds it there too
             self._check_coarse_start(current, q0.point_map_info, zero_too=True)
+            for level in self._model_levels:  # the timing warning compares the levels' time per iteration
+                level.timing.count_from_here()
         self._warn_if_untuned()
         chain.tune_iterations += bool(self.tune)
         on_base_step = self._adapt if self.tune else None

@@ -48,6 +48,19 @@ class MultilevelChecks:
     """The checks and warnings of :class:`~pymc_kameleon.MLDA` (a mixin: it reads the step's levels, chain
     state and options)."""
 
+    def _narrower_noise_text(self) -> str:
+        """The coarse observed pm.Normal variables whose noise sd is below the fine one's, as a clause."""
+        return "; ".join(
+            f"coarse_models[{k}]'s observed {name!r} has a noise sd {ratio:.3g} times the fine model's"
+            for k, name, ratio in self._narrower_noise
+        )
+
+    def _noise_remedy(self) -> str:
+        """A coarse noise sd no smaller than the fine one's as a remedy, where a coarse model's is smaller."""
+        if not self._narrower_noise:
+            return ""
+        return f"a coarse noise sd at least the fine one's ({self._narrower_noise_text()}), "
+
     def _error_model_remedy(self) -> str:
         """The error model as a remedy, where it is off and the levels have observed pm.Normal variables it
         could correct (the warnings' first suggestion)."""
@@ -80,7 +93,7 @@ class MultilevelChecks:
         if rate >= LOW_FINE_ACCEPTANCE:
             return
         remedy = (
-            f"{self._error_model_remedy()}a coarse model closer to the fine one"
+            f"{self._noise_remedy()}{self._error_model_remedy()}a coarse model closer to the fine one"
             f"{self._smaller_rate_remedy(self.n_levels - 2)}"
         )
         tails = self._in_the_tails()
@@ -91,8 +104,9 @@ class MultilevelChecks:
         which = f" (coarse_models[{below}]'s)" if self.n_levels > 2 else ""
         self._warnings.warn(
             f"MLDA: at the end of tuning the finest level accepted {rate:.0%} of the last {len(decisions)} "
-            f"coarse subchain ends it judged{cause} coarse posterior{which} is far from the fine one (in "
-            f"posterior sds), so the chain will mix slowly (its draws stay exact). Try {remedy}.",
+            f"coarse subchain ends it judged{cause} coarse posterior{which} is far from the fine one for "
+            f"the fine posterior's spread, so the chain will mix slowly (its draws stay exact). "
+            f"Try {remedy}.",
             KameleonWarning,
             stacklevel=3,
         )
@@ -129,7 +143,7 @@ class MultilevelChecks:
             self._warnings.warn(
                 f"MLDA: at the end of tuning {what} (level {k}) accepted {rate:.1%} of the last {decisions} "
                 f"subchain ends it judged{why}, so the chain will mix slowly (its draws stay exact). Try "
-                f"{self._error_model_remedy()}a coarse model closer to the fine one"
+                f"{self._noise_remedy()}{self._error_model_remedy()}a coarse model closer to the fine one"
                 f"{self._smaller_rate_remedy(k - 1)}{dropped}.",
                 KameleonWarning,
                 stacklevel=3,
@@ -180,7 +194,7 @@ class MultilevelChecks:
         seconds = sum(t.seconds for _, t in coarse)
         if seconds <= COARSE_TIME_SHARE * fine.seconds or seconds - fine.seconds < COARSE_EXCESS * fine.calls:
             return
-        levels = "; ".join(f"{name}: {t.calls} of {1e3 * t.typical:.3g} ms" for name, t in coarse)
+        levels = "; ".join(f"{name}: {t.calls} evaluations of {1e3 * t.typical:.3g} ms" for name, t in coarse)
         share = seconds / fine.seconds
         self._warnings.warn(
             f"MLDA: in tuning the coarse models took {share:.1f} times the fine model's time ({levels}; "
@@ -222,11 +236,11 @@ class MultilevelChecks:
     def _stuck_remedy(self) -> str:
         """MLDA's likeliest cause of a stuck chain is a coarse posterior far from the fine one, or (when few
         of the stuck iterations reached the fine level) a coarse or middle level that does not move."""
-        error_model = self._error_model_remedy()
+        error_model = f"{self._noise_remedy()}{self._error_model_remedy()}"
         rates = "" if max(self.subsampling_rates) == 1 else ", or smaller subsampling_rates"
         judged = self._chain.judged_since_move
         tails = self._in_the_tails()
-        tails = f"{tails}Otherwise: " if tails else ""
+        tails = f"{tails}Otherwise, " if tails else ""
         if judged < STUCK_DRAWS // 2:
             # A new user's three levels without the error model: 36 fine evaluations in a whole run, the
             # middle level rejecting; "the finest level's acceptance" pointed at the wrong level.
@@ -235,12 +249,14 @@ class MultilevelChecks:
                 "level{k}_accept_rate statistic)"
             )
             return (
-                f"{tails}Only {judged} of these iterations reached the fine level: {stopped}, so a coarse "
+                f"{tails}{'o' if tails else 'O'}nly {judged} of these iterations reached the fine level: "
+                f"{stopped}, so a coarse "
                 f"posterior is far from the one above it. Try {error_model}coarse models closer to the fine "
                 f"one{rates}; otherwise increase `tune`."
             )
         return (
-            f"{tails}With MLDA the likeliest cause is a coarse posterior far from the fine one ({judged} of "
+            f"{tails}{'w' if tails else 'W'}ith MLDA the likeliest cause is a coarse posterior far from the "
+            f"fine one ({judged} of "
             f"these proposals reached the fine level and it rejected them): try {error_model}a coarse model "
             f"closer to the fine one{rates}; otherwise increase `tune`."
         )

@@ -20,10 +20,12 @@ from pymc_kameleon.testing import SAMPLE_KW, assert_same_records, recorded
 
 
 def sample_three_levels(*, tune=600, draws=300, chains=1, seed=1, offset=1.0, cores=1, gp=None, **mlda):
-    """Fine model, a coarse one whose forward model is ``offset`` posterior sds off, a GP level between."""
+    """Fine model, a coarse one whose forward model is ``offset`` posterior sds off, a GP level between;
+    without the error model unless ``mlda`` asks for it (the GP level is to learn the offset itself)."""
     fine, coarse = offset_model(), offset_model(offset)
     with fine:
-        step = MLDA(coarse_models=[coarse, gp or GPLevel()], subsampling_rates=[2, 3], **mlda)
+        step = MLDA(coarse_models=[coarse, gp or GPLevel()], subsampling_rates=[2, 3],
+                    **{"adaptive_error_model": False, **mlda})
         idata = pm.sample(draws=draws, tune=tune, chains=chains, cores=cores, step=step, random_seed=seed,
                           **SAMPLE_KW)
     return step, idata

@@ -41,9 +41,11 @@ def conjugate_model(shift: float = 0.0):
 
 
 def sample(step_kwargs=None, *, seed=1, tune=300, draws=300, chains=2, cores=1, shift=1.0, **kwargs):
+    """MLDA with a coarse model ``shift`` posterior sds off, uncorrected unless ``step_kwargs`` turn the
+    error model on (these tests are of the levels' mechanics, which it would hide)."""
     fine, coarse = conjugate_model(), conjugate_model(shift)  # coarse models are built outside `with fine`
     with fine:
-        step = MLDA(coarse_models=[coarse], **(step_kwargs or {}))
+        step = MLDA(coarse_models=[coarse], **{"adaptive_error_model": False, **(step_kwargs or {})})
         return pm.sample(draws=draws, tune=tune, chains=chains, cores=cores, step=step, random_seed=seed,
                          **SAMPLE_KW, **kwargs)
 
@@ -444,7 +446,8 @@ def test_a_coarse_posterior_far_off_is_named_at_the_end_of_tuning(coarse_data):
             pm.Normal("y", mu + np.array([5.0 * POST_SD, 0.0]), 1, observed=DATA[::5])
     with fine, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        pm.sample(draws=50, tune=500, chains=1, step=MLDA(coarse_models=[coarse]), random_seed=1, **SAMPLE_KW)
+        step = MLDA(coarse_models=[coarse], adaptive_error_model=False)
+        pm.sample(draws=50, tune=500, chains=1, step=step, random_seed=1, **SAMPLE_KW)
     said = [str(w.message) for w in caught if "end of tuning the finest level accepted" in str(w.message)]
     assert len(said) == 1, [str(w.message)[:100] for w in caught]
     assert ("adaptive_error_model=True" in said[0]) == (coarse_data == "all"), said[0]
@@ -573,7 +576,8 @@ def test_coarse_models_that_take_more_time_than_the_fine_one_are_said(coarse_ms)
         assert said == []
         return
     message = (r"MLDA: in tuning the coarse models took [\d.]+ times the fine model's time "
-               r"\(coarse_models\[0\]: \d+ of [\d.]+ ms; against \d+ fine evaluations of [\d.]+ ms; medians\)"
+               r"\(coarse_models\[0\]: \d+ evaluations of [\d.]+ ms; "
+               r"against \d+ fine evaluations of [\d.]+ ms; medians\)"
                r".*GPDelayedAcceptanceMH")
     assert len(said) == 1 and re.search(message, said[0]), said
 
@@ -583,7 +587,8 @@ def test_each_chain_times_its_own_coarse_evaluations():
     second chain said 25 514 coarse evaluations in tuning (6.4 times the fine model's time) where it had
     made about 5800, its count and times including the first chain's tuning and draws. Each chain's
     warning counts its own tuning's evaluations, as its warm-up statistics do (less each level's first,
-    compiling, call)."""
+    compiling, call, and the start search's, one-off, in the first iteration's count: a new user's tune=150
+    was told 1406 coarse evaluations, 750 of them the subchains')."""
     coarse = costly_model(1.5, 0.5)
     with costly_model(2.0), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -591,9 +596,11 @@ def test_each_chain_times_its_own_coarse_evaluations():
         idata = pm.sample(draws=50, tune=60, chains=2, cores=1, step=step, random_seed=1,
                           discard_tuned_samples=False, **SAMPLE_KW)
     said = [str(w.message) for w in caught if "times the fine model's time" in str(w.message)]
-    counted = [int(re.search(r"coarse_models\[0\]: (\d+) of", message).group(1)) for message in said]
-    made = idata.warmup_sample_stats["level0_logp_evals"].sum("draw").values
-    assert len(counted) == 2 and all(m - 3 <= c <= m for c, m in zip(counted, made)), (counted, made)
+    counted = [int(re.search(r"coarse_models\[0\]: (\d+) evaluations", message).group(1)) for message in said]
+    made = idata.warmup_sample_stats["level0_logp_evals"].isel(draw=slice(1, None)).sum("draw").values
+    first = idata.warmup_sample_stats["level0_logp_evals"].isel(draw=0).values
+    assert np.all(first > 50)  # the start search
+    assert len(counted) == 2 and all(m - 3 <= c <= m + 10 for c, m in zip(counted, made)), (counted, made)
 
 
 def test_default_tune_counts_iterations_where_the_fine_level_teaches_the_coarse_ones():
@@ -604,7 +611,7 @@ def test_default_tune_counts_iterations_where_the_fine_level_teaches_the_coarse_
 
     fine, coarse = conjugate_model(), conjugate_model(1.0)
     with fine:
-        plain = MLDA(coarse_models=[coarse], subsampling_rates=5)
+        plain = MLDA(coarse_models=[coarse], subsampling_rates=5, adaptive_error_model=False)
         corrected = MLDA(coarse_models=[coarse], subsampling_rates=5, adaptive_error_model=True)
         gp = MLDA(coarse_models=[coarse, GPLevel()], subsampling_rates=[2, 3])
     required = plain._chain.adaptation.required_tune_steps()
@@ -758,15 +765,78 @@ def test_invariant_with_the_error_covariance():
     assert_exact_moments(idata)
 
 
+def test_the_error_model_is_on_by_default_where_every_level_observes_the_same_normal():
+    """A new user's coarse-grid model with MLDA's defaults (the error model was off): 0.1% of iterations
+    moved, R-hat 3.7, where adaptive_error_model=True gave min ESS 1280. "auto" turns it on where it can
+    correct something (the draws of True) and off where no observed pm.Normal matches (those of False);
+    the control: off, the chain behind a coarse model 3 sds off hardly moves."""
+    def run(option):
+        fine, coarse = offset_model(), offset_model(3.0)
+        with fine:
+            step = MLDA(coarse_models=[coarse], adaptive_error_model=option)
+            assert step.corrected_variables == (["y"] if option else [])
+            return pm.sample(draws=200, tune=800, chains=1, step=step, random_seed=1, **SAMPLE_KW)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the control's low acceptance
+        on, off = run("auto"), run(False)
+        assert_same_records(recorded(on), recorded(run(True)))
+    assert on.sample_stats["accepted"].values.mean() > 0.5 > 5 * off.sample_stats["accepted"].values.mean()
+
+    def counts_model():
+        with pm.Model() as m:
+            mu = pm.Normal("mu", 0, 1)
+            pm.Poisson("y", pt.exp(mu), observed=[3, 1, 4])
+        return m
+
+    fine, coarse = counts_model(), counts_model()
+    with fine, warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing to correct is no reason to warn
+        step = MLDA(coarse_models=[coarse])
+        assert not step.adaptive_error_model and step.corrected_variables == []
+        with pytest.raises(ValueError, match="no observed pm.Normal"):
+            MLDA(coarse_models=[coarse], adaptive_error_model="auto", error_covariance=True)
+
+
+def test_a_coarse_noise_sd_below_the_fine_ones_is_named_when_the_step_is_built():
+    """A new user's coarse models with a noise sd 0.5 and 0.6 times the fine one's: chains stuck, and the
+    warnings named only "a coarse model closer to the fine one". The step names the figure when it is
+    built and among the stuck chain's remedies. Controls: the same or a wider sd, and sds that are free
+    variables (not compared), give no warning."""
+
+    def model(sd, free=False):
+        with pm.Model() as m:
+            mu = pm.Normal("mu", 0, 10, shape=2)
+            sigma = pm.HalfNormal("sigma", sd) if free else sd
+            pm.Normal("y", mu, sigma, observed=DATA)
+        return m
+
+    narrow, same, wider = model(0.5), model(1.0), model(1.5)
+    with model(1.0):
+        said = r"coarse_models\[0\]'s observed 'y' has a noise sd 0.5 times the fine model's.*at least"
+        with pytest.warns(KameleonWarning, match=said):
+            step = MLDA(coarse_models=[narrow])
+        assert "a coarse noise sd at least the fine one's (coarse_models[0]'s" in step._stuck_remedy()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", KameleonWarning)
+            plain = MLDA(coarse_models=[same])
+            MLDA(coarse_models=[wider])
+    assert "noise sd" not in plain._stuck_remedy()
+    free_narrow = model(0.5, free=True)
+    with model(1.0, free=True), warnings.catch_warnings():
+        warnings.simplefilter("error", KameleonWarning)
+        MLDA(coarse_models=[free_narrow])
+
+
 def test_error_covariance_needs_the_error_model():
     fine, coarse = conjugate_model(), conjugate_model(1.0)
     with fine, pytest.raises(ValueError, match="pass adaptive_error_model=True too"):
-        MLDA(coarse_models=[coarse], error_covariance=True)
+        MLDA(coarse_models=[coarse], adaptive_error_model=False, error_covariance=True)
     with fine, pytest.raises(ValueError, match="error_covariance must be True or False"):
         MLDA(coarse_models=[coarse], adaptive_error_model=True, error_covariance="yes")
     with fine, pytest.raises(ValueError, match="randomize_lengths must be True or False"):
         MLDA(coarse_models=[coarse], randomize_lengths="yes")
-    with fine, pytest.raises(ValueError, match="adaptive_error_model must be True or False"):
+    with fine, pytest.raises(ValueError, match="adaptive_error_model must be True, False or 'auto'"):
         MLDA(coarse_models=[coarse], adaptive_error_model="no")
 
 
@@ -877,7 +947,7 @@ def test_a_stuck_chain_is_told_mldas_own_remedies():
     about pseudo-marginal estimates); MLDA names the coarse model, the error model and the rates."""
     fine, coarse = conjugate_model(), conjugate_model(3.0)
     with fine:
-        plain = MLDA(coarse_models=[coarse])
+        plain = MLDA(coarse_models=[coarse], adaptive_error_model=False)
         corrected = MLDA(coarse_models=[coarse], adaptive_error_model=True)
     said = plain._stuck_remedy()
     assert "adaptive_error_model=True" in said and "subsampling_rates" in said
@@ -886,7 +956,7 @@ def test_a_stuck_chain_is_told_mldas_own_remedies():
     # a run): the text says so and names the middle level, not the finest level's acceptance.
     coarsest = conjugate_model(6.0)
     with fine:
-        three = MLDA(coarse_models=[coarsest, coarse], subsampling_rates=1)
+        three = MLDA(coarse_models=[coarsest, coarse], subsampling_rates=1, adaptive_error_model=False)
     three._chain.judged_since_move = 3
     said = three._stuck_remedy()
     assert "Only 3 of these iterations reached the fine level" in said and "a middle level" in said
@@ -914,7 +984,7 @@ def test_a_middle_level_judges_only_the_subchain_ends_that_moved():
     moved. Its end-of-tuning record counts the decisions it made (its evaluations), as the finest level's."""
     fine, coarse = conjugate_model(), [conjugate_model(0.5), conjugate_model(0.2)]
     with fine:
-        step = MLDA(coarse_models=coarse, subsampling_rates=1)
+        step = MLDA(coarse_models=coarse, subsampling_rates=1, adaptive_error_model=False)
         idata = pm.sample(draws=10, tune=300, chains=1, step=step, random_seed=2, discard_tuned_samples=False,
                           **SAMPLE_KW)
     kept = step._chain.middle_decisions[1]
