@@ -226,6 +226,8 @@ class MultilevelChecks:
             if self.start == "initial_point" and not self._target.has_estimates
             else "pass initvals nearer the posterior"
         )
+        if self._narrower_noise:  # the coarse model falls off faster everywhere: no start frees the chain
+            start = f"give every coarse model a noise sd at least the fine one's, or {start}"
         return (
             f"The chain sits at a fine log density of {own:.6g}, {best - own:.3g} below the best it has "
             f"evaluated ({best:.6g}), in the tails, where a coarse model that falls off faster than the fine "
