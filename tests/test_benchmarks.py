@@ -719,3 +719,13 @@ def test_pseudo_marginal_noise_check_runs(capsys):
     row = [line for line in out.splitlines() if line.startswith("| 1 |")]
     assert len(row) == 1 and "| 1 of 1 |" in row[0], out
 
+
+
+def test_mlda_guide_examples_read_the_guides_own_models():
+    """mlda_guide_examples.py samples the multilevel guide's code blocks as they stand: each gives a coarse
+    and a fine model of the same free variables (building them samples nothing)."""
+    bench = _load("mlda_guide_examples")
+    for marker in ("euler_step=0.1", "build(rtol=1e-2)"):
+        coarse, fine = bench.guide_models(marker)
+        assert coarse is not fine
+        assert [v.name for v in coarse.free_RVs] == [v.name for v in fine.free_RVs] == ["a", "k"]

@@ -102,8 +102,8 @@ class MLDA(MultilevelChecks, CoarseSpreadChecks, MultilevelGPLevels, AdaptiveSte
         of the two models per record, one record per level and iteration, counted in ``logp_evals``
         and ``level{k}_logp_evals``); frozen after tuning, so the chain is exact. ``"auto"`` turns it on
         where every level has such a variable and off where none has (a coarse model's bias of one
-        posterior sd already costs an uncorrected MLDA most of its ESS per fine evaluation; an unbiased
-        one costs the correction about 14%: the multilevel guide).
+        posterior sd already costs an uncorrected MLDA most of its ESS per fine evaluation; one with next
+        to no bias costs the correction 14-30%: the multilevel guide).
     error_covariance : bool, default False
         With ``adaptive_error_model``: also add the differences' covariance :math:`\Sigma_{B,\ell}` to
         the corrected observations' noise covariance at each coarse level, as the paper does (all

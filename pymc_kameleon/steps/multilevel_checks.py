@@ -48,6 +48,11 @@ class MultilevelChecks:
     """The checks and warnings of :class:`~pymc_kameleon.MLDA` (a mixin: it reads the step's levels, chain
     state and options)."""
 
+    def _which_chain(self, form: str = " (chain {})") -> str:
+        """``form`` naming the chain where it is known (MLDA tunes each chain apart: a new user's warnings
+        named none), else ""."""
+        return "" if self._chain_named is None else form.format(self._chain_named)
+
     def _narrower_noise_text(self) -> str:
         """The coarse observed pm.Normal variables whose noise sd is below the fine one's, as a clause."""
         return "; ".join(
@@ -104,9 +109,9 @@ class MultilevelChecks:
         which = f" (coarse_models[{below}]'s)" if self.n_levels > 2 else ""
         self._warnings.warn(
             f"MLDA: at the end of tuning the finest level accepted {rate:.0%} of the last {len(decisions)} "
-            f"coarse subchain ends it judged{cause} coarse posterior{which} is far from the fine one for "
-            f"the fine posterior's spread, so the chain will mix slowly (its draws stay exact). "
-            f"Try {remedy}.",
+            f"coarse subchain ends it judged{self._which_chain()}{cause} coarse posterior{which} is far from "
+            f"the fine one for the fine posterior's spread, so the chain will mix slowly (its draws stay "
+            f"exact). Try {remedy}.",
             KameleonWarning,
             stacklevel=3,
         )
@@ -142,7 +147,8 @@ class MultilevelChecks:
             )
             self._warnings.warn(
                 f"MLDA: at the end of tuning {what} (level {k}) accepted {rate:.1%} of the last {decisions} "
-                f"subchain ends it judged{why}, so the chain will mix slowly (its draws stay exact). Try "
+                f"subchain ends it judged{self._which_chain()}{why}, so the chain will mix slowly (its draws "
+                f"stay exact). Try "
                 f"{self._noise_remedy()}{self._error_model_remedy()}a coarse model closer to the fine one"
                 f"{self._smaller_rate_remedy(k - 1)}{dropped}.",
                 KameleonWarning,
@@ -198,7 +204,8 @@ class MultilevelChecks:
         share = seconds / fine.seconds
         self._warnings.warn(
             f"MLDA: in tuning the coarse models took {share:.1f} times the fine model's time ({levels}; "
-            f"against {fine.calls} fine evaluations of {1e3 * fine.typical:.3g} ms; medians), so each fine "
+            f"against {fine.calls} fine evaluations of {1e3 * fine.typical:.3g} ms; medians"
+            f"{self._which_chain('; chain {}')}), so each fine "
             f"evaluation costs MLDA about {1 + share:.1f} times its own time: against a sampler whose time "
             f"is its fine evaluations, MLDA is faster on the clock only where its ESS per fine evaluation is "
             f"over {1 + share:.1f} times that sampler's (less against one with costs of its own, such as "

@@ -451,6 +451,7 @@ def test_a_coarse_posterior_far_off_is_named_at_the_end_of_tuning(coarse_data):
     said = [str(w.message) for w in caught if "end of tuning the finest level accepted" in str(w.message)]
     assert len(said) == 1, [str(w.message)[:100] for w in caught]
     assert ("adaptive_error_model=True" in said[0]) == (coarse_data == "all"), said[0]
+    assert "subchain ends it judged (chain 0)" in said[0]  # chains tune apart: it names which (a new user's)
 
 
 class BusyZero(Op):
@@ -577,7 +578,7 @@ def test_coarse_models_that_take_more_time_than_the_fine_one_are_said(coarse_ms)
         return
     message = (r"MLDA: in tuning the coarse models took [\d.]+ times the fine model's time "
                r"\(coarse_models\[0\]: \d+ evaluations of [\d.]+ ms; "
-               r"against \d+ fine evaluations of [\d.]+ ms; medians\)"
+               r"against \d+ fine evaluations of [\d.]+ ms; medians; chain 0\)"
                r".*GPDelayedAcceptanceMH")
     assert len(said) == 1 and re.search(message, said[0]), said
 
