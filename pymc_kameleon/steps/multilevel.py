@@ -12,7 +12,6 @@ the coarse models, per-chain state and statistics.
 from __future__ import annotations
 
 import math
-import warnings
 from collections import deque
 from functools import partial
 
@@ -27,7 +26,6 @@ from pymc_kameleon.core.kameleon.scale_free import ScaleFreeProposal
 from pymc_kameleon.core.linalg import one_blas_thread, same_array
 from pymc_kameleon.core.multilevel import LevelPoint, MultilevelDelayedAcceptance
 from pymc_kameleon.core.validation import check_independence_weight, check_number, check_probability
-from pymc_kameleon.core.warning_categories import KameleonWarning
 from pymc_kameleon.steps.base import AdaptiveStep
 from pymc_kameleon.steps.multilevel_chain import MultilevelChain
 from pymc_kameleon.steps.multilevel_checks import (
@@ -51,7 +49,6 @@ from pymc_kameleon.steps.multilevel_levels import (
 )
 from pymc_kameleon.steps.multilevel_spread import CoarseSpreadChecks
 from pymc_kameleon.steps.reporting import warn_after_tuning
-from pymc_kameleon.steps.session_warnings import user_stacklevel
 from pymc_kameleon.steps.target_density import Evaluation, TargetDensity
 from pymc_kameleon.steps.variables import angle_coordinates, continuous_value_vars, coordinate_names
 
@@ -202,17 +199,6 @@ class MLDA(MultilevelChecks, CoarseSpreadChecks, MultilevelGPLevels, AdaptiveSte
         has_gp_level = any(isinstance(spec, GPLevel) for spec in specs)
         coarse_models = [spec for spec in specs if isinstance(spec, pm.Model)]
         self.subsampling_rates = checked_rates(subsampling_rates, len(specs))
-        self._narrower_noise = narrower_noise(model, coarse_models)
-        if self._narrower_noise:
-            warnings.warn(
-                f"MLDA: {self._narrower_noise_text()}: a coarse likelihood narrower than the fine one makes "
-                "the coarse posterior narrower, so the fine level rejects the coarse subchains' ends that "
-                "reach its tails, and with many observations nearly all of them (the draws stay exact, but "
-                "the chain can stall). Give every coarse model a noise sd at least the fine one's (a larger "
-                "one also absorbs the coarse model's error).",
-                KameleonWarning,
-                stacklevel=user_stacklevel(2),
-            )
         if not isinstance(randomize_lengths, bool | np.bool_):
             raise ValueError(f"MLDA: randomize_lengths must be True or False, got {randomize_lengths!r}.")
         if not (isinstance(adaptive_error_model, bool | np.bool_) or adaptive_error_model == "auto"):
@@ -222,9 +208,10 @@ class MLDA(MultilevelChecks, CoarseSpreadChecks, MultilevelGPLevels, AdaptiveSte
         self.randomize_lengths = bool(randomize_lengths)
         if not isinstance(error_covariance, bool):
             raise ValueError(f"MLDA: error_covariance must be True or False, got {error_covariance!r}.")
+        correctable = correctable_names(model, coarse_models)
         if adaptive_error_model == "auto":
             # On where it can be (error_covariance asks for it, and gets corrected_names' error if it cannot).
-            adaptive_error_model = error_covariance or bool(correctable_names(model, coarse_models))
+            adaptive_error_model = error_covariance or bool(correctable)
         self.adaptive_error_model = bool(adaptive_error_model)
         if error_covariance and not self.adaptive_error_model:
             raise ValueError(
@@ -237,6 +224,8 @@ class MLDA(MultilevelChecks, CoarseSpreadChecks, MultilevelGPLevels, AdaptiveSte
         self.adapt_interval = int(adapt_interval)
         self.learning_rate = float(learning_rate)
         self.history_size = int(history_size)
+        self._narrower_noise = narrower_noise(model, coarse_models)
+        self._warn_narrower_noise()
 
         if initial_point is None:
             initial_point = model.initial_point()
@@ -254,7 +243,7 @@ class MLDA(MultilevelChecks, CoarseSpreadChecks, MultilevelGPLevels, AdaptiveSte
         corrected = corrected_names(model, coarse_models) if self.adaptive_error_model else ()
         self.corrected_variables = list(corrected)
         # Whether the warnings may suggest the error model (it needs an observed pm.Normal at every level).
-        self._error_model_fits = bool(corrected) or bool(correctable_names(model, coarse_models))
+        self._error_model_fits = bool(corrected) or bool(correctable)
         self._model_levels = [
             coarse_level(coarse, vars, model, compile_kwargs, k, corrected, error_covariance)
             for k, coarse in enumerate(coarse_models)

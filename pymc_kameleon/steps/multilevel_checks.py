@@ -60,6 +60,21 @@ class MultilevelChecks:
             for k, name, ratio in self._narrower_noise
         )
 
+    def _warn_narrower_noise(self) -> None:
+        """When the step is built: name the coarse observed pm.Normal variables whose noise sd is below the
+        fine one's (:func:`~.multilevel_levels.narrower_noise`)."""
+        if not self._narrower_noise:
+            return
+        warnings.warn(
+            f"MLDA: {self._narrower_noise_text()}: a coarse likelihood narrower than the fine one makes the "
+            "coarse posterior narrower, so the fine level rejects the coarse subchains' ends that reach its "
+            "tails, and with many observations nearly all of them (the draws stay exact, but the chain can "
+            "stall). Give every coarse model a noise sd at least the fine one's (a larger one also absorbs "
+            "the coarse model's error).",
+            KameleonWarning,
+            stacklevel=user_stacklevel(3),
+        )
+
     def _noise_remedy(self) -> str:
         """A coarse noise sd no smaller than the fine one's as a remedy, where a coarse model's is smaller."""
         if not self._narrower_noise:
@@ -249,7 +264,10 @@ class MultilevelChecks:
         rates = "" if max(self.subsampling_rates) == 1 else ", or smaller subsampling_rates"
         judged = self._chain.judged_since_move
         tails = self._in_the_tails()
-        tails = f"{tails}Otherwise, " if tails else ""
+
+        def after_tails(sentence: str) -> str:
+            return f"{tails}Otherwise, {sentence[0].lower()}{sentence[1:]}" if tails else sentence
+
         if judged < STUCK_DRAWS // 2:
             # A new user's three levels without the error model: 36 fine evaluations in a whole run, the
             # middle level rejecting; "the finest level's acceptance" pointed at the wrong level.
@@ -257,15 +275,13 @@ class MultilevelChecks:
                 "the coarse subchains did not move, or a middle level rejected their ends (its "
                 "level{k}_accept_rate statistic)"
             )
-            return (
-                f"{tails}{'o' if tails else 'O'}nly {judged} of these iterations reached the fine level: "
-                f"{stopped}, so a coarse "
+            return after_tails(
+                f"Only {judged} of these iterations reached the fine level: {stopped}, so a coarse "
                 f"posterior is far from the one above it. Try {error_model}coarse models closer to the fine "
                 f"one{rates}; otherwise increase `tune`."
             )
-        return (
-            f"{tails}{'w' if tails else 'W'}ith MLDA the likeliest cause is a coarse posterior far from the "
-            f"fine one ({judged} of "
+        return after_tails(
+            f"With MLDA the likeliest cause is a coarse posterior far from the fine one ({judged} of "
             f"these proposals reached the fine level and it rejected them): try {error_model}a coarse model "
             f"closer to the fine one{rates}; otherwise increase `tune`."
         )

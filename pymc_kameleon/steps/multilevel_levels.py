@@ -56,14 +56,15 @@ __all__ = [
     "narrower_noise",
 ]
 
+#: A coarse observed pm.Normal whose constant noise sd is below NARROWER_NOISE times the fine one's is named
+#: (:func:`narrower_noise`): the guide asks for a coarse noise sd no smaller than the fine one's.
+NARROWER_NOISE = 0.999
+
 #: The error model's estimate for each pair of adjacent levels is the mean of its last ERROR_MODEL_MEMORY
 #: differences; the coarse densities take it after the first ERROR_MODEL_FIRST_UPDATE differences, then every
 #: ERROR_MODEL_UPDATE new ones, during tuning: early enough that the base proposal tunes on the
 #: corrected coarse model (a chain whose coarse model was 5 posterior sds off otherwise accepted too
 #: few moves to correct anything before the end of tuning).
-#: A coarse observed pm.Normal whose constant noise sd is below NARROWER_NOISE times the fine one's is named
-#: (:func:`narrower_noise`): the guide asks for a coarse noise sd no smaller than the fine one's.
-NARROWER_NOISE = 0.999
 ERROR_MODEL_MEMORY = 200
 ERROR_MODEL_FIRST_UPDATE = 10
 ERROR_MODEL_UPDATE = 50
@@ -367,11 +368,14 @@ def narrower_noise(fine, coarse_models) -> list[tuple[int, str, float]]:
     not compared."""
     found = []
     fine_normals = _normal_observed(fine)
+    fine_sds = {}  # evaluated once, whatever the number of coarse models
     for k, coarse in enumerate(coarse_models):
         for name, rv in _normal_observed(coarse).items():
             if name not in fine_normals:
                 continue
-            sds = [_constant_sd(fine, fine_normals[name]), _constant_sd(coarse, rv)]
+            if name not in fine_sds:
+                fine_sds[name] = _constant_sd(fine, fine_normals[name])
+            sds = [fine_sds[name], _constant_sd(coarse, rv)]
             if any(sd is None for sd in sds):
                 continue
             if sds[0].shape != sds[1].shape:  # other data (a subsample): comparable where each sd is one
